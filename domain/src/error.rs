@@ -1,0 +1,64 @@
+//! The one error type of the domain. Each variant is a user-facing outcome with a stable code.
+
+use serde::Serialize;
+
+use crate::ids::OrderId;
+
+pub type Result<T, E = ShowError> = std::result::Result<T, E>;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize)]
+pub enum ShowError {
+    #[error("the show does not exist")]
+    ShowNotFound,
+    #[error("the show already exists")]
+    ShowAlreadyExists,
+    #[error("invalid input: {0}")]
+    Invalid(String),
+    #[error("unknown seats: {0:?}")]
+    UnknownSeat(Vec<String>),
+    #[error("unknown section {0}")]
+    UnknownSection(String),
+    #[error("seats unavailable: {lost:?}")]
+    SeatUnavailable { lost: Vec<String> },
+    #[error("the per-account limit of {limit} seats would be exceeded ({already} already held or ordered)")]
+    HoldLimit { limit: u32, already: u32 },
+    #[error("the sale has not opened yet")]
+    SaleNotOpen,
+    #[error("the sale has closed")]
+    SaleClosed,
+    #[error("no such hold")]
+    HoldNotFound,
+    #[error("the hold has expired or was released")]
+    HoldExpired,
+    #[error("the hold was already used by order {0}")]
+    HoldOrdered(OrderId),
+    #[error("no such order")]
+    OrderNotFound,
+    #[error("this idempotency key was used with a different request")]
+    IdempotencyKeyReused,
+    #[error("{entity} cannot go from {from} by {by}")]
+    InvalidTransition { entity: &'static str, from: &'static str, by: &'static str },
+}
+
+impl ShowError {
+    /// The machine-readable code clients switch on (API.md).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::ShowNotFound => "EVENT_NOT_FOUND",
+            Self::ShowAlreadyExists => "EVENT_EXISTS",
+            Self::Invalid(_) => "INVALID_REQUEST",
+            Self::UnknownSeat(_) => "UNKNOWN_SEAT",
+            Self::UnknownSection(_) => "UNKNOWN_SECTION",
+            Self::SeatUnavailable { .. } => "SEAT_UNAVAILABLE",
+            Self::HoldLimit { .. } => "HOLD_LIMIT",
+            Self::SaleNotOpen => "SALE_NOT_OPEN",
+            Self::SaleClosed => "SALE_CLOSED",
+            Self::HoldNotFound => "HOLD_NOT_FOUND",
+            Self::HoldExpired => "HOLD_EXPIRED",
+            Self::HoldOrdered(_) => "HOLD_ORDERED",
+            Self::OrderNotFound => "ORDER_NOT_FOUND",
+            Self::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
+            Self::InvalidTransition { .. } => "INVALID_TRANSITION",
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Validated identifiers. Each is built by `parse`/`new`, so an invalid one cannot exist.
+//!
+//! Hold and order ids carry the show they belong to (`h_<show>_<n>`, `o_<show>_<n>`), so any node
+//! can route `DELETE /v1/holds/{id}` or `POST /v1/orders` to the show's owner without a lookup
+//! table: that matters once shows are sharded across primaries (ADR 002).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use uuid::Uuid;
+
+use crate::error::ShowError;
+
+macro_rules! uuid_id {
+    ($name:ident, $what:literal) => {
+        #[doc = concat!("The id of a ", $what, ".")]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(Uuid);
+
+        impl $name {
+            pub fn new(id: Uuid) -> Self {
+                Self(id)
+            }
+            pub fn random() -> Self {
+                Self(Uuid::now_v7())
+            }
+            pub fn uuid(&self) -> Uuid {
+                self.0
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = ShowError;
+            fn from_str(s: &str) -> Result<Self, ShowError> {
+                Uuid::parse_str(s)
+                    .map(Self)
+                    .map_err(|_| ShowError::Invalid(format!("{} is not a valid {} id", s, $what)))
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
+}
+
+uuid_id!(ShowId, "show");
+uuid_id!(VenueId, "venue");
+
+macro_rules! show_scoped_id {
+    ($name:ident, $prefix:literal, $what:literal) => {
+        #[doc = concat!("The id of a ", $what, ", carrying its show so that it routes without a lookup.")]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name {
+            show: ShowId,
+            id: Uuid,
+        }
+
+        impl $name {
+            pub fn new(show: ShowId) -> Self {
+                Self { show, id: Uuid::now_v7() }
+            }
+            pub fn show(&self) -> ShowId {
+                self.show
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!($prefix, "_{}_{}"), self.show.0.simple(), self.id.simple())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = ShowError;
+            fn from_str(s: &str) -> Result<Self, ShowError> {
+                let bad = || ShowError::Invalid(format!("{s:.80} is not a valid {} id", $what));
+                let rest = s.strip_prefix(concat!($prefix, "_")).ok_or_else(bad)?;
+                let (show, id) = rest.split_once('_').ok_or_else(bad)?;
+                if show.len() != 32 || id.len() != 32 {
+                    return Err(bad());
+                }
+                Ok(Self {
+                    show: ShowId(Uuid::parse_str(show).map_err(|_| bad())?),
+                    id: Uuid::parse_str(id).map_err(|_| bad())?,
+                })
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+show_scoped_id!(HoldId, "h", "hold");
+show_scoped_id!(OrderId, "o", "order");
+
+macro_rules! text_id {
+    ($name:ident, $what:literal, $max:expr) => {
+        #[doc = concat!("A ", $what, ": 1 to ", stringify!($max), " visible ASCII characters.")]
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            pub fn parse(s: &str) -> Result<Self, ShowError> {
+                if s.is_empty() || s.len() > $max || !s.bytes().all(|b| b.is_ascii_graphic()) {
+                    return Err(ShowError::Invalid(format!(
+                        "{} must be 1 to {} visible ASCII characters",
+                        $what, $max
+                    )));
+                }
+                Ok(Self(s.to_owned()))
+            }
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                Self::parse(&s).map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+text_id!(AccountId, "account id", 128);
+text_id!(IdempotencyKey, "Idempotency-Key", 255);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hold_ids_round_trip_and_carry_their_show() {
+        let show = ShowId::random();
+        let hold = HoldId::new(show);
+        let parsed: HoldId = hold.to_string().parse().expect("parses");
+        assert_eq!(parsed, hold);
+        assert_eq!(parsed.show(), show);
+        let json = serde_json::to_string(&hold).expect("json");
+        assert_eq!(serde_json::from_str::<HoldId>(&json).expect("back"), hold);
+    }
+
+    #[test]
+    fn malformed_ids_are_refused() {
+        for bad in ["", "h_", "h_123_456", "o_00000000000000000000000000000000_x", "nonsense"] {
+            assert!(bad.parse::<HoldId>().is_err(), "{bad}");
+        }
+        let order = OrderId::new(ShowId::random()).to_string();
+        assert!(order.parse::<HoldId>().is_err(), "an order id is not a hold id");
+        assert!(AccountId::parse("has space").is_err());
+        assert!(AccountId::parse(&"x".repeat(129)).is_err());
+        assert!(IdempotencyKey::parse("k-1").is_ok());
+    }
+}

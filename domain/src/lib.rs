@@ -1,0 +1,30 @@
+//! The onsale domain: one aggregate per show holding every seat, hold and order of that show.
+//!
+//! This crate decides; it performs no I/O. It has no database, broker, HTTP or Redis code: the
+//! command side feeds it commands and a clock, persists the events it emits, and applies them
+//! back. Every seat, hold and order transition is checked against the tables in
+//! [`transitions`], so a terminal state can never regress and a seat can never be sold twice.
+//!
+//! - [`ids`]: validated identifiers and money; an invalid one cannot be built.
+//! - [`layout`]: the venue's sections, rows and seats, and the seat-id grammar.
+//! - [`show`]: the [`Show`] aggregate, its commands and events.
+//! - [`transitions`]: the one state table for seats, holds and orders.
+
+pub mod clock;
+pub mod error;
+pub mod ids;
+pub mod layout;
+pub mod show;
+pub mod transitions;
+
+pub use clock::{Clock, ManualClock};
+pub use error::{Result, ShowError};
+pub use ids::{AccountId, HoldId, IdempotencyKey, OrderId, ShowId, VenueId};
+pub use layout::{RowLayout, SectionLayout, VenueLayout};
+pub use show::{
+    HoldStatus, HoldView, Idempotency, OrderStatus, OrderView, Show, ShowCommand, ShowEvent,
+    ShowInfo, ShowServices, MAX_SEATS_PER_ACCOUNT,
+};
+
+#[cfg(test)]
+mod show_tests;

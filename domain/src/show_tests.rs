@@ -1,0 +1,473 @@
+//! Given/when/then tests of every rule of the show aggregate.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use cqrs_es::test::TestFramework;
+
+use crate::*;
+
+pub(crate) fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0).single().expect("valid time")
+}
+
+fn show_id() -> ShowId {
+    ShowId::new(uuid::Uuid::from_u128(7))
+}
+
+fn layout() -> VenueLayout {
+    VenueLayout::parse(vec![
+        SectionLayout {
+            section: "A".into(),
+            price_tier: "P".into(),
+            rows: vec![RowLayout { row: "1".into(), seats: 4 }, RowLayout { row: "2".into(), seats: 4 }],
+        },
+        SectionLayout {
+            section: "B".into(),
+            price_tier: "Q".into(),
+            rows: vec![RowLayout { row: "1".into(), seats: 10 }],
+        },
+    ])
+    .expect("valid layout")
+}
+
+fn info(ttl: u32) -> ShowInfo {
+    ShowInfo {
+        show_id: show_id(),
+        venue_id: VenueId::new(uuid::Uuid::from_u128(9)),
+        venue_name: "Hall".into(),
+        city: "Oslo".into(),
+        name: "Night".into(),
+        performer: "Band".into(),
+        starts_at: t0() + Duration::days(30),
+        on_sale_at: t0() - Duration::hours(1),
+        prices: BTreeMap::from([("P".to_string(), 12_000), ("Q".to_string(), 5_000)]),
+        waiting_room: false,
+        hold_ttl_seconds: ttl,
+    }
+}
+
+fn scheduled() -> ShowEvent {
+    ShowEvent::ShowScheduled { info: info(600), layout: layout() }
+}
+
+fn at(offset_secs: i64) -> TestFramework<Show> {
+    TestFramework::with(ShowServices {
+        clock: Arc::new(ManualClock::new(t0() + Duration::seconds(offset_secs))),
+    })
+}
+
+fn acct(name: &str) -> AccountId {
+    AccountId::parse(name).expect("valid account")
+}
+
+fn hold_id(n: u128) -> HoldId {
+    // Deterministic ids keep expected events comparable.
+    format!("h_{}_{:032x}", show_id().uuid().simple(), n).parse().expect("hold id")
+}
+
+fn order_id(n: u128) -> OrderId {
+    format!("o_{}_{:032x}", show_id().uuid().simple(), n).parse().expect("order id")
+}
+
+fn idem(key: &str, fp: &str) -> Idempotency {
+    Idempotency { key: IdempotencyKey::parse(key).expect("key"), fingerprint: fp.into() }
+}
+
+fn seats(ids: &[&str]) -> Vec<String> {
+    ids.iter().map(|s| s.to_string()).collect()
+}
+
+fn held(n: u128, who: &str, ids: &[&str], expires_in: i64) -> ShowEvent {
+    ShowEvent::SeatsHeld {
+        hold_id: hold_id(n),
+        account_id: acct(who),
+        seat_ids: seats(ids),
+        expires_at: t0() + Duration::seconds(expires_in),
+        best_available: false,
+        idempotency: None,
+    }
+}
+
+fn hold_cmd(n: u128, who: &str, ids: &[&str]) -> ShowCommand {
+    ShowCommand::HoldSeats { hold_id: hold_id(n), account: acct(who), seat_ids: seats(ids), idempotency: None }
+}
+
+fn placed(order: u128, hold: u128, who: &str, ids: &[&str], total: i64) -> ShowEvent {
+    ShowEvent::OrderPlaced {
+        order_id: order_id(order),
+        hold_id: hold_id(hold),
+        account_id: acct(who),
+        seat_ids: seats(ids),
+        total_cents: total,
+        payment_token: "tok_ok".into(),
+        placed_at: t0(),
+        idempotency: idem("k-order", "fp-order"),
+    }
+}
+
+fn place_cmd(order: u128, hold: u128, who: &str, key: &str, fp: &str) -> ShowCommand {
+    ShowCommand::PlaceOrder {
+        order_id: order_id(order),
+        hold_id: hold_id(hold),
+        account: acct(who),
+        payment_token: "tok_ok".into(),
+        idempotency: idem(key, fp),
+    }
+}
+
+#[test]
+fn scheduling_refuses_a_tier_without_a_price() {
+    let mut bad = info(600);
+    bad.prices.remove("Q");
+    at(0)
+        .given_no_previous_events()
+        .when(ShowCommand::Schedule { info: bad, layout: layout() })
+        .then_expect_error(ShowError::Invalid("no price for tier Q".into()));
+}
+
+#[test]
+fn holding_free_seats_emits_one_hold_expiring_after_the_ttl() {
+    at(0)
+        .given(vec![scheduled()])
+        .when(hold_cmd(1, "ann", &["A-1-1", "A-1-2"]))
+        .then_expect_events(vec![held(1, "ann", &["A-1-1", "A-1-2"], 600)]);
+}
+
+#[test]
+fn the_show_ttl_overrides_the_default() {
+    at(0)
+        .given(vec![ShowEvent::ShowScheduled { info: info(120), layout: layout() }])
+        .when(hold_cmd(1, "ann", &["A-1-1"]))
+        .then_expect_events(vec![held(1, "ann", &["A-1-1"], 120)]);
+}
+
+#[test]
+fn duplicate_seat_ids_are_collapsed() {
+    at(0)
+        .given(vec![scheduled()])
+        .when(hold_cmd(1, "ann", &["A-1-1", "A-1-1", "A-1-2"]))
+        .then_expect_events(vec![held(1, "ann", &["A-1-1", "A-1-2"], 600)]);
+}
+
+#[test]
+fn an_unknown_seat_is_refused_and_named() {
+    at(0)
+        .given(vec![scheduled()])
+        .when(hold_cmd(1, "ann", &["A-1-1", "Z-9-9"]))
+        .then_expect_error(ShowError::UnknownSeat(seats(&["Z-9-9"])));
+}
+
+#[test]
+fn holds_are_all_or_none_and_name_the_lost_seats() {
+    at(10)
+        .given(vec![scheduled(), held(1, "bob", &["A-1-2"], 600)])
+        .when(hold_cmd(2, "ann", &["A-1-1", "A-1-2", "A-1-3"]))
+        .then_expect_error(ShowError::SeatUnavailable { lost: seats(&["A-1-2"]) });
+}
+
+#[test]
+fn an_expired_hold_is_reclaimed_on_acquire() {
+    at(601)
+        .given(vec![scheduled(), held(1, "bob", &["A-1-1", "A-1-2"], 600)])
+        .when(hold_cmd(2, "ann", &["A-1-2"]))
+        .then_expect_events(vec![
+            ShowEvent::HoldExpired { hold_id: hold_id(1) },
+            held(2, "ann", &["A-1-2"], 1201),
+        ]);
+}
+
+#[test]
+fn a_hold_is_not_reclaimable_at_the_instant_before_it_expires() {
+    at(599)
+        .given(vec![scheduled(), held(1, "bob", &["A-1-1"], 600)])
+        .when(hold_cmd(2, "ann", &["A-1-1"]))
+        .then_expect_error(ShowError::SeatUnavailable { lost: seats(&["A-1-1"]) });
+}
+
+#[test]
+fn the_account_cap_counts_live_holds_and_orders() {
+    at(0)
+        .given(vec![
+            scheduled(),
+            held(1, "ann", &["B-1-1", "B-1-2", "B-1-3", "B-1-4"], 600),
+            held(2, "ann", &["A-1-1", "A-1-2"], 600),
+            placed(1, 2, "ann", &["A-1-1", "A-1-2"], 24_000),
+        ])
+        .when(hold_cmd(3, "ann", &["B-1-5", "B-1-6", "B-1-7"]))
+        .then_expect_error(ShowError::HoldLimit { limit: 8, already: 6 });
+}
+
+#[test]
+fn expired_holds_do_not_count_against_the_cap() {
+    at(700)
+        .given(vec![scheduled(), held(1, "ann", &["B-1-1", "B-1-2", "B-1-3", "B-1-4", "B-1-5", "B-1-6"], 600)])
+        .when(hold_cmd(2, "ann", &["A-1-1", "A-1-2", "A-1-3"]))
+        .then_expect_events(vec![held(2, "ann", &["A-1-1", "A-1-2", "A-1-3"], 1300)]);
+}
+
+#[test]
+fn more_than_the_cap_in_one_request_is_refused() {
+    let nine: Vec<String> = (1..=9).map(|n| format!("B-1-{n}")).collect();
+    let refs: Vec<&str> = nine.iter().map(String::as_str).collect();
+    at(0)
+        .given(vec![scheduled()])
+        .when(hold_cmd(1, "ann", &refs))
+        .then_expect_error(ShowError::HoldLimit { limit: 8, already: 0 });
+}
+
+#[test]
+fn holds_before_the_on_sale_are_refused() {
+    at(-7_200).given(vec![scheduled()]).when(hold_cmd(1, "ann", &["A-1-1"])).then_expect_error(ShowError::SaleNotOpen);
+}
+
+#[test]
+fn best_available_takes_adjacent_seats_in_one_row_best_first() {
+    // Row A-1 has a gap at seat 2, so three together only fit in row A-2.
+    at(0)
+        .given(vec![scheduled(), held(1, "bob", &["A-1-2"], 600)])
+        .when(ShowCommand::HoldBestAvailable {
+            hold_id: hold_id(2),
+            account: acct("ann"),
+            quantity: 3,
+            section: None,
+            idempotency: None,
+        })
+        .then_expect_events(vec![ShowEvent::SeatsHeld {
+            hold_id: hold_id(2),
+            account_id: acct("ann"),
+            seat_ids: seats(&["A-2-1", "A-2-2", "A-2-3"]),
+            expires_at: t0() + Duration::seconds(600),
+            best_available: true,
+            idempotency: None,
+        }]);
+}
+
+#[test]
+fn best_available_falls_back_to_scattered_seats_in_the_section() {
+    at(0)
+        .given(vec![scheduled(), held(1, "bob", &["A-1-2", "A-2-2"], 600)])
+        .when(ShowCommand::HoldBestAvailable {
+            hold_id: hold_id(2),
+            account: acct("ann"),
+            quantity: 4,
+            section: Some("A".into()),
+            idempotency: None,
+        })
+        .then_expect_events(vec![ShowEvent::SeatsHeld {
+            hold_id: hold_id(2),
+            account_id: acct("ann"),
+            seat_ids: seats(&["A-1-1", "A-1-3", "A-1-4", "A-2-1"]),
+            expires_at: t0() + Duration::seconds(600),
+            best_available: true,
+            idempotency: None,
+        }]);
+}
+
+#[test]
+fn best_available_in_an_unknown_section_is_refused() {
+    at(0)
+        .given(vec![scheduled()])
+        .when(ShowCommand::HoldBestAvailable {
+            hold_id: hold_id(2),
+            account: acct("ann"),
+            quantity: 1,
+            section: Some("Z".into()),
+            idempotency: None,
+        })
+        .then_expect_error(ShowError::UnknownSection("Z".into()));
+}
+
+#[test]
+fn release_is_guarded_on_the_holder_and_idempotent() {
+    let given = vec![scheduled(), held(1, "ann", &["A-1-1"], 600)];
+    at(0)
+        .given(given.clone())
+        .when(ShowCommand::ReleaseHold { hold_id: hold_id(1), account: acct("bob") })
+        .then_expect_error(ShowError::HoldNotFound);
+    at(0)
+        .given(given.clone())
+        .when(ShowCommand::ReleaseHold { hold_id: hold_id(1), account: acct("ann") })
+        .then_expect_events(vec![ShowEvent::HoldReleased { hold_id: hold_id(1) }]);
+    at(0)
+        .given(given)
+        .and(vec![ShowEvent::HoldReleased { hold_id: hold_id(1) }])
+        .when(ShowCommand::ReleaseHold { hold_id: hold_id(1), account: acct("ann") })
+        .then_expect_events(vec![]);
+}
+
+#[test]
+fn an_ordered_hold_cannot_be_released() {
+    at(0)
+        .given(vec![scheduled(), held(1, "ann", &["A-1-1"], 600), placed(1, 1, "ann", &["A-1-1"], 12_000)])
+        .when(ShowCommand::ReleaseHold { hold_id: hold_id(1), account: acct("ann") })
+        .then_expect_error(ShowError::HoldOrdered(order_id(1)));
+}
+
+#[test]
+fn an_order_records_the_price_of_its_seats() {
+    let events = at(0)
+        .given(vec![scheduled(), held(1, "ann", &["A-1-1", "B-1-1"], 600)])
+        .when(place_cmd(1, 1, "ann", "k-order", "fp-order"))
+        .inspect_result()
+        .expect("order placed");
+    assert_eq!(events, vec![placed(1, 1, "ann", &["A-1-1", "B-1-1"], 17_000)]);
+}
+
+#[test]
+fn an_order_is_fenced_by_the_hold_expiry() {
+    at(600)
+        .given(vec![scheduled(), held(1, "ann", &["A-1-1"], 600)])
+        .when(place_cmd(1, 1, "ann", "k", "fp"))
+        .then_expect_error(ShowError::HoldExpired);
+}
+
+#[test]
+fn an_order_is_fenced_by_the_hold_identity() {
+    // Ann's hold lapsed and Bob took the seat: Ann's order may not ride on Bob's hold.
+    at(700)
+        .given(vec![
+            scheduled(),
+            held(1, "ann", &["A-1-1"], 600),
+            ShowEvent::HoldExpired { hold_id: hold_id(1) },
+            held(2, "bob", &["A-1-1"], 1300),
+        ])
+        .when(place_cmd(1, 1, "ann", "k", "fp"))
+        .then_expect_error(ShowError::HoldExpired);
+    at(700)
+        .given(vec![scheduled(), held(2, "bob", &["A-1-1"], 1300)])
+        .when(place_cmd(1, 2, "ann", "k", "fp"))
+        .then_expect_error(ShowError::HoldNotFound);
+}
+
+#[test]
+fn an_order_retry_with_its_key_replays_even_after_the_hold_expired() {
+    let given = vec![scheduled(), held(1, "ann", &["A-1-1"], 600), placed(1, 1, "ann", &["A-1-1"], 12_000)];
+    at(900).given(given.clone()).when(place_cmd(2, 1, "ann", "k-order", "fp-order")).then_expect_events(vec![]);
+    at(0)
+        .given(given.clone())
+        .when(place_cmd(2, 1, "ann", "k-order", "fp-other"))
+        .then_expect_error(ShowError::IdempotencyKeyReused);
+    at(0)
+        .given(given)
+        .when(place_cmd(2, 1, "ann", "k-new", "fp-x"))
+        .then_expect_error(ShowError::HoldOrdered(order_id(1)));
+}
+
+#[test]
+fn a_hold_retry_with_its_key_replays_and_another_body_is_refused() {
+    let with_key = ShowEvent::SeatsHeld {
+        hold_id: hold_id(1),
+        account_id: acct("ann"),
+        seat_ids: seats(&["A-1-1"]),
+        expires_at: t0() + Duration::seconds(600),
+        best_available: false,
+        idempotency: Some(idem("k1", "fp1")),
+    };
+    let retry = |fp: &str| ShowCommand::HoldSeats {
+        hold_id: hold_id(2),
+        account: acct("ann"),
+        seat_ids: seats(&["A-1-1"]),
+        idempotency: Some(idem("k1", fp)),
+    };
+    at(5).given(vec![scheduled(), with_key.clone()]).when(retry("fp1")).then_expect_events(vec![]);
+    at(5)
+        .given(vec![scheduled(), with_key])
+        .when(retry("fp2"))
+        .then_expect_error(ShowError::IdempotencyKeyReused);
+}
+
+#[test]
+fn payment_success_sells_and_is_idempotent_but_never_revives_a_failed_order() {
+    let given = vec![scheduled(), held(1, "ann", &["A-1-1"], 600), placed(1, 1, "ann", &["A-1-1"], 12_000)];
+    at(1)
+        .given(given.clone())
+        .when(ShowCommand::RecordPaymentSucceeded { order_id: order_id(1) })
+        .then_expect_events(vec![ShowEvent::PaymentSucceeded { order_id: order_id(1), at: t0() + Duration::seconds(1) }]);
+    at(1)
+        .given(given.clone())
+        .and(vec![ShowEvent::PaymentSucceeded { order_id: order_id(1), at: t0() }])
+        .when(ShowCommand::RecordPaymentSucceeded { order_id: order_id(1) })
+        .then_expect_events(vec![]);
+    at(1)
+        .given(given)
+        .and(vec![ShowEvent::PaymentFailed { order_id: order_id(1), reason: "declined".into(), at: t0() }])
+        .when(ShowCommand::RecordPaymentSucceeded { order_id: order_id(1) })
+        .then_expect_error(ShowError::InvalidTransition { entity: "order", from: "FAILED", by: "payment succeeded" });
+}
+
+#[test]
+fn a_confirmed_order_never_fails_or_compensates() {
+    let given = vec![
+        scheduled(),
+        held(1, "ann", &["A-1-1"], 600),
+        placed(1, 1, "ann", &["A-1-1"], 12_000),
+        ShowEvent::PaymentSucceeded { order_id: order_id(1), at: t0() },
+    ];
+    at(1)
+        .given(given.clone())
+        .when(ShowCommand::RecordPaymentFailed { order_id: order_id(1), reason: "late".into() })
+        .then_expect_error(ShowError::InvalidTransition { entity: "order", from: "CONFIRMED", by: "payment failed" });
+    at(1)
+        .given(given)
+        .when(ShowCommand::CompensateOrder { order_id: order_id(1) })
+        .then_expect_error(ShowError::InvalidTransition { entity: "order", from: "CONFIRMED", by: "compensation" });
+}
+
+#[test]
+fn compensation_returns_the_seats_of_a_declined_order_once() {
+    let given = vec![
+        scheduled(),
+        held(1, "ann", &["A-1-1"], 600),
+        placed(1, 1, "ann", &["A-1-1"], 12_000),
+        ShowEvent::PaymentFailed { order_id: order_id(1), reason: "declined".into(), at: t0() },
+    ];
+    let compensated = ShowEvent::OrderCompensated { order_id: order_id(1), seat_ids: seats(&["A-1-1"]), at: t0() };
+    at(0)
+        .given(given.clone())
+        .when(ShowCommand::CompensateOrder { order_id: order_id(1) })
+        .then_expect_events(vec![compensated.clone()]);
+    at(0)
+        .given(given.clone())
+        .and(vec![compensated.clone()])
+        .when(ShowCommand::CompensateOrder { order_id: order_id(1) })
+        .then_expect_events(vec![]);
+    // After compensation the seat is free for the next fan.
+    at(0)
+        .given(given)
+        .and(vec![compensated])
+        .when(hold_cmd(2, "bob", &["A-1-1"]))
+        .then_expect_events(vec![held(2, "bob", &["A-1-1"], 600)]);
+}
+
+#[test]
+fn a_pending_order_is_not_compensated_before_its_payment_failed() {
+    at(0)
+        .given(vec![scheduled(), held(1, "ann", &["A-1-1"], 600), placed(1, 1, "ann", &["A-1-1"], 12_000)])
+        .when(ShowCommand::CompensateOrder { order_id: order_id(1) })
+        .then_expect_error(ShowError::InvalidTransition { entity: "order", from: "PENDING_PAYMENT", by: "compensation" });
+}
+
+#[test]
+fn a_late_expiry_never_releases_a_newer_hold() {
+    let given = vec![
+        scheduled(),
+        held(1, "ann", &["A-1-1"], 600),
+        ShowEvent::HoldExpired { hold_id: hold_id(1) },
+        held(2, "bob", &["A-1-1"], 1300),
+    ];
+    at(800)
+        .given(given.clone())
+        .when(ShowCommand::ExpireHolds { hold_ids: vec![hold_id(1), hold_id(2)] })
+        .then_expect_events(vec![]);
+    at(1300)
+        .given(given)
+        .when(ShowCommand::ExpireHolds { hold_ids: vec![hold_id(2), hold_id(2)] })
+        .then_expect_events(vec![ShowEvent::HoldExpired { hold_id: hold_id(2) }]);
+}
+
+#[test]
+fn commands_on_an_unscheduled_show_are_refused() {
+    at(0).given_no_previous_events().when(hold_cmd(1, "ann", &["A-1-1"])).then_expect_error(ShowError::ShowNotFound);
+}
