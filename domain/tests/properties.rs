@@ -1,0 +1,371 @@
+//! Property tests: any interleaving of holds, orders, payments, sweeps, clock jumps, retries,
+//! crashes (rebuild from the log) and snapshot round trips keeps the invariants.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use onsale_domain::show::Seat;
+use onsale_domain::*;
+use proptest::prelude::*;
+
+const ACCOUNTS: [&str; 3] = ["ann", "bob", "cat"];
+const SEATS: usize = 12;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Hold { who: usize, seats: Vec<usize>, keyed: bool },
+    Best { who: usize, quantity: u32 },
+    Release { who: usize, pick: usize },
+    Order { who: usize, pick: usize },
+    Pay { pick: usize, outcome: u8 },
+    Compensate { pick: usize },
+    Sweep,
+    Tick { secs: i64 },
+    Retry,
+    Crash,
+    Snapshot,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..3usize, prop::collection::vec(0..SEATS, 1..4), any::<bool>())
+            .prop_map(|(who, seats, keyed)| Op::Hold { who, seats, keyed }),
+        2 => (0..3usize, 1..4u32).prop_map(|(who, quantity)| Op::Best { who, quantity }),
+        1 => (0..3usize, any::<usize>()).prop_map(|(who, pick)| Op::Release { who, pick }),
+        3 => (0..3usize, any::<usize>()).prop_map(|(who, pick)| Op::Order { who, pick }),
+        3 => (any::<usize>(), 0..3u8).prop_map(|(pick, outcome)| Op::Pay { pick, outcome }),
+        1 => any::<usize>().prop_map(|pick| Op::Compensate { pick }),
+        1 => Just(Op::Sweep),
+        2 => (0..400i64).prop_map(|secs| Op::Tick { secs }),
+        1 => Just(Op::Retry),
+        1 => Just(Op::Crash),
+        1 => Just(Op::Snapshot),
+    ]
+}
+
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0).single().expect("valid time")
+}
+
+fn schedule(show: ShowId) -> ShowCommand {
+    let layout = VenueLayout::parse(vec![SectionLayout {
+        section: "A".into(),
+        price_tier: "P".into(),
+        rows: vec![RowLayout { row: "1".into(), seats: 6 }, RowLayout { row: "2".into(), seats: 6 }],
+    }])
+    .expect("layout");
+    ShowCommand::Schedule {
+        info: ShowInfo {
+            show_id: show,
+            venue_id: VenueId::random(),
+            venue_name: "Hall".into(),
+            city: "Oslo".into(),
+            name: "Night".into(),
+            performer: "Band".into(),
+            starts_at: t0() + Duration::days(10),
+            on_sale_at: t0(),
+            prices: BTreeMap::from([("P".to_string(), 1_000)]),
+            waiting_room: false,
+            hold_ttl_seconds: 300,
+        },
+        layout,
+    }
+}
+
+fn seat_name(i: usize) -> String {
+    format!("A-{}-{}", i / 6 + 1, i % 6 + 1)
+}
+
+struct World {
+    show_id: ShowId,
+    show: Show,
+    log: Vec<ShowEvent>,
+    now: DateTime<Utc>,
+    holds: Vec<HoldId>,
+    orders: Vec<OrderId>,
+    last_keyed: Option<ShowCommand>,
+    seen_hold_states: HashMap<HoldId, HoldStatus>,
+    seen_order_states: HashMap<OrderId, OrderStatus>,
+    keys: u64,
+}
+
+fn replay(log: &[ShowEvent]) -> Show {
+    let mut show = Show::default();
+    for e in log {
+        cqrs_es::Aggregate::apply(&mut show, e.clone());
+    }
+    show
+}
+
+impl World {
+    fn new() -> Self {
+        let show_id = ShowId::random();
+        let mut w = World {
+            show_id,
+            show: Show::default(),
+            log: Vec::new(),
+            now: t0(),
+            holds: Vec::new(),
+            orders: Vec::new(),
+            last_keyed: None,
+            seen_hold_states: HashMap::new(),
+            seen_order_states: HashMap::new(),
+            keys: 0,
+        };
+        w.run(schedule(show_id)).expect("schedules");
+        w
+    }
+
+    fn run(&mut self, cmd: ShowCommand) -> Result<Vec<ShowEvent>> {
+        let events = self.show.decide(cmd, self.now)?;
+        for e in &events {
+            if let ShowEvent::OrderPlaced { hold_id, placed_at, .. } = e {
+                let hold = self.show.hold(hold_id).expect("ordered hold exists");
+                assert!(hold.expires_at > *placed_at, "an order was placed on an expired hold");
+                assert_eq!(hold.state, HoldStatus::Active, "an order was placed on a dead hold");
+            }
+            if let ShowEvent::HoldExpired { hold_id } = e {
+                let hold = self.show.hold(hold_id).expect("expired hold exists");
+                assert!(hold.expires_at <= self.now, "a live hold was expired early and its seats taken");
+            }
+            cqrs_es::Aggregate::apply(&mut self.show, e.clone());
+            self.log.push(e.clone());
+        }
+        Ok(events)
+    }
+
+    fn key(&mut self) -> Idempotency {
+        self.keys += 1;
+        Idempotency {
+            key: IdempotencyKey::parse(&format!("k{}", self.keys)).expect("key"),
+            fingerprint: format!("fp{}", self.keys),
+        }
+    }
+
+    fn step(&mut self, op: Op) {
+        let acct = |who: usize| AccountId::parse(ACCOUNTS[who]).expect("account");
+        match op {
+            Op::Hold { who, seats, keyed } => {
+                let idempotency = keyed.then(|| self.key());
+                let hold_id = HoldId::new(self.show_id);
+                let cmd = ShowCommand::HoldSeats {
+                    hold_id,
+                    account: acct(who),
+                    seat_ids: seats.iter().map(|&i| seat_name(i)).collect(),
+                    idempotency: idempotency.clone(),
+                };
+                if self.run(cmd.clone()).is_ok() {
+                    self.holds.push(hold_id);
+                    if idempotency.is_some() {
+                        self.last_keyed = Some(cmd);
+                    }
+                }
+            }
+            Op::Best { who, quantity } => {
+                let hold_id = HoldId::new(self.show_id);
+                let cmd = ShowCommand::HoldBestAvailable {
+                    hold_id,
+                    account: acct(who),
+                    quantity,
+                    section: None,
+                    idempotency: None,
+                };
+                if let Ok(events) = self.run(cmd) {
+                    self.holds.push(hold_id);
+                    let seats = match events.last() {
+                        Some(ShowEvent::SeatsHeld { seat_ids, .. }) => seat_ids.len(),
+                        other => panic!("best available emitted {other:?}"),
+                    };
+                    assert_eq!(seats, quantity as usize);
+                }
+            }
+            Op::Release { who, pick } => {
+                if let Some(&hold_id) = pick_from(&self.holds, pick) {
+                    let _ = self.run(ShowCommand::ReleaseHold { hold_id, account: acct(who) });
+                }
+            }
+            Op::Order { who, pick } => {
+                if let Some(&hold_id) = pick_from(&self.holds, pick) {
+                    let order_id = OrderId::new(self.show_id);
+                    let idempotency = self.key();
+                    let cmd = ShowCommand::PlaceOrder {
+                        order_id,
+                        hold_id,
+                        account: acct(who),
+                        payment_token: "tok_ok".into(),
+                        idempotency,
+                    };
+                    if matches!(self.run(cmd.clone()), Ok(ref e) if !e.is_empty()) {
+                        self.orders.push(order_id);
+                        self.last_keyed = Some(cmd);
+                    }
+                }
+            }
+            Op::Pay { pick, outcome } => {
+                if let Some(&order_id) = pick_from(&self.orders, pick) {
+                    let cmd = match outcome {
+                        0 => ShowCommand::RecordPaymentSucceeded { order_id },
+                        1 => ShowCommand::RecordPaymentFailed { order_id, reason: "declined".into() },
+                        _ => ShowCommand::RecordPaymentAmbiguous { order_id, reason: "timeout".into() },
+                    };
+                    let _ = self.run(cmd);
+                }
+            }
+            Op::Compensate { pick } => {
+                if let Some(&order_id) = pick_from(&self.orders, pick) {
+                    let _ = self.run(ShowCommand::CompensateOrder { order_id });
+                }
+            }
+            Op::Sweep => {
+                let hold_ids = self.show.expired_holds(self.now, 100);
+                self.run(ShowCommand::ExpireHolds { hold_ids }).expect("sweeps never fail");
+            }
+            Op::Tick { secs } => self.now += Duration::seconds(secs),
+            Op::Retry => {
+                if let Some(cmd) = self.last_keyed.clone() {
+                    // A retry after a lost response: fresh ids, same key and body.
+                    let retried = match cmd {
+                        ShowCommand::HoldSeats { account, seat_ids, idempotency, .. } => ShowCommand::HoldSeats {
+                            hold_id: HoldId::new(self.show_id),
+                            account,
+                            seat_ids,
+                            idempotency,
+                        },
+                        ShowCommand::PlaceOrder { hold_id, account, payment_token, idempotency, .. } => {
+                            ShowCommand::PlaceOrder {
+                                order_id: OrderId::new(self.show_id),
+                                hold_id,
+                                account,
+                                payment_token,
+                                idempotency,
+                            }
+                        }
+                        other => other,
+                    };
+                    let events = self.run(retried).expect("a retry with the same key is answered");
+                    assert!(events.is_empty(), "a retry created something new: {events:?}");
+                }
+            }
+            Op::Crash => self.show = replay(&self.log),
+            Op::Snapshot => {
+                let json = serde_json::to_value(&self.show).expect("snapshot serializes");
+                let restored: Show = serde_json::from_value(json.clone()).expect("snapshot loads");
+                let replayed = serde_json::to_value(replay(&self.log)).expect("replay serializes");
+                assert_eq!(json, replayed, "the live aggregate differs from a replay of its log");
+                self.show = restored;
+            }
+        }
+        self.check();
+    }
+
+    fn check(&mut self) {
+        let mut claimed: HashMap<usize, OrderId> = HashMap::new();
+        for (i, (name, seat)) in self.show.seats().enumerate() {
+            match seat {
+                Seat::Available => {}
+                Seat::Held(h) => {
+                    let hold = self.show.hold(h).expect("held by a known hold");
+                    assert_eq!(hold.state, HoldStatus::Active, "{name} held by a dead hold");
+                    assert!(hold.seats.contains(&(i as u32)));
+                }
+                Seat::PendingPayment(o) | Seat::Sold(o) => {
+                    let order = self.show.order(o).expect("claimed by a known order");
+                    let expected: &[OrderStatus] = if matches!(seat, Seat::Sold(_)) {
+                        &[OrderStatus::Confirmed]
+                    } else {
+                        &[OrderStatus::PendingPayment, OrderStatus::PaymentFailed]
+                    };
+                    assert!(expected.contains(&order.state), "{name} is {seat:?} but order is {:?}", order.state);
+                    assert!(claimed.insert(i, *o).is_none());
+                }
+            }
+        }
+        // No seat belongs to two orders that still count: never sold twice.
+        let mut owner: HashMap<u32, OrderId> = HashMap::new();
+        for (id, order) in self.show.orders() {
+            if order.state == OrderStatus::Failed {
+                continue;
+            }
+            for &s in &order.seats {
+                if let Some(other) = owner.insert(s, *id) {
+                    panic!("seat {s} claimed by orders {other} and {id}");
+                }
+            }
+            if order.state == OrderStatus::Confirmed {
+                assert!(order.seats.iter().all(|&s| claimed.get(&(s as usize)) == Some(id)));
+            }
+        }
+        for (id, hold) in self.show.holds() {
+            if hold.state == HoldStatus::Active {
+                for &s in &hold.seats {
+                    assert!(matches!(self.show.seats().nth(s as usize), Some((_, Seat::Held(h))) if h == id));
+                }
+            }
+            if let Some(prev) = self.seen_hold_states.insert(*id, hold.state) {
+                assert!(prev == HoldStatus::Active || prev == hold.state, "hold {id} regressed from {prev:?}");
+            }
+        }
+        for (id, order) in self.show.orders() {
+            if let Some(prev) = self.seen_order_states.insert(*id, order.state) {
+                let terminal = matches!(prev, OrderStatus::Confirmed | OrderStatus::Failed);
+                assert!(!terminal || prev == order.state, "order {id} regressed from {prev:?} to {:?}", order.state);
+                assert!(
+                    !(prev == OrderStatus::PaymentFailed && order.state == OrderStatus::Confirmed),
+                    "a declined order was confirmed"
+                );
+            }
+        }
+        for who in ACCOUNTS {
+            let acct = AccountId::parse(who).expect("account");
+            assert!(self.show.seats_claimed_by(&acct, self.now) <= MAX_SEATS_PER_ACCOUNT);
+        }
+    }
+}
+
+fn pick_from<T>(v: &[T], pick: usize) -> Option<&T> {
+    (!v.is_empty()).then(|| &v[pick % v.len()])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn invariants_hold_under_any_interleaving(ops in prop::collection::vec(op(), 1..120)) {
+        let mut world = World::new();
+        for op in ops {
+            world.step(op);
+        }
+        // Snapshot at the end plus an empty tail equals a replay from zero.
+        world.step(Op::Snapshot);
+    }
+
+    #[test]
+    fn snapshot_plus_tail_equals_full_replay(ops in prop::collection::vec(op(), 1..80), cut in any::<usize>()) {
+        let mut world = World::new();
+        for op in ops {
+            world.step(op);
+        }
+        let cut = cut % world.log.len();
+        let snapshot = serde_json::to_string(&replay(&world.log[..cut])).expect("serializes");
+        let mut show: Show = serde_json::from_str(&snapshot).expect("loads");
+        for e in &world.log[cut..] {
+            cqrs_es::Aggregate::apply(&mut show, e.clone());
+        }
+        prop_assert_eq!(
+            serde_json::to_value(&show).expect("json"),
+            serde_json::to_value(replay(&world.log)).expect("json")
+        );
+    }
+
+    #[test]
+    fn events_round_trip_through_json(ops in prop::collection::vec(op(), 1..60)) {
+        let mut world = World::new();
+        for op in ops {
+            world.step(op);
+        }
+        for e in &world.log {
+            let json = serde_json::to_string(e).expect("serializes");
+            prop_assert_eq!(&serde_json::from_str::<ShowEvent>(&json).expect("parses"), e);
+        }
+    }
+}
