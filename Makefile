@@ -1,0 +1,25 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
+.PHONY: demo test up down fmt lint bench bench-holds
+
+demo:
+	./scripts/demo.sh
+
+test:
+	./scripts/test.sh
+
+up:
+	./scripts/stack.sh up
+
+down:
+	./scripts/stack.sh down
+
+fmt:
+	cargo fmt --all
+
+lint:
+	cargo clippy --workspace --all-targets -- -D warnings
+
+bench: bench-holds
+
+bench-holds:
+	./scripts/bench-holds.sh

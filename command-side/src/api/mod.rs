@@ -1,0 +1,550 @@
+//! The REST command API of API.md: venues and events (admin), holds, release, orders.
+
+pub mod auth;
+pub mod error;
+
+use std::collections::BTreeMap;
+
+use axum::extract::{FromRequest, Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use jsonwebtoken::DecodingKey;
+use metrics_exporter_prometheus::PrometheusHandle;
+use onsale_domain::{
+    HoldId, Idempotency, IdempotencyKey, OrderId, SectionLayout, ShowCommand, ShowError, ShowId,
+    ShowInfo, VenueEvent, VenueId, VenueLayout,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use utoipa::{OpenApi, ToSchema};
+
+use self::auth::{Caller, Role};
+use self::error::ApiError;
+use crate::owner::{Answer, Shows};
+
+const DEFAULT_HOLD_TTL_SECONDS: u32 = onsale_domain::show::DEFAULT_HOLD_TTL_SECONDS;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub shows: Shows,
+    pub decoding_key: DecodingKey,
+    pub metrics: Option<PrometheusHandle>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").field("shows", &self.shows).finish_non_exhaustive()
+    }
+}
+
+/// `axum::Json` whose rejections are problem+json.
+#[derive(Debug, FromRequest)]
+#[from_request(via(axum::Json), rejection(ApiError))]
+pub struct ApiJson<T>(pub T);
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/venues", post(create_venue))
+        .route("/v1/events", post(create_event))
+        .route("/v1/events/{id}", get(get_event))
+        .route("/v1/events/{id}/holds", post(create_hold))
+        .route("/v1/holds/{id}", get(get_hold).delete(release_hold))
+        .route("/v1/orders", post(place_order))
+        .route("/v1/orders/{id}", get(get_order))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_page))
+        .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
+        .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
+        .with_state(state)
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "onsale", description = "Reserved-seat ticketing: the command API (contract v1)."),
+    paths(create_venue, create_event, get_event, create_hold, get_hold, release_hold, place_order, get_order),
+    components(schemas(NewVenue, SectionLayoutDoc, RowLayoutDoc, NewEvent, HoldRequest, HoldResponse, OrderRequest,
+        OrderAccepted, OrderResponse, Problem, VenueCreated, EventCreated)),
+    modifiers(&BearerAuth)
+)]
+#[derive(Debug)]
+pub struct ApiDoc;
+
+#[derive(Debug)]
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("JWT").build()),
+        );
+    }
+}
+
+/// RFC 7807 problem details with a machine-readable code.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    kind: String,
+    title: String,
+    status: u16,
+    /// e.g. SEAT_UNAVAILABLE, HOLD_EXPIRED, IDEMPOTENCY_KEY_REUSED
+    code: String,
+    detail: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RowLayoutDoc {
+    row: String,
+    seats: u32,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SectionLayoutDoc {
+    section: String,
+    price_tier: String,
+    rows: Vec<RowLayoutDoc>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NewVenue {
+    name: String,
+    city: String,
+    sections: Vec<SectionLayoutDoc>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VenueCreated {
+    venue_id: String,
+}
+
+fn text(field: &str, s: &str, max: usize) -> Result<String, ApiError> {
+    let t = s.trim();
+    if t.is_empty() || t.chars().count() > max {
+        return Err(ShowError::Invalid(format!("{field} must be 1 to {max} characters")).into());
+    }
+    Ok(t.to_owned())
+}
+
+/// Register a venue and its seat map.
+#[utoipa::path(post, path = "/v1/venues", request_body = NewVenue, security(("bearer" = [])),
+    responses((status = 201, body = VenueCreated), (status = 422, body = Problem), (status = 403, body = Problem)))]
+async fn create_venue(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<NewVenue>,
+) -> Result<Response, ApiError> {
+    caller.require(&[Role::Admin])?;
+    let name = text("name", &body.name, 200)?;
+    let city = text("city", &body.city, 100)?;
+    let layout = VenueLayout::parse(
+        body.sections
+            .into_iter()
+            .map(|s| SectionLayout {
+                section: s.section,
+                price_tier: s.price_tier,
+                rows: s.rows.into_iter().map(|r| onsale_domain::RowLayout { row: r.row, seats: r.seats }).collect(),
+            })
+            .collect(),
+    )?;
+    let venue_id = VenueId::random();
+    state
+        .shows
+        .store()
+        .register_venue(venue_id, &VenueEvent::VenueRegistered { name, city, layout })
+        .await
+        .map_err(|_| ApiError::unavailable())?;
+    Ok((StatusCode::CREATED, Json(VenueCreated { venue_id: venue_id.to_string() })).into_response())
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NewEvent {
+    name: String,
+    performer: String,
+    venue_id: String,
+    starts_at: DateTime<Utc>,
+    on_sale_at: DateTime<Utc>,
+    /// Cents per price tier of the venue.
+    prices: BTreeMap<String, i64>,
+    #[serde(default)]
+    waiting_room: bool,
+    hold_ttl_seconds: Option<u32>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventCreated {
+    event_id: String,
+}
+
+/// Schedule a show (an "event") at a venue.
+#[utoipa::path(post, path = "/v1/events", request_body = NewEvent, security(("bearer" = [])),
+    responses((status = 201, body = EventCreated), (status = 404, body = Problem), (status = 422, body = Problem)))]
+async fn create_event(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<NewEvent>,
+) -> Result<Response, ApiError> {
+    caller.require(&[Role::Admin])?;
+    if body.waiting_room {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "WAITING_ROOM_UNAVAILABLE",
+            "this deployment has no waiting room yet; create the event with waitingRoom: false",
+        ));
+    }
+    let venue_id: VenueId = body.venue_id.parse()?;
+    let venue = state.shows.store().load_venue(venue_id).await.map_err(|_| ApiError::unavailable())?;
+    let Some(VenueEvent::VenueRegistered { name: venue_name, city, layout }) = venue else {
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "VENUE_NOT_FOUND", "no such venue"));
+    };
+    let show_id = ShowId::random();
+    let info = ShowInfo {
+        show_id,
+        venue_id,
+        venue_name,
+        city,
+        name: text("name", &body.name, 200)?,
+        performer: text("performer", &body.performer, 200)?,
+        starts_at: body.starts_at,
+        on_sale_at: body.on_sale_at,
+        prices: body.prices,
+        waiting_room: false,
+        hold_ttl_seconds: body.hold_ttl_seconds.unwrap_or(DEFAULT_HOLD_TTL_SECONDS),
+    };
+    state.shows.execute(show_id, ShowCommand::Schedule { info, layout }).await?;
+    Ok((StatusCode::CREATED, Json(EventCreated { event_id: show_id.to_string() })).into_response())
+}
+
+/// The event page: catalog facts, sections and prices. Cacheable.
+#[utoipa::path(get, path = "/v1/events/{id}", params(("id" = String, Path)),
+    responses((status = 200, description = "the event document"), (status = 304), (status = 404, body = Problem)))]
+async fn get_event(State(state): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let show_id: ShowId = id.parse()?;
+    let now = state.shows.clock().now();
+    let answer = state
+        .shows
+        .read(show_id, move |show| {
+            let info = show.info().ok_or(ShowError::ShowNotFound)?;
+            let status = if now < info.on_sale_at {
+                "SCHEDULED"
+            } else if now < info.starts_at {
+                "ON_SALE"
+            } else {
+                "STARTED"
+            };
+            let sections: Vec<Value> = show
+                .layout()
+                .sections()
+                .iter()
+                .map(|s| {
+                    json!({
+                        "section": s.section,
+                        "priceTier": s.price_tier,
+                        "priceCents": info.prices.get(&s.price_tier),
+                        "seats": s.rows.iter().map(|r| r.seats).sum::<u32>(),
+                    })
+                })
+                .collect();
+            let prices = info.prices.values();
+            Ok(Answer::Doc(json!({
+                "eventId": info.show_id.to_string(),
+                "name": info.name,
+                "performer": info.performer,
+                "venueId": info.venue_id.to_string(),
+                "venueName": info.venue_name,
+                "city": info.city,
+                "startsAt": info.starts_at,
+                "onSaleAt": info.on_sale_at,
+                "status": status,
+                "prices": info.prices,
+                "minPriceCents": prices.clone().min(),
+                "maxPriceCents": prices.max(),
+                "waitingRoom": info.waiting_room,
+                "holdTtlSeconds": info.hold_ttl_seconds,
+                "seatCount": show.seat_count(),
+                "sections": sections,
+            })))
+        })
+        .await?;
+    let Answer::Doc(doc) = answer else { return Err(ShowError::ShowNotFound.into()) };
+    let body = serde_json::to_vec(&doc).map_err(|e| crate::owner::CommandError::Internal(e.to_string()))?;
+    let etag = format!("\"{}\"", &hex::encode(Sha256::digest(&body))[..32]);
+    if headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) == Some(etag.as_str()) {
+        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response());
+    }
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/json".to_owned()),
+            (header::CACHE_CONTROL, "public, max-age=30".to_owned()),
+            (header::ETAG, etag),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HoldRequest {
+    /// Explicit seats, all or none.
+    seat_ids: Option<Vec<String>>,
+    /// Best available: how many seats (adjacent in one row where possible).
+    quantity: Option<i64>,
+    /// Best available within this section.
+    section: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HoldResponse {
+    hold_id: String,
+    event_id: String,
+    seat_ids: Vec<String>,
+    expires_at: DateTime<Utc>,
+}
+
+/// Canonical JSON (object keys sorted at every level) so a fingerprint ignores key order.
+fn canonical(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let sorted: BTreeMap<&String, Value> = m.iter().map(|(k, v)| (k, canonical(v))).collect();
+            Value::Object(sorted.into_iter().map(|(k, v)| (k.clone(), v)).collect())
+        }
+        Value::Array(a) => Value::Array(a.iter().map(canonical).collect()),
+        other => other.clone(),
+    }
+}
+
+fn fingerprint(route: &str, body: &Value) -> String {
+    let mut h = Sha256::new();
+    h.update(route.as_bytes());
+    h.update(b"\n");
+    h.update(canonical(body).to_string().as_bytes());
+    hex::encode(h.finalize())
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
+    match headers.get("idempotency-key") {
+        None => Ok(None),
+        Some(v) => {
+            let s = v.to_str().map_err(|_| ShowError::Invalid("Idempotency-Key must be ASCII".into()))?;
+            Ok(Some(IdempotencyKey::parse(s)?))
+        }
+    }
+}
+
+fn parse_body<T: serde::de::DeserializeOwned>(body: &Value) -> Result<T, ApiError> {
+    serde_json::from_value(body.clone())
+        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "INVALID_REQUEST", e.to_string()))
+}
+
+/// Hold explicit seats (all or none) or the best available ones.
+#[utoipa::path(post, path = "/v1/events/{id}/holds", request_body = HoldRequest, security(("bearer" = [])),
+    params(("id" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    responses((status = 201, body = HoldResponse), (status = 409, body = Problem, description = "SEAT_UNAVAILABLE with lostSeatIds"),
+        (status = 429, body = Problem, description = "HOLD_LIMIT"), (status = 404, body = Problem), (status = 422, body = Problem),
+        (status = 503, body = Problem)))]
+async fn create_hold(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Response, ApiError> {
+    caller.require(&[Role::Fan, Role::Admin])?;
+    let show_id: ShowId = id.parse()?;
+    let request: HoldRequest = parse_body(&body)?;
+    let idempotency = idempotency_key(&headers)?.map(|key| Idempotency {
+        key,
+        fingerprint: fingerprint(&format!("POST /v1/events/{show_id}/holds"), &body),
+    });
+    let hold_id = HoldId::new(show_id);
+    let account = caller.account.clone();
+    let command = match (request.seat_ids, request.quantity) {
+        (Some(seat_ids), None) => {
+            if request.section.is_some() {
+                return Err(ShowError::Invalid("section goes with quantity, not seatIds".into()).into());
+            }
+            if seat_ids.len() > 64 {
+                return Err(ShowError::Invalid("at most 64 seatIds per request".into()).into());
+            }
+            ShowCommand::HoldSeats { hold_id, account, seat_ids, idempotency }
+        }
+        (None, Some(quantity)) => {
+            let quantity = u32::try_from(quantity)
+                .ok()
+                .filter(|&q| q >= 1)
+                .ok_or_else(|| ShowError::Invalid("quantity must be a positive integer".into()))?;
+            ShowCommand::HoldBestAvailable { hold_id, account, quantity, section: request.section, idempotency }
+        }
+        _ => return Err(ShowError::Invalid("give either seatIds or quantity".into()).into()),
+    };
+    let started = std::time::Instant::now();
+    let result = state.shows.execute(show_id, command).await;
+    metrics::histogram!("onsale_hold_seconds").record(started.elapsed().as_secs_f64());
+    let outcome = match &result {
+        Ok(_) => "held",
+        Err(crate::owner::CommandError::Domain(e)) => e.code(),
+        Err(_) => "error",
+    };
+    metrics::counter!("onsale_hold_requests_total", "outcome" => outcome).increment(1);
+    match result? {
+        Answer::Hold(view) => Ok((
+            StatusCode::CREATED,
+            [(header::LOCATION, format!("/v1/holds/{}", view.hold_id))],
+            Json(HoldResponse {
+                hold_id: view.hold_id.to_string(),
+                event_id: view.event_id.to_string(),
+                seat_ids: view.seat_ids,
+                expires_at: view.expires_at,
+            }),
+        )
+            .into_response()),
+        other => Err(crate::owner::CommandError::Internal(format!("hold answered {other:?}")).into()),
+    }
+}
+
+/// A hold of the caller's.
+#[utoipa::path(get, path = "/v1/holds/{id}", params(("id" = String, Path)), security(("bearer" = [])),
+    responses((status = 200, description = "the hold and its status"), (status = 404, body = Problem)))]
+async fn get_hold(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let hold_id: HoldId = id.parse()?;
+    let answer = state.shows.read(hold_id.show(), move |show| Ok(show.hold_view(&hold_id).map_or(Answer::Done, Answer::Hold))).await?;
+    match answer {
+        Answer::Hold(view) if caller.sees(&view.account) => Ok(Json(json!({
+            "holdId": view.hold_id.to_string(),
+            "eventId": view.event_id.to_string(),
+            "seatIds": view.seat_ids,
+            "expiresAt": view.expires_at,
+            "status": onsale_domain::transitions::Transition::name(view.state),
+        }))
+        .into_response()),
+        _ => Err(ShowError::HoldNotFound.into()),
+    }
+}
+
+/// Release a hold early. Idempotent.
+#[utoipa::path(delete, path = "/v1/holds/{id}", params(("id" = String, Path)), security(("bearer" = [])),
+    responses((status = 204), (status = 404, body = Problem), (status = 409, body = Problem, description = "HOLD_ORDERED")))]
+async fn release_hold(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
+    caller.require(&[Role::Fan, Role::Admin])?;
+    let hold_id: HoldId = id.parse()?;
+    state.shows.execute(hold_id.show(), ShowCommand::ReleaseHold { hold_id, account: caller.account }).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OrderRequest {
+    hold_id: String,
+    payment_token: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderAccepted {
+    order_id: String,
+    status: String,
+}
+
+/// Place an order from a hold. The charge happens after the commit, so the answer is 202.
+#[utoipa::path(post, path = "/v1/orders", request_body = OrderRequest, security(("bearer" = [])),
+    params(("Idempotency-Key" = String, Header)),
+    responses((status = 202, body = OrderAccepted), (status = 409, body = Problem, description = "HOLD_EXPIRED or HOLD_ORDERED"),
+        (status = 422, body = Problem, description = "IDEMPOTENCY_KEY_REUSED"), (status = 404, body = Problem)))]
+async fn place_order(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Response, ApiError> {
+    caller.require(&[Role::Fan, Role::Admin])?;
+    let request: OrderRequest = parse_body(&body)?;
+    let key = idempotency_key(&headers)?.ok_or_else(|| {
+        ApiError::new(StatusCode::BAD_REQUEST, "IDEMPOTENCY_KEY_REQUIRED", "POST /v1/orders needs an Idempotency-Key header")
+    })?;
+    let hold_id: HoldId = request.hold_id.parse()?;
+    let token = request.payment_token.trim();
+    if token.is_empty() || token.len() > 128 {
+        return Err(ShowError::Invalid("paymentToken must be 1 to 128 characters".into()).into());
+    }
+    let command = ShowCommand::PlaceOrder {
+        order_id: OrderId::new(hold_id.show()),
+        hold_id,
+        account: caller.account.clone(),
+        payment_token: token.to_owned(),
+        idempotency: Idempotency { key, fingerprint: fingerprint("POST /v1/orders", &body) },
+    };
+    match state.shows.execute(hold_id.show(), command).await? {
+        Answer::Order(view) => Ok((
+            StatusCode::ACCEPTED,
+            [(header::LOCATION, format!("/v1/orders/{}", view.order_id))],
+            Json(OrderAccepted { order_id: view.order_id.to_string(), status: view.status.to_owned() }),
+        )
+            .into_response()),
+        other => Err(crate::owner::CommandError::Internal(format!("order answered {other:?}")).into()),
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderResponse {
+    order_id: String,
+    event_id: String,
+    status: String,
+    seat_ids: Vec<String>,
+    total_cents: i64,
+    /// Issued once the payment succeeded (tickets arrive with the payment worker).
+    tickets: Vec<Value>,
+}
+
+/// An order: the caller's own, or any for admins and auditors.
+#[utoipa::path(get, path = "/v1/orders/{id}", params(("id" = String, Path)), security(("bearer" = [])),
+    responses((status = 200, body = OrderResponse), (status = 404, body = Problem)))]
+async fn get_order(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let order_id: OrderId = id.parse()?;
+    let answer = state
+        .shows
+        .read(order_id.show(), move |show| Ok(show.order_view(&order_id).map_or(Answer::Done, Answer::Order)))
+        .await;
+    match answer {
+        Ok(Answer::Order(view)) if caller.sees(&view.account) => Ok(Json(OrderResponse {
+            order_id: view.order_id.to_string(),
+            event_id: view.event_id.to_string(),
+            status: view.status.to_owned(),
+            seat_ids: view.seat_ids,
+            total_cents: view.total_cents,
+            tickets: Vec::new(),
+        })
+        .into_response()),
+        Ok(_) | Err(crate::owner::CommandError::Domain(ShowError::ShowNotFound)) => Err(ShowError::OrderNotFound.into()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.shows.store().ping().await {
+        Ok(()) => (StatusCode::OK, "ready").into_response(),
+        Err(_) => ApiError::unavailable().into_response(),
+    }
+}
+
+async fn metrics_page(State(state): State<AppState>) -> Response {
+    match &state.metrics {
+        Some(h) => ([(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"))], h.render()).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}

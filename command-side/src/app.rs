@@ -1,0 +1,86 @@
+//! Building the service from configuration, and running it until shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use onsale_domain::Clock;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tokio::net::TcpListener;
+
+use crate::api::{self, auth, AppState};
+use crate::owner::{OwnerConfig, Shows};
+use crate::store::EventStore;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct Config {
+    /// PostgreSQL holding the event store.
+    #[arg(long, env = "DATABASE_URL", default_value = "postgres://onsale@127.0.0.1:54329/onsale")]
+    pub database_url: String,
+    /// HS256 secret for bearer tokens.
+    #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "onsale-dev-secret")]
+    pub jwt_secret: String,
+    /// Connections in the pool.
+    #[arg(long, env = "ONSALE_DB_POOL", default_value_t = 16)]
+    pub pool_size: u32,
+    /// Most commands committed in one group.
+    #[arg(long, env = "ONSALE_MAX_BATCH", default_value_t = 512)]
+    pub max_batch: usize,
+    /// A snapshot after this many events.
+    #[arg(long, env = "ONSALE_SNAPSHOT_EVERY", default_value_t = 1000)]
+    pub snapshot_every: i64,
+}
+
+/// The system clock, the production source of "now".
+#[derive(Debug)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct App {
+    pub state: AppState,
+}
+
+impl App {
+    /// Connects to PostgreSQL, applies the migrations and wires the owners and the API.
+    pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Self> {
+        let options: PgConnectOptions = config.database_url.parse().context("parse DATABASE_URL")?;
+        let pool = PgPoolOptions::new()
+            .max_connections(config.pool_size)
+            .acquire_timeout(Duration::from_secs(2))
+            .connect_lazy_with(options);
+        sqlx::migrate!("../migrations").run(&pool).await.context("apply the migrations")?;
+        let shows = Shows::new(
+            EventStore::new(pool),
+            clock,
+            OwnerConfig {
+                max_batch: config.max_batch,
+                snapshot_every: config.snapshot_every,
+                ..OwnerConfig::default()
+            },
+        );
+        Ok(Self {
+            state: AppState {
+                shows,
+                decoding_key: auth::decoding_key(&config.jwt_secret),
+                metrics: crate::telemetry::metrics(),
+            },
+        })
+    }
+
+    pub fn router(&self) -> axum::Router {
+        api::router(self.state.clone()).layer(tower_http::trace::TraceLayer::new_for_http())
+    }
+
+    /// Serves until `shutdown` resolves.
+    pub async fn run(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        axum::serve(listener, self.router()).with_graceful_shutdown(shutdown).await.context("serve")
+    }
+}

@@ -1,0 +1,362 @@
+//! One owner task per show. It keeps the live aggregate in memory, serializes that show's
+//! commands, and commits the events of every command waiting in its queue in one append
+//! (group commit). A caller is answered only after the append committed.
+//!
+//! On a version conflict (another process wrote the show) the cached state is dropped, the show
+//! is reloaded from snapshot plus tail and the batch is decided again. When PostgreSQL fails the
+//! cached state is dropped too (it holds effects that may not have committed) and the callers
+//! get `Unavailable`: nothing is acknowledged that was not committed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cqrs_es::event_sink::EventSink;
+use cqrs_es::Aggregate;
+use onsale_domain::{Clock, HoldView, OrderView, Show, ShowCommand, ShowError, ShowEvent, ShowId, ShowServices};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{info, instrument, warn};
+
+use crate::store::{EventStore, StoreError};
+
+/// Tuning of the owners.
+#[derive(Debug, Clone)]
+pub struct OwnerConfig {
+    /// The most commands decided and committed together.
+    pub max_batch: usize,
+    /// A snapshot is written after this many events since the last one.
+    pub snapshot_every: i64,
+    /// How often the sweeper looks for lapsed holds.
+    pub sweep_every: Duration,
+    /// How many reloads a batch may take on version conflicts before giving up.
+    pub max_conflict_retries: u32,
+}
+
+impl Default for OwnerConfig {
+    fn default() -> Self {
+        Self {
+            max_batch: 512,
+            snapshot_every: 1_000,
+            sweep_every: Duration::from_secs(1),
+            max_conflict_retries: 5,
+        }
+    }
+}
+
+/// Why a command got no answer from the domain.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error(transparent)]
+    Domain(#[from] ShowError),
+    #[error("the event store is unavailable")]
+    Unavailable,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// What a command or read answers with, computed from the committed state.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    Done,
+    /// A document read from the show (the event page).
+    Doc(serde_json::Value),
+    Hold(HoldView),
+    Order(OrderView),
+}
+
+type Read = Box<dyn FnOnce(&Show) -> Result<Answer, CommandError> + Send + Sync>;
+
+enum Work {
+    Command(ShowCommand),
+    Read(Read),
+    Sweep,
+}
+
+struct Job {
+    work: Work,
+    reply: Option<oneshot::Sender<Result<Answer, CommandError>>>,
+}
+
+/// The registry of show owners in this process.
+#[derive(Clone, Debug)]
+pub struct Shows {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: EventStore,
+    clock: Arc<dyn Clock>,
+    config: OwnerConfig,
+    owners: Mutex<HashMap<ShowId, mpsc::UnboundedSender<Job>>>,
+}
+
+impl Shows {
+    pub fn new(store: EventStore, clock: Arc<dyn Clock>, config: OwnerConfig) -> Self {
+        Self { inner: Arc::new(Inner { store, clock, config, owners: Mutex::new(HashMap::new()) }) }
+    }
+
+    pub fn store(&self) -> &EventStore {
+        &self.inner.store
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    /// Runs a command on its show and answers once its events are committed.
+    pub async fn execute(&self, show: ShowId, command: ShowCommand) -> Result<Answer, CommandError> {
+        self.submit(show, Work::Command(command)).await
+    }
+
+    /// Reads the committed state of a show through its owner.
+    pub async fn read<F>(&self, show: ShowId, f: F) -> Result<Answer, CommandError>
+    where
+        F: FnOnce(&Show) -> Result<Answer, CommandError> + Send + Sync + 'static,
+    {
+        self.submit(show, Work::Read(Box::new(f))).await
+    }
+
+    async fn submit(&self, show: ShowId, work: Work) -> Result<Answer, CommandError> {
+        let (tx, rx) = oneshot::channel();
+        let mut job = Job { work, reply: Some(tx) };
+        for _ in 0..2 {
+            let sender = self.owner(show);
+            match sender.send(job) {
+                Ok(()) => return rx.await.map_err(|_| CommandError::Internal("show owner stopped".into()))?,
+                Err(mpsc::error::SendError(back)) => {
+                    // The owner retired (an unknown show); start a fresh one.
+                    job = back;
+                    self.lock().remove(&show);
+                }
+            }
+        }
+        Err(CommandError::Internal("could not reach the show owner".into()))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ShowId, mpsc::UnboundedSender<Job>>> {
+        self.inner.owners.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn owner(&self, show: ShowId) -> mpsc::UnboundedSender<Job> {
+        let mut owners = self.lock();
+        if let Some(tx) = owners.get(&show).filter(|tx| !tx.is_closed()) {
+            return tx.clone();
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        owners.insert(show, tx.clone());
+        let owner = Owner {
+            show_id: show,
+            shows: self.clone(),
+            state: None,
+            services: ShowServices { clock: self.inner.clock.clone() },
+        };
+        tokio::spawn(owner.run(rx));
+        tx
+    }
+}
+
+struct Loaded {
+    show: Show,
+    version: i64,
+    snapshot_version: i64,
+}
+
+struct Owner {
+    show_id: ShowId,
+    shows: Shows,
+    state: Option<Loaded>,
+    services: ShowServices,
+}
+
+impl Owner {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Job>) {
+        let mut sweep = tokio::time::interval(self.shows.inner.config.sweep_every);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let first = tokio::select! {
+                job = rx.recv() => match job {
+                    Some(job) => job,
+                    None => break,
+                },
+                _ = sweep.tick() => {
+                    if self.state.is_none() {
+                        continue;
+                    }
+                    Job { work: Work::Sweep, reply: None }
+                }
+            };
+            let mut batch = vec![first];
+            while batch.len() < self.shows.inner.config.max_batch {
+                match rx.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            self.process(batch).await;
+            if self.state.as_ref().is_some_and(|s| s.version == 0) {
+                // Nothing exists under this id: retire rather than keep an empty owner around.
+                self.shows.lock().remove(&self.show_id);
+                rx.close();
+                while let Some(job) = rx.recv().await {
+                    self.process(vec![job]).await;
+                }
+                break;
+            }
+        }
+    }
+
+    async fn ensure_loaded(&mut self) -> Result<(), CommandError> {
+        if self.state.is_some() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let loaded = self.shows.store().load(self.show_id).await.map_err(store_error)?;
+        metrics::histogram!("onsale_show_load_seconds").record(started.elapsed().as_secs_f64());
+        self.state = Some(Loaded {
+            show: loaded.show,
+            version: loaded.version,
+            snapshot_version: loaded.snapshot_version,
+        });
+        Ok(())
+    }
+
+    #[instrument(skip_all, fields(show_id = %self.show_id, batch = batch.len()))]
+    async fn process(&mut self, batch: Vec<Job>) {
+        let mut replies: Vec<Option<oneshot::Sender<Result<Answer, CommandError>>>> = Vec::new();
+        let mut works = Vec::with_capacity(batch.len());
+        for job in batch {
+            replies.push(job.reply);
+            works.push(job.work);
+        }
+        let outcomes = self.decide_and_commit(&mut works).await;
+        for ((reply, work), outcome) in replies.into_iter().zip(works).zip(outcomes) {
+            let answer = match (outcome, work, self.state.as_ref()) {
+                (Ok(()), Work::Command(cmd), Some(state)) => Ok(answer(&state.show, &cmd)),
+                (Ok(()), Work::Read(read), Some(state)) => read(&state.show),
+                (Ok(()), Work::Sweep, _) => Ok(Answer::Done),
+                (Ok(()), _, None) => Err(CommandError::Unavailable),
+                (Err(e), _, _) => Err(e),
+            };
+            if let Some(reply) = reply {
+                let _ = reply.send(answer);
+            }
+        }
+    }
+
+    /// Decides every command of the batch against the live state, appends all their events in
+    /// one statement, and retries the whole batch from a reload on a version conflict.
+    async fn decide_and_commit(&mut self, works: &mut [Work]) -> Vec<Result<(), CommandError>> {
+        let config = self.shows.inner.config.clone();
+        let mut attempt = 0;
+        loop {
+            if let Err(e) = self.ensure_loaded().await {
+                return works.iter().map(|_| Err(clone_err(&e))).collect();
+            }
+            let now = self.services.clock.now();
+            let Some(state) = self.state.as_mut() else {
+                return works.iter().map(|_| Err(CommandError::Unavailable)).collect();
+            };
+            let mut outcomes = Vec::with_capacity(works.len());
+            let mut events: Vec<ShowEvent> = Vec::new();
+            for work in works.iter() {
+                let command = match work {
+                    Work::Command(c) => c.clone(),
+                    Work::Sweep => ShowCommand::ExpireHolds { hold_ids: state.show.expired_holds(now, 500) },
+                    Work::Read(_) => {
+                        outcomes.push(Ok(()));
+                        continue;
+                    }
+                };
+                let sink = EventSink::default();
+                match state.show.handle(command, &self.services, &sink).await {
+                    Ok(()) => {
+                        events.extend(sink.collect().await);
+                        outcomes.push(Ok(()));
+                    }
+                    Err(e) => outcomes.push(Err(CommandError::Domain(e))),
+                }
+            }
+            if events.is_empty() {
+                return outcomes;
+            }
+            let started = Instant::now();
+            match self.shows.store().append(self.show_id, state.version, &events).await {
+                Ok(()) => {
+                    metrics::histogram!("onsale_commit_seconds").record(started.elapsed().as_secs_f64());
+                    metrics::histogram!("onsale_commit_batch_commands").record(works.len() as f64);
+                    metrics::counter!("onsale_events_committed_total").increment(events.len() as u64);
+                    state.version += events.len() as i64;
+                    if state.version - state.snapshot_version >= config.snapshot_every {
+                        self.snapshot();
+                    }
+                    return outcomes;
+                }
+                Err(StoreError::Conflict) if attempt < config.max_conflict_retries => {
+                    metrics::counter!("onsale_version_conflicts_total").increment(1);
+                    warn!(attempt, "version conflict: another writer owns a newer version; reloading");
+                    self.state = None;
+                    attempt += 1;
+                }
+                Err(e) => {
+                    warn!(error = %e, "append failed; dropping the cached show");
+                    self.state = None;
+                    let e = store_error(e);
+                    return outcomes.iter().map(|_| Err(clone_err(&e))).collect();
+                }
+            }
+        }
+    }
+
+    /// Writes a snapshot of the committed state off the owner's path.
+    fn snapshot(&mut self) {
+        let Some(state) = self.state.as_mut() else { return };
+        let show = state.show.clone();
+        let version = state.version;
+        state.snapshot_version = version;
+        let store = self.shows.store().clone();
+        let show_id = self.show_id;
+        tokio::spawn(async move {
+            let payload = match tokio::task::spawn_blocking(move || serde_json::to_string(&show)).await {
+                Ok(Ok(p)) => p,
+                Ok(Err(e)) => return warn!(error = %e, "snapshot did not serialize"),
+                Err(e) => return warn!(error = %e, "snapshot task failed"),
+            };
+            match store.save_snapshot(show_id, version, &payload).await {
+                Ok(()) => info!(%show_id, version, bytes = payload.len(), "snapshot written"),
+                Err(e) => warn!(%show_id, version, error = %e, "snapshot not written; the log is still complete"),
+            }
+        });
+    }
+}
+
+fn answer(show: &Show, command: &ShowCommand) -> Answer {
+    let hold = |id, idem: &Option<onsale_domain::Idempotency>, account| {
+        let id = idem.as_ref().and_then(|i| show.hold_for_key(account, &i.key)).unwrap_or(id);
+        show.hold_view(&id).map_or(Answer::Done, Answer::Hold)
+    };
+    match command {
+        ShowCommand::HoldSeats { hold_id, idempotency, account, .. }
+        | ShowCommand::HoldBestAvailable { hold_id, idempotency, account, .. } => hold(*hold_id, idempotency, account),
+        ShowCommand::PlaceOrder { order_id, account, idempotency, .. } => {
+            let id = show.order_for_key(account, &idempotency.key).unwrap_or(*order_id);
+            show.order_view(&id).map_or(Answer::Done, Answer::Order)
+        }
+        _ => Answer::Done,
+    }
+}
+
+fn store_error(e: StoreError) -> CommandError {
+    match e {
+        StoreError::Unavailable(_) | StoreError::Conflict => CommandError::Unavailable,
+        StoreError::Corrupt(m) => CommandError::Internal(m),
+    }
+}
+
+fn clone_err(e: &CommandError) -> CommandError {
+    match e {
+        CommandError::Domain(d) => CommandError::Domain(d.clone()),
+        CommandError::Unavailable => CommandError::Unavailable,
+        CommandError::Internal(m) => CommandError::Internal(m.clone()),
+    }
+}

@@ -1,0 +1,21 @@
+//! A venue: catalog data, written once and shared by many shows. Its one event is kept in the
+//! same log as the shows so a replay of the log has everything.
+
+use serde::{Deserialize, Serialize};
+
+use crate::layout::VenueLayout;
+
+pub const VENUE_TYPE: &str = "venue";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VenueEvent {
+    VenueRegistered { name: String, city: String, layout: VenueLayout },
+}
+
+impl VenueEvent {
+    pub fn event_type(&self) -> &'static str {
+        match self {
+            Self::VenueRegistered { .. } => "VenueRegistered",
+        }
+    }
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# make test: start a throwaway PostgreSQL for the whole run (each test makes its own database
+# in it), run every test of the workspace against it, and always tear it down.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DIR=$(mktemp -d /tmp/onsale-test.XXXXXX)
+PORT=${ONSALE_TEST_PG_PORT:-54339}
+trap '"$ROOT/scripts/stack.sh" pg-down "$DIR"' EXIT
+"$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
+export ONSALE_TEST_DATABASE_URL="postgres://onsale@127.0.0.1:$PORT/postgres"
+cd "$ROOT"
+# The domain crate must stay free of I/O crates.
+if cargo tree -p onsale-domain -e normal --prefix none | grep -E '^(sqlx|rdkafka|axum|tonic|redis|hyper|reqwest) '; then
+  echo "onsale-domain depends on an I/O crate" >&2
+  exit 1
+fi
+cargo test --workspace --locked "$@"

@@ -1,0 +1,64 @@
+//! Many clients fighting over the same seats through HTTP: exactly one winner per seat.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use onsale_tests::{TestApp, TestDb};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_clients_get_exactly_one_winner_per_seat() {
+    let db = TestDb::new().await.expect("db");
+    let app = Arc::new(TestApp::spawn(&db).await.expect("app"));
+    let event = app.on_sale_event(1, 1, 12, None).await;
+    let mut tasks = Vec::new();
+    for client in 0..200u32 {
+        let app = app.clone();
+        let event = event.clone();
+        tasks.push(tokio::spawn(async move {
+            let token = app.fan(&format!("fan{client}"));
+            // Overlapping picks of one to three seats among twelve.
+            let seats: Vec<String> = (0..1 + client % 3).map(|k| format!("S1-R1-{}", 1 + (client * 7 + k * 5) % 12)).collect();
+            let (status, body) = app.post(&format!("/v1/events/{event}/holds"), &token, json!({"seatIds": seats}), None).await;
+            (status, body, token)
+        }));
+    }
+    let mut winners: HashMap<String, String> = HashMap::new();
+    let mut won = Vec::new();
+    for task in tasks {
+        let (status, body, token) = task.await.expect("client finished");
+        match status {
+            201 => {
+                for seat in body["seatIds"].as_array().expect("seats") {
+                    let seat = seat.as_str().expect("seat").to_owned();
+                    let hold = body["holdId"].as_str().expect("hold").to_owned();
+                    assert!(winners.insert(seat.clone(), hold).is_none(), "{seat} was held twice");
+                }
+                won.push((body["holdId"].as_str().expect("hold").to_owned(), token));
+            }
+            409 => assert_eq!(body["code"], "SEAT_UNAVAILABLE"),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert!(!winners.is_empty());
+    // Every winner orders; no seat ends up in two orders.
+    let mut ordered: HashMap<String, String> = HashMap::new();
+    for (i, (hold, token)) in won.iter().enumerate() {
+        let (status, order) = app.post("/v1/orders", token, json!({"holdId": hold, "paymentToken": "tok_ok"}), Some(&format!("o{i}"))).await;
+        assert_eq!(status, 202, "{order}");
+        let (_, view) = app.get(&format!("/v1/orders/{}", order["orderId"].as_str().expect("id")), token).await;
+        for seat in view["seatIds"].as_array().expect("seats") {
+            assert!(ordered.insert(seat.as_str().expect("seat").to_owned(), hold.clone()).is_none());
+        }
+    }
+    // The log agrees: replaying it from zero gives the same owners.
+    let show: onsale_domain::ShowId = event.parse().expect("id");
+    let replayed = app.app.state.shows.store().replay(show).await.expect("replay");
+    for (seat, state) in replayed.show.seats() {
+        match state {
+            onsale_domain::show::Seat::PendingPayment(_) => assert!(ordered.contains_key(seat)),
+            onsale_domain::show::Seat::Available => assert!(!ordered.contains_key(seat)),
+            other => panic!("{seat} is {other:?}"),
+        }
+    }
+}
