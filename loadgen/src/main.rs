@@ -1,1 +1,378 @@
-fn main(){}
+//! `onsale-loadgen`: simulated fans for `make demo`, and the hold benchmarks of `make bench-holds`.
+
+mod venue;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use onsale_command::api::auth::{mint, Role};
+use onsale_command::app::SystemClock;
+use onsale_command::owner::{CommandError, OwnerConfig, Shows};
+use onsale_command::store::EventStore;
+use onsale_domain::show::Seat;
+use onsale_domain::{AccountId, HoldId, ShowCommand, ShowError, ShowId, ShowInfo, VenueId, VenueLayout};
+use rand::Rng;
+use serde_json::{json, Value};
+use tokio::sync::Mutex;
+
+#[derive(Debug, Parser)]
+#[command(name = "onsale-loadgen")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// A short on-sale of many concurrent fans against the REST API, then the double-sale check.
+    Demo {
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        base: String,
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: String,
+        #[arg(long, default_value_t = 20_000)]
+        fans: u32,
+        #[arg(long, default_value_t = 256)]
+        concurrency: usize,
+        #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "onsale-dev-secret")]
+        secret: String,
+    },
+    /// Create the benchmark show over HTTP and write fan tokens for wrk.
+    Setup {
+        #[arg(long)]
+        base: String,
+        #[arg(long, default_value_t = 1)]
+        ttl: u32,
+        #[arg(long, default_value_t = 20_000)]
+        tokens: u32,
+        #[arg(long)]
+        tokens_file: String,
+        #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "onsale-dev-secret")]
+        secret: String,
+    },
+    /// Holds/s at the command layer: the owners and the event store, no HTTP.
+    BenchCommand {
+        #[arg(long, env = "DATABASE_URL")]
+        database_url: String,
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        #[arg(long, default_value_t = 1)]
+        seats: u32,
+        #[arg(long)]
+        skewed: bool,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        #[arg(long, default_value_t = 1)]
+        ttl: u32,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Demo { base, database_url, fans, concurrency, secret } => {
+            demo(&base, &database_url, fans, concurrency, &secret).await
+        }
+        Command::Setup { base, ttl, tokens, tokens_file, secret } => {
+            let http = reqwest::Client::new();
+            let event = create_show(&http, &base, &secret, ttl).await?;
+            let lines: Vec<String> =
+                (0..tokens).map(|i| mint(&secret, &format!("bench-{i}"), Role::Fan, 86_400)).collect::<Result<_, _>>()?;
+            std::fs::write(&tokens_file, lines.join("\n") + "\n").with_context(|| format!("write {tokens_file}"))?;
+            println!("{event}");
+            Ok(())
+        }
+        Command::BenchCommand { database_url, clients, seats, skewed, seconds, ttl } => {
+            bench_command(&database_url, clients, seats, skewed, seconds, ttl).await
+        }
+    }
+}
+
+async fn create_show(http: &reqwest::Client, base: &str, secret: &str, ttl: u32) -> anyhow::Result<String> {
+    let admin = mint(secret, "admin", Role::Admin, 3600)?;
+    let venue: Value = http
+        .post(format!("{base}/v1/venues"))
+        .bearer_auth(&admin)
+        .json(&venue::venue_body())
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let now = chrono::Utc::now();
+    let event: Value = http
+        .post(format!("{base}/v1/events"))
+        .bearer_auth(&admin)
+        .json(&json!({
+            "name": "The Worst Minute Tour", "performer": "The Crowd", "venueId": venue["venueId"],
+            "startsAt": now + chrono::Duration::days(60), "onSaleAt": now - chrono::Duration::seconds(1),
+            "prices": venue::prices(), "holdTtlSeconds": ttl,
+        }))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    event["eventId"].as_str().map(str::to_owned).context("no eventId in the answer")
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    holds: AtomicU64,
+    conflicts: AtomicU64,
+    limited: AtomicU64,
+    unavailable: AtomicU64,
+    orders: AtomicU64,
+    replays_matched: AtomicU64,
+    releases: AtomicU64,
+    abandoned: AtomicU64,
+    other: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+async fn post(http: &reqwest::Client, url: &str, token: &str, body: &Value, key: Option<&str>) -> (u16, Value) {
+    // A client's own retry loop: a 503 means "not committed, try again with the same key".
+    for attempt in 0..20u64 {
+        let mut req = http.post(url).bearer_auth(token).json(body);
+        if let Some(k) = key {
+            req = req.header("Idempotency-Key", k);
+        }
+        match req.send().await {
+            Ok(res) if res.status().as_u16() == 503 => {}
+            Ok(res) => {
+                let status = res.status().as_u16();
+                return (status, res.json().await.unwrap_or(Value::Null));
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(50 * (attempt + 1))).await;
+    }
+    (503, Value::Null)
+}
+
+async fn demo(base: &str, database_url: &str, fans: u32, concurrency: usize, secret: &str) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder().pool_max_idle_per_host(concurrency).build()?;
+    let event = create_show(&http, base, secret, 120).await?;
+    println!("on sale: event {event}, {} seats, {fans} fans, {concurrency} at a time", venue::SEATS);
+    let tally = Arc::new(Tally::default());
+    let hold_latency = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
+    let order_latency = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
+    let orders: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let bar = ProgressBar::new(u64::from(fans));
+    bar.set_style(ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} fans {per_sec}")?);
+    let started = Instant::now();
+    let next = Arc::new(AtomicU64::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let (http, tally, bar, next, orders) = (http.clone(), tally.clone(), bar.clone(), next.clone(), orders.clone());
+        let (hold_latency, order_latency) = (hold_latency.clone(), order_latency.clone());
+        let (base, event, secret) = (base.to_owned(), event.clone(), secret.to_owned());
+        workers.push(tokio::spawn(async move {
+            loop {
+                let fan = next.fetch_add(1, Ordering::Relaxed);
+                if fan >= u64::from(fans) {
+                    break;
+                }
+                let token = mint(&secret, &format!("fan-{fan}"), Role::Fan, 3600).unwrap_or_default();
+                let holds_url = format!("{base}/v1/events/{event}/holds");
+                let mut held: Option<Value> = None;
+                for attempt in 0..4 {
+                    let (n, explicit, skewed) = {
+                        let mut rng = rand::rng();
+                        (rng.random_range(1..=4u32), attempt < 3 && rng.random_bool(0.6), true)
+                    };
+                    let body = if explicit {
+                        json!({"seatIds": venue::pick(&mut rand::rng(), n, skewed)})
+                    } else {
+                        json!({"quantity": n})
+                    };
+                    let key = uuid::Uuid::new_v4().to_string();
+                    let t = Instant::now();
+                    let (status, answer) = post(&http, &holds_url, &token, &body, Some(&key)).await;
+                    let _ = hold_latency.lock().await.record(t.elapsed().as_micros() as u64);
+                    match status {
+                        201 => {
+                            bump(&tally.holds);
+                            held = Some(answer);
+                            break;
+                        }
+                        409 => bump(&tally.conflicts),
+                        429 => bump(&tally.limited),
+                        503 => bump(&tally.unavailable),
+                        _ => bump(&tally.other),
+                    }
+                }
+                if let Some(hold) = held {
+                    let roll: f64 = rand::rng().random();
+                    let hold_id = hold["holdId"].as_str().unwrap_or_default().to_owned();
+                    if roll < 0.75 {
+                        let key = uuid::Uuid::new_v4().to_string();
+                        let body = json!({"holdId": hold_id, "paymentToken": "tok_ok"});
+                        let t = Instant::now();
+                        let (status, answer) = post(&http, &format!("{base}/v1/orders"), &token, &body, Some(&key)).await;
+                        let _ = order_latency.lock().await.record(t.elapsed().as_micros() as u64);
+                        if status == 202 {
+                            bump(&tally.orders);
+                            let order_id = answer["orderId"].as_str().unwrap_or_default().to_owned();
+                            // Some fans never saw the answer and click again with the same key.
+                            if roll < 0.05 {
+                                let (s, again) = post(&http, &format!("{base}/v1/orders"), &token, &body, Some(&key)).await;
+                                if s == 202 && again["orderId"] == answer["orderId"] {
+                                    bump(&tally.replays_matched);
+                                } else {
+                                    bump(&tally.other);
+                                }
+                            }
+                            orders.lock().await.push((order_id, token.clone()));
+                        } else {
+                            bump(&tally.other);
+                        }
+                    } else if roll < 0.85 {
+                        let res = http.delete(format!("{base}/v1/holds/{hold_id}")).bearer_auth(&token).send().await;
+                        if res.map(|r| r.status().as_u16() == 204).unwrap_or(false) {
+                            bump(&tally.releases);
+                        }
+                    } else {
+                        bump(&tally.abandoned);
+                    }
+                }
+                bar.inc(1);
+            }
+        }));
+    }
+    for w in workers {
+        w.await?;
+    }
+    bar.finish();
+    let elapsed = started.elapsed().as_secs_f64();
+
+    // The check: every order the API accepted, as the API reports it, and as the log replays.
+    let orders = orders.lock().await.clone();
+    let mut seat_owner: HashMap<String, String> = HashMap::new();
+    let mut sold_twice = 0u64;
+    for (order_id, token) in &orders {
+        let view: Value = http.get(format!("{base}/v1/orders/{order_id}")).bearer_auth(token).send().await?.json().await?;
+        for seat in view["seatIds"].as_array().into_iter().flatten() {
+            let seat = seat.as_str().unwrap_or_default().to_owned();
+            if seat_owner.insert(seat, order_id.clone()).is_some() {
+                sold_twice += 1;
+            }
+        }
+    }
+    let pool = sqlx::PgPool::connect(database_url).await.context("connect to the event store")?;
+    let show: ShowId = event.parse()?;
+    let replayed = EventStore::new(pool).replay(show).await?;
+    let mut log_mismatch = 0u64;
+    let mut log_claimed = 0u64;
+    for (seat, state) in replayed.show.seats() {
+        if let Seat::PendingPayment(o) | Seat::Sold(o) = state {
+            log_claimed += 1;
+            if seat_owner.get(seat) != Some(&o.to_string()) {
+                log_mismatch += 1;
+            }
+        }
+    }
+    if log_claimed as usize != seat_owner.len() {
+        log_mismatch += 1;
+    }
+    let t = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let hl = hold_latency.lock().await;
+    let ol = order_latency.lock().await;
+    let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    println!("\n== on-sale summary ({elapsed:.1} s) ==");
+    println!("holds granted      {:>8}   ({:.0}/s)", t(&tally.holds), t(&tally.holds) as f64 / elapsed);
+    println!("seat conflicts 409 {:>8}", t(&tally.conflicts));
+    println!("cap refusals 429   {:>8}", t(&tally.limited));
+    println!("outages 503        {:>8}", t(&tally.unavailable));
+    println!("orders placed      {:>8}   ({} retried with the same key, same orderId)", t(&tally.orders), t(&tally.replays_matched));
+    println!("holds released     {:>8}", t(&tally.releases));
+    println!("holds abandoned    {:>8}   (they lapse after the 120 s TTL)", t(&tally.abandoned));
+    println!("unexpected answers {:>8}", t(&tally.other));
+    println!("hold latency  p50 {:.1} ms  p90 {:.1} ms  p99 {:.1} ms  max {:.1} ms", ms(&hl, 0.5), ms(&hl, 0.9), ms(&hl, 0.99), hl.max() as f64 / 1000.0);
+    println!("order latency p50 {:.1} ms  p90 {:.1} ms  p99 {:.1} ms", ms(&ol, 0.5), ms(&ol, 0.9), ms(&ol, 0.99));
+    println!("seats in orders {} (log replay: {}), log events {}", seat_owner.len(), log_claimed, replayed.version);
+    println!("seats sold twice: {sold_twice}; API vs log mismatches: {log_mismatch}");
+    if sold_twice > 0 || log_mismatch > 0 || t(&tally.other) > 0 {
+        bail!("the on-sale broke an invariant");
+    }
+    Ok(())
+}
+
+async fn bench_command(database_url: &str, clients: usize, seats: u32, skewed: bool, seconds: u64, ttl: u32) -> anyhow::Result<()> {
+    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(16).connect(database_url).await?;
+    sqlx::migrate!("../migrations").run(&pool).await?;
+    let shows = Shows::new(EventStore::new(pool), Arc::new(SystemClock), OwnerConfig::default());
+    let show = ShowId::random();
+    let layout: VenueLayout = serde_json::from_value(venue::venue_body()["sections"].clone())?;
+    let now = chrono::Utc::now();
+    let info = ShowInfo {
+        show_id: show,
+        venue_id: VenueId::random(),
+        venue_name: "Onsale Arena".into(),
+        city: "Oslo".into(),
+        name: "bench".into(),
+        performer: "bench".into(),
+        starts_at: now + chrono::Duration::days(60),
+        on_sale_at: now - chrono::Duration::seconds(1),
+        prices: serde_json::from_value(venue::prices())?,
+        waiting_room: false,
+        hold_ttl_seconds: ttl,
+    };
+    shows.execute(show, ShowCommand::Schedule { info, layout }).await?;
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let tally = Arc::new(Tally::default());
+    let mut tasks = Vec::new();
+    for _ in 0..clients {
+        let (shows, tally) = (shows.clone(), tally.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut hist = Histogram::<u64>::new(3).expect("histogram");
+            while Instant::now() < deadline {
+                let (seat_ids, account) = {
+                    let mut rng = rand::rng();
+                    (venue::pick(&mut rng, seats, skewed), rng.random_range(0..1_000_000u32))
+                };
+                let cmd = ShowCommand::HoldSeats {
+                    hold_id: HoldId::new(show),
+                    account: AccountId::parse(&format!("bench-{account}")).expect("account"),
+                    seat_ids,
+                    idempotency: None,
+                };
+                let t = Instant::now();
+                let r = shows.execute(show, cmd).await;
+                let _ = hist.record(t.elapsed().as_micros() as u64);
+                match r {
+                    Ok(_) => bump(&tally.holds),
+                    Err(CommandError::Domain(ShowError::SeatUnavailable { .. })) => bump(&tally.conflicts),
+                    Err(CommandError::Domain(ShowError::HoldLimit { .. })) => bump(&tally.limited),
+                    Err(_) => bump(&tally.other),
+                }
+            }
+            hist
+        }));
+    }
+    let mut hist = Histogram::<u64>::new(3)?;
+    for t in tasks {
+        hist.add(t.await?)?;
+    }
+    let t = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64;
+    let attempts = t(&tally.holds) + t(&tally.conflicts) + t(&tally.limited) + t(&tally.other);
+    println!(
+        "{}",
+        json!({
+            "layer": "command", "clients": clients, "seats": seats, "dist": if skewed { "skewed" } else { "uniform" },
+            "attempts_per_s": attempts / seconds as f64, "holds_per_s": t(&tally.holds) / seconds as f64,
+            "p50_ms": hist.value_at_quantile(0.5) as f64 / 1000.0, "p99_ms": hist.value_at_quantile(0.99) as f64 / 1000.0,
+            "errors": t(&tally.other),
+        })
+    );
+    Ok(())
+}
