@@ -29,8 +29,11 @@ pub struct Config {
     #[arg(long, env = "ONSALE_MAX_BATCH", default_value_t = 512)]
     pub max_batch: usize,
     /// A snapshot after this many events.
-    #[arg(long, env = "ONSALE_SNAPSHOT_EVERY", default_value_t = 1000)]
+    #[arg(long, env = "ONSALE_SNAPSHOT_EVERY", default_value_t = 10_000)]
     pub snapshot_every: i64,
+    /// ...and at most one snapshot per this many seconds.
+    #[arg(long, env = "ONSALE_SNAPSHOT_MIN_SECS", default_value_t = 10)]
+    pub snapshot_min_secs: u64,
 }
 
 /// The system clock, the production source of "now".
@@ -55,6 +58,9 @@ impl App {
         let pool = PgPoolOptions::new()
             .max_connections(config.pool_size)
             .acquire_timeout(Duration::from_secs(2))
+            // A dead connection fails the statement and the owner answers 503; a ping before
+            // every append would cost a round trip on the hot path.
+            .test_before_acquire(false)
             .connect_lazy_with(options);
         sqlx::migrate!("../migrations").run(&pool).await.context("apply the migrations")?;
         let shows = Shows::new(
@@ -63,6 +69,7 @@ impl App {
             OwnerConfig {
                 max_batch: config.max_batch,
                 snapshot_every: config.snapshot_every,
+                snapshot_min_interval: Duration::from_secs(config.snapshot_min_secs),
                 ..OwnerConfig::default()
             },
         );
@@ -81,6 +88,13 @@ impl App {
 
     /// Serves until `shutdown` resolves.
     pub async fn run(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        use axum::serve::ListenerExt;
+        // Small answers must leave at once, not wait on Nagle and the peer's delayed ACK.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::warn!(error = %e, "TCP_NODELAY not set");
+            }
+        });
         axum::serve(listener, self.router()).with_graceful_shutdown(shutdown).await.context("serve")
     }
 }

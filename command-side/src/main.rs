@@ -41,9 +41,17 @@ fn parse_role(s: &str) -> Result<Role, String> {
     serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|_| format!("unknown role {s}"))
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+fn main() -> anyhow::Result<()> {
+    let workers = std::env::var("ONSALE_WORKER_THREADS").ok().and_then(|v| v.parse().ok());
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        runtime.worker_threads(n);
+    }
+    runtime.enable_all().build().context("start the runtime")?.block_on(run(Cli::parse()))
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
         Command::Serve { config, listen } => {
             telemetry::init_tracing();
             let app = App::build(&config, Arc::new(SystemClock)).await?;

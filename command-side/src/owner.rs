@@ -24,8 +24,11 @@ use crate::store::{EventStore, StoreError};
 pub struct OwnerConfig {
     /// The most commands decided and committed together.
     pub max_batch: usize,
-    /// A snapshot is written after this many events since the last one.
+    /// A snapshot is written after this many events since the last one...
     pub snapshot_every: i64,
+    /// ...but not more often than this: a snapshot copies the whole show, so during a rush it
+    /// must not run on every few thousand events (BENCHMARKS.md shows what that costs).
+    pub snapshot_min_interval: Duration,
     /// How often the sweeper looks for lapsed holds.
     pub sweep_every: Duration,
     /// How many reloads a batch may take on version conflicts before giving up.
@@ -36,7 +39,8 @@ impl Default for OwnerConfig {
     fn default() -> Self {
         Self {
             max_batch: 512,
-            snapshot_every: 1_000,
+            snapshot_every: 10_000,
+            snapshot_min_interval: Duration::from_secs(10),
             sweep_every: Duration::from_secs(1),
             max_conflict_retries: 5,
         }
@@ -160,6 +164,7 @@ struct Loaded {
     show: Show,
     version: i64,
     snapshot_version: i64,
+    snapshot_at: Option<Instant>,
 }
 
 struct Owner {
@@ -217,6 +222,7 @@ impl Owner {
             show: loaded.show,
             version: loaded.version,
             snapshot_version: loaded.snapshot_version,
+            snapshot_at: None,
         });
         Ok(())
     }
@@ -287,7 +293,8 @@ impl Owner {
                     metrics::histogram!("onsale_commit_batch_commands").record(works.len() as f64);
                     metrics::counter!("onsale_events_committed_total").increment(events.len() as u64);
                     state.version += events.len() as i64;
-                    if state.version - state.snapshot_version >= config.snapshot_every {
+                    let due = state.snapshot_at.is_none_or(|at| at.elapsed() >= config.snapshot_min_interval);
+                    if due && state.version - state.snapshot_version >= config.snapshot_every {
                         self.snapshot();
                     }
                     return outcomes;
@@ -314,6 +321,7 @@ impl Owner {
         let show = state.show.clone();
         let version = state.version;
         state.snapshot_version = version;
+        state.snapshot_at = Some(Instant::now());
         let store = self.shows.store().clone();
         let show_id = self.show_id;
         tokio::spawn(async move {

@@ -70,6 +70,8 @@ enum Command {
         seconds: u64,
         #[arg(long, default_value_t = 1)]
         ttl: u32,
+        #[arg(long, env = "ONSALE_SNAPSHOT_EVERY", default_value_t = 10_000)]
+        snapshot_every: i64,
     },
 }
 
@@ -88,8 +90,9 @@ async fn main() -> anyhow::Result<()> {
             println!("{event}");
             Ok(())
         }
-        Command::BenchCommand { database_url, clients, seats, skewed, seconds, ttl } => {
-            bench_command(&database_url, clients, seats, skewed, seconds, ttl).await
+        Command::BenchCommand { database_url, clients, seats, skewed, seconds, ttl, snapshot_every } => {
+            let config = OwnerConfig { snapshot_every, ..OwnerConfig::default() };
+            bench_command(&database_url, config, clients, seats, skewed, seconds, ttl).await
         }
     }
 }
@@ -307,10 +310,13 @@ async fn demo(base: &str, database_url: &str, fans: u32, concurrency: usize, sec
     Ok(())
 }
 
-async fn bench_command(database_url: &str, clients: usize, seats: u32, skewed: bool, seconds: u64, ttl: u32) -> anyhow::Result<()> {
+async fn bench_command(
+    database_url: &str,
+    config: OwnerConfig,
+    clients: usize, seats: u32, skewed: bool, seconds: u64, ttl: u32) -> anyhow::Result<()> {
     let pool = sqlx::postgres::PgPoolOptions::new().max_connections(16).connect(database_url).await?;
     sqlx::migrate!("../migrations").run(&pool).await?;
-    let shows = Shows::new(EventStore::new(pool), Arc::new(SystemClock), OwnerConfig::default());
+    let shows = Shows::new(EventStore::new(pool), Arc::new(SystemClock), config);
     let show = ShowId::random();
     let layout: VenueLayout = serde_json::from_value(venue::venue_body()["sections"].clone())?;
     let now = chrono::Utc::now();

@@ -74,6 +74,7 @@ pub fn config(db: &TestDb) -> Config {
         pool_size: 10,
         max_batch: 512,
         snapshot_every: 1000,
+        snapshot_min_secs: 0,
     }
 }
 

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# make bench-holds: holds/s and latency on one 50,000-seat show, side by side in one run:
+#   http     onsale's REST hold path, driven by wrk
+#   command  onsale's command layer (owners + event store), driven in-process
+#   pgbench  the design document's guarded-UPDATE hold, on the same PostgreSQL
+# for 1- and 4-seat holds, uniform and skewed demand, 64 and 1,000 concurrent clients.
+# Every hold has a 1 s TTL so seats keep coming back and no run sells out.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DIR=$(mktemp -d /tmp/onsale-bench.XXXXXX)
+PORT=${BENCH_PG_PORT:-54349}
+LISTEN=${BENCH_LISTEN:-127.0.0.1:8089}
+SECS=${BENCH_SECONDS:-10}
+CLIENTS=${BENCH_CLIENTS:-64 1000}
+OUT=$ROOT/target/bench
+mkdir -p "$OUT"
+RESULTS=$OUT/holds.jsonl
+: >"$RESULTS"
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
+cleanup() {
+  [ -f "$DIR/onsale.pid" ] && kill "$(cat "$DIR/onsale.pid")" 2>/dev/null || true
+  "$ROOT/scripts/stack.sh" pg-down "$DIR"
+}
+trap cleanup EXIT
+PG_MAX_CONNECTIONS=1200 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
+DB="postgres://onsale@127.0.0.1:$PORT/onsale"
+(cd "$ROOT" && cargo build --release -q -p onsale-command -p onsale-loadgen)
+BIN=$ROOT/target/release
+DATABASE_URL=$DB ONSALE_LISTEN=$LISTEN RUST_LOG=warn "$BIN/onsale" serve >"$DIR/onsale.log" 2>&1 &
+echo $! >"$DIR/onsale.pid"
+for _ in $(seq 1 100); do curl -fsS "http://$LISTEN/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
+psql -q "$DB" -f "$ROOT/scripts/bench/seats.sql" >/dev/null
+
+record() { # layer clients seats dist json
+  python3 -c 'import json,sys; d=json.loads(sys.argv[5]); d.update(layer=sys.argv[1], clients=int(sys.argv[2]), seats=int(sys.argv[3]), dist=sys.argv[4]); print(json.dumps(d))' "$@" >>"$RESULTS"
+}
+
+for clients in $CLIENTS; do
+  for seats in 1 4; do
+    for dist in uniform skewed; do
+      echo "== $clients clients, $seats-seat holds, $dist"
+      event=$("$BIN/onsale-loadgen" setup --base "http://$LISTEN" --ttl 1 --tokens 20000 --tokens-file "$DIR/tokens.txt")
+      json=$(BENCH_EVENT=$event BENCH_SEATS=$seats BENCH_DIST=$dist BENCH_TOKENS=$DIR/tokens.txt \
+        wrk -t2 -c"$clients" -d"${SECS}s" --timeout 10s -s "$ROOT/scripts/bench/hold.lua" "http://$LISTEN" | tail -1)
+      record http "$clients" "$seats" "$dist" "$json"
+
+      skew=""; [ "$dist" = skewed ] && skew=--skewed
+      json=$("$BIN/onsale-loadgen" bench-command --database-url "$DB" --clients "$clients" --seats "$seats" $skew --seconds "$SECS" | tail -1)
+      record command "$clients" "$seats" "$dist" "$json"
+
+      psql -qc "UPDATE seats SET status='AVAILABLE', hold_id=NULL, hold_expires=NULL, holds_won=0" "$DB" >/dev/null
+      hot=0; [ "$dist" = skewed ] && hot=80
+      rm -f "$DIR"/pgblog*
+      pgbench -n -c "$clients" -j 2 -T "$SECS" -D hot_pct=$hot -f "$ROOT/scripts/bench/hold$seats.sql" \
+        --log --log-prefix="$DIR/pgblog" "$DB" >"$DIR/pgbench.out" 2>&1 || { cat "$DIR/pgbench.out"; exit 1; }
+      won=$(psql -tAc "SELECT sum(holds_won) FROM seats" "$DB")
+      json=$(python3 "$ROOT/scripts/bench/pgbench_stats.py" "$DIR" "$SECS" "$won" "$seats")
+      record pgbench "$clients" "$seats" "$dist" "$json"
+    done
+  done
+done
+python3 "$ROOT/scripts/bench/report.py" "$RESULTS" | tee "$OUT/holds.md"

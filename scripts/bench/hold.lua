@@ -1,0 +1,47 @@
+-- wrk script for bench-holds: POST /v1/events/{id}/holds with seats drawn like
+-- loadgen/src/venue.rs (uniform, or 80% of requests on the front 10% of seats), as one of
+-- many fans (tokens minted by `onsale-loadgen setup`), so the per-account cap stays out of it.
+local event = os.getenv("BENCH_EVENT")
+local nseats = tonumber(os.getenv("BENCH_SEATS") or "1")
+local skewed = os.getenv("BENCH_DIST") == "skewed"
+local tokens = {}
+for line in io.lines(os.getenv("BENCH_TOKENS")) do tokens[#tokens + 1] = line end
+
+local SEATS, ROWS, PER_ROW, HOT = 50000, 40, 50, 5000
+local thread_no = 0
+
+function setup(thread)
+  thread:set("id", thread_no)
+  thread_no = thread_no + 1
+end
+
+function init(args)
+  math.randomseed(os.time() * 1000 + (id or 0) * 7919)
+end
+
+local function seat_id(i)
+  local section = 101 + math.floor(i / (ROWS * PER_ROW))
+  local row = 1 + math.floor((i % (ROWS * PER_ROW)) / PER_ROW)
+  return section .. "-" .. row .. "-" .. (1 + i % PER_ROW)
+end
+
+function request()
+  local i
+  if skewed and math.random() < 0.8 then i = math.random(0, HOT - 1) else i = math.random(0, SEATS - 1) end
+  local start = i - i % PER_ROW + math.min(i % PER_ROW, PER_ROW - nseats)
+  local ids = {}
+  for k = 0, nseats - 1 do ids[#ids + 1] = '"' .. seat_id(start + k) .. '"' end
+  local headers = {
+    ["Content-Type"] = "application/json",
+    ["Authorization"] = "Bearer " .. tokens[math.random(#tokens)],
+  }
+  return wrk.format("POST", "/v1/events/" .. event .. "/holds", headers, '{"seatIds":[' .. table.concat(ids, ",") .. ']}')
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    '{"requests":%d,"non2xx":%d,"seconds":%.3f,"p50_ms":%.3f,"p99_ms":%.3f,"socket_errors":%d}\n',
+    summary.requests, e.status, summary.duration / 1e6, latency:percentile(50) / 1000,
+    latency:percentile(99) / 1000, e.connect + e.read + e.write + e.timeout))
+end
