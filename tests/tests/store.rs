@@ -153,3 +153,31 @@ async fn postgres_es_reads_the_log_onsale_writes() {
     assert_eq!(events.len(), 2);
     assert_eq!(events[1].event_type, "SeatsHeld");
 }
+
+#[tokio::test]
+async fn the_sweeper_expires_a_lapsed_hold_by_its_identity() {
+    let db = TestDb::new().await.expect("db");
+    let app = TestApp::spawn(&db).await.expect("app");
+    let event = app.on_sale_event(1, 1, 4, Some(1)).await;
+    let ann = app.fan("ann");
+    let (status, hold) = app.post(&format!("/v1/events/{event}/holds"), &ann, json!({"seatIds": ["S1-R1-1"]}), None).await;
+    assert_eq!(status, 201);
+    let hold_id: onsale_domain::HoldId = hold["holdId"].as_str().expect("id").parse().expect("hold id");
+    let show: ShowId = event.parse().expect("id");
+    let store = app.app.state.shows.store().clone();
+    // No command touches the show again: only the sweeper can end the hold.
+    let mut expired = false;
+    for _ in 0..40 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let replayed = store.replay(show).await.expect("replay");
+        if replayed.show.hold(&hold_id).map(|h| h.state) == Some(onsale_domain::HoldStatus::Expired) {
+            expired = true;
+            break;
+        }
+    }
+    assert!(expired, "the sweeper wrote HoldExpired for the lapsed hold");
+    let (status, body) = app.get(&format!("/v1/holds/{hold_id}"), &ann).await;
+    assert_eq!((status, body["status"].as_str()), (200, Some("EXPIRED")));
+    let (status, _) = app.post("/v1/orders", &ann, json!({"holdId": hold_id.to_string(), "paymentToken": "tok_ok"}), Some("late")).await;
+    assert_eq!(status, 409, "an order on an expired hold is refused");
+}
