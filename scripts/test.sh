@@ -14,4 +14,13 @@ if cargo tree -p onsale-domain -e normal --prefix none | grep -E '^(sqlx|rdkafka
   echo "onsale-domain depends on an I/O crate" >&2
   exit 1
 fi
-cargo test --workspace --locked "$@"
+LOG="$DIR/cargo-test.log"
+set +e
+cargo test --workspace --locked "$@" 2>&1 | tee "$LOG"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line for the whole run (cargo prints one per test binary, the last often a
+# doc-test binary with nothing in it).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$LOG"
+exit "$status"

@@ -17,7 +17,11 @@ use crate::store::EventStore;
 #[derive(Debug, Clone, clap::Args)]
 pub struct Config {
     /// PostgreSQL holding the event store.
-    #[arg(long, env = "DATABASE_URL", default_value = "postgres://onsale@127.0.0.1:54329/onsale")]
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://onsale@127.0.0.1:54329/onsale"
+    )]
     pub database_url: String,
     /// HS256 secret for bearer tokens.
     #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "onsale-dev-secret")]
@@ -54,7 +58,8 @@ pub struct App {
 impl App {
     /// Connects to PostgreSQL, applies the migrations and wires the owners and the API.
     pub async fn build(config: &Config, clock: Arc<dyn Clock>) -> anyhow::Result<Self> {
-        let options: PgConnectOptions = config.database_url.parse().context("parse DATABASE_URL")?;
+        let options: PgConnectOptions =
+            config.database_url.parse().context("parse DATABASE_URL")?;
         let pool = PgPoolOptions::new()
             .max_connections(config.pool_size)
             .acquire_timeout(Duration::from_secs(2))
@@ -62,7 +67,10 @@ impl App {
             // every append would cost a round trip on the hot path.
             .test_before_acquire(false)
             .connect_lazy_with(options);
-        sqlx::migrate!("../migrations").run(&pool).await.context("apply the migrations")?;
+        sqlx::migrate!("../migrations")
+            .run(&pool)
+            .await
+            .context("apply the migrations")?;
         let shows = Shows::new(
             EventStore::new(pool),
             clock,
@@ -87,7 +95,11 @@ impl App {
     }
 
     /// Serves until `shutdown` resolves.
-    pub async fn run(self, listener: TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+    pub async fn run(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
         use axum::serve::ListenerExt;
         // Small answers must leave at once, not wait on Nagle and the peer's delayed ACK.
         let listener = listener.tap_io(|tcp| {
@@ -95,6 +107,9 @@ impl App {
                 tracing::warn!(error = %e, "TCP_NODELAY not set");
             }
         });
-        axum::serve(listener, self.router()).with_graceful_shutdown(shutdown).await.context("serve")
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown)
+            .await
+            .context("serve")
     }
 }

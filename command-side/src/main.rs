@@ -38,31 +38,31 @@ enum Command {
 }
 
 fn parse_role(s: &str) -> Result<Role, String> {
-    serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|_| format!("unknown role {s}"))
+    serde_json::from_value(serde_json::Value::String(s.to_owned()))
+        .map_err(|_| format!("unknown role {s}"))
 }
 
-fn main() -> anyhow::Result<()> {
-    let workers = std::env::var("ONSALE_WORKER_THREADS").ok().and_then(|v| v.parse().ok());
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = workers {
-        runtime.worker_threads(n);
-    }
-    runtime.enable_all().build().context("start the runtime")?.block_on(run(Cli::parse()))
-}
-
-async fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
         Command::Serve { config, listen } => {
             telemetry::init_tracing();
             let app = App::build(&config, Arc::new(SystemClock)).await?;
-            let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("bind {listen}"))?;
+            let listener = tokio::net::TcpListener::bind(&listen)
+                .await
+                .with_context(|| format!("bind {listen}"))?;
             tracing::info!(%listen, "onsale serving");
             app.run(listener, async {
                 let _ = tokio::signal::ctrl_c().await;
             })
             .await
         }
-        Command::Token { sub, role, secret, ttl_secs } => {
+        Command::Token {
+            sub,
+            role,
+            secret,
+            ttl_secs,
+        } => {
             println!("{}", auth::mint(&secret, &sub, role, ttl_secs)?);
             Ok(())
         }

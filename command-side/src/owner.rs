@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use cqrs_es::event_sink::EventSink;
 use cqrs_es::Aggregate;
-use onsale_domain::{Clock, HoldView, OrderView, Show, ShowCommand, ShowError, ShowEvent, ShowId, ShowServices};
+use onsale_domain::{
+    Clock, HoldView, OrderView, Show, ShowCommand, ShowError, ShowEvent, ShowId, ShowServices,
+};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, instrument, warn};
 
@@ -97,7 +99,14 @@ struct Inner {
 
 impl Shows {
     pub fn new(store: EventStore, clock: Arc<dyn Clock>, config: OwnerConfig) -> Self {
-        Self { inner: Arc::new(Inner { store, clock, config, owners: Mutex::new(HashMap::new()) }) }
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                clock,
+                config,
+                owners: Mutex::new(HashMap::new()),
+            }),
+        }
     }
 
     pub fn store(&self) -> &EventStore {
@@ -109,7 +118,11 @@ impl Shows {
     }
 
     /// Runs a command on its show and answers once its events are committed.
-    pub async fn execute(&self, show: ShowId, command: ShowCommand) -> Result<Answer, CommandError> {
+    pub async fn execute(
+        &self,
+        show: ShowId,
+        command: ShowCommand,
+    ) -> Result<Answer, CommandError> {
         self.submit(show, Work::Command(command)).await
     }
 
@@ -123,11 +136,18 @@ impl Shows {
 
     async fn submit(&self, show: ShowId, work: Work) -> Result<Answer, CommandError> {
         let (tx, rx) = oneshot::channel();
-        let mut job = Job { work, reply: Some(tx) };
+        let mut job = Job {
+            work,
+            reply: Some(tx),
+        };
         for _ in 0..2 {
             let sender = self.owner(show);
             match sender.send(job) {
-                Ok(()) => return rx.await.map_err(|_| CommandError::Internal("show owner stopped".into()))?,
+                Ok(()) => {
+                    return rx
+                        .await
+                        .map_err(|_| CommandError::Internal("show owner stopped".into()))?
+                }
                 Err(mpsc::error::SendError(back)) => {
                     // The owner retired (an unknown show); start a fresh one.
                     job = back;
@@ -135,7 +155,9 @@ impl Shows {
                 }
             }
         }
-        Err(CommandError::Internal("could not reach the show owner".into()))
+        Err(CommandError::Internal(
+            "could not reach the show owner".into(),
+        ))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ShowId, mpsc::UnboundedSender<Job>>> {
@@ -153,7 +175,9 @@ impl Shows {
             show_id: show,
             shows: self.clone(),
             state: None,
-            services: ShowServices { clock: self.inner.clock.clone() },
+            services: ShowServices {
+                clock: self.inner.clock.clone(),
+            },
         };
         tokio::spawn(owner.run(rx));
         tx
@@ -191,6 +215,9 @@ impl Owner {
                     Job { work: Work::Sweep, reply: None }
                 }
             };
+            // Let the callers just woken by the last commit enqueue their next commands, so
+            // batches stay full instead of alternating between a few commands and many.
+            tokio::task::yield_now().await;
             let mut batch = vec![first];
             while batch.len() < self.shows.inner.config.max_batch {
                 match rx.try_recv() {
@@ -216,7 +243,12 @@ impl Owner {
             return Ok(());
         }
         let started = Instant::now();
-        let loaded = self.shows.store().load(self.show_id).await.map_err(store_error)?;
+        let loaded = self
+            .shows
+            .store()
+            .load(self.show_id)
+            .await
+            .map_err(store_error)?;
         metrics::histogram!("onsale_show_load_seconds").record(started.elapsed().as_secs_f64());
         self.state = Some(Loaded {
             show: loaded.show,
@@ -261,14 +293,19 @@ impl Owner {
             }
             let now = self.services.clock.now();
             let Some(state) = self.state.as_mut() else {
-                return works.iter().map(|_| Err(CommandError::Unavailable)).collect();
+                return works
+                    .iter()
+                    .map(|_| Err(CommandError::Unavailable))
+                    .collect();
             };
             let mut outcomes = Vec::with_capacity(works.len());
             let mut events: Vec<ShowEvent> = Vec::new();
             for work in works.iter() {
                 let command = match work {
                     Work::Command(c) => c.clone(),
-                    Work::Sweep => ShowCommand::ExpireHolds { hold_ids: state.show.expired_holds(now, 500) },
+                    Work::Sweep => ShowCommand::ExpireHolds {
+                        hold_ids: state.show.expired_holds(now, 500),
+                    },
                     Work::Read(_) => {
                         outcomes.push(Ok(()));
                         continue;
@@ -287,13 +324,22 @@ impl Owner {
                 return outcomes;
             }
             let started = Instant::now();
-            match self.shows.store().append(self.show_id, state.version, &events).await {
+            match self
+                .shows
+                .store()
+                .append(self.show_id, state.version, &events)
+                .await
+            {
                 Ok(()) => {
-                    metrics::histogram!("onsale_commit_seconds").record(started.elapsed().as_secs_f64());
+                    metrics::histogram!("onsale_commit_seconds")
+                        .record(started.elapsed().as_secs_f64());
                     metrics::histogram!("onsale_commit_batch_commands").record(works.len() as f64);
-                    metrics::counter!("onsale_events_committed_total").increment(events.len() as u64);
+                    metrics::counter!("onsale_events_committed_total")
+                        .increment(events.len() as u64);
                     state.version += events.len() as i64;
-                    let due = state.snapshot_at.is_none_or(|at| at.elapsed() >= config.snapshot_min_interval);
+                    let due = state
+                        .snapshot_at
+                        .is_none_or(|at| at.elapsed() >= config.snapshot_min_interval);
                     if due && state.version - state.snapshot_version >= config.snapshot_every {
                         self.snapshot();
                     }
@@ -301,7 +347,10 @@ impl Owner {
                 }
                 Err(StoreError::Conflict) if attempt < config.max_conflict_retries => {
                     metrics::counter!("onsale_version_conflicts_total").increment(1);
-                    warn!(attempt, "version conflict: another writer owns a newer version; reloading");
+                    warn!(
+                        attempt,
+                        "version conflict: another writer owns a newer version; reloading"
+                    );
                     self.state = None;
                     attempt += 1;
                 }
@@ -317,7 +366,9 @@ impl Owner {
 
     /// Writes a snapshot of the committed state off the owner's path.
     fn snapshot(&mut self) {
-        let Some(state) = self.state.as_mut() else { return };
+        let Some(state) = self.state.as_mut() else {
+            return;
+        };
         let show = state.show.clone();
         let version = state.version;
         state.snapshot_version = version;
@@ -325,14 +376,17 @@ impl Owner {
         let store = self.shows.store().clone();
         let show_id = self.show_id;
         tokio::spawn(async move {
-            let payload = match tokio::task::spawn_blocking(move || serde_json::to_string(&show)).await {
-                Ok(Ok(p)) => p,
-                Ok(Err(e)) => return warn!(error = %e, "snapshot did not serialize"),
-                Err(e) => return warn!(error = %e, "snapshot task failed"),
-            };
+            let payload =
+                match tokio::task::spawn_blocking(move || serde_json::to_string(&show)).await {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(e)) => return warn!(error = %e, "snapshot did not serialize"),
+                    Err(e) => return warn!(error = %e, "snapshot task failed"),
+                };
             match store.save_snapshot(show_id, version, &payload).await {
                 Ok(()) => info!(%show_id, version, bytes = payload.len(), "snapshot written"),
-                Err(e) => warn!(%show_id, version, error = %e, "snapshot not written; the log is still complete"),
+                Err(e) => {
+                    warn!(%show_id, version, error = %e, "snapshot not written; the log is still complete")
+                }
             }
         });
     }
@@ -340,14 +394,34 @@ impl Owner {
 
 fn answer(show: &Show, command: &ShowCommand) -> Answer {
     let hold = |id, idem: &Option<onsale_domain::Idempotency>, account| {
-        let id = idem.as_ref().and_then(|i| show.hold_for_key(account, &i.key)).unwrap_or(id);
+        let id = idem
+            .as_ref()
+            .and_then(|i| show.hold_for_key(account, &i.key))
+            .unwrap_or(id);
         show.hold_view(&id).map_or(Answer::Done, Answer::Hold)
     };
     match command {
-        ShowCommand::HoldSeats { hold_id, idempotency, account, .. }
-        | ShowCommand::HoldBestAvailable { hold_id, idempotency, account, .. } => hold(*hold_id, idempotency, account),
-        ShowCommand::PlaceOrder { order_id, account, idempotency, .. } => {
-            let id = show.order_for_key(account, &idempotency.key).unwrap_or(*order_id);
+        ShowCommand::HoldSeats {
+            hold_id,
+            idempotency,
+            account,
+            ..
+        }
+        | ShowCommand::HoldBestAvailable {
+            hold_id,
+            idempotency,
+            account,
+            ..
+        } => hold(*hold_id, idempotency, account),
+        ShowCommand::PlaceOrder {
+            order_id,
+            account,
+            idempotency,
+            ..
+        } => {
+            let id = show
+                .order_for_key(account, &idempotency.key)
+                .unwrap_or(*order_id);
             show.order_view(&id).map_or(Answer::Done, Answer::Order)
         }
         _ => Answer::Done,

@@ -101,14 +101,24 @@ impl EventStore {
             None => (Show::default(), 0),
         };
         let version = self.apply_tail(&mut aggregate, &id, from).await?;
-        Ok(LoadedShow { show: aggregate, version, snapshot_version: from })
+        Ok(LoadedShow {
+            show: aggregate,
+            version,
+            snapshot_version: from,
+        })
     }
 
     /// Every event from zero, ignoring snapshots: the reference a snapshot is checked against.
     pub async fn replay(&self, show: ShowId) -> Result<LoadedShow> {
         let mut aggregate = Show::default();
-        let version = self.apply_tail(&mut aggregate, &show.to_string(), 0).await?;
-        Ok(LoadedShow { show: aggregate, version, snapshot_version: 0 })
+        let version = self
+            .apply_tail(&mut aggregate, &show.to_string(), 0)
+            .await?;
+        Ok(LoadedShow {
+            show: aggregate,
+            version,
+            snapshot_version: 0,
+        })
     }
 
     async fn apply_tail(&self, aggregate: &mut Show, id: &str, after: i64) -> Result<i64> {
@@ -125,7 +135,9 @@ impl EventStore {
         let mut version = after;
         for (seq, payload) in rows {
             if seq != version + 1 {
-                return Err(StoreError::Corrupt(format!("{id}: sequence {seq} follows {version}")));
+                return Err(StoreError::Corrupt(format!(
+                    "{id}: sequence {seq} follows {version}"
+                )));
             }
             let event: ShowEvent = serde_json::from_str(&payload)
                 .map_err(|e| StoreError::Corrupt(format!("{id}@{seq}: {e}")))?;
@@ -163,7 +175,8 @@ impl EventStore {
     }
 
     pub async fn register_venue(&self, venue: VenueId, event: &VenueEvent) -> Result<()> {
-        let payload = serde_json::to_string(event).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let payload =
+            serde_json::to_string(event).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         sqlx::query(
             "INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata)
              VALUES ($1, $2, 1, $3, '1', $4::json, '{}'::json)",

@@ -37,7 +37,11 @@ pub enum ShowError {
     #[error("this idempotency key was used with a different request")]
     IdempotencyKeyReused,
     #[error("{entity} cannot go from {from} by {by}")]
-    InvalidTransition { entity: &'static str, from: &'static str, by: &'static str },
+    InvalidTransition {
+        entity: &'static str,
+        from: &'static str,
+        by: &'static str,
+    },
 }
 
 impl ShowError {

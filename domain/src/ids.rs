@@ -15,7 +15,9 @@ use crate::error::ShowError;
 macro_rules! uuid_id {
     ($name:ident, $what:literal) => {
         #[doc = concat!("The id of a ", $what, ".")]
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+        )]
         #[serde(transparent)]
         pub struct $name(Uuid);
 
@@ -166,11 +168,20 @@ mod tests {
 
     #[test]
     fn malformed_ids_are_refused() {
-        for bad in ["", "h_", "h_123_456", "o_00000000000000000000000000000000_x", "nonsense"] {
+        for bad in [
+            "",
+            "h_",
+            "h_123_456",
+            "o_00000000000000000000000000000000_x",
+            "nonsense",
+        ] {
             assert!(bad.parse::<HoldId>().is_err(), "{bad}");
         }
         let order = OrderId::new(ShowId::random()).to_string();
-        assert!(order.parse::<HoldId>().is_err(), "an order id is not a hold id");
+        assert!(
+            order.parse::<HoldId>().is_err(),
+            "an order id is not a hold id"
+        );
         assert!(AccountId::parse("has space").is_err());
         assert!(AccountId::parse(&"x".repeat(129)).is_err());
         assert!(IdempotencyKey::parse("k-1").is_ok());

@@ -44,7 +44,9 @@ fn valid_label(what: &str, s: &str) -> Result<(), ShowError> {
 impl VenueLayout {
     pub fn parse(sections: Vec<SectionLayout>) -> Result<Self, ShowError> {
         if sections.is_empty() {
-            return Err(ShowError::Invalid("a venue needs at least one section".into()));
+            return Err(ShowError::Invalid(
+                "a venue needs at least one section".into(),
+            ));
         }
         let mut total: u64 = 0;
         let mut names = std::collections::HashSet::new();
@@ -52,10 +54,16 @@ impl VenueLayout {
             valid_label("section", &s.section)?;
             valid_label("price tier", &s.price_tier)?;
             if !names.insert(s.section.as_str()) {
-                return Err(ShowError::Invalid(format!("section {} appears twice", s.section)));
+                return Err(ShowError::Invalid(format!(
+                    "section {} appears twice",
+                    s.section
+                )));
             }
             if s.rows.is_empty() {
-                return Err(ShowError::Invalid(format!("section {} has no rows", s.section)));
+                return Err(ShowError::Invalid(format!(
+                    "section {} has no rows",
+                    s.section
+                )));
             }
             let mut rows = std::collections::HashSet::new();
             for r in &s.rows {
@@ -88,7 +96,11 @@ impl VenueLayout {
     }
 
     pub fn seat_count(&self) -> u32 {
-        self.sections.iter().flat_map(|s| &s.rows).map(|r| r.seats).sum()
+        self.sections
+            .iter()
+            .flat_map(|s| &s.rows)
+            .map(|r| r.seats)
+            .sum()
     }
 
     pub fn price_tiers(&self) -> impl Iterator<Item = &str> {

@@ -22,11 +22,11 @@ pub use clock::{Clock, ManualClock};
 pub use error::{Result, ShowError};
 pub use ids::{AccountId, HoldId, IdempotencyKey, OrderId, ShowId, VenueId};
 pub use layout::{RowLayout, SectionLayout, VenueLayout};
-pub use venue::{VenueEvent, VENUE_TYPE};
 pub use show::{
     HoldStatus, HoldView, Idempotency, OrderStatus, OrderView, Show, ShowCommand, ShowEvent,
     ShowInfo, ShowServices, MAX_SEATS_PER_ACCOUNT,
 };
+pub use venue::{VenueEvent, VENUE_TYPE};
 
 #[cfg(test)]
 mod show_tests;

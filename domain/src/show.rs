@@ -56,7 +56,10 @@ pub struct ShowInfo {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ShowCommand {
-    Schedule { info: ShowInfo, layout: VenueLayout },
+    Schedule {
+        info: ShowInfo,
+        layout: VenueLayout,
+    },
     HoldSeats {
         hold_id: HoldId,
         account: AccountId,
@@ -70,7 +73,10 @@ pub enum ShowCommand {
         section: Option<String>,
         idempotency: Option<Idempotency>,
     },
-    ReleaseHold { hold_id: HoldId, account: AccountId },
+    ReleaseHold {
+        hold_id: HoldId,
+        account: AccountId,
+    },
     PlaceOrder {
         order_id: OrderId,
         hold_id: HoldId,
@@ -78,18 +84,33 @@ pub enum ShowCommand {
         payment_token: String,
         idempotency: Idempotency,
     },
-    RecordPaymentSucceeded { order_id: OrderId },
-    RecordPaymentFailed { order_id: OrderId, reason: String },
-    RecordPaymentAmbiguous { order_id: OrderId, reason: String },
-    CompensateOrder { order_id: OrderId },
+    RecordPaymentSucceeded {
+        order_id: OrderId,
+    },
+    RecordPaymentFailed {
+        order_id: OrderId,
+        reason: String,
+    },
+    RecordPaymentAmbiguous {
+        order_id: OrderId,
+        reason: String,
+    },
+    CompensateOrder {
+        order_id: OrderId,
+    },
     /// The sweeper's command: each hold is expired only if it is still that hold, still active
     /// and past its expiry, so a late sweep can never release somebody else's newer hold.
-    ExpireHolds { hold_ids: Vec<HoldId> },
+    ExpireHolds {
+        hold_ids: Vec<HoldId>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ShowEvent {
-    ShowScheduled { info: ShowInfo, layout: VenueLayout },
+    ShowScheduled {
+        info: ShowInfo,
+        layout: VenueLayout,
+    },
     SeatsHeld {
         hold_id: HoldId,
         account_id: AccountId,
@@ -98,8 +119,12 @@ pub enum ShowEvent {
         best_available: bool,
         idempotency: Option<Idempotency>,
     },
-    HoldReleased { hold_id: HoldId },
-    HoldExpired { hold_id: HoldId },
+    HoldReleased {
+        hold_id: HoldId,
+    },
+    HoldExpired {
+        hold_id: HoldId,
+    },
     OrderPlaced {
         order_id: OrderId,
         hold_id: HoldId,
@@ -110,10 +135,25 @@ pub enum ShowEvent {
         placed_at: DateTime<Utc>,
         idempotency: Idempotency,
     },
-    PaymentSucceeded { order_id: OrderId, at: DateTime<Utc> },
-    PaymentFailed { order_id: OrderId, reason: String, at: DateTime<Utc> },
-    PaymentAmbiguous { order_id: OrderId, reason: String, at: DateTime<Utc> },
-    OrderCompensated { order_id: OrderId, seat_ids: Vec<String>, at: DateTime<Utc> },
+    PaymentSucceeded {
+        order_id: OrderId,
+        at: DateTime<Utc>,
+    },
+    PaymentFailed {
+        order_id: OrderId,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+    PaymentAmbiguous {
+        order_id: OrderId,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+    OrderCompensated {
+        order_id: OrderId,
+        seat_ids: Vec<String>,
+        at: DateTime<Utc>,
+    },
 }
 
 impl DomainEvent for ShowEvent {
@@ -322,11 +362,18 @@ impl Show {
 
     /// Each seat's id and state, in layout order.
     pub fn seats(&self) -> impl Iterator<Item = (&str, &Seat)> {
-        self.index.seat_names.iter().map(String::as_str).zip(self.seats.iter())
+        self.index
+            .seat_names
+            .iter()
+            .map(String::as_str)
+            .zip(self.seats.iter())
     }
 
     pub fn seat(&self, seat_id: &str) -> Option<&Seat> {
-        self.index.seat_by_id.get(seat_id).map(|&i| &self.seats[i as usize])
+        self.index
+            .seat_by_id
+            .get(seat_id)
+            .map(|&i| &self.seats[i as usize])
     }
 
     pub fn hold(&self, id: &HoldId) -> Option<&Hold> {
@@ -346,7 +393,10 @@ impl Show {
     }
 
     pub fn seat_names(&self, seats: &[u32]) -> Vec<String> {
-        seats.iter().map(|&i| self.index.seat_names[i as usize].clone()).collect()
+        seats
+            .iter()
+            .map(|&i| self.index.seat_names[i as usize].clone())
+            .collect()
     }
 
     pub fn hold_view(&self, id: &HoldId) -> Option<HoldView> {
@@ -377,7 +427,11 @@ impl Show {
 
     /// The hold a request with this key created, if any.
     pub fn hold_for_key(&self, account: &AccountId, key: &IdempotencyKey) -> Option<HoldId> {
-        match self.idempotency.get(&(account.clone(), key.clone()))?.outcome {
+        match self
+            .idempotency
+            .get(&(account.clone(), key.clone()))?
+            .outcome
+        {
             Outcome::Hold(h) => Some(h),
             Outcome::Order(_) => None,
         }
@@ -385,7 +439,11 @@ impl Show {
 
     /// The order a request with this key created, if any.
     pub fn order_for_key(&self, account: &AccountId, key: &IdempotencyKey) -> Option<OrderId> {
-        match self.idempotency.get(&(account.clone(), key.clone()))?.outcome {
+        match self
+            .idempotency
+            .get(&(account.clone(), key.clone()))?
+            .outcome
+        {
             Outcome::Order(o) => Some(o),
             Outcome::Hold(_) => None,
         }
@@ -436,7 +494,12 @@ impl Show {
         let info = self.info.as_ref().ok_or(ShowError::ShowNotFound)?;
         match command {
             ShowCommand::Schedule { .. } => Err(ShowError::ShowAlreadyExists),
-            ShowCommand::HoldSeats { hold_id, account, seat_ids, idempotency } => {
+            ShowCommand::HoldSeats {
+                hold_id,
+                account,
+                seat_ids,
+                idempotency,
+            } => {
                 if let Some(replay) = self.replayed(&account, idempotency.as_ref(), Kind::Hold)? {
                     return Ok(replay);
                 }
@@ -454,7 +517,10 @@ impl Show {
                 if !unknown.is_empty() {
                     return Err(ShowError::UnknownSeat(unknown));
                 }
-                let seats: Vec<u32> = wanted.iter().map(|s| self.index.seat_by_id[s.as_str()]).collect();
+                let seats: Vec<u32> = wanted
+                    .iter()
+                    .map(|s| self.index.seat_by_id[s.as_str()])
+                    .collect();
                 self.check_cap(&account, seats.len(), now)?;
                 let lost: Vec<String> = seats
                     .iter()
@@ -466,7 +532,13 @@ impl Show {
                 }
                 self.acquire(hold_id, account, seats, false, idempotency, info, now)
             }
-            ShowCommand::HoldBestAvailable { hold_id, account, quantity, section, idempotency } => {
+            ShowCommand::HoldBestAvailable {
+                hold_id,
+                account,
+                quantity,
+                section,
+                idempotency,
+            } => {
                 if let Some(replay) = self.replayed(&account, idempotency.as_ref(), Kind::Hold)? {
                     return Ok(replay);
                 }
@@ -501,7 +573,13 @@ impl Show {
                     }),
                 }
             }
-            ShowCommand::PlaceOrder { order_id, hold_id, account, payment_token, idempotency } => {
+            ShowCommand::PlaceOrder {
+                order_id,
+                hold_id,
+                account,
+                payment_token,
+                idempotency,
+            } => {
                 if let Some(replay) = self.replayed(&account, Some(&idempotency), Kind::Order)? {
                     return Ok(replay);
                 }
@@ -535,12 +613,20 @@ impl Show {
             }
             ShowCommand::RecordPaymentFailed { order_id, reason } => {
                 self.order_move(&order_id, OrderMove::Fail, "payment failed", || {
-                    ShowEvent::PaymentFailed { order_id, reason, at: now }
+                    ShowEvent::PaymentFailed {
+                        order_id,
+                        reason,
+                        at: now,
+                    }
                 })
             }
             ShowCommand::RecordPaymentAmbiguous { order_id, reason } => {
                 self.order_move(&order_id, OrderMove::Ambiguous, "payment ambiguous", || {
-                    ShowEvent::PaymentAmbiguous { order_id, reason, at: now }
+                    ShowEvent::PaymentAmbiguous {
+                        order_id,
+                        reason,
+                        at: now,
+                    }
                 })
             }
             ShowCommand::CompensateOrder { order_id } => {
@@ -550,7 +636,11 @@ impl Show {
                     .map(|o| self.seat_names(&o.seats))
                     .unwrap_or_default();
                 self.order_move(&order_id, OrderMove::Compensate, "compensation", || {
-                    ShowEvent::OrderCompensated { order_id, seat_ids, at: now }
+                    ShowEvent::OrderCompensated {
+                        order_id,
+                        seat_ids,
+                        at: now,
+                    }
                 })
             }
             ShowCommand::ExpireHolds { hold_ids } => {
@@ -577,15 +667,23 @@ impl Show {
         for tier in layout.price_tiers() {
             match info.prices.get(tier) {
                 Some(&cents) if cents >= 0 => {}
-                Some(_) => return Err(ShowError::Invalid(format!("price of tier {tier} is negative"))),
+                Some(_) => {
+                    return Err(ShowError::Invalid(format!(
+                        "price of tier {tier} is negative"
+                    )))
+                }
                 None => return Err(ShowError::Invalid(format!("no price for tier {tier}"))),
             }
         }
         if info.hold_ttl_seconds == 0 || info.hold_ttl_seconds > 3_600 {
-            return Err(ShowError::Invalid("holdTtlSeconds must be 1 to 3600".into()));
+            return Err(ShowError::Invalid(
+                "holdTtlSeconds must be 1 to 3600".into(),
+            ));
         }
         if info.on_sale_at >= info.starts_at {
-            return Err(ShowError::Invalid("onSaleAt must be before startsAt".into()));
+            return Err(ShowError::Invalid(
+                "onSaleAt must be before startsAt".into(),
+            ));
         }
         Ok(vec![ShowEvent::ShowScheduled { info, layout }])
     }
@@ -608,7 +706,9 @@ impl Show {
         idempotency: Option<&Idempotency>,
         kind: Kind,
     ) -> Result<Option<Vec<ShowEvent>>> {
-        let Some(idem) = idempotency else { return Ok(None) };
+        let Some(idem) = idempotency else {
+            return Ok(None);
+        };
         let Some(record) = self.idempotency.get(&(account.clone(), idem.key.clone())) else {
             return Ok(None);
         };
@@ -626,7 +726,10 @@ impl Show {
     fn check_cap(&self, account: &AccountId, wanted: usize, now: DateTime<Utc>) -> Result<()> {
         let already = self.seats_claimed_by(account, now);
         if u64::from(already) + wanted as u64 > u64::from(MAX_SEATS_PER_ACCOUNT) {
-            return Err(ShowError::HoldLimit { limit: MAX_SEATS_PER_ACCOUNT, already });
+            return Err(ShowError::HoldLimit {
+                limit: MAX_SEATS_PER_ACCOUNT,
+                already,
+            });
         }
         Ok(())
     }
@@ -685,8 +788,10 @@ impl Show {
                 lapsed.insert(h);
             }
         }
-        let mut events: Vec<ShowEvent> =
-            lapsed.into_iter().map(|hold_id| ShowEvent::HoldExpired { hold_id }).collect();
+        let mut events: Vec<ShowEvent> = lapsed
+            .into_iter()
+            .map(|hold_id| ShowEvent::HoldExpired { hold_id })
+            .collect();
         events.push(ShowEvent::SeatsHeld {
             hold_id,
             account_id: account,
@@ -700,12 +805,18 @@ impl Show {
 
     /// Best available: the first run of `quantity` adjacent free seats in one row, walking
     /// sections and rows in layout order (best first); failing that, the first free seats.
-    fn best_available(&self, quantity: u32, section: Option<u32>, now: DateTime<Utc>) -> Option<Vec<u32>> {
+    fn best_available(
+        &self,
+        quantity: u32,
+        section: Option<u32>,
+        now: DateTime<Utc>,
+    ) -> Option<Vec<u32>> {
         let rows = match section {
             Some(s) => self.index.section_rows[s as usize].clone(),
             None => 0..self.index.rows.len() as u32,
         };
-        let candidate = |r: u32| self.index.row_available[r as usize] + self.index.row_held[r as usize];
+        let candidate =
+            |r: u32| self.index.row_available[r as usize] + self.index.row_held[r as usize];
         for r in rows.clone() {
             if candidate(r) < quantity {
                 continue;
@@ -747,7 +858,9 @@ impl Show {
     }
 
     fn seat_indices(&self, ids: &[String]) -> Vec<u32> {
-        ids.iter().filter_map(|s| self.index.seat_by_id.get(s).copied()).collect()
+        ids.iter()
+            .filter_map(|s| self.index.seat_by_id.get(s).copied())
+            .collect()
     }
 
     /// Moves one seat by the table; a move the table refuses is a bug in `decide` and leaves
@@ -776,8 +889,12 @@ impl Show {
     }
 
     fn end_hold(&mut self, hold_id: &HoldId, by: HoldMove) {
-        let Some(hold) = self.holds.get_mut(hold_id) else { return };
-        let Verdict::To(state) = hold.state.verdict(by) else { return };
+        let Some(hold) = self.holds.get_mut(hold_id) else {
+            return;
+        };
+        let Verdict::To(state) = hold.state.verdict(by) else {
+            return;
+        };
         hold.state = state;
         let (seats, expires_at) = (hold.seats.clone(), hold.expires_at);
         self.index.expiry.remove(&(expires_at, *hold_id));
@@ -805,7 +922,11 @@ impl Show {
             ix.section_price.push(price);
             for row in &section.rows {
                 let r = ix.rows.len() as u32;
-                ix.rows.push(RowSpan { section: s as u32, start: seat, len: row.seats });
+                ix.rows.push(RowSpan {
+                    section: s as u32,
+                    start: seat,
+                    len: row.seats,
+                });
                 ix.row_available.push(0);
                 ix.row_held.push(0);
                 for n in 1..=row.seats {
@@ -830,13 +951,19 @@ impl Show {
             }
         }
         for (id, hold) in &self.holds {
-            ix.account_holds.entry(hold.account.clone()).or_default().push(*id);
+            ix.account_holds
+                .entry(hold.account.clone())
+                .or_default()
+                .push(*id);
             if hold.state == HoldState::Active {
                 ix.expiry.insert((hold.expires_at, *id));
             }
         }
         for (id, order) in &self.orders {
-            ix.account_orders.entry(order.account.clone()).or_default().push(*id);
+            ix.account_orders
+                .entry(order.account.clone())
+                .or_default()
+                .push(*id);
         }
         self.index = ix;
     }
@@ -880,7 +1007,14 @@ impl Aggregate for Show {
                 self.seats.clear();
                 self.rebuild_index();
             }
-            ShowEvent::SeatsHeld { hold_id, account_id, seat_ids, expires_at, idempotency, .. } => {
+            ShowEvent::SeatsHeld {
+                hold_id,
+                account_id,
+                seat_ids,
+                expires_at,
+                idempotency,
+                ..
+            } => {
                 let seats = self.seat_indices(&seat_ids);
                 for &i in &seats {
                     self.move_seat(i, SeatMove::Hold, Seat::Held(hold_id));
@@ -888,11 +1022,21 @@ impl Aggregate for Show {
                 if let Some(idem) = idempotency {
                     self.remember(&account_id, idem, Outcome::Hold(hold_id));
                 }
-                self.index.account_holds.entry(account_id.clone()).or_default().push(hold_id);
+                self.index
+                    .account_holds
+                    .entry(account_id.clone())
+                    .or_default()
+                    .push(hold_id);
                 self.index.expiry.insert((expires_at, hold_id));
                 self.holds.insert(
                     hold_id,
-                    Hold { account: account_id, seats, expires_at, state: HoldState::Active, order: None },
+                    Hold {
+                        account: account_id,
+                        seats,
+                        expires_at,
+                        state: HoldState::Active,
+                        order: None,
+                    },
                 );
             }
             ShowEvent::HoldReleased { hold_id } => self.end_hold(&hold_id, HoldMove::Release),
@@ -916,7 +1060,11 @@ impl Aggregate for Show {
                     self.move_seat(i, SeatMove::Order, Seat::PendingPayment(order_id));
                 }
                 self.remember(&account_id, idempotency, Outcome::Order(order_id));
-                self.index.account_orders.entry(account_id.clone()).or_default().push(order_id);
+                self.index
+                    .account_orders
+                    .entry(account_id.clone())
+                    .or_default()
+                    .push(order_id);
                 self.orders.insert(
                     order_id,
                     Order {
@@ -939,7 +1087,9 @@ impl Aggregate for Show {
                     }
                 }
             }
-            ShowEvent::PaymentFailed { order_id, reason, .. } => {
+            ShowEvent::PaymentFailed {
+                order_id, reason, ..
+            } => {
                 self.order_to(&order_id, OrderMove::Fail);
                 if let Some(o) = self.orders.get_mut(&order_id) {
                     o.failure = Some(reason);
@@ -969,7 +1119,12 @@ impl Show {
         let key = (account.clone(), idem.key.clone());
         self.idempotency.insert(
             key,
-            IdempotencyRecord { account: account.clone(), key: idem.key, fingerprint: idem.fingerprint, outcome },
+            IdempotencyRecord {
+                account: account.clone(),
+                key: idem.key,
+                fingerprint: idem.fingerprint,
+                outcome,
+            },
         );
     }
 

@@ -9,7 +9,9 @@ use cqrs_es::test::TestFramework;
 use crate::*;
 
 pub(crate) fn t0() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0).single().expect("valid time")
+    Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0)
+        .single()
+        .expect("valid time")
 }
 
 fn show_id() -> ShowId {
@@ -21,12 +23,24 @@ fn layout() -> VenueLayout {
         SectionLayout {
             section: "A".into(),
             price_tier: "P".into(),
-            rows: vec![RowLayout { row: "1".into(), seats: 4 }, RowLayout { row: "2".into(), seats: 4 }],
+            rows: vec![
+                RowLayout {
+                    row: "1".into(),
+                    seats: 4,
+                },
+                RowLayout {
+                    row: "2".into(),
+                    seats: 4,
+                },
+            ],
         },
         SectionLayout {
             section: "B".into(),
             price_tier: "Q".into(),
-            rows: vec![RowLayout { row: "1".into(), seats: 10 }],
+            rows: vec![RowLayout {
+                row: "1".into(),
+                seats: 10,
+            }],
         },
     ])
     .expect("valid layout")
@@ -49,7 +63,10 @@ fn info(ttl: u32) -> ShowInfo {
 }
 
 fn scheduled() -> ShowEvent {
-    ShowEvent::ShowScheduled { info: info(600), layout: layout() }
+    ShowEvent::ShowScheduled {
+        info: info(600),
+        layout: layout(),
+    }
 }
 
 fn at(offset_secs: i64) -> TestFramework<Show> {
@@ -64,15 +81,22 @@ fn acct(name: &str) -> AccountId {
 
 fn hold_id(n: u128) -> HoldId {
     // Deterministic ids keep expected events comparable.
-    format!("h_{}_{:032x}", show_id().uuid().simple(), n).parse().expect("hold id")
+    format!("h_{}_{:032x}", show_id().uuid().simple(), n)
+        .parse()
+        .expect("hold id")
 }
 
 fn order_id(n: u128) -> OrderId {
-    format!("o_{}_{:032x}", show_id().uuid().simple(), n).parse().expect("order id")
+    format!("o_{}_{:032x}", show_id().uuid().simple(), n)
+        .parse()
+        .expect("order id")
 }
 
 fn idem(key: &str, fp: &str) -> Idempotency {
-    Idempotency { key: IdempotencyKey::parse(key).expect("key"), fingerprint: fp.into() }
+    Idempotency {
+        key: IdempotencyKey::parse(key).expect("key"),
+        fingerprint: fp.into(),
+    }
 }
 
 fn seats(ids: &[&str]) -> Vec<String> {
@@ -91,7 +115,12 @@ fn held(n: u128, who: &str, ids: &[&str], expires_in: i64) -> ShowEvent {
 }
 
 fn hold_cmd(n: u128, who: &str, ids: &[&str]) -> ShowCommand {
-    ShowCommand::HoldSeats { hold_id: hold_id(n), account: acct(who), seat_ids: seats(ids), idempotency: None }
+    ShowCommand::HoldSeats {
+        hold_id: hold_id(n),
+        account: acct(who),
+        seat_ids: seats(ids),
+        idempotency: None,
+    }
 }
 
 fn placed(order: u128, hold: u128, who: &str, ids: &[&str], total: i64) -> ShowEvent {
@@ -123,7 +152,10 @@ fn scheduling_refuses_a_tier_without_a_price() {
     bad.prices.remove("Q");
     at(0)
         .given_no_previous_events()
-        .when(ShowCommand::Schedule { info: bad, layout: layout() })
+        .when(ShowCommand::Schedule {
+            info: bad,
+            layout: layout(),
+        })
         .then_expect_error(ShowError::Invalid("no price for tier Q".into()));
 }
 
@@ -138,7 +170,10 @@ fn holding_free_seats_emits_one_hold_expiring_after_the_ttl() {
 #[test]
 fn the_show_ttl_overrides_the_default() {
     at(0)
-        .given(vec![ShowEvent::ShowScheduled { info: info(120), layout: layout() }])
+        .given(vec![ShowEvent::ShowScheduled {
+            info: info(120),
+            layout: layout(),
+        }])
         .when(hold_cmd(1, "ann", &["A-1-1"]))
         .then_expect_events(vec![held(1, "ann", &["A-1-1"], 120)]);
 }
@@ -164,7 +199,9 @@ fn holds_are_all_or_none_and_name_the_lost_seats() {
     at(10)
         .given(vec![scheduled(), held(1, "bob", &["A-1-2"], 600)])
         .when(hold_cmd(2, "ann", &["A-1-1", "A-1-2", "A-1-3"]))
-        .then_expect_error(ShowError::SeatUnavailable { lost: seats(&["A-1-2"]) });
+        .then_expect_error(ShowError::SeatUnavailable {
+            lost: seats(&["A-1-2"]),
+        });
 }
 
 #[test]
@@ -173,7 +210,9 @@ fn an_expired_hold_is_reclaimed_on_acquire() {
         .given(vec![scheduled(), held(1, "bob", &["A-1-1", "A-1-2"], 600)])
         .when(hold_cmd(2, "ann", &["A-1-2"]))
         .then_expect_events(vec![
-            ShowEvent::HoldExpired { hold_id: hold_id(1) },
+            ShowEvent::HoldExpired {
+                hold_id: hold_id(1),
+            },
             held(2, "ann", &["A-1-2"], 1201),
         ]);
 }
@@ -183,7 +222,9 @@ fn a_hold_is_not_reclaimable_at_the_instant_before_it_expires() {
     at(599)
         .given(vec![scheduled(), held(1, "bob", &["A-1-1"], 600)])
         .when(hold_cmd(2, "ann", &["A-1-1"]))
-        .then_expect_error(ShowError::SeatUnavailable { lost: seats(&["A-1-1"]) });
+        .then_expect_error(ShowError::SeatUnavailable {
+            lost: seats(&["A-1-1"]),
+        });
 }
 
 #[test]
@@ -196,13 +237,24 @@ fn the_account_cap_counts_live_holds_and_orders() {
             placed(1, 2, "ann", &["A-1-1", "A-1-2"], 24_000),
         ])
         .when(hold_cmd(3, "ann", &["B-1-5", "B-1-6", "B-1-7"]))
-        .then_expect_error(ShowError::HoldLimit { limit: 8, already: 6 });
+        .then_expect_error(ShowError::HoldLimit {
+            limit: 8,
+            already: 6,
+        });
 }
 
 #[test]
 fn expired_holds_do_not_count_against_the_cap() {
     at(700)
-        .given(vec![scheduled(), held(1, "ann", &["B-1-1", "B-1-2", "B-1-3", "B-1-4", "B-1-5", "B-1-6"], 600)])
+        .given(vec![
+            scheduled(),
+            held(
+                1,
+                "ann",
+                &["B-1-1", "B-1-2", "B-1-3", "B-1-4", "B-1-5", "B-1-6"],
+                600,
+            ),
+        ])
         .when(hold_cmd(2, "ann", &["A-1-1", "A-1-2", "A-1-3"]))
         .then_expect_events(vec![held(2, "ann", &["A-1-1", "A-1-2", "A-1-3"], 1300)]);
 }
@@ -214,12 +266,18 @@ fn more_than_the_cap_in_one_request_is_refused() {
     at(0)
         .given(vec![scheduled()])
         .when(hold_cmd(1, "ann", &refs))
-        .then_expect_error(ShowError::HoldLimit { limit: 8, already: 0 });
+        .then_expect_error(ShowError::HoldLimit {
+            limit: 8,
+            already: 0,
+        });
 }
 
 #[test]
 fn holds_before_the_on_sale_are_refused() {
-    at(-7_200).given(vec![scheduled()]).when(hold_cmd(1, "ann", &["A-1-1"])).then_expect_error(ShowError::SaleNotOpen);
+    at(-7_200)
+        .given(vec![scheduled()])
+        .when(hold_cmd(1, "ann", &["A-1-1"]))
+        .then_expect_error(ShowError::SaleNotOpen);
 }
 
 #[test]
@@ -284,24 +342,44 @@ fn release_is_guarded_on_the_holder_and_idempotent() {
     let given = vec![scheduled(), held(1, "ann", &["A-1-1"], 600)];
     at(0)
         .given(given.clone())
-        .when(ShowCommand::ReleaseHold { hold_id: hold_id(1), account: acct("bob") })
+        .when(ShowCommand::ReleaseHold {
+            hold_id: hold_id(1),
+            account: acct("bob"),
+        })
         .then_expect_error(ShowError::HoldNotFound);
     at(0)
         .given(given.clone())
-        .when(ShowCommand::ReleaseHold { hold_id: hold_id(1), account: acct("ann") })
-        .then_expect_events(vec![ShowEvent::HoldReleased { hold_id: hold_id(1) }]);
+        .when(ShowCommand::ReleaseHold {
+            hold_id: hold_id(1),
+            account: acct("ann"),
+        })
+        .then_expect_events(vec![ShowEvent::HoldReleased {
+            hold_id: hold_id(1),
+        }]);
     at(0)
         .given(given)
-        .and(vec![ShowEvent::HoldReleased { hold_id: hold_id(1) }])
-        .when(ShowCommand::ReleaseHold { hold_id: hold_id(1), account: acct("ann") })
+        .and(vec![ShowEvent::HoldReleased {
+            hold_id: hold_id(1),
+        }])
+        .when(ShowCommand::ReleaseHold {
+            hold_id: hold_id(1),
+            account: acct("ann"),
+        })
         .then_expect_events(vec![]);
 }
 
 #[test]
 fn an_ordered_hold_cannot_be_released() {
     at(0)
-        .given(vec![scheduled(), held(1, "ann", &["A-1-1"], 600), placed(1, 1, "ann", &["A-1-1"], 12_000)])
-        .when(ShowCommand::ReleaseHold { hold_id: hold_id(1), account: acct("ann") })
+        .given(vec![
+            scheduled(),
+            held(1, "ann", &["A-1-1"], 600),
+            placed(1, 1, "ann", &["A-1-1"], 12_000),
+        ])
+        .when(ShowCommand::ReleaseHold {
+            hold_id: hold_id(1),
+            account: acct("ann"),
+        })
         .then_expect_error(ShowError::HoldOrdered(order_id(1)));
 }
 
@@ -312,7 +390,10 @@ fn an_order_records_the_price_of_its_seats() {
         .when(place_cmd(1, 1, "ann", "k-order", "fp-order"))
         .inspect_result()
         .expect("order placed");
-    assert_eq!(events, vec![placed(1, 1, "ann", &["A-1-1", "B-1-1"], 17_000)]);
+    assert_eq!(
+        events,
+        vec![placed(1, 1, "ann", &["A-1-1", "B-1-1"], 17_000)]
+    );
 }
 
 #[test]
@@ -330,7 +411,9 @@ fn an_order_is_fenced_by_the_hold_identity() {
         .given(vec![
             scheduled(),
             held(1, "ann", &["A-1-1"], 600),
-            ShowEvent::HoldExpired { hold_id: hold_id(1) },
+            ShowEvent::HoldExpired {
+                hold_id: hold_id(1),
+            },
             held(2, "bob", &["A-1-1"], 1300),
         ])
         .when(place_cmd(1, 1, "ann", "k", "fp"))
@@ -343,8 +426,15 @@ fn an_order_is_fenced_by_the_hold_identity() {
 
 #[test]
 fn an_order_retry_with_its_key_replays_even_after_the_hold_expired() {
-    let given = vec![scheduled(), held(1, "ann", &["A-1-1"], 600), placed(1, 1, "ann", &["A-1-1"], 12_000)];
-    at(900).given(given.clone()).when(place_cmd(2, 1, "ann", "k-order", "fp-order")).then_expect_events(vec![]);
+    let given = vec![
+        scheduled(),
+        held(1, "ann", &["A-1-1"], 600),
+        placed(1, 1, "ann", &["A-1-1"], 12_000),
+    ];
+    at(900)
+        .given(given.clone())
+        .when(place_cmd(2, 1, "ann", "k-order", "fp-order"))
+        .then_expect_events(vec![]);
     at(0)
         .given(given.clone())
         .when(place_cmd(2, 1, "ann", "k-order", "fp-other"))
@@ -371,7 +461,10 @@ fn a_hold_retry_with_its_key_replays_and_another_body_is_refused() {
         seat_ids: seats(&["A-1-1"]),
         idempotency: Some(idem("k1", fp)),
     };
-    at(5).given(vec![scheduled(), with_key.clone()]).when(retry("fp1")).then_expect_events(vec![]);
+    at(5)
+        .given(vec![scheduled(), with_key.clone()])
+        .when(retry("fp1"))
+        .then_expect_events(vec![]);
     at(5)
         .given(vec![scheduled(), with_key])
         .when(retry("fp2"))
@@ -380,21 +473,45 @@ fn a_hold_retry_with_its_key_replays_and_another_body_is_refused() {
 
 #[test]
 fn payment_success_sells_and_is_idempotent_but_never_revives_a_failed_order() {
-    let given = vec![scheduled(), held(1, "ann", &["A-1-1"], 600), placed(1, 1, "ann", &["A-1-1"], 12_000)];
+    let given = vec![
+        scheduled(),
+        held(1, "ann", &["A-1-1"], 600),
+        placed(1, 1, "ann", &["A-1-1"], 12_000),
+    ];
     at(1)
         .given(given.clone())
-        .when(ShowCommand::RecordPaymentSucceeded { order_id: order_id(1) })
-        .then_expect_events(vec![ShowEvent::PaymentSucceeded { order_id: order_id(1), at: t0() + Duration::seconds(1) }]);
+        .when(ShowCommand::RecordPaymentSucceeded {
+            order_id: order_id(1),
+        })
+        .then_expect_events(vec![ShowEvent::PaymentSucceeded {
+            order_id: order_id(1),
+            at: t0() + Duration::seconds(1),
+        }]);
     at(1)
         .given(given.clone())
-        .and(vec![ShowEvent::PaymentSucceeded { order_id: order_id(1), at: t0() }])
-        .when(ShowCommand::RecordPaymentSucceeded { order_id: order_id(1) })
+        .and(vec![ShowEvent::PaymentSucceeded {
+            order_id: order_id(1),
+            at: t0(),
+        }])
+        .when(ShowCommand::RecordPaymentSucceeded {
+            order_id: order_id(1),
+        })
         .then_expect_events(vec![]);
     at(1)
         .given(given)
-        .and(vec![ShowEvent::PaymentFailed { order_id: order_id(1), reason: "declined".into(), at: t0() }])
-        .when(ShowCommand::RecordPaymentSucceeded { order_id: order_id(1) })
-        .then_expect_error(ShowError::InvalidTransition { entity: "order", from: "FAILED", by: "payment succeeded" });
+        .and(vec![ShowEvent::PaymentFailed {
+            order_id: order_id(1),
+            reason: "declined".into(),
+            at: t0(),
+        }])
+        .when(ShowCommand::RecordPaymentSucceeded {
+            order_id: order_id(1),
+        })
+        .then_expect_error(ShowError::InvalidTransition {
+            entity: "order",
+            from: "FAILED",
+            by: "payment succeeded",
+        });
 }
 
 #[test]
@@ -403,16 +520,32 @@ fn a_confirmed_order_never_fails_or_compensates() {
         scheduled(),
         held(1, "ann", &["A-1-1"], 600),
         placed(1, 1, "ann", &["A-1-1"], 12_000),
-        ShowEvent::PaymentSucceeded { order_id: order_id(1), at: t0() },
+        ShowEvent::PaymentSucceeded {
+            order_id: order_id(1),
+            at: t0(),
+        },
     ];
     at(1)
         .given(given.clone())
-        .when(ShowCommand::RecordPaymentFailed { order_id: order_id(1), reason: "late".into() })
-        .then_expect_error(ShowError::InvalidTransition { entity: "order", from: "CONFIRMED", by: "payment failed" });
+        .when(ShowCommand::RecordPaymentFailed {
+            order_id: order_id(1),
+            reason: "late".into(),
+        })
+        .then_expect_error(ShowError::InvalidTransition {
+            entity: "order",
+            from: "CONFIRMED",
+            by: "payment failed",
+        });
     at(1)
         .given(given)
-        .when(ShowCommand::CompensateOrder { order_id: order_id(1) })
-        .then_expect_error(ShowError::InvalidTransition { entity: "order", from: "CONFIRMED", by: "compensation" });
+        .when(ShowCommand::CompensateOrder {
+            order_id: order_id(1),
+        })
+        .then_expect_error(ShowError::InvalidTransition {
+            entity: "order",
+            from: "CONFIRMED",
+            by: "compensation",
+        });
 }
 
 #[test]
@@ -421,17 +554,29 @@ fn compensation_returns_the_seats_of_a_declined_order_once() {
         scheduled(),
         held(1, "ann", &["A-1-1"], 600),
         placed(1, 1, "ann", &["A-1-1"], 12_000),
-        ShowEvent::PaymentFailed { order_id: order_id(1), reason: "declined".into(), at: t0() },
+        ShowEvent::PaymentFailed {
+            order_id: order_id(1),
+            reason: "declined".into(),
+            at: t0(),
+        },
     ];
-    let compensated = ShowEvent::OrderCompensated { order_id: order_id(1), seat_ids: seats(&["A-1-1"]), at: t0() };
+    let compensated = ShowEvent::OrderCompensated {
+        order_id: order_id(1),
+        seat_ids: seats(&["A-1-1"]),
+        at: t0(),
+    };
     at(0)
         .given(given.clone())
-        .when(ShowCommand::CompensateOrder { order_id: order_id(1) })
+        .when(ShowCommand::CompensateOrder {
+            order_id: order_id(1),
+        })
         .then_expect_events(vec![compensated.clone()]);
     at(0)
         .given(given.clone())
         .and(vec![compensated.clone()])
-        .when(ShowCommand::CompensateOrder { order_id: order_id(1) })
+        .when(ShowCommand::CompensateOrder {
+            order_id: order_id(1),
+        })
         .then_expect_events(vec![]);
     // After compensation the seat is free for the next fan.
     at(0)
@@ -444,9 +589,19 @@ fn compensation_returns_the_seats_of_a_declined_order_once() {
 #[test]
 fn a_pending_order_is_not_compensated_before_its_payment_failed() {
     at(0)
-        .given(vec![scheduled(), held(1, "ann", &["A-1-1"], 600), placed(1, 1, "ann", &["A-1-1"], 12_000)])
-        .when(ShowCommand::CompensateOrder { order_id: order_id(1) })
-        .then_expect_error(ShowError::InvalidTransition { entity: "order", from: "PENDING_PAYMENT", by: "compensation" });
+        .given(vec![
+            scheduled(),
+            held(1, "ann", &["A-1-1"], 600),
+            placed(1, 1, "ann", &["A-1-1"], 12_000),
+        ])
+        .when(ShowCommand::CompensateOrder {
+            order_id: order_id(1),
+        })
+        .then_expect_error(ShowError::InvalidTransition {
+            entity: "order",
+            from: "PENDING_PAYMENT",
+            by: "compensation",
+        });
 }
 
 #[test]
@@ -454,20 +609,31 @@ fn a_late_expiry_never_releases_a_newer_hold() {
     let given = vec![
         scheduled(),
         held(1, "ann", &["A-1-1"], 600),
-        ShowEvent::HoldExpired { hold_id: hold_id(1) },
+        ShowEvent::HoldExpired {
+            hold_id: hold_id(1),
+        },
         held(2, "bob", &["A-1-1"], 1300),
     ];
     at(800)
         .given(given.clone())
-        .when(ShowCommand::ExpireHolds { hold_ids: vec![hold_id(1), hold_id(2)] })
+        .when(ShowCommand::ExpireHolds {
+            hold_ids: vec![hold_id(1), hold_id(2)],
+        })
         .then_expect_events(vec![]);
     at(1300)
         .given(given)
-        .when(ShowCommand::ExpireHolds { hold_ids: vec![hold_id(2), hold_id(2)] })
-        .then_expect_events(vec![ShowEvent::HoldExpired { hold_id: hold_id(2) }]);
+        .when(ShowCommand::ExpireHolds {
+            hold_ids: vec![hold_id(2), hold_id(2)],
+        })
+        .then_expect_events(vec![ShowEvent::HoldExpired {
+            hold_id: hold_id(2),
+        }]);
 }
 
 #[test]
 fn commands_on_an_unscheduled_show_are_refused() {
-    at(0).given_no_previous_events().when(hold_cmd(1, "ann", &["A-1-1"])).then_expect_error(ShowError::ShowNotFound);
+    at(0)
+        .given_no_previous_events()
+        .when(hold_cmd(1, "ann", &["A-1-1"]))
+        .then_expect_error(ShowError::ShowNotFound);
 }

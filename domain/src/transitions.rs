@@ -176,7 +176,12 @@ mod tests {
             assert_eq!(SeatStatus::Sold.verdict(m), Verdict::Refused);
         }
         for s in [OrderState::Confirmed, OrderState::Failed] {
-            for m in [OrderMove::Succeed, OrderMove::Fail, OrderMove::Ambiguous, OrderMove::Compensate] {
+            for m in [
+                OrderMove::Succeed,
+                OrderMove::Fail,
+                OrderMove::Ambiguous,
+                OrderMove::Compensate,
+            ] {
                 assert!(
                     !matches!(s.verdict(m), Verdict::To(_)),
                     "{s:?} moved by {m:?}"
@@ -185,23 +190,44 @@ mod tests {
         }
         for s in [HoldState::Released, HoldState::Expired, HoldState::Ordered] {
             for m in [HoldMove::Release, HoldMove::Expire, HoldMove::Order] {
-                assert!(!matches!(s.verdict(m), Verdict::To(_)), "{s:?} moved by {m:?}");
+                assert!(
+                    !matches!(s.verdict(m), Verdict::To(_)),
+                    "{s:?} moved by {m:?}"
+                );
             }
         }
     }
 
     #[test]
     fn a_confirmed_order_cannot_fail_and_a_failed_one_cannot_succeed() {
-        assert_eq!(OrderState::Confirmed.verdict(OrderMove::Fail), Verdict::Refused);
-        assert_eq!(OrderState::Failed.verdict(OrderMove::Succeed), Verdict::Refused);
-        assert_eq!(OrderState::PaymentFailed.verdict(OrderMove::Succeed), Verdict::Refused);
-        assert_eq!(OrderState::Confirmed.verdict(OrderMove::Succeed), Verdict::Already);
+        assert_eq!(
+            OrderState::Confirmed.verdict(OrderMove::Fail),
+            Verdict::Refused
+        );
+        assert_eq!(
+            OrderState::Failed.verdict(OrderMove::Succeed),
+            Verdict::Refused
+        );
+        assert_eq!(
+            OrderState::PaymentFailed.verdict(OrderMove::Succeed),
+            Verdict::Refused
+        );
+        assert_eq!(
+            OrderState::Confirmed.verdict(OrderMove::Succeed),
+            Verdict::Already
+        );
     }
 
     #[test]
     fn an_available_seat_cannot_be_sold_without_a_hold_and_an_order() {
-        assert_eq!(SeatStatus::Available.verdict(SeatMove::Pay), Verdict::Refused);
-        assert_eq!(SeatStatus::Available.verdict(SeatMove::Order), Verdict::Refused);
+        assert_eq!(
+            SeatStatus::Available.verdict(SeatMove::Pay),
+            Verdict::Refused
+        );
+        assert_eq!(
+            SeatStatus::Available.verdict(SeatMove::Order),
+            Verdict::Refused
+        );
         assert_eq!(SeatStatus::Held.verdict(SeatMove::Pay), Verdict::Refused);
     }
 }

@@ -9,7 +9,11 @@ pub const VENUE_TYPE: &str = "venue";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum VenueEvent {
-    VenueRegistered { name: String, city: String, layout: VenueLayout },
+    VenueRegistered {
+        name: String,
+        city: String,
+        layout: VenueLayout,
+    },
 }
 
 impl VenueEvent {

@@ -13,14 +13,34 @@ const SEATS: usize = 12;
 
 #[derive(Debug, Clone)]
 enum Op {
-    Hold { who: usize, seats: Vec<usize>, keyed: bool },
-    Best { who: usize, quantity: u32 },
-    Release { who: usize, pick: usize },
-    Order { who: usize, pick: usize },
-    Pay { pick: usize, outcome: u8 },
-    Compensate { pick: usize },
+    Hold {
+        who: usize,
+        seats: Vec<usize>,
+        keyed: bool,
+    },
+    Best {
+        who: usize,
+        quantity: u32,
+    },
+    Release {
+        who: usize,
+        pick: usize,
+    },
+    Order {
+        who: usize,
+        pick: usize,
+    },
+    Pay {
+        pick: usize,
+        outcome: u8,
+    },
+    Compensate {
+        pick: usize,
+    },
     Sweep,
-    Tick { secs: i64 },
+    Tick {
+        secs: i64,
+    },
     Retry,
     Crash,
     Snapshot,
@@ -44,14 +64,25 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn t0() -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0).single().expect("valid time")
+    Utc.with_ymd_and_hms(2026, 12, 1, 10, 0, 0)
+        .single()
+        .expect("valid time")
 }
 
 fn schedule(show: ShowId) -> ShowCommand {
     let layout = VenueLayout::parse(vec![SectionLayout {
         section: "A".into(),
         price_tier: "P".into(),
-        rows: vec![RowLayout { row: "1".into(), seats: 6 }, RowLayout { row: "2".into(), seats: 6 }],
+        rows: vec![
+            RowLayout {
+                row: "1".into(),
+                seats: 6,
+            },
+            RowLayout {
+                row: "2".into(),
+                seats: 6,
+            },
+        ],
     }])
     .expect("layout");
     ShowCommand::Schedule {
@@ -119,14 +150,27 @@ impl World {
     fn run(&mut self, cmd: ShowCommand) -> Result<Vec<ShowEvent>> {
         let events = self.show.decide(cmd, self.now)?;
         for e in &events {
-            if let ShowEvent::OrderPlaced { hold_id, placed_at, .. } = e {
+            if let ShowEvent::OrderPlaced {
+                hold_id, placed_at, ..
+            } = e
+            {
                 let hold = self.show.hold(hold_id).expect("ordered hold exists");
-                assert!(hold.expires_at > *placed_at, "an order was placed on an expired hold");
-                assert_eq!(hold.state, HoldStatus::Active, "an order was placed on a dead hold");
+                assert!(
+                    hold.expires_at > *placed_at,
+                    "an order was placed on an expired hold"
+                );
+                assert_eq!(
+                    hold.state,
+                    HoldStatus::Active,
+                    "an order was placed on a dead hold"
+                );
             }
             if let ShowEvent::HoldExpired { hold_id } = e {
                 let hold = self.show.hold(hold_id).expect("expired hold exists");
-                assert!(hold.expires_at <= self.now, "a live hold was expired early and its seats taken");
+                assert!(
+                    hold.expires_at <= self.now,
+                    "a live hold was expired early and its seats taken"
+                );
             }
             cqrs_es::Aggregate::apply(&mut self.show, e.clone());
             self.log.push(e.clone());
@@ -181,7 +225,10 @@ impl World {
             }
             Op::Release { who, pick } => {
                 if let Some(&hold_id) = pick_from(&self.holds, pick) {
-                    let _ = self.run(ShowCommand::ReleaseHold { hold_id, account: acct(who) });
+                    let _ = self.run(ShowCommand::ReleaseHold {
+                        hold_id,
+                        account: acct(who),
+                    });
                 }
             }
             Op::Order { who, pick } => {
@@ -205,8 +252,14 @@ impl World {
                 if let Some(&order_id) = pick_from(&self.orders, pick) {
                     let cmd = match outcome {
                         0 => ShowCommand::RecordPaymentSucceeded { order_id },
-                        1 => ShowCommand::RecordPaymentFailed { order_id, reason: "declined".into() },
-                        _ => ShowCommand::RecordPaymentAmbiguous { order_id, reason: "timeout".into() },
+                        1 => ShowCommand::RecordPaymentFailed {
+                            order_id,
+                            reason: "declined".into(),
+                        },
+                        _ => ShowCommand::RecordPaymentAmbiguous {
+                            order_id,
+                            reason: "timeout".into(),
+                        },
                     };
                     let _ = self.run(cmd);
                 }
@@ -218,32 +271,47 @@ impl World {
             }
             Op::Sweep => {
                 let hold_ids = self.show.expired_holds(self.now, 100);
-                self.run(ShowCommand::ExpireHolds { hold_ids }).expect("sweeps never fail");
+                self.run(ShowCommand::ExpireHolds { hold_ids })
+                    .expect("sweeps never fail");
             }
             Op::Tick { secs } => self.now += Duration::seconds(secs),
             Op::Retry => {
                 if let Some(cmd) = self.last_keyed.clone() {
                     // A retry after a lost response: fresh ids, same key and body.
                     let retried = match cmd {
-                        ShowCommand::HoldSeats { account, seat_ids, idempotency, .. } => ShowCommand::HoldSeats {
+                        ShowCommand::HoldSeats {
+                            account,
+                            seat_ids,
+                            idempotency,
+                            ..
+                        } => ShowCommand::HoldSeats {
                             hold_id: HoldId::new(self.show_id),
                             account,
                             seat_ids,
                             idempotency,
                         },
-                        ShowCommand::PlaceOrder { hold_id, account, payment_token, idempotency, .. } => {
-                            ShowCommand::PlaceOrder {
-                                order_id: OrderId::new(self.show_id),
-                                hold_id,
-                                account,
-                                payment_token,
-                                idempotency,
-                            }
-                        }
+                        ShowCommand::PlaceOrder {
+                            hold_id,
+                            account,
+                            payment_token,
+                            idempotency,
+                            ..
+                        } => ShowCommand::PlaceOrder {
+                            order_id: OrderId::new(self.show_id),
+                            hold_id,
+                            account,
+                            payment_token,
+                            idempotency,
+                        },
                         other => other,
                     };
-                    let events = self.run(retried).expect("a retry with the same key is answered");
-                    assert!(events.is_empty(), "a retry created something new: {events:?}");
+                    let events = self
+                        .run(retried)
+                        .expect("a retry with the same key is answered");
+                    assert!(
+                        events.is_empty(),
+                        "a retry created something new: {events:?}"
+                    );
                 }
             }
             Op::Crash => self.show = replay(&self.log),
@@ -251,7 +319,10 @@ impl World {
                 let json = serde_json::to_value(&self.show).expect("snapshot serializes");
                 let restored: Show = serde_json::from_value(json.clone()).expect("snapshot loads");
                 let replayed = serde_json::to_value(replay(&self.log)).expect("replay serializes");
-                assert_eq!(json, replayed, "the live aggregate differs from a replay of its log");
+                assert_eq!(
+                    json, replayed,
+                    "the live aggregate differs from a replay of its log"
+                );
                 self.show = restored;
             }
         }
@@ -275,7 +346,11 @@ impl World {
                     } else {
                         &[OrderStatus::PendingPayment, OrderStatus::PaymentFailed]
                     };
-                    assert!(expected.contains(&order.state), "{name} is {seat:?} but order is {:?}", order.state);
+                    assert!(
+                        expected.contains(&order.state),
+                        "{name} is {seat:?} but order is {:?}",
+                        order.state
+                    );
                     assert!(claimed.insert(i, *o).is_none());
                 }
             }
@@ -292,23 +367,35 @@ impl World {
                 }
             }
             if order.state == OrderStatus::Confirmed {
-                assert!(order.seats.iter().all(|&s| claimed.get(&(s as usize)) == Some(id)));
+                assert!(order
+                    .seats
+                    .iter()
+                    .all(|&s| claimed.get(&(s as usize)) == Some(id)));
             }
         }
         for (id, hold) in self.show.holds() {
             if hold.state == HoldStatus::Active {
                 for &s in &hold.seats {
-                    assert!(matches!(self.show.seats().nth(s as usize), Some((_, Seat::Held(h))) if h == id));
+                    assert!(
+                        matches!(self.show.seats().nth(s as usize), Some((_, Seat::Held(h))) if h == id)
+                    );
                 }
             }
             if let Some(prev) = self.seen_hold_states.insert(*id, hold.state) {
-                assert!(prev == HoldStatus::Active || prev == hold.state, "hold {id} regressed from {prev:?}");
+                assert!(
+                    prev == HoldStatus::Active || prev == hold.state,
+                    "hold {id} regressed from {prev:?}"
+                );
             }
         }
         for (id, order) in self.show.orders() {
             if let Some(prev) = self.seen_order_states.insert(*id, order.state) {
                 let terminal = matches!(prev, OrderStatus::Confirmed | OrderStatus::Failed);
-                assert!(!terminal || prev == order.state, "order {id} regressed from {prev:?} to {:?}", order.state);
+                assert!(
+                    !terminal || prev == order.state,
+                    "order {id} regressed from {prev:?} to {:?}",
+                    order.state
+                );
                 assert!(
                     !(prev == OrderStatus::PaymentFailed && order.state == OrderStatus::Confirmed),
                     "a declined order was confirmed"

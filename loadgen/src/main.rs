@@ -16,7 +16,9 @@ use onsale_command::app::SystemClock;
 use onsale_command::owner::{CommandError, OwnerConfig, Shows};
 use onsale_command::store::EventStore;
 use onsale_domain::show::Seat;
-use onsale_domain::{AccountId, HoldId, ShowCommand, ShowError, ShowId, ShowInfo, VenueId, VenueLayout};
+use onsale_domain::{
+    AccountId, HoldId, ShowCommand, ShowError, ShowId, ShowInfo, VenueId, VenueLayout,
+};
 use rand::Rng;
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
@@ -29,6 +31,7 @@ struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::enum_variant_names)] // `bench-command` names the layer it measures
 enum Command {
     /// A short on-sale of many concurrent fans against the REST API, then the double-sale check.
     Demo {
@@ -78,26 +81,54 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Demo { base, database_url, fans, concurrency, secret } => {
-            demo(&base, &database_url, fans, concurrency, &secret).await
-        }
-        Command::Setup { base, ttl, tokens, tokens_file, secret } => {
+        Command::Demo {
+            base,
+            database_url,
+            fans,
+            concurrency,
+            secret,
+        } => demo(&base, &database_url, fans, concurrency, &secret).await,
+        Command::Setup {
+            base,
+            ttl,
+            tokens,
+            tokens_file,
+            secret,
+        } => {
             let http = reqwest::Client::new();
             let event = create_show(&http, &base, &secret, ttl).await?;
-            let lines: Vec<String> =
-                (0..tokens).map(|i| mint(&secret, &format!("bench-{i}"), Role::Fan, 86_400)).collect::<Result<_, _>>()?;
-            std::fs::write(&tokens_file, lines.join("\n") + "\n").with_context(|| format!("write {tokens_file}"))?;
+            let lines: Vec<String> = (0..tokens)
+                .map(|i| mint(&secret, &format!("bench-{i}"), Role::Fan, 86_400))
+                .collect::<Result<_, _>>()?;
+            std::fs::write(&tokens_file, lines.join("\n") + "\n")
+                .with_context(|| format!("write {tokens_file}"))?;
             println!("{event}");
             Ok(())
         }
-        Command::BenchCommand { database_url, clients, seats, skewed, seconds, ttl, snapshot_every } => {
-            let config = OwnerConfig { snapshot_every, ..OwnerConfig::default() };
+        Command::BenchCommand {
+            database_url,
+            clients,
+            seats,
+            skewed,
+            seconds,
+            ttl,
+            snapshot_every,
+        } => {
+            let config = OwnerConfig {
+                snapshot_every,
+                ..OwnerConfig::default()
+            };
             bench_command(&database_url, config, clients, seats, skewed, seconds, ttl).await
         }
     }
 }
 
-async fn create_show(http: &reqwest::Client, base: &str, secret: &str, ttl: u32) -> anyhow::Result<String> {
+async fn create_show(
+    http: &reqwest::Client,
+    base: &str,
+    secret: &str,
+    ttl: u32,
+) -> anyhow::Result<String> {
     let admin = mint(secret, "admin", Role::Admin, 3600)?;
     let venue: Value = http
         .post(format!("{base}/v1/venues"))
@@ -122,7 +153,10 @@ async fn create_show(http: &reqwest::Client, base: &str, secret: &str, ttl: u32)
         .error_for_status()?
         .json()
         .await?;
-    event["eventId"].as_str().map(str::to_owned).context("no eventId in the answer")
+    event["eventId"]
+        .as_str()
+        .map(str::to_owned)
+        .context("no eventId in the answer")
 }
 
 #[derive(Debug, Default)]
@@ -142,7 +176,13 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-async fn post(http: &reqwest::Client, url: &str, token: &str, body: &Value, key: Option<&str>) -> (u16, Value) {
+async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    body: &Value,
+    key: Option<&str>,
+) -> (u16, Value) {
     // A client's own retry loop: a 503 means "not committed, try again with the same key".
     for attempt in 0..20u64 {
         let mut req = http.post(url).bearer_auth(token).json(body);
@@ -162,21 +202,40 @@ async fn post(http: &reqwest::Client, url: &str, token: &str, body: &Value, key:
     (503, Value::Null)
 }
 
-async fn demo(base: &str, database_url: &str, fans: u32, concurrency: usize, secret: &str) -> anyhow::Result<()> {
-    let http = reqwest::Client::builder().pool_max_idle_per_host(concurrency).build()?;
+async fn demo(
+    base: &str,
+    database_url: &str,
+    fans: u32,
+    concurrency: usize,
+    secret: &str,
+) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(concurrency)
+        .build()?;
     let event = create_show(&http, base, secret, 120).await?;
-    println!("on sale: event {event}, {} seats, {fans} fans, {concurrency} at a time", venue::SEATS);
+    println!(
+        "on sale: event {event}, {} seats, {fans} fans, {concurrency} at a time",
+        venue::SEATS
+    );
     let tally = Arc::new(Tally::default());
     let hold_latency = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
     let order_latency = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
     let orders: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
     let bar = ProgressBar::new(u64::from(fans));
-    bar.set_style(ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} fans {per_sec}")?);
+    bar.set_style(ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} fans {per_sec}",
+    )?);
     let started = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     for _ in 0..concurrency {
-        let (http, tally, bar, next, orders) = (http.clone(), tally.clone(), bar.clone(), next.clone(), orders.clone());
+        let (http, tally, bar, next, orders) = (
+            http.clone(),
+            tally.clone(),
+            bar.clone(),
+            next.clone(),
+            orders.clone(),
+        );
         let (hold_latency, order_latency) = (hold_latency.clone(), order_latency.clone());
         let (base, event, secret) = (base.to_owned(), event.clone(), secret.to_owned());
         workers.push(tokio::spawn(async move {
@@ -185,13 +244,18 @@ async fn demo(base: &str, database_url: &str, fans: u32, concurrency: usize, sec
                 if fan >= u64::from(fans) {
                     break;
                 }
-                let token = mint(&secret, &format!("fan-{fan}"), Role::Fan, 3600).unwrap_or_default();
+                let token =
+                    mint(&secret, &format!("fan-{fan}"), Role::Fan, 3600).unwrap_or_default();
                 let holds_url = format!("{base}/v1/events/{event}/holds");
                 let mut held: Option<Value> = None;
                 for attempt in 0..4 {
                     let (n, explicit, skewed) = {
                         let mut rng = rand::rng();
-                        (rng.random_range(1..=4u32), attempt < 3 && rng.random_bool(0.6), true)
+                        (
+                            rng.random_range(1..=4u32),
+                            attempt < 3 && rng.random_bool(0.6),
+                            true,
+                        )
                     };
                     let body = if explicit {
                         json!({"seatIds": venue::pick(&mut rand::rng(), n, skewed)})
@@ -201,7 +265,10 @@ async fn demo(base: &str, database_url: &str, fans: u32, concurrency: usize, sec
                     let key = uuid::Uuid::new_v4().to_string();
                     let t = Instant::now();
                     let (status, answer) = post(&http, &holds_url, &token, &body, Some(&key)).await;
-                    let _ = hold_latency.lock().await.record(t.elapsed().as_micros() as u64);
+                    let _ = hold_latency
+                        .lock()
+                        .await
+                        .record(t.elapsed().as_micros() as u64);
                     match status {
                         201 => {
                             bump(&tally.holds);
@@ -221,14 +288,32 @@ async fn demo(base: &str, database_url: &str, fans: u32, concurrency: usize, sec
                         let key = uuid::Uuid::new_v4().to_string();
                         let body = json!({"holdId": hold_id, "paymentToken": "tok_ok"});
                         let t = Instant::now();
-                        let (status, answer) = post(&http, &format!("{base}/v1/orders"), &token, &body, Some(&key)).await;
-                        let _ = order_latency.lock().await.record(t.elapsed().as_micros() as u64);
+                        let (status, answer) = post(
+                            &http,
+                            &format!("{base}/v1/orders"),
+                            &token,
+                            &body,
+                            Some(&key),
+                        )
+                        .await;
+                        let _ = order_latency
+                            .lock()
+                            .await
+                            .record(t.elapsed().as_micros() as u64);
                         if status == 202 {
                             bump(&tally.orders);
-                            let order_id = answer["orderId"].as_str().unwrap_or_default().to_owned();
+                            let order_id =
+                                answer["orderId"].as_str().unwrap_or_default().to_owned();
                             // Some fans never saw the answer and click again with the same key.
                             if roll < 0.05 {
-                                let (s, again) = post(&http, &format!("{base}/v1/orders"), &token, &body, Some(&key)).await;
+                                let (s, again) = post(
+                                    &http,
+                                    &format!("{base}/v1/orders"),
+                                    &token,
+                                    &body,
+                                    Some(&key),
+                                )
+                                .await;
                                 if s == 202 && again["orderId"] == answer["orderId"] {
                                     bump(&tally.replays_matched);
                                 } else {
@@ -240,7 +325,11 @@ async fn demo(base: &str, database_url: &str, fans: u32, concurrency: usize, sec
                             bump(&tally.other);
                         }
                     } else if roll < 0.85 {
-                        let res = http.delete(format!("{base}/v1/holds/{hold_id}")).bearer_auth(&token).send().await;
+                        let res = http
+                            .delete(format!("{base}/v1/holds/{hold_id}"))
+                            .bearer_auth(&token)
+                            .send()
+                            .await;
                         if res.map(|r| r.status().as_u16() == 204).unwrap_or(false) {
                             bump(&tally.releases);
                         }
@@ -263,7 +352,13 @@ async fn demo(base: &str, database_url: &str, fans: u32, concurrency: usize, sec
     let mut seat_owner: HashMap<String, String> = HashMap::new();
     let mut sold_twice = 0u64;
     for (order_id, token) in &orders {
-        let view: Value = http.get(format!("{base}/v1/orders/{order_id}")).bearer_auth(token).send().await?.json().await?;
+        let view: Value = http
+            .get(format!("{base}/v1/orders/{order_id}"))
+            .bearer_auth(token)
+            .send()
+            .await?
+            .json()
+            .await?;
         for seat in view["seatIds"].as_array().into_iter().flatten() {
             let seat = seat.as_str().unwrap_or_default().to_owned();
             if seat_owner.insert(seat, order_id.clone()).is_some() {
@@ -271,7 +366,9 @@ async fn demo(base: &str, database_url: &str, fans: u32, concurrency: usize, sec
             }
         }
     }
-    let pool = sqlx::PgPool::connect(database_url).await.context("connect to the event store")?;
+    let pool = sqlx::PgPool::connect(database_url)
+        .await
+        .context("connect to the event store")?;
     let show: ShowId = event.parse()?;
     let replayed = EventStore::new(pool).replay(show).await?;
     let mut log_mismatch = 0u64;
@@ -292,17 +389,44 @@ async fn demo(base: &str, database_url: &str, fans: u32, concurrency: usize, sec
     let ol = order_latency.lock().await;
     let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     println!("\n== on-sale summary ({elapsed:.1} s) ==");
-    println!("holds granted      {:>8}   ({:.0}/s)", t(&tally.holds), t(&tally.holds) as f64 / elapsed);
+    println!(
+        "holds granted      {:>8}   ({:.0}/s)",
+        t(&tally.holds),
+        t(&tally.holds) as f64 / elapsed
+    );
     println!("seat conflicts 409 {:>8}", t(&tally.conflicts));
     println!("cap refusals 429   {:>8}", t(&tally.limited));
     println!("outages 503        {:>8}", t(&tally.unavailable));
-    println!("orders placed      {:>8}   ({} retried with the same key, same orderId)", t(&tally.orders), t(&tally.replays_matched));
+    println!(
+        "orders placed      {:>8}   ({} retried with the same key, same orderId)",
+        t(&tally.orders),
+        t(&tally.replays_matched)
+    );
     println!("holds released     {:>8}", t(&tally.releases));
-    println!("holds abandoned    {:>8}   (they lapse after the 120 s TTL)", t(&tally.abandoned));
+    println!(
+        "holds abandoned    {:>8}   (they lapse after the 120 s TTL)",
+        t(&tally.abandoned)
+    );
     println!("unexpected answers {:>8}", t(&tally.other));
-    println!("hold latency  p50 {:.1} ms  p90 {:.1} ms  p99 {:.1} ms  max {:.1} ms", ms(&hl, 0.5), ms(&hl, 0.9), ms(&hl, 0.99), hl.max() as f64 / 1000.0);
-    println!("order latency p50 {:.1} ms  p90 {:.1} ms  p99 {:.1} ms", ms(&ol, 0.5), ms(&ol, 0.9), ms(&ol, 0.99));
-    println!("seats in orders {} (log replay: {}), log events {}", seat_owner.len(), log_claimed, replayed.version);
+    println!(
+        "hold latency  p50 {:.1} ms  p90 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
+        ms(&hl, 0.5),
+        ms(&hl, 0.9),
+        ms(&hl, 0.99),
+        hl.max() as f64 / 1000.0
+    );
+    println!(
+        "order latency p50 {:.1} ms  p90 {:.1} ms  p99 {:.1} ms",
+        ms(&ol, 0.5),
+        ms(&ol, 0.9),
+        ms(&ol, 0.99)
+    );
+    println!(
+        "seats in orders {} (log replay: {}), log events {}",
+        seat_owner.len(),
+        log_claimed,
+        replayed.version
+    );
     println!("seats sold twice: {sold_twice}; API vs log mismatches: {log_mismatch}");
     if sold_twice > 0 || log_mismatch > 0 || t(&tally.other) > 0 {
         bail!("the on-sale broke an invariant");
@@ -313,8 +437,16 @@ async fn demo(base: &str, database_url: &str, fans: u32, concurrency: usize, sec
 async fn bench_command(
     database_url: &str,
     config: OwnerConfig,
-    clients: usize, seats: u32, skewed: bool, seconds: u64, ttl: u32) -> anyhow::Result<()> {
-    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(16).connect(database_url).await?;
+    clients: usize,
+    seats: u32,
+    skewed: bool,
+    seconds: u64,
+    ttl: u32,
+) -> anyhow::Result<()> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(16)
+        .connect(database_url)
+        .await?;
     sqlx::migrate!("../migrations").run(&pool).await?;
     let shows = Shows::new(EventStore::new(pool), Arc::new(SystemClock), config);
     let show = ShowId::random();
@@ -333,7 +465,9 @@ async fn bench_command(
         waiting_room: false,
         hold_ttl_seconds: ttl,
     };
-    shows.execute(show, ShowCommand::Schedule { info, layout }).await?;
+    shows
+        .execute(show, ShowCommand::Schedule { info, layout })
+        .await?;
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let tally = Arc::new(Tally::default());
     let mut tasks = Vec::new();
@@ -344,7 +478,10 @@ async fn bench_command(
             while Instant::now() < deadline {
                 let (seat_ids, account) = {
                     let mut rng = rand::rng();
-                    (venue::pick(&mut rng, seats, skewed), rng.random_range(0..1_000_000u32))
+                    (
+                        venue::pick(&mut rng, seats, skewed),
+                        rng.random_range(0..1_000_000u32),
+                    )
                 };
                 let cmd = ShowCommand::HoldSeats {
                     hold_id: HoldId::new(show),
@@ -357,7 +494,9 @@ async fn bench_command(
                 let _ = hist.record(t.elapsed().as_micros() as u64);
                 match r {
                     Ok(_) => bump(&tally.holds),
-                    Err(CommandError::Domain(ShowError::SeatUnavailable { .. })) => bump(&tally.conflicts),
+                    Err(CommandError::Domain(ShowError::SeatUnavailable { .. })) => {
+                        bump(&tally.conflicts)
+                    }
                     Err(CommandError::Domain(ShowError::HoldLimit { .. })) => bump(&tally.limited),
                     Err(_) => bump(&tally.other),
                 }

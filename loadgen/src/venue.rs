@@ -38,7 +38,11 @@ pub(crate) fn seat_id(i: u32) -> String {
 
 /// `n` adjacent seats in one row, starting near a seat drawn from the distribution.
 pub(crate) fn pick(rng: &mut impl rand::Rng, n: u32, skewed: bool) -> Vec<String> {
-    let i = if skewed && rng.random_bool(HOT_SHARE) { rng.random_range(0..HOT_SEATS) } else { rng.random_range(0..SEATS) };
+    let i = if skewed && rng.random_bool(HOT_SHARE) {
+        rng.random_range(0..HOT_SEATS)
+    } else {
+        rng.random_range(0..SEATS)
+    };
     let row_start = i - i % SEATS_PER_ROW;
     let start = row_start + (i % SEATS_PER_ROW).min(SEATS_PER_ROW - n);
     (start..start + n).map(seat_id).collect()

@@ -27,14 +27,22 @@ impl TestDb {
         let admin_url = std::env::var("ONSALE_TEST_DATABASE_URL")
             .context("ONSALE_TEST_DATABASE_URL is unset: run the tests with `make test`, which starts PostgreSQL")?;
         let name = format!("t_{}", uuid::Uuid::new_v4().simple());
-        let admin = sqlx::PgPool::connect(&admin_url).await.context("connect to the test cluster")?;
-        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await?;
+        let admin = sqlx::PgPool::connect(&admin_url)
+            .await
+            .context("connect to the test cluster")?;
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&admin)
+            .await?;
         admin.close().await;
         let url = match admin_url.rsplit_once('/') {
             Some((base, _)) => format!("{base}/{name}"),
             None => anyhow::bail!("odd database url {admin_url}"),
         };
-        Ok(Self { url, admin_url, name })
+        Ok(Self {
+            url,
+            admin_url,
+            name,
+        })
     }
 
     /// Runs SQL against the cluster's admin database (to simulate outages).
@@ -96,7 +104,12 @@ impl TestApp {
                 })
                 .await;
         });
-        Ok(Self { base, app, http: reqwest::Client::new(), shutdown: Some(tx) })
+        Ok(Self {
+            base,
+            app,
+            http: reqwest::Client::new(),
+            shutdown: Some(tx),
+        })
     }
 
     pub fn token(&self, sub: &str, role: Role) -> String {
@@ -111,8 +124,18 @@ impl TestApp {
         self.token("admin", Role::Admin)
     }
 
-    pub async fn post(&self, path: &str, token: &str, body: Value, key: Option<&str>) -> (u16, Value) {
-        let mut req = self.http.post(format!("{}{path}", self.base)).bearer_auth(token).json(&body);
+    pub async fn post(
+        &self,
+        path: &str,
+        token: &str,
+        body: Value,
+        key: Option<&str>,
+    ) -> (u16, Value) {
+        let mut req = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .json(&body);
         if let Some(k) = key {
             req = req.header("Idempotency-Key", k);
         }
@@ -120,16 +143,32 @@ impl TestApp {
     }
 
     pub async fn get(&self, path: &str, token: &str) -> (u16, Value) {
-        send(self.http.get(format!("{}{path}", self.base)).bearer_auth(token)).await
+        send(
+            self.http
+                .get(format!("{}{path}", self.base))
+                .bearer_auth(token),
+        )
+        .await
     }
 
     pub async fn delete(&self, path: &str, token: &str) -> (u16, Value) {
-        send(self.http.delete(format!("{}{path}", self.base)).bearer_auth(token)).await
+        send(
+            self.http
+                .delete(format!("{}{path}", self.base))
+                .bearer_auth(token),
+        )
+        .await
     }
 
     /// A venue of `sections` sections (S1, S2, ...) of `rows` rows of `seats` seats, and an
     /// event on sale now. Returns the event id.
-    pub async fn on_sale_event(&self, sections: u32, rows: u32, seats: u32, ttl: Option<u32>) -> String {
+    pub async fn on_sale_event(
+        &self,
+        sections: u32,
+        rows: u32,
+        seats: u32,
+        ttl: Option<u32>,
+    ) -> String {
         let admin = self.admin();
         let sections: Vec<Value> = (1..=sections)
             .map(|s| {
@@ -140,7 +179,14 @@ impl TestApp {
                 })
             })
             .collect();
-        let (status, venue) = self.post("/v1/venues", &admin, json!({"name": "Arena", "city": "Oslo", "sections": sections}), None).await;
+        let (status, venue) = self
+            .post(
+                "/v1/venues",
+                &admin,
+                json!({"name": "Arena", "city": "Oslo", "sections": sections}),
+                None,
+            )
+            .await;
         assert_eq!(status, 201, "{venue}");
         let now = chrono::Utc::now();
         let mut event = json!({
@@ -164,5 +210,8 @@ async fn send(req: reqwest::RequestBuilder) -> (u16, Value) {
     let res = req.send().await.expect("the server answers");
     let status = res.status().as_u16();
     let text = res.text().await.unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }

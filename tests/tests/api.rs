@@ -29,36 +29,86 @@ async fn a_fan_holds_orders_and_retries_as_the_contract_says() {
     let ann = app.fan("ann");
     let bob = app.fan("bob");
 
-    let (status, hold) = app.post(&format!("/v1/events/{event}/holds"), &ann, json!({"seatIds": ["S1-R1-1", "S1-R1-2"]}), Some("h-1")).await;
+    let (status, hold) = app
+        .post(
+            &format!("/v1/events/{event}/holds"),
+            &ann,
+            json!({"seatIds": ["S1-R1-1", "S1-R1-2"]}),
+            Some("h-1"),
+        )
+        .await;
     assert_eq!(status, 201);
     insta::assert_json_snapshot!("hold_created", redact(&hold));
 
     // The same key and body replays the same hold; another body under that key is refused.
-    let (status, again) = app.post(&format!("/v1/events/{event}/holds"), &ann, json!({"seatIds": ["S1-R1-1", "S1-R1-2"]}), Some("h-1")).await;
+    let (status, again) = app
+        .post(
+            &format!("/v1/events/{event}/holds"),
+            &ann,
+            json!({"seatIds": ["S1-R1-1", "S1-R1-2"]}),
+            Some("h-1"),
+        )
+        .await;
     assert_eq!((status, &again["holdId"]), (201, &hold["holdId"]));
-    let (status, reused) = app.post(&format!("/v1/events/{event}/holds"), &ann, json!({"seatIds": ["S1-R1-3"]}), Some("h-1")).await;
+    let (status, reused) = app
+        .post(
+            &format!("/v1/events/{event}/holds"),
+            &ann,
+            json!({"seatIds": ["S1-R1-3"]}),
+            Some("h-1"),
+        )
+        .await;
     assert_eq!(status, 422);
     insta::assert_json_snapshot!("hold_key_reused", redact(&reused));
 
     // Bob loses the race for one of them: all or none, and he is told which.
-    let (status, lost) = app.post(&format!("/v1/events/{event}/holds"), &bob, json!({"seatIds": ["S1-R1-2", "S1-R1-3"]}), None).await;
+    let (status, lost) = app
+        .post(
+            &format!("/v1/events/{event}/holds"),
+            &bob,
+            json!({"seatIds": ["S1-R1-2", "S1-R1-3"]}),
+            None,
+        )
+        .await;
     assert_eq!(status, 409);
     insta::assert_json_snapshot!("seat_unavailable", redact(&lost));
-    let (status, _) = app.post(&format!("/v1/events/{event}/holds"), &bob, json!({"seatIds": ["S1-R1-3"]}), None).await;
+    let (status, _) = app
+        .post(
+            &format!("/v1/events/{event}/holds"),
+            &bob,
+            json!({"seatIds": ["S1-R1-3"]}),
+            None,
+        )
+        .await;
     assert_eq!(status, 201, "the lost request held nothing");
 
     // Best available: adjacent seats in one row.
-    let (status, best) = app.post(&format!("/v1/events/{event}/holds"), &bob, json!({"quantity": 3, "section": "S2"}), None).await;
+    let (status, best) = app
+        .post(
+            &format!("/v1/events/{event}/holds"),
+            &bob,
+            json!({"quantity": 3, "section": "S2"}),
+            None,
+        )
+        .await;
     assert_eq!(status, 201);
     assert_eq!(best["seatIds"], json!(["S2-R1-1", "S2-R1-2", "S2-R1-3"]));
 
     let hold_id = hold["holdId"].as_str().expect("hold id");
     let order_body = json!({"holdId": hold_id, "paymentToken": "tok_ok"});
-    let (status, order) = app.post("/v1/orders", &ann, order_body.clone(), Some("o-1")).await;
+    let (status, order) = app
+        .post("/v1/orders", &ann, order_body.clone(), Some("o-1"))
+        .await;
     assert_eq!(status, 202);
     insta::assert_json_snapshot!("order_accepted", redact(&order));
-    let (status, replay) = app.post("/v1/orders", &ann, order_body.clone(), Some("o-1")).await;
-    assert_eq!((status, &replay["orderId"]), (202, &order["orderId"]), "a retry replays the same 202");
+    let (status, replay) = app
+        .post("/v1/orders", &ann, order_body.clone(), Some("o-1"))
+        .await;
+    assert_eq!(
+        (status, &replay["orderId"]),
+        (202, &order["orderId"]),
+        "a retry replays the same 202"
+    );
     let (status, other_key) = app.post("/v1/orders", &ann, order_body, Some("o-2")).await;
     assert_eq!(status, 409);
     assert_eq!(other_key["code"], "HOLD_ORDERED");
@@ -69,16 +119,31 @@ async fn a_fan_holds_orders_and_retries_as_the_contract_says() {
     insta::assert_json_snapshot!("order_view", redact(&got));
     let (status, _) = app.get(&format!("/v1/orders/{order_id}"), &bob).await;
     assert_eq!(status, 404, "someone else's order is not found");
-    let (status, _) = app.get(&format!("/v1/orders/{order_id}"), &app.token("audit", onsale_command::api::auth::Role::Auditor)).await;
+    let (status, _) = app
+        .get(
+            &format!("/v1/orders/{order_id}"),
+            &app.token("audit", onsale_command::api::auth::Role::Auditor),
+        )
+        .await;
     assert_eq!(status, 200, "auditors see every order");
 
     let (status, ordered) = app.delete(&format!("/v1/holds/{hold_id}"), &ann).await;
     assert_eq!(status, 409);
     assert_eq!(ordered["code"], "HOLD_ORDERED");
-    let (status, _) = app.delete(&format!("/v1/holds/{}", best["holdId"].as_str().expect("id")), &ann).await;
+    let (status, _) = app
+        .delete(
+            &format!("/v1/holds/{}", best["holdId"].as_str().expect("id")),
+            &ann,
+        )
+        .await;
     assert_eq!(status, 404, "Ann cannot release Bob's hold");
     for _ in 0..2 {
-        let (status, _) = app.delete(&format!("/v1/holds/{}", best["holdId"].as_str().expect("id")), &bob).await;
+        let (status, _) = app
+            .delete(
+                &format!("/v1/holds/{}", best["holdId"].as_str().expect("id")),
+                &bob,
+            )
+            .await;
         assert_eq!(status, 204, "release is idempotent");
     }
 
@@ -94,12 +159,33 @@ async fn the_per_account_cap_spans_holds_and_orders() {
     let app = TestApp::spawn(&db).await.expect("app");
     let event = app.on_sale_event(1, 2, 10, None).await;
     let ann = app.fan("ann");
-    let (status, _) = app.post(&format!("/v1/events/{event}/holds"), &ann, json!({"quantity": 6}), None).await;
+    let (status, _) = app
+        .post(
+            &format!("/v1/events/{event}/holds"),
+            &ann,
+            json!({"quantity": 6}),
+            None,
+        )
+        .await;
     assert_eq!(status, 201);
-    let (status, limit) = app.post(&format!("/v1/events/{event}/holds"), &ann, json!({"quantity": 3}), None).await;
+    let (status, limit) = app
+        .post(
+            &format!("/v1/events/{event}/holds"),
+            &ann,
+            json!({"quantity": 3}),
+            None,
+        )
+        .await;
     assert_eq!(status, 429);
     insta::assert_json_snapshot!("hold_limit", redact(&limit));
-    let (status, _) = app.post(&format!("/v1/events/{event}/holds"), &ann, json!({"quantity": 2}), None).await;
+    let (status, _) = app
+        .post(
+            &format!("/v1/events/{event}/holds"),
+            &ann,
+            json!({"quantity": 2}),
+            None,
+        )
+        .await;
     assert_eq!(status, 201);
 }
 
@@ -111,49 +197,159 @@ async fn bad_input_is_refused_with_a_code_and_changes_nothing() {
     let ann = app.fan("ann");
     let holds = format!("{}/v1/events/{event}/holds", app.base);
 
-    let res = app.http.post(&holds).bearer_auth(&ann).header("content-type", "application/json").body("{\"seatIds\": [").send().await.expect("answer");
+    let res = app
+        .http
+        .post(&holds)
+        .bearer_auth(&ann)
+        .header("content-type", "application/json")
+        .body("{\"seatIds\": [")
+        .send()
+        .await
+        .expect("answer");
     assert_eq!(res.status(), 400);
     assert_eq!(res.headers()["content-type"], "application/problem+json");
     let body: serde_json::Value = res.json().await.expect("json");
     assert_eq!(body["code"], "MALFORMED_JSON");
 
-    let res = app.http.post(&holds).bearer_auth(&ann).header("content-type", "application/json").body(format!("{{\"seatIds\": [\"{}\"]}}", "x".repeat(70_000))).send().await.expect("answer");
+    let res = app
+        .http
+        .post(&holds)
+        .bearer_auth(&ann)
+        .header("content-type", "application/json")
+        .body(format!("{{\"seatIds\": [\"{}\"]}}", "x".repeat(70_000)))
+        .send()
+        .await
+        .expect("answer");
     assert_eq!(res.status(), 413, "oversize bodies are refused");
 
     let cases = [
-        (json!({"seatIds": ["S1-R1-1", "S9-R9-9"]}), 404, "UNKNOWN_SEAT"),
+        (
+            json!({"seatIds": ["S1-R1-1", "S9-R9-9"]}),
+            404,
+            "UNKNOWN_SEAT",
+        ),
         (json!({"quantity": -2}), 422, "INVALID_REQUEST"),
         (json!({"quantity": 0}), 422, "INVALID_REQUEST"),
-        (json!({"seatIds": ["S1-R1-1"], "quantity": 1}), 422, "INVALID_REQUEST"),
+        (
+            json!({"seatIds": ["S1-R1-1"], "quantity": 1}),
+            422,
+            "INVALID_REQUEST",
+        ),
         (json!({"seatIds": []}), 422, "INVALID_REQUEST"),
         (json!({"seatIds": "S1-R1-1"}), 422, "INVALID_REQUEST"),
-        (json!({"quantity": 2, "section": "S9"}), 404, "UNKNOWN_SECTION"),
+        (
+            json!({"quantity": 2, "section": "S9"}),
+            404,
+            "UNKNOWN_SECTION",
+        ),
         (json!({"quantity": 9}), 429, "HOLD_LIMIT"),
         (json!({"seats": ["S1-R1-1"]}), 422, "INVALID_REQUEST"),
     ];
     for (body, status, code) in cases {
-        let (got, problem) = app.post(&format!("/v1/events/{event}/holds"), &ann, body.clone(), None).await;
-        assert_eq!((got, problem["code"].as_str()), (status, Some(code)), "{body}");
+        let (got, problem) = app
+            .post(
+                &format!("/v1/events/{event}/holds"),
+                &ann,
+                body.clone(),
+                None,
+            )
+            .await;
+        assert_eq!(
+            (got, problem["code"].as_str()),
+            (status, Some(code)),
+            "{body}"
+        );
     }
-    let (status, problem) = app.post("/v1/events/not-a-uuid/holds", &ann, json!({"quantity": 1}), None).await;
-    assert_eq!((status, problem["code"].as_str()), (422, Some("INVALID_REQUEST")));
-    let (status, problem) = app.post(&format!("/v1/events/{}/holds", uuid::Uuid::new_v4()), &ann, json!({"quantity": 1}), None).await;
-    assert_eq!((status, problem["code"].as_str()), (404, Some("EVENT_NOT_FOUND")));
-    let (status, problem) = app.post("/v1/orders", &ann, json!({"holdId": "h_nope", "paymentToken": "tok_ok"}), Some("k")).await;
-    assert_eq!((status, problem["code"].as_str()), (422, Some("INVALID_REQUEST")));
-    let (status, problem) = app.post("/v1/orders", &ann, json!({"holdId": "h_nope", "paymentToken": "tok_ok"}), None).await;
-    assert_eq!((status, problem["code"].as_str()), (400, Some("IDEMPOTENCY_KEY_REQUIRED")));
-    let (status, problem) = app.post("/v1/venues", &ann, json!({"name": "x", "city": "y", "sections": []}), None).await;
+    let (status, problem) = app
+        .post(
+            "/v1/events/not-a-uuid/holds",
+            &ann,
+            json!({"quantity": 1}),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (422, Some("INVALID_REQUEST"))
+    );
+    let (status, problem) = app
+        .post(
+            &format!("/v1/events/{}/holds", uuid::Uuid::new_v4()),
+            &ann,
+            json!({"quantity": 1}),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (404, Some("EVENT_NOT_FOUND"))
+    );
+    let (status, problem) = app
+        .post(
+            "/v1/orders",
+            &ann,
+            json!({"holdId": "h_nope", "paymentToken": "tok_ok"}),
+            Some("k"),
+        )
+        .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (422, Some("INVALID_REQUEST"))
+    );
+    let (status, problem) = app
+        .post(
+            "/v1/orders",
+            &ann,
+            json!({"holdId": "h_nope", "paymentToken": "tok_ok"}),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (400, Some("IDEMPOTENCY_KEY_REQUIRED"))
+    );
+    let (status, problem) = app
+        .post(
+            "/v1/venues",
+            &ann,
+            json!({"name": "x", "city": "y", "sections": []}),
+            None,
+        )
+        .await;
     assert_eq!((status, problem["code"].as_str()), (403, Some("FORBIDDEN")));
     let (status, problem) = app.post("/v1/venues", &app.admin(), json!({"name": "x", "city": "y", "sections": [{"section": "A-1", "priceTier": "A", "rows": [{"row": "1", "seats": 2}]}]}), None).await;
-    assert_eq!((status, problem["code"].as_str()), (422, Some("INVALID_REQUEST")), "a dash would break seat ids");
-    let res = app.http.post(&holds).json(&json!({"quantity": 1})).send().await.expect("answer");
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (422, Some("INVALID_REQUEST")),
+        "a dash would break seat ids"
+    );
+    let res = app
+        .http
+        .post(&holds)
+        .json(&json!({"quantity": 1}))
+        .send()
+        .await
+        .expect("answer");
     assert_eq!(res.status(), 401);
-    let res = app.http.post(&holds).bearer_auth("not.a.jwt").json(&json!({"quantity": 1})).send().await.expect("answer");
+    let res = app
+        .http
+        .post(&holds)
+        .bearer_auth("not.a.jwt")
+        .json(&json!({"quantity": 1}))
+        .send()
+        .await
+        .expect("answer");
     assert_eq!(res.status(), 401);
 
     // Nothing above took a seat: all four are still free for one fan.
-    let (status, hold) = app.post(&format!("/v1/events/{event}/holds"), &ann, json!({"quantity": 4}), None).await;
+    let (status, hold) = app
+        .post(
+            &format!("/v1/events/{event}/holds"),
+            &ann,
+            json!({"quantity": 4}),
+            None,
+        )
+        .await;
     assert_eq!(status, 201, "{hold}");
 }
 
@@ -163,8 +359,18 @@ async fn the_openapi_document_describes_the_api() {
     let app = TestApp::spawn(&db).await.expect("app");
     let (status, doc) = app.get("/openapi.json", "").await;
     assert_eq!(status, 200);
-    for path in ["/v1/venues", "/v1/events", "/v1/events/{id}/holds", "/v1/holds/{id}", "/v1/orders", "/v1/orders/{id}"] {
-        assert!(doc["paths"].get(path).is_some(), "{path} missing from the OpenAPI document");
+    for path in [
+        "/v1/venues",
+        "/v1/events",
+        "/v1/events/{id}/holds",
+        "/v1/holds/{id}",
+        "/v1/orders",
+        "/v1/orders/{id}",
+    ] {
+        assert!(
+            doc["paths"].get(path).is_some(),
+            "{path} missing from the OpenAPI document"
+        );
     }
     let (status, _) = app.get("/readyz", "").await;
     assert_eq!(status, 200);

@@ -18,8 +18,17 @@ async fn two_hundred_clients_get_exactly_one_winner_per_seat() {
         tasks.push(tokio::spawn(async move {
             let token = app.fan(&format!("fan{client}"));
             // Overlapping picks of one to three seats among twelve.
-            let seats: Vec<String> = (0..1 + client % 3).map(|k| format!("S1-R1-{}", 1 + (client * 7 + k * 5) % 12)).collect();
-            let (status, body) = app.post(&format!("/v1/events/{event}/holds"), &token, json!({"seatIds": seats}), None).await;
+            let seats: Vec<String> = (0..1 + client % 3)
+                .map(|k| format!("S1-R1-{}", 1 + (client * 7 + k * 5) % 12))
+                .collect();
+            let (status, body) = app
+                .post(
+                    &format!("/v1/events/{event}/holds"),
+                    &token,
+                    json!({"seatIds": seats}),
+                    None,
+                )
+                .await;
             (status, body, token)
         }));
     }
@@ -32,7 +41,10 @@ async fn two_hundred_clients_get_exactly_one_winner_per_seat() {
                 for seat in body["seatIds"].as_array().expect("seats") {
                     let seat = seat.as_str().expect("seat").to_owned();
                     let hold = body["holdId"].as_str().expect("hold").to_owned();
-                    assert!(winners.insert(seat.clone(), hold).is_none(), "{seat} was held twice");
+                    assert!(
+                        winners.insert(seat.clone(), hold).is_none(),
+                        "{seat} was held twice"
+                    );
                 }
                 won.push((body["holdId"].as_str().expect("hold").to_owned(), token));
             }
@@ -44,16 +56,37 @@ async fn two_hundred_clients_get_exactly_one_winner_per_seat() {
     // Every winner orders; no seat ends up in two orders.
     let mut ordered: HashMap<String, String> = HashMap::new();
     for (i, (hold, token)) in won.iter().enumerate() {
-        let (status, order) = app.post("/v1/orders", token, json!({"holdId": hold, "paymentToken": "tok_ok"}), Some(&format!("o{i}"))).await;
+        let (status, order) = app
+            .post(
+                "/v1/orders",
+                token,
+                json!({"holdId": hold, "paymentToken": "tok_ok"}),
+                Some(&format!("o{i}")),
+            )
+            .await;
         assert_eq!(status, 202, "{order}");
-        let (_, view) = app.get(&format!("/v1/orders/{}", order["orderId"].as_str().expect("id")), token).await;
+        let (_, view) = app
+            .get(
+                &format!("/v1/orders/{}", order["orderId"].as_str().expect("id")),
+                token,
+            )
+            .await;
         for seat in view["seatIds"].as_array().expect("seats") {
-            assert!(ordered.insert(seat.as_str().expect("seat").to_owned(), hold.clone()).is_none());
+            assert!(ordered
+                .insert(seat.as_str().expect("seat").to_owned(), hold.clone())
+                .is_none());
         }
     }
     // The log agrees: replaying it from zero gives the same owners.
     let show: onsale_domain::ShowId = event.parse().expect("id");
-    let replayed = app.app.state.shows.store().replay(show).await.expect("replay");
+    let replayed = app
+        .app
+        .state
+        .shows
+        .store()
+        .replay(show)
+        .await
+        .expect("replay");
     for (seat, state) in replayed.show.seats() {
         match state {
             onsale_domain::show::Seat::PendingPayment(_) => assert!(ordered.contains_key(seat)),

@@ -9,9 +9,22 @@ use onsale_tests::{config, TestApp, TestDb};
 use serde_json::json;
 
 /// Retries a request after a 503 with the same Idempotency-Key, as a client would.
-async fn hold_with_retries(app: &TestApp, event: &str, token: &str, body: serde_json::Value, key: &str) -> (u16, serde_json::Value) {
+async fn hold_with_retries(
+    app: &TestApp,
+    event: &str,
+    token: &str,
+    body: serde_json::Value,
+    key: &str,
+) -> (u16, serde_json::Value) {
     loop {
-        let (status, answer) = app.post(&format!("/v1/events/{event}/holds"), token, body.clone(), Some(key)).await;
+        let (status, answer) = app
+            .post(
+                &format!("/v1/events/{event}/holds"),
+                token,
+                body.clone(),
+                Some(key),
+            )
+            .await;
         if status != 503 {
             return (status, answer);
         }
@@ -27,13 +40,28 @@ async fn two_writers_of_one_show_are_fenced_by_the_version_check_and_lose_nothin
     let event = a.on_sale_event(1, 10, 20, None).await;
     let mut tasks = Vec::new();
     for client in 0..120u32 {
-        let app = if client % 2 == 0 { a.clone() } else { b.clone() };
+        let app = if client % 2 == 0 {
+            a.clone()
+        } else {
+            b.clone()
+        };
         let event = event.clone();
         tasks.push(tokio::spawn(async move {
             let token = app.fan(&format!("fan{client}"));
             // Half the clients want a seat of their own, half fight over ten seats.
-            let seat = if client < 60 { format!("S1-R{}-{}", 1 + client / 20, 1 + client % 20) } else { format!("S1-R10-{}", 1 + client % 10) };
-            let (status, body) = hold_with_retries(&app, &event, &token, json!({"seatIds": [seat]}), &format!("k{client}")).await;
+            let seat = if client < 60 {
+                format!("S1-R{}-{}", 1 + client / 20, 1 + client % 20)
+            } else {
+                format!("S1-R10-{}", 1 + client % 10)
+            };
+            let (status, body) = hold_with_retries(
+                &app,
+                &event,
+                &token,
+                json!({"seatIds": [seat]}),
+                &format!("k{client}"),
+            )
+            .await;
             (client, status, body)
         }));
     }
@@ -44,18 +72,38 @@ async fn two_writers_of_one_show_are_fenced_by_the_version_check_and_lose_nothin
         match status {
             201 => {
                 let seat = body["seatIds"][0].as_str().expect("seat").to_owned();
-                assert!(seats.insert(seat.clone()), "{seat} acknowledged twice across processes");
+                assert!(
+                    seats.insert(seat.clone()),
+                    "{seat} acknowledged twice across processes"
+                );
                 acknowledged.push(body["holdId"].as_str().expect("hold").to_owned());
             }
-            409 => assert!(client >= 60, "client {client} wanted a seat nobody else wanted"),
+            409 => assert!(
+                client >= 60,
+                "client {client} wanted a seat nobody else wanted"
+            ),
             other => panic!("{other}: {body}"),
         }
     }
-    assert_eq!(acknowledged.len(), 70, "60 uncontested seats and 10 contested ones");
+    assert_eq!(
+        acknowledged.len(),
+        70,
+        "60 uncontested seats and 10 contested ones"
+    );
     let show: ShowId = event.parse().expect("id");
-    let replayed = a.app.state.shows.store().replay(show).await.expect("replay");
+    let replayed = a
+        .app
+        .state
+        .shows
+        .store()
+        .replay(show)
+        .await
+        .expect("replay");
     for hold in &acknowledged {
-        let hold = replayed.show.hold(&hold.parse().expect("hold id")).expect("an acknowledged hold is in the log");
+        let hold = replayed
+            .show
+            .hold(&hold.parse().expect("hold id"))
+            .expect("an acknowledged hold is in the log");
         assert_eq!(hold.state, onsale_domain::HoldStatus::Active);
     }
 }
@@ -66,11 +114,28 @@ async fn an_outage_answers_503_with_retry_after_and_acknowledges_nothing() {
     let app = TestApp::spawn(&db).await.expect("app");
     let event = app.on_sale_event(1, 1, 10, None).await;
     let ann = app.fan("ann");
-    let (status, _) = app.post(&format!("/v1/events/{event}/holds"), &ann, json!({"seatIds": ["S1-R1-1"]}), None).await;
+    let (status, _) = app
+        .post(
+            &format!("/v1/events/{event}/holds"),
+            &ann,
+            json!({"seatIds": ["S1-R1-1"]}),
+            None,
+        )
+        .await;
     assert_eq!(status, 201);
 
-    db.admin(&format!("ALTER DATABASE {} ALLOW_CONNECTIONS false", db.name)).await.expect("close");
-    db.admin(&format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'", db.name)).await.expect("kick");
+    db.admin(&format!(
+        "ALTER DATABASE {} ALLOW_CONNECTIONS false",
+        db.name
+    ))
+    .await
+    .expect("close");
+    db.admin(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'",
+        db.name
+    ))
+    .await
+    .expect("kick");
     let res = app
         .http
         .post(format!("{}/v1/events/{event}/holds", app.base))
@@ -87,15 +152,45 @@ async fn an_outage_answers_503_with_retry_after_and_acknowledges_nothing() {
     let (status, _) = app.get("/readyz", "").await;
     assert_eq!(status, 503);
 
-    db.admin(&format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", db.name)).await.expect("reopen");
+    db.admin(&format!(
+        "ALTER DATABASE {} ALLOW_CONNECTIONS true",
+        db.name
+    ))
+    .await
+    .expect("reopen");
     // The retry after recovery is a fresh attempt (nothing committed) and succeeds once.
-    let (status, hold) = hold_with_retries(&app, &event, &ann, json!({"seatIds": ["S1-R1-2"]}), "during-outage").await;
+    let (status, hold) = hold_with_retries(
+        &app,
+        &event,
+        &ann,
+        json!({"seatIds": ["S1-R1-2"]}),
+        "during-outage",
+    )
+    .await;
     assert_eq!(status, 201, "{hold}");
-    let (status, again) = app.post(&format!("/v1/events/{event}/holds"), &ann, json!({"seatIds": ["S1-R1-2"]}), Some("during-outage")).await;
+    let (status, again) = app
+        .post(
+            &format!("/v1/events/{event}/holds"),
+            &ann,
+            json!({"seatIds": ["S1-R1-2"]}),
+            Some("during-outage"),
+        )
+        .await;
     assert_eq!((status, &again["holdId"]), (201, &hold["holdId"]));
     let show: ShowId = event.parse().expect("id");
-    let replayed = app.app.state.shows.store().replay(show).await.expect("replay");
-    assert_eq!(replayed.show.holds().count(), 2, "the first hold and the retried one, nothing else");
+    let replayed = app
+        .app
+        .state
+        .shows
+        .store()
+        .replay(show)
+        .await
+        .expect("replay");
+    assert_eq!(
+        replayed.show.holds().count(),
+        2,
+        "the first hold and the retried one, nothing else"
+    );
 }
 
 #[tokio::test]
@@ -103,14 +198,28 @@ async fn snapshots_plus_tail_equal_a_full_replay_and_a_restart_resumes_from_them
     let db = TestDb::new().await.expect("db");
     let mut cfg = config(&db);
     cfg.snapshot_every = 10;
-    let app = TestApp::spawn_with(cfg.clone(), Arc::new(SystemClock)).await.expect("app");
+    let app = TestApp::spawn_with(cfg.clone(), Arc::new(SystemClock))
+        .await
+        .expect("app");
     let event = app.on_sale_event(1, 5, 10, None).await;
     for n in 0..35u32 {
         let token = app.fan(&format!("fan{n}"));
-        let (status, hold) = app.post(&format!("/v1/events/{event}/holds"), &token, json!({"seatIds": [format!("S1-R{}-{}", 1 + n / 10, 1 + n % 10)]}), None).await;
+        let (status, hold) = app
+            .post(
+                &format!("/v1/events/{event}/holds"),
+                &token,
+                json!({"seatIds": [format!("S1-R{}-{}", 1 + n / 10, 1 + n % 10)]}),
+                None,
+            )
+            .await;
         assert_eq!(status, 201);
         if n % 3 == 0 {
-            let (status, _) = app.delete(&format!("/v1/holds/{}", hold["holdId"].as_str().expect("id")), &token).await;
+            let (status, _) = app
+                .delete(
+                    &format!("/v1/holds/{}", hold["holdId"].as_str().expect("id")),
+                    &token,
+                )
+                .await;
             assert_eq!(status, 204);
         }
     }
@@ -118,7 +227,10 @@ async fn snapshots_plus_tail_equal_a_full_replay_and_a_restart_resumes_from_them
     let store = app.app.state.shows.store().clone();
     let mut snapshots = 0;
     for _ in 0..50 {
-        let row: (i64,) = sqlx::query_as("SELECT count(*) FROM snapshots").fetch_one(store.pool()).await.expect("count");
+        let row: (i64,) = sqlx::query_as("SELECT count(*) FROM snapshots")
+            .fetch_one(store.pool())
+            .await
+            .expect("count");
         snapshots = row.0;
         if snapshots > 0 {
             break;
@@ -128,15 +240,37 @@ async fn snapshots_plus_tail_equal_a_full_replay_and_a_restart_resumes_from_them
     assert!(snapshots >= 1, "snapshots were written");
     let loaded = store.load(show).await.expect("load");
     let replayed = store.replay(show).await.expect("replay");
-    assert!(loaded.snapshot_version > 0, "the load started from a snapshot");
+    assert!(
+        loaded.snapshot_version > 0,
+        "the load started from a snapshot"
+    );
     assert_eq!(loaded.version, replayed.version);
-    assert_eq!(serde_json::to_value(&loaded.show).expect("json"), serde_json::to_value(&replayed.show).expect("json"));
+    assert_eq!(
+        serde_json::to_value(&loaded.show).expect("json"),
+        serde_json::to_value(&replayed.show).expect("json")
+    );
 
     // A second process starts from the snapshot and knows who holds what.
-    let restarted = TestApp::spawn_with(cfg, Arc::new(SystemClock)).await.expect("restart");
-    let (status, lost) = restarted.post(&format!("/v1/events/{event}/holds"), &restarted.fan("late"), json!({"seatIds": ["S1-R1-2"]}), None).await;
+    let restarted = TestApp::spawn_with(cfg, Arc::new(SystemClock))
+        .await
+        .expect("restart");
+    let (status, lost) = restarted
+        .post(
+            &format!("/v1/events/{event}/holds"),
+            &restarted.fan("late"),
+            json!({"seatIds": ["S1-R1-2"]}),
+            None,
+        )
+        .await;
     assert_eq!(status, 409, "{lost}");
-    let (status, _) = restarted.post(&format!("/v1/events/{event}/holds"), &restarted.fan("late"), json!({"seatIds": ["S1-R1-1"]}), None).await;
+    let (status, _) = restarted
+        .post(
+            &format!("/v1/events/{event}/holds"),
+            &restarted.fan("late"),
+            json!({"seatIds": ["S1-R1-1"]}),
+            None,
+        )
+        .await;
     assert_eq!(status, 201, "seat 1 was released before the restart");
 }
 
@@ -146,10 +280,20 @@ async fn postgres_es_reads_the_log_onsale_writes() {
     let db = TestDb::new().await.expect("db");
     let app = TestApp::spawn(&db).await.expect("app");
     let event = app.on_sale_event(1, 1, 5, None).await;
-    let (status, _) = app.post(&format!("/v1/events/{event}/holds"), &app.fan("ann"), json!({"quantity": 2}), None).await;
+    let (status, _) = app
+        .post(
+            &format!("/v1/events/{event}/holds"),
+            &app.fan("ann"),
+            json!({"quantity": 2}),
+            None,
+        )
+        .await;
     assert_eq!(status, 201);
     let repo = postgres_es::PostgresEventRepository::new(db.pool().await.expect("pool"));
-    let events = repo.get_events::<onsale_domain::Show>(&event).await.expect("postgres-es reads the events");
+    let events = repo
+        .get_events::<onsale_domain::Show>(&event)
+        .await
+        .expect("postgres-es reads the events");
     assert_eq!(events.len(), 2);
     assert_eq!(events[1].event_type, "SeatsHeld");
 }
@@ -160,9 +304,20 @@ async fn the_sweeper_expires_a_lapsed_hold_by_its_identity() {
     let app = TestApp::spawn(&db).await.expect("app");
     let event = app.on_sale_event(1, 1, 4, Some(1)).await;
     let ann = app.fan("ann");
-    let (status, hold) = app.post(&format!("/v1/events/{event}/holds"), &ann, json!({"seatIds": ["S1-R1-1"]}), None).await;
+    let (status, hold) = app
+        .post(
+            &format!("/v1/events/{event}/holds"),
+            &ann,
+            json!({"seatIds": ["S1-R1-1"]}),
+            None,
+        )
+        .await;
     assert_eq!(status, 201);
-    let hold_id: onsale_domain::HoldId = hold["holdId"].as_str().expect("id").parse().expect("hold id");
+    let hold_id: onsale_domain::HoldId = hold["holdId"]
+        .as_str()
+        .expect("id")
+        .parse()
+        .expect("hold id");
     let show: ShowId = event.parse().expect("id");
     let store = app.app.state.shows.store().clone();
     // No command touches the show again: only the sweeper can end the hold.
@@ -170,7 +325,8 @@ async fn the_sweeper_expires_a_lapsed_hold_by_its_identity() {
     for _ in 0..40 {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         let replayed = store.replay(show).await.expect("replay");
-        if replayed.show.hold(&hold_id).map(|h| h.state) == Some(onsale_domain::HoldStatus::Expired) {
+        if replayed.show.hold(&hold_id).map(|h| h.state) == Some(onsale_domain::HoldStatus::Expired)
+        {
             expired = true;
             break;
         }
@@ -178,6 +334,13 @@ async fn the_sweeper_expires_a_lapsed_hold_by_its_identity() {
     assert!(expired, "the sweeper wrote HoldExpired for the lapsed hold");
     let (status, body) = app.get(&format!("/v1/holds/{hold_id}"), &ann).await;
     assert_eq!((status, body["status"].as_str()), (200, Some("EXPIRED")));
-    let (status, _) = app.post("/v1/orders", &ann, json!({"holdId": hold_id.to_string(), "paymentToken": "tok_ok"}), Some("late")).await;
+    let (status, _) = app
+        .post(
+            "/v1/orders",
+            &ann,
+            json!({"holdId": hold_id.to_string(), "paymentToken": "tok_ok"}),
+            Some("late"),
+        )
+        .await;
     assert_eq!(status, 409, "an order on an expired hold is refused");
 }

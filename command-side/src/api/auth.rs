@@ -29,8 +29,16 @@ pub struct Claims {
 /// Signs a token: the CLI's `token` command and the tests use it.
 pub fn mint(secret: &str, sub: &str, role: Role, ttl_secs: u64) -> anyhow::Result<String> {
     let exp = chrono::Utc::now().timestamp().max(0) as u64 + ttl_secs;
-    let claims = Claims { sub: sub.to_owned(), role, exp };
-    Ok(encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(secret.as_bytes()))?)
+    let claims = Claims {
+        sub: sub.to_owned(),
+        role,
+        exp,
+    };
+    Ok(encode(
+        &Header::new(Algorithm::HS256),
+        &claims,
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )?)
 }
 
 /// The verified caller of a request.
@@ -45,7 +53,11 @@ impl Caller {
         if roles.contains(&self.role) {
             Ok(())
         } else {
-            Err(ApiError::new(StatusCode::FORBIDDEN, "FORBIDDEN", "this role may not do that"))
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "FORBIDDEN",
+                "this role may not do that",
+            ))
         }
     }
 
@@ -59,17 +71,26 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let unauthenticated = |d: &str| ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", d);
+        let unauthenticated =
+            |d: &str| ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", d);
         let token = parts
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| unauthenticated("an Authorization: Bearer token is required"))?;
-        let data = decode::<Claims>(token, &state.decoding_key, &Validation::new(Algorithm::HS256))
-            .map_err(|e| unauthenticated(&format!("invalid token: {e}")))?;
-        let account = AccountId::parse(&data.claims.sub).map_err(|_| unauthenticated("invalid subject"))?;
-        Ok(Caller { account, role: data.claims.role })
+        let data = decode::<Claims>(
+            token,
+            &state.decoding_key,
+            &Validation::new(Algorithm::HS256),
+        )
+        .map_err(|e| unauthenticated(&format!("invalid token: {e}")))?;
+        let account =
+            AccountId::parse(&data.claims.sub).map_err(|_| unauthenticated("invalid subject"))?;
+        Ok(Caller {
+            account,
+            role: data.claims.role,
+        })
     }
 }
 

@@ -18,7 +18,12 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
-        Self { status, code, detail: detail.into(), extra: Map::new() }
+        Self {
+            status,
+            code,
+            detail: detail.into(),
+            extra: Map::new(),
+        }
     }
 
     pub fn with(mut self, key: &str, value: Value) -> Self {
@@ -27,7 +32,11 @@ impl ApiError {
     }
 
     pub fn unavailable() -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", "the event store is unreachable; retry shortly")
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "UNAVAILABLE",
+            "the event store is unreachable; retry shortly",
+        )
     }
 }
 
@@ -39,7 +48,9 @@ impl From<ShowError> for ApiError {
             | ShowError::UnknownSection(_)
             | ShowError::HoldNotFound
             | ShowError::OrderNotFound => StatusCode::NOT_FOUND,
-            ShowError::Invalid(_) | ShowError::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            ShowError::Invalid(_) | ShowError::IdempotencyKeyReused => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             ShowError::HoldLimit { .. } => StatusCode::TOO_MANY_REQUESTS,
             ShowError::ShowAlreadyExists
             | ShowError::SeatUnavailable { .. }
@@ -54,9 +65,9 @@ impl From<ShowError> for ApiError {
             ShowError::SeatUnavailable { lost } => err.with("lostSeatIds", json!(lost)),
             ShowError::UnknownSeat(ids) => err.with("unknownSeatIds", json!(ids)),
             ShowError::HoldOrdered(order) => err.with("orderId", json!(order.to_string())),
-            ShowError::HoldLimit { limit, already } => {
-                err.with("limit", json!(limit)).with("alreadyClaimed", json!(already))
-            }
+            ShowError::HoldLimit { limit, already } => err
+                .with("limit", json!(limit))
+                .with("alreadyClaimed", json!(already)),
             _ => err,
         }
     }
@@ -69,7 +80,11 @@ impl From<CommandError> for ApiError {
             CommandError::Unavailable => Self::unavailable(),
             CommandError::Internal(m) => {
                 tracing::error!(error = %m, "internal error");
-                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "an unexpected error; it was logged")
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "INTERNAL",
+                    "an unexpected error; it was logged",
+                )
             }
         }
     }
@@ -91,17 +106,29 @@ impl From<JsonRejection> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut body = Map::new();
-        body.insert("type".into(), json!(format!("https://onsale.dev/problems/{}", self.code.to_lowercase())));
-        body.insert("title".into(), json!(self.status.canonical_reason().unwrap_or("error")));
+        body.insert(
+            "type".into(),
+            json!(format!(
+                "https://onsale.dev/problems/{}",
+                self.code.to_lowercase()
+            )),
+        );
+        body.insert(
+            "title".into(),
+            json!(self.status.canonical_reason().unwrap_or("error")),
+        );
         body.insert("status".into(), json!(self.status.as_u16()));
         body.insert("code".into(), json!(self.code));
         body.insert("detail".into(), json!(self.detail));
         body.extend(self.extra);
         let mut res = (self.status, axum::Json(Value::Object(body))).into_response();
-        res.headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            res.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         res
     }

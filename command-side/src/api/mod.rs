@@ -37,7 +37,9 @@ pub struct AppState {
 
 impl std::fmt::Debug for AppState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppState").field("shows", &self.shows).finish_non_exhaustive()
+        f.debug_struct("AppState")
+            .field("shows", &self.shows)
+            .finish_non_exhaustive()
     }
 }
 
@@ -83,7 +85,12 @@ impl utoipa::Modify for BearerAuth {
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             "bearer",
-            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).bearer_format("JWT").build()),
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .build(),
+            ),
         );
     }
 }
@@ -154,7 +161,14 @@ async fn create_venue(
             .map(|s| SectionLayout {
                 section: s.section,
                 price_tier: s.price_tier,
-                rows: s.rows.into_iter().map(|r| onsale_domain::RowLayout { row: r.row, seats: r.seats }).collect(),
+                rows: s
+                    .rows
+                    .into_iter()
+                    .map(|r| onsale_domain::RowLayout {
+                        row: r.row,
+                        seats: r.seats,
+                    })
+                    .collect(),
             })
             .collect(),
     )?;
@@ -162,10 +176,19 @@ async fn create_venue(
     state
         .shows
         .store()
-        .register_venue(venue_id, &VenueEvent::VenueRegistered { name, city, layout })
+        .register_venue(
+            venue_id,
+            &VenueEvent::VenueRegistered { name, city, layout },
+        )
         .await
         .map_err(|_| ApiError::unavailable())?;
-    Ok((StatusCode::CREATED, Json(VenueCreated { venue_id: venue_id.to_string() })).into_response())
+    Ok((
+        StatusCode::CREATED,
+        Json(VenueCreated {
+            venue_id: venue_id.to_string(),
+        }),
+    )
+        .into_response())
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -206,9 +229,23 @@ async fn create_event(
         ));
     }
     let venue_id: VenueId = body.venue_id.parse()?;
-    let venue = state.shows.store().load_venue(venue_id).await.map_err(|_| ApiError::unavailable())?;
-    let Some(VenueEvent::VenueRegistered { name: venue_name, city, layout }) = venue else {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, "VENUE_NOT_FOUND", "no such venue"));
+    let venue = state
+        .shows
+        .store()
+        .load_venue(venue_id)
+        .await
+        .map_err(|_| ApiError::unavailable())?;
+    let Some(VenueEvent::VenueRegistered {
+        name: venue_name,
+        city,
+        layout,
+    }) = venue
+    else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "VENUE_NOT_FOUND",
+            "no such venue",
+        ));
     };
     let show_id = ShowId::random();
     let info = ShowInfo {
@@ -224,14 +261,27 @@ async fn create_event(
         waiting_room: false,
         hold_ttl_seconds: body.hold_ttl_seconds.unwrap_or(DEFAULT_HOLD_TTL_SECONDS),
     };
-    state.shows.execute(show_id, ShowCommand::Schedule { info, layout }).await?;
-    Ok((StatusCode::CREATED, Json(EventCreated { event_id: show_id.to_string() })).into_response())
+    state
+        .shows
+        .execute(show_id, ShowCommand::Schedule { info, layout })
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(EventCreated {
+            event_id: show_id.to_string(),
+        }),
+    )
+        .into_response())
 }
 
 /// The event page: catalog facts, sections and prices. Cacheable.
 #[utoipa::path(get, path = "/v1/events/{id}", params(("id" = String, Path)),
     responses((status = 200, description = "the event document"), (status = 304), (status = 404, body = Problem)))]
-async fn get_event(State(state): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn get_event(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let show_id: ShowId = id.parse()?;
     let now = state.shows.clock().now();
     let answer = state
@@ -279,10 +329,17 @@ async fn get_event(State(state): State<AppState>, Path(id): Path<String>, header
             })))
         })
         .await?;
-    let Answer::Doc(doc) = answer else { return Err(ShowError::ShowNotFound.into()) };
-    let body = serde_json::to_vec(&doc).map_err(|e| crate::owner::CommandError::Internal(e.to_string()))?;
+    let Answer::Doc(doc) = answer else {
+        return Err(ShowError::ShowNotFound.into());
+    };
+    let body = serde_json::to_vec(&doc)
+        .map_err(|e| crate::owner::CommandError::Internal(e.to_string()))?;
     let etag = format!("\"{}\"", &hex::encode(Sha256::digest(&body))[..32]);
-    if headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) == Some(etag.as_str()) {
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        == Some(etag.as_str())
+    {
         return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response());
     }
     Ok((
@@ -320,7 +377,8 @@ pub struct HoldResponse {
 fn canonical(v: &Value) -> Value {
     match v {
         Value::Object(m) => {
-            let sorted: BTreeMap<&String, Value> = m.iter().map(|(k, v)| (k, canonical(v))).collect();
+            let sorted: BTreeMap<&String, Value> =
+                m.iter().map(|(k, v)| (k, canonical(v))).collect();
             Value::Object(sorted.into_iter().map(|(k, v)| (k.clone(), v)).collect())
         }
         Value::Array(a) => Value::Array(a.iter().map(canonical).collect()),
@@ -340,15 +398,22 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiErr
     match headers.get("idempotency-key") {
         None => Ok(None),
         Some(v) => {
-            let s = v.to_str().map_err(|_| ShowError::Invalid("Idempotency-Key must be ASCII".into()))?;
+            let s = v
+                .to_str()
+                .map_err(|_| ShowError::Invalid("Idempotency-Key must be ASCII".into()))?;
             Ok(Some(IdempotencyKey::parse(s)?))
         }
     }
 }
 
 fn parse_body<T: serde::de::DeserializeOwned>(body: &Value) -> Result<T, ApiError> {
-    serde_json::from_value(body.clone())
-        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "INVALID_REQUEST", e.to_string()))
+    serde_json::from_value(body.clone()).map_err(|e| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "INVALID_REQUEST",
+            e.to_string(),
+        )
+    })
 }
 
 /// Hold explicit seats (all or none) or the best available ones.
@@ -376,19 +441,32 @@ async fn create_hold(
     let command = match (request.seat_ids, request.quantity) {
         (Some(seat_ids), None) => {
             if request.section.is_some() {
-                return Err(ShowError::Invalid("section goes with quantity, not seatIds".into()).into());
+                return Err(
+                    ShowError::Invalid("section goes with quantity, not seatIds".into()).into(),
+                );
             }
             if seat_ids.len() > 64 {
                 return Err(ShowError::Invalid("at most 64 seatIds per request".into()).into());
             }
-            ShowCommand::HoldSeats { hold_id, account, seat_ids, idempotency }
+            ShowCommand::HoldSeats {
+                hold_id,
+                account,
+                seat_ids,
+                idempotency,
+            }
         }
         (None, Some(quantity)) => {
             let quantity = u32::try_from(quantity)
                 .ok()
                 .filter(|&q| q >= 1)
                 .ok_or_else(|| ShowError::Invalid("quantity must be a positive integer".into()))?;
-            ShowCommand::HoldBestAvailable { hold_id, account, quantity, section: request.section, idempotency }
+            ShowCommand::HoldBestAvailable {
+                hold_id,
+                account,
+                quantity,
+                section: request.section,
+                idempotency,
+            }
         }
         _ => return Err(ShowError::Invalid("give either seatIds or quantity".into()).into()),
     };
@@ -413,16 +491,27 @@ async fn create_hold(
             }),
         )
             .into_response()),
-        other => Err(crate::owner::CommandError::Internal(format!("hold answered {other:?}")).into()),
+        other => {
+            Err(crate::owner::CommandError::Internal(format!("hold answered {other:?}")).into())
+        }
     }
 }
 
 /// A hold of the caller's.
 #[utoipa::path(get, path = "/v1/holds/{id}", params(("id" = String, Path)), security(("bearer" = [])),
     responses((status = 200, description = "the hold and its status"), (status = 404, body = Problem)))]
-async fn get_hold(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn get_hold(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let hold_id: HoldId = id.parse()?;
-    let answer = state.shows.read(hold_id.show(), move |show| Ok(show.hold_view(&hold_id).map_or(Answer::Done, Answer::Hold))).await?;
+    let answer = state
+        .shows
+        .read(hold_id.show(), move |show| {
+            Ok(show.hold_view(&hold_id).map_or(Answer::Done, Answer::Hold))
+        })
+        .await?;
     match answer {
         Answer::Hold(view) if caller.sees(&view.account) => Ok(Json(json!({
             "holdId": view.hold_id.to_string(),
@@ -439,10 +528,23 @@ async fn get_hold(State(state): State<AppState>, caller: Caller, Path(id): Path<
 /// Release a hold early. Idempotent.
 #[utoipa::path(delete, path = "/v1/holds/{id}", params(("id" = String, Path)), security(("bearer" = [])),
     responses((status = 204), (status = 404, body = Problem), (status = 409, body = Problem, description = "HOLD_ORDERED")))]
-async fn release_hold(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn release_hold(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     caller.require(&[Role::Fan, Role::Admin])?;
     let hold_id: HoldId = id.parse()?;
-    state.shows.execute(hold_id.show(), ShowCommand::ReleaseHold { hold_id, account: caller.account }).await?;
+    state
+        .shows
+        .execute(
+            hold_id.show(),
+            ShowCommand::ReleaseHold {
+                hold_id,
+                account: caller.account,
+            },
+        )
+        .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -474,7 +576,11 @@ async fn place_order(
     caller.require(&[Role::Fan, Role::Admin])?;
     let request: OrderRequest = parse_body(&body)?;
     let key = idempotency_key(&headers)?.ok_or_else(|| {
-        ApiError::new(StatusCode::BAD_REQUEST, "IDEMPOTENCY_KEY_REQUIRED", "POST /v1/orders needs an Idempotency-Key header")
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "IDEMPOTENCY_KEY_REQUIRED",
+            "POST /v1/orders needs an Idempotency-Key header",
+        )
     })?;
     let hold_id: HoldId = request.hold_id.parse()?;
     let token = request.payment_token.trim();
@@ -486,16 +592,24 @@ async fn place_order(
         hold_id,
         account: caller.account.clone(),
         payment_token: token.to_owned(),
-        idempotency: Idempotency { key, fingerprint: fingerprint("POST /v1/orders", &body) },
+        idempotency: Idempotency {
+            key,
+            fingerprint: fingerprint("POST /v1/orders", &body),
+        },
     };
     match state.shows.execute(hold_id.show(), command).await? {
         Answer::Order(view) => Ok((
             StatusCode::ACCEPTED,
             [(header::LOCATION, format!("/v1/orders/{}", view.order_id))],
-            Json(OrderAccepted { order_id: view.order_id.to_string(), status: view.status.to_owned() }),
+            Json(OrderAccepted {
+                order_id: view.order_id.to_string(),
+                status: view.status.to_owned(),
+            }),
         )
             .into_response()),
-        other => Err(crate::owner::CommandError::Internal(format!("order answered {other:?}")).into()),
+        other => {
+            Err(crate::owner::CommandError::Internal(format!("order answered {other:?}")).into())
+        }
     }
 }
 
@@ -514,11 +628,19 @@ pub struct OrderResponse {
 /// An order: the caller's own, or any for admins and auditors.
 #[utoipa::path(get, path = "/v1/orders/{id}", params(("id" = String, Path)), security(("bearer" = [])),
     responses((status = 200, body = OrderResponse), (status = 404, body = Problem)))]
-async fn get_order(State(state): State<AppState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn get_order(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let order_id: OrderId = id.parse()?;
     let answer = state
         .shows
-        .read(order_id.show(), move |show| Ok(show.order_view(&order_id).map_or(Answer::Done, Answer::Order)))
+        .read(order_id.show(), move |show| {
+            Ok(show
+                .order_view(&order_id)
+                .map_or(Answer::Done, Answer::Order))
+        })
         .await;
     match answer {
         Ok(Answer::Order(view)) if caller.sees(&view.account) => Ok(Json(OrderResponse {
@@ -530,7 +652,9 @@ async fn get_order(State(state): State<AppState>, caller: Caller, Path(id): Path
             tickets: Vec::new(),
         })
         .into_response()),
-        Ok(_) | Err(crate::owner::CommandError::Domain(ShowError::ShowNotFound)) => Err(ShowError::OrderNotFound.into()),
+        Ok(_) | Err(crate::owner::CommandError::Domain(ShowError::ShowNotFound)) => {
+            Err(ShowError::OrderNotFound.into())
+        }
         Err(e) => Err(e.into()),
     }
 }
@@ -544,7 +668,14 @@ async fn readyz(State(state): State<AppState>) -> Response {
 
 async fn metrics_page(State(state): State<AppState>) -> Response {
     match &state.metrics {
-        Some(h) => ([(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"))], h.render()).into_response(),
+        Some(h) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4"),
+            )],
+            h.render(),
+        )
+            .into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
     }
 }
