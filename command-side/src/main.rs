@@ -6,7 +6,9 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use onsale_command::api::auth::{self, Role};
 use onsale_command::app::SystemClock;
+use onsale_command::store::EventStore;
 use onsale_command::{telemetry, App, Config};
+use onsale_domain::ShowId;
 
 #[derive(Debug, Parser)]
 #[command(name = "onsale", about = "Reserved-seat ticketing backend")]
@@ -24,6 +26,21 @@ enum Command {
         #[arg(long, env = "ONSALE_LISTEN", default_value = "127.0.0.1:8080")]
         listen: String,
     },
+    /// Print a show's events, one JSON object a line, from the event store (for analysts).
+    Log {
+        #[arg(long, env = "DATABASE_URL", default_value = "postgres://onsale@127.0.0.1:54329/onsale")]
+        database_url: String,
+        /// The show (event) id.
+        #[arg(long)]
+        show: String,
+    },
+    /// Check that a show's latest snapshot plus the events after it equals a replay from zero.
+    Verify {
+        #[arg(long, env = "DATABASE_URL", default_value = "postgres://onsale@127.0.0.1:54329/onsale")]
+        database_url: String,
+        #[arg(long)]
+        show: String,
+    },
     /// Print a development bearer token.
     Token {
         #[arg(long)]
@@ -35,6 +52,11 @@ enum Command {
         #[arg(long, default_value_t = 3600)]
         ttl_secs: u64,
     },
+}
+
+async fn store(url: &str) -> anyhow::Result<EventStore> {
+    let pool = sqlx::PgPool::connect(url).await.context("connect to the event store")?;
+    Ok(EventStore::new(pool))
 }
 
 fn parse_role(s: &str) -> Result<Role, String> {
@@ -56,6 +78,36 @@ async fn main() -> anyhow::Result<()> {
                 let _ = tokio::signal::ctrl_c().await;
             })
             .await
+        }
+        Command::Log { database_url, show } => {
+            let store = store(&database_url).await?;
+            for e in store.events(show.parse()?).await? {
+                println!("{}", serde_json::to_string(&e)?);
+            }
+            Ok(())
+        }
+        Command::Verify { database_url, show } => {
+            let store = store(&database_url).await?;
+            let show: ShowId = show.parse()?;
+            let loaded = store.load(show).await?;
+            let replayed = store.replay(show).await?;
+            if loaded.version != replayed.version
+                || serde_json::to_value(&loaded.show)? != serde_json::to_value(&replayed.show)?
+            {
+                anyhow::bail!(
+                    "snapshot at {} plus tail to {} differs from a replay to {}",
+                    loaded.snapshot_version,
+                    loaded.version,
+                    replayed.version
+                );
+            }
+            println!(
+                "ok: snapshot at {} plus {} events equals a replay of {} events",
+                loaded.snapshot_version,
+                loaded.version - loaded.snapshot_version,
+                replayed.version
+            );
+            Ok(())
         }
         Command::Token {
             sub,

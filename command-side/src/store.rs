@@ -40,6 +40,14 @@ pub struct LoadedShow {
     pub snapshot_version: i64,
 }
 
+/// One row of the log.
+#[derive(Debug, serde::Serialize)]
+pub struct StoredEvent {
+    pub sequence: i64,
+    pub event_type: String,
+    pub event: ShowEvent,
+}
+
 #[derive(Debug, Clone)]
 pub struct EventStore {
     pool: PgPool,
@@ -119,6 +127,25 @@ impl EventStore {
             version,
             snapshot_version: 0,
         })
+    }
+
+    /// A show's events in order, as stored: what analysts and auditors replay.
+    pub async fn events(&self, show: ShowId) -> Result<Vec<StoredEvent>> {
+        let rows: Vec<(i64, String, String)> = sqlx::query_as(
+            "SELECT sequence, event_type, payload::text FROM events
+              WHERE aggregate_type = $1 AND aggregate_id = $2 ORDER BY sequence",
+        )
+        .bind(Show::TYPE)
+        .bind(show.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(sequence, event_type, payload)| {
+                let event = serde_json::from_str(&payload)
+                    .map_err(|e| StoreError::Corrupt(format!("{show}@{sequence}: {e}")))?;
+                Ok(StoredEvent { sequence, event_type, event })
+            })
+            .collect()
     }
 
     async fn apply_tail(&self, aggregate: &mut Show, id: &str, after: i64) -> Result<i64> {
