@@ -27,9 +27,15 @@ PG_MAX_CONNECTIONS=1200 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
 DB="postgres://onsale@127.0.0.1:$PORT/onsale"
 (cd "$ROOT" && cargo build --release -q -p onsale-command -p onsale-loadgen)
 BIN=$ROOT/target/release
-DATABASE_URL=$DB ONSALE_LISTEN=$LISTEN RUST_LOG=warn "$BIN/onsale" serve >"$DIR/onsale.log" 2>&1 &
-echo $! >"$DIR/onsale.pid"
-for _ in $(seq 1 100); do curl -fsS "http://$LISTEN/readyz" >/dev/null 2>&1 && break; sleep 0.2; done
+# Each configuration gets a fresh service process, so one run's show (200,000 lapsed 1 s holds
+# and their snapshots) does not weigh on the next run's measurement.
+start_service() {
+  [ -f "$DIR/onsale.pid" ] && kill "$(cat "$DIR/onsale.pid")" 2>/dev/null && sleep 0.5
+  DATABASE_URL=$DB ONSALE_LISTEN=$LISTEN RUST_LOG=warn "$BIN/onsale" serve >>"$DIR/onsale.log" 2>&1 &
+  echo $! >"$DIR/onsale.pid"
+  for _ in $(seq 1 100); do curl -fsS "http://$LISTEN/readyz" >/dev/null 2>&1 && return; sleep 0.2; done
+  echo "onsale did not start" >&2; exit 1
+}
 psql -q "$DB" -f "$ROOT/scripts/bench/seats.sql" >/dev/null
 
 record() { # layer clients seats dist json
@@ -40,6 +46,7 @@ for clients in $CLIENTS; do
   for seats in 1 4; do
     for dist in uniform skewed; do
       echo "== $clients clients, $seats-seat holds, $dist"
+      start_service
       event=$("$BIN/onsale-loadgen" setup --base "http://$LISTEN" --ttl 1 --tokens 20000 --tokens-file "$DIR/tokens.txt")
       json=$(BENCH_EVENT=$event BENCH_SEATS=$seats BENCH_DIST=$dist BENCH_TOKENS=$DIR/tokens.txt \
         wrk -t2 -c"$clients" -d"${SECS}s" --timeout 10s -s "$ROOT/scripts/bench/hold.lua" "http://$LISTEN" | tail -1)

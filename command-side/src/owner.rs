@@ -26,7 +26,8 @@ use crate::store::{EventStore, StoreError};
 pub struct OwnerConfig {
     /// The most commands decided and committed together.
     pub max_batch: usize,
-    /// A snapshot is written after this many events since the last one...
+    /// A snapshot is written after this many events since the last one, or as many as the show
+    /// has holds and orders if that is more...
     pub snapshot_every: i64,
     /// ...but not more often than this: a snapshot copies the whole show, so during a rush it
     /// must not run on every few thousand events (BENCHMARKS.md shows what that costs).
@@ -337,10 +338,14 @@ impl Owner {
                     metrics::counter!("onsale_events_committed_total")
                         .increment(events.len() as u64);
                     state.version += events.len() as i64;
+                    // A snapshot costs O(show) and saves replaying the tail, so the tail may
+                    // grow as long as the show is big: the cost per event stays constant.
+                    let tail = state.version - state.snapshot_version;
+                    let threshold = config.snapshot_every.max(state.show.history_len() as i64);
                     let due = state
                         .snapshot_at
                         .is_none_or(|at| at.elapsed() >= config.snapshot_min_interval);
-                    if due && state.version - state.snapshot_version >= config.snapshot_every {
+                    if due && tail >= threshold {
                         self.snapshot();
                     }
                     return outcomes;

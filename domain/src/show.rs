@@ -392,6 +392,11 @@ impl Show {
         self.orders.iter()
     }
 
+    /// How many holds and orders the show remembers: what a snapshot's size grows with.
+    pub fn history_len(&self) -> usize {
+        self.holds.len() + self.orders.len()
+    }
+
     pub fn seat_names(&self, seats: &[u32]) -> Vec<String> {
         seats
             .iter()
