@@ -4,7 +4,8 @@
 #   command  onsale's command layer (owners + event store), driven in-process
 #   pgbench  the design document's guarded-UPDATE hold, on the same PostgreSQL
 # for 1- and 4-seat holds, uniform and skewed demand, 64 and 1,000 concurrent clients.
-# Every hold has a 1 s TTL so seats keep coming back and no run sells out.
+# Every hold has a 1 s TTL so seats keep coming back and no run sells out. Each configuration
+# runs BENCH_REPEAT times (3) interleaved; the report gives medians.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-bench.XXXXXX)
@@ -12,6 +13,7 @@ PORT=${BENCH_PG_PORT:-54349}
 LISTEN=${BENCH_LISTEN:-127.0.0.1:8089}
 SECS=${BENCH_SECONDS:-10}
 CLIENTS=${BENCH_CLIENTS:-64 1000}
+REPEAT=${BENCH_REPEAT:-3}
 OUT=$ROOT/target/bench
 mkdir -p "$OUT"
 RESULTS=$OUT/holds.jsonl
@@ -42,10 +44,11 @@ record() { # layer clients seats dist json
   python3 -c 'import json,sys; d=json.loads(sys.argv[5]); d.update(layer=sys.argv[1], clients=int(sys.argv[2]), seats=int(sys.argv[3]), dist=sys.argv[4]); print(json.dumps(d))' "$@" >>"$RESULTS"
 }
 
+for rep in $(seq 1 "$REPEAT"); do
 for clients in $CLIENTS; do
   for seats in 1 4; do
     for dist in uniform skewed; do
-      echo "== $clients clients, $seats-seat holds, $dist"
+      echo "== run $rep: $clients clients, $seats-seat holds, $dist"
       start_service
       event=$("$BIN/onsale-loadgen" setup --base "http://$LISTEN" --ttl 1 --tokens 20000 --tokens-file "$DIR/tokens.txt")
       json=$(BENCH_EVENT=$event BENCH_SEATS=$seats BENCH_DIST=$dist BENCH_TOKENS=$DIR/tokens.txt \
@@ -66,5 +69,6 @@ for clients in $CLIENTS; do
       record pgbench "$clients" "$seats" "$dist" "$json"
     done
   done
+done
 done
 python3 "$ROOT/scripts/bench/report.py" "$RESULTS" | tee "$OUT/holds.md"
