@@ -28,7 +28,11 @@ enum Command {
     },
     /// Print a show's events, one JSON object a line, from the event store (for analysts).
     Log {
-        #[arg(long, env = "DATABASE_URL", default_value = "postgres://onsale@127.0.0.1:54329/onsale")]
+        #[arg(
+            long,
+            env = "DATABASE_URL",
+            default_value = "postgres://onsale@127.0.0.1:54329/onsale"
+        )]
         database_url: String,
         /// The show (event) id.
         #[arg(long)]
@@ -36,7 +40,11 @@ enum Command {
     },
     /// Check that a show's latest snapshot plus the events after it equals a replay from zero.
     Verify {
-        #[arg(long, env = "DATABASE_URL", default_value = "postgres://onsale@127.0.0.1:54329/onsale")]
+        #[arg(
+            long,
+            env = "DATABASE_URL",
+            default_value = "postgres://onsale@127.0.0.1:54329/onsale"
+        )]
         database_url: String,
         #[arg(long)]
         show: String,
@@ -55,7 +63,9 @@ enum Command {
 }
 
 async fn store(url: &str) -> anyhow::Result<EventStore> {
-    let pool = sqlx::PgPool::connect(url).await.context("connect to the event store")?;
+    let pool = sqlx::PgPool::connect(url)
+        .await
+        .context("connect to the event store")?;
     Ok(EventStore::new(pool))
 }
 

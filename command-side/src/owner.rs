@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cqrs_es::event_sink::EventSink;
-use cqrs_es::Aggregate;
+use cqrs_es::{Aggregate, DomainEvent};
 use onsale_domain::{
     Clock, HoldView, OrderView, Show, ShowCommand, ShowError, ShowEvent, ShowId, ShowServices,
 };
@@ -335,8 +335,11 @@ impl Owner {
                     metrics::histogram!("onsale_commit_seconds")
                         .record(started.elapsed().as_secs_f64());
                     metrics::histogram!("onsale_commit_batch_commands").record(works.len() as f64);
-                    metrics::counter!("onsale_events_committed_total")
-                        .increment(events.len() as u64);
+                    for e in &events {
+                        // By type: OrderPlaced over SeatsHeld is the hold-to-purchase conversion.
+                        metrics::counter!("onsale_events_committed_total", "type" => e.event_type())
+                            .increment(1);
+                    }
                     state.version += events.len() as i64;
                     // A snapshot costs O(show) and saves replaying the tail, so the tail may
                     // grow as long as the show is big: the cost per event stays constant.

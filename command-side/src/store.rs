@@ -143,7 +143,11 @@ impl EventStore {
             .map(|(sequence, event_type, payload)| {
                 let event = serde_json::from_str(&payload)
                     .map_err(|e| StoreError::Corrupt(format!("{show}@{sequence}: {e}")))?;
-                Ok(StoredEvent { sequence, event_type, event })
+                Ok(StoredEvent {
+                    sequence,
+                    event_type,
+                    event,
+                })
             })
             .collect()
     }

@@ -142,6 +142,18 @@ impl TestApp {
         send(req).await
     }
 
+    /// `POST /v1/events/{event}/holds`.
+    pub async fn hold(
+        &self,
+        event: &str,
+        token: &str,
+        body: Value,
+        key: Option<&str>,
+    ) -> (u16, Value) {
+        self.post(&format!("/v1/events/{event}/holds"), token, body, key)
+            .await
+    }
+
     pub async fn get(&self, path: &str, token: &str) -> (u16, Value) {
         send(
             self.http

@@ -30,8 +30,8 @@ async fn a_fan_holds_orders_and_retries_as_the_contract_says() {
     let bob = app.fan("bob");
 
     let (status, hold) = app
-        .post(
-            &format!("/v1/events/{event}/holds"),
+        .hold(
+            &event,
             &ann,
             json!({"seatIds": ["S1-R1-1", "S1-R1-2"]}),
             Some("h-1"),
@@ -42,8 +42,8 @@ async fn a_fan_holds_orders_and_retries_as_the_contract_says() {
 
     // The same key and body replays the same hold; another body under that key is refused.
     let (status, again) = app
-        .post(
-            &format!("/v1/events/{event}/holds"),
+        .hold(
+            &event,
             &ann,
             json!({"seatIds": ["S1-R1-1", "S1-R1-2"]}),
             Some("h-1"),
@@ -51,20 +51,15 @@ async fn a_fan_holds_orders_and_retries_as_the_contract_says() {
         .await;
     assert_eq!((status, &again["holdId"]), (201, &hold["holdId"]));
     let (status, reused) = app
-        .post(
-            &format!("/v1/events/{event}/holds"),
-            &ann,
-            json!({"seatIds": ["S1-R1-3"]}),
-            Some("h-1"),
-        )
+        .hold(&event, &ann, json!({"seatIds": ["S1-R1-3"]}), Some("h-1"))
         .await;
     assert_eq!(status, 422);
     insta::assert_json_snapshot!("hold_key_reused", redact(&reused));
 
     // Bob loses the race for one of them: all or none, and he is told which.
     let (status, lost) = app
-        .post(
-            &format!("/v1/events/{event}/holds"),
+        .hold(
+            &event,
             &bob,
             json!({"seatIds": ["S1-R1-2", "S1-R1-3"]}),
             None,
@@ -73,23 +68,13 @@ async fn a_fan_holds_orders_and_retries_as_the_contract_says() {
     assert_eq!(status, 409);
     insta::assert_json_snapshot!("seat_unavailable", redact(&lost));
     let (status, _) = app
-        .post(
-            &format!("/v1/events/{event}/holds"),
-            &bob,
-            json!({"seatIds": ["S1-R1-3"]}),
-            None,
-        )
+        .hold(&event, &bob, json!({"seatIds": ["S1-R1-3"]}), None)
         .await;
     assert_eq!(status, 201, "the lost request held nothing");
 
     // Best available: adjacent seats in one row.
     let (status, best) = app
-        .post(
-            &format!("/v1/events/{event}/holds"),
-            &bob,
-            json!({"quantity": 3, "section": "S2"}),
-            None,
-        )
+        .hold(&event, &bob, json!({"quantity": 3, "section": "S2"}), None)
         .await;
     assert_eq!(status, 201);
     assert_eq!(best["seatIds"], json!(["S2-R1-1", "S2-R1-2", "S2-R1-3"]));
@@ -159,33 +144,12 @@ async fn the_per_account_cap_spans_holds_and_orders() {
     let app = TestApp::spawn(&db).await.expect("app");
     let event = app.on_sale_event(1, 2, 10, None).await;
     let ann = app.fan("ann");
-    let (status, _) = app
-        .post(
-            &format!("/v1/events/{event}/holds"),
-            &ann,
-            json!({"quantity": 6}),
-            None,
-        )
-        .await;
+    let (status, _) = app.hold(&event, &ann, json!({"quantity": 6}), None).await;
     assert_eq!(status, 201);
-    let (status, limit) = app
-        .post(
-            &format!("/v1/events/{event}/holds"),
-            &ann,
-            json!({"quantity": 3}),
-            None,
-        )
-        .await;
+    let (status, limit) = app.hold(&event, &ann, json!({"quantity": 3}), None).await;
     assert_eq!(status, 429);
     insta::assert_json_snapshot!("hold_limit", redact(&limit));
-    let (status, _) = app
-        .post(
-            &format!("/v1/events/{event}/holds"),
-            &ann,
-            json!({"quantity": 2}),
-            None,
-        )
-        .await;
+    let (status, _) = app.hold(&event, &ann, json!({"quantity": 2}), None).await;
     assert_eq!(status, 201);
 }
 
@@ -246,14 +210,7 @@ async fn bad_input_is_refused_with_a_code_and_changes_nothing() {
         (json!({"seats": ["S1-R1-1"]}), 422, "INVALID_REQUEST"),
     ];
     for (body, status, code) in cases {
-        let (got, problem) = app
-            .post(
-                &format!("/v1/events/{event}/holds"),
-                &ann,
-                body.clone(),
-                None,
-            )
-            .await;
+        let (got, problem) = app.hold(&event, &ann, body.clone(), None).await;
         assert_eq!(
             (got, problem["code"].as_str()),
             (status, Some(code)),
@@ -342,14 +299,7 @@ async fn bad_input_is_refused_with_a_code_and_changes_nothing() {
     assert_eq!(res.status(), 401);
 
     // Nothing above took a seat: all four are still free for one fan.
-    let (status, hold) = app
-        .post(
-            &format!("/v1/events/{event}/holds"),
-            &ann,
-            json!({"quantity": 4}),
-            None,
-        )
-        .await;
+    let (status, hold) = app.hold(&event, &ann, json!({"quantity": 4}), None).await;
     assert_eq!(status, 201, "{hold}");
 }
 

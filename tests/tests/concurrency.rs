@@ -22,12 +22,7 @@ async fn two_hundred_clients_get_exactly_one_winner_per_seat() {
                 .map(|k| format!("S1-R1-{}", 1 + (client * 7 + k * 5) % 12))
                 .collect();
             let (status, body) = app
-                .post(
-                    &format!("/v1/events/{event}/holds"),
-                    &token,
-                    json!({"seatIds": seats}),
-                    None,
-                )
+                .hold(&event, &token, json!({"seatIds": seats}), None)
                 .await;
             (status, body, token)
         }));

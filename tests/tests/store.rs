@@ -17,14 +17,7 @@ async fn hold_with_retries(
     key: &str,
 ) -> (u16, serde_json::Value) {
     loop {
-        let (status, answer) = app
-            .post(
-                &format!("/v1/events/{event}/holds"),
-                token,
-                body.clone(),
-                Some(key),
-            )
-            .await;
+        let (status, answer) = app.hold(&event, token, body.clone(), Some(key)).await;
         if status != 503 {
             return (status, answer);
         }
@@ -115,12 +108,7 @@ async fn an_outage_answers_503_with_retry_after_and_acknowledges_nothing() {
     let event = app.on_sale_event(1, 1, 10, None).await;
     let ann = app.fan("ann");
     let (status, _) = app
-        .post(
-            &format!("/v1/events/{event}/holds"),
-            &ann,
-            json!({"seatIds": ["S1-R1-1"]}),
-            None,
-        )
+        .hold(&event, &ann, json!({"seatIds": ["S1-R1-1"]}), None)
         .await;
     assert_eq!(status, 201);
 
@@ -169,8 +157,8 @@ async fn an_outage_answers_503_with_retry_after_and_acknowledges_nothing() {
     .await;
     assert_eq!(status, 201, "{hold}");
     let (status, again) = app
-        .post(
-            &format!("/v1/events/{event}/holds"),
+        .hold(
+            &event,
             &ann,
             json!({"seatIds": ["S1-R1-2"]}),
             Some("during-outage"),
@@ -205,8 +193,8 @@ async fn snapshots_plus_tail_equal_a_full_replay_and_a_restart_resumes_from_them
     for n in 0..35u32 {
         let token = app.fan(&format!("fan{n}"));
         let (status, hold) = app
-            .post(
-                &format!("/v1/events/{event}/holds"),
+            .hold(
+                &event,
                 &token,
                 json!({"seatIds": [format!("S1-R{}-{}", 1 + n / 10, 1 + n % 10)]}),
                 None,
@@ -255,8 +243,8 @@ async fn snapshots_plus_tail_equal_a_full_replay_and_a_restart_resumes_from_them
         .await
         .expect("restart");
     let (status, lost) = restarted
-        .post(
-            &format!("/v1/events/{event}/holds"),
+        .hold(
+            &event,
             &restarted.fan("late"),
             json!({"seatIds": ["S1-R1-2"]}),
             None,
@@ -264,8 +252,8 @@ async fn snapshots_plus_tail_equal_a_full_replay_and_a_restart_resumes_from_them
         .await;
     assert_eq!(status, 409, "{lost}");
     let (status, _) = restarted
-        .post(
-            &format!("/v1/events/{event}/holds"),
+        .hold(
+            &event,
             &restarted.fan("late"),
             json!({"seatIds": ["S1-R1-1"]}),
             None,
@@ -281,12 +269,7 @@ async fn postgres_es_reads_the_log_onsale_writes() {
     let app = TestApp::spawn(&db).await.expect("app");
     let event = app.on_sale_event(1, 1, 5, None).await;
     let (status, _) = app
-        .post(
-            &format!("/v1/events/{event}/holds"),
-            &app.fan("ann"),
-            json!({"quantity": 2}),
-            None,
-        )
+        .hold(&event, &app.fan("ann"), json!({"quantity": 2}), None)
         .await;
     assert_eq!(status, 201);
     let repo = postgres_es::PostgresEventRepository::new(db.pool().await.expect("pool"));
@@ -305,12 +288,7 @@ async fn the_sweeper_expires_a_lapsed_hold_by_its_identity() {
     let event = app.on_sale_event(1, 1, 4, Some(1)).await;
     let ann = app.fan("ann");
     let (status, hold) = app
-        .post(
-            &format!("/v1/events/{event}/holds"),
-            &ann,
-            json!({"seatIds": ["S1-R1-1"]}),
-            None,
-        )
+        .hold(&event, &ann, json!({"seatIds": ["S1-R1-1"]}), None)
         .await;
     assert_eq!(status, 201);
     let hold_id: onsale_domain::HoldId = hold["holdId"]
