@@ -407,7 +407,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiErr
 }
 
 fn parse_body<T: serde::de::DeserializeOwned>(body: &Value) -> Result<T, ApiError> {
-    serde_json::from_value(body.clone()).map_err(|e| {
+    T::deserialize(body).map_err(|e| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "INVALID_REQUEST",
