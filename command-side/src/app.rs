@@ -32,12 +32,15 @@ pub struct Config {
     /// Most commands committed in one group.
     #[arg(long, env = "ONSALE_MAX_BATCH", default_value_t = 512)]
     pub max_batch: usize,
-    /// A snapshot after this many events.
+    /// A snapshot after at least this many events (more for a show with a long history)...
     #[arg(long, env = "ONSALE_SNAPSHOT_EVERY", default_value_t = 10_000)]
     pub snapshot_every: i64,
     /// ...and at most one snapshot per this many seconds.
     #[arg(long, env = "ONSALE_SNAPSHOT_MIN_SECS", default_value_t = 10)]
     pub snapshot_min_secs: u64,
+    /// Commands waiting for one show beyond this are answered 503 OVERLOADED.
+    #[arg(long, env = "ONSALE_MAX_QUEUE", default_value_t = 20_000)]
+    pub max_queue: usize,
 }
 
 /// The system clock, the production source of "now".
@@ -78,6 +81,7 @@ impl App {
                 max_batch: config.max_batch,
                 snapshot_every: config.snapshot_every,
                 snapshot_min_interval: Duration::from_secs(config.snapshot_min_secs),
+                max_queue: config.max_queue.max(1),
                 ..OwnerConfig::default()
             },
         );

@@ -36,6 +36,8 @@ pub struct OwnerConfig {
     pub sweep_every: Duration,
     /// How many reloads a batch may take on version conflicts before giving up.
     pub max_conflict_retries: u32,
+    /// Commands waiting for one show beyond this are refused (503) instead of queued.
+    pub max_queue: usize,
 }
 
 impl Default for OwnerConfig {
@@ -46,6 +48,7 @@ impl Default for OwnerConfig {
             snapshot_min_interval: Duration::from_secs(10),
             sweep_every: Duration::from_secs(1),
             max_conflict_retries: 5,
+            max_queue: 20_000,
         }
     }
 }
@@ -57,6 +60,8 @@ pub enum CommandError {
     Domain(#[from] ShowError),
     #[error("the event store is unavailable")]
     Unavailable,
+    #[error("the show's queue is full")]
+    Overloaded,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -95,7 +100,7 @@ struct Inner {
     store: EventStore,
     clock: Arc<dyn Clock>,
     config: OwnerConfig,
-    owners: Mutex<HashMap<ShowId, mpsc::UnboundedSender<Job>>>,
+    owners: Mutex<HashMap<ShowId, mpsc::Sender<Job>>>,
 }
 
 impl Shows {
@@ -143,13 +148,18 @@ impl Shows {
         };
         for _ in 0..2 {
             let sender = self.owner(show);
-            match sender.send(job) {
+            match sender.try_send(job) {
                 Ok(()) => {
                     return rx
                         .await
                         .map_err(|_| CommandError::Internal("show owner stopped".into()))?
                 }
-                Err(mpsc::error::SendError(back)) => {
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    // Shed load with a clear answer rather than queue without bound.
+                    metrics::counter!("onsale_commands_shed_total").increment(1);
+                    return Err(CommandError::Overloaded);
+                }
+                Err(mpsc::error::TrySendError::Closed(back)) => {
                     // The owner retired (an unknown show); start a fresh one.
                     job = back;
                     self.lock().remove(&show);
@@ -161,16 +171,16 @@ impl Shows {
         ))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ShowId, mpsc::UnboundedSender<Job>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ShowId, mpsc::Sender<Job>>> {
         self.inner.owners.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn owner(&self, show: ShowId) -> mpsc::UnboundedSender<Job> {
+    fn owner(&self, show: ShowId) -> mpsc::Sender<Job> {
         let mut owners = self.lock();
         if let Some(tx) = owners.get(&show).filter(|tx| !tx.is_closed()) {
             return tx.clone();
         }
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(self.inner.config.max_queue);
         owners.insert(show, tx.clone());
         let owner = Owner {
             show_id: show,
@@ -200,7 +210,7 @@ struct Owner {
 }
 
 impl Owner {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Job>) {
+    async fn run(mut self, mut rx: mpsc::Receiver<Job>) {
         let mut sweep = tokio::time::interval(self.shows.inner.config.sweep_every);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -447,6 +457,7 @@ fn clone_err(e: &CommandError) -> CommandError {
     match e {
         CommandError::Domain(d) => CommandError::Domain(d.clone()),
         CommandError::Unavailable => CommandError::Unavailable,
+        CommandError::Overloaded => CommandError::Overloaded,
         CommandError::Internal(m) => CommandError::Internal(m.clone()),
     }
 }

@@ -83,6 +83,7 @@ pub fn config(db: &TestDb) -> Config {
         max_batch: 512,
         snapshot_every: 1000,
         snapshot_min_secs: 0,
+        max_queue: 20_000,
     }
 }
 

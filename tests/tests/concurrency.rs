@@ -90,3 +90,63 @@ async fn two_hundred_clients_get_exactly_one_winner_per_seat() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_sheds_with_503_and_acknowledges_only_what_committed() {
+    let db = TestDb::new().await.expect("db");
+    let mut config = onsale_tests::config(&db);
+    config.max_queue = 2;
+    let app = Arc::new(
+        TestApp::spawn_with(config, Arc::new(onsale_command::app::SystemClock))
+            .await
+            .expect("app"),
+    );
+    let event = app.on_sale_event(4, 10, 20, None).await;
+    let mut tasks = Vec::new();
+    for client in 0..300u32 {
+        let (app, event) = (app.clone(), event.clone());
+        tasks.push(tokio::spawn(async move {
+            let token = app.fan(&format!("fan{client}"));
+            let seat = format!(
+                "S{}-R{}-{}",
+                1 + client / 200,
+                1 + (client % 200) / 20,
+                1 + client % 20
+            );
+            let (status, body) = app
+                .hold(&event, &token, json!({"seatIds": [seat]}), None)
+                .await;
+            (status, body)
+        }));
+    }
+    let (mut held, mut shed) = (Vec::new(), 0);
+    for task in tasks {
+        let (status, body) = task.await.expect("client");
+        match status {
+            201 => held.push(body["holdId"].as_str().expect("id").to_owned()),
+            503 => {
+                assert_eq!(body["code"], "OVERLOADED");
+                shed += 1;
+            }
+            other => panic!("{other}: {body}"),
+        }
+    }
+    assert!(
+        shed > 0,
+        "a queue of two sheds some of 300 simultaneous holds"
+    );
+    let show: onsale_domain::ShowId = event.parse().expect("id");
+    let replayed = app
+        .app
+        .state
+        .shows
+        .store()
+        .replay(show)
+        .await
+        .expect("replay");
+    assert_eq!(
+        replayed.show.holds().count(),
+        held.len(),
+        "exactly the acknowledged holds are in the log"
+    );
+}

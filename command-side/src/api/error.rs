@@ -78,6 +78,11 @@ impl From<CommandError> for ApiError {
         match e {
             CommandError::Domain(d) => d.into(),
             CommandError::Unavailable => Self::unavailable(),
+            CommandError::Overloaded => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "OVERLOADED",
+                "too many requests are waiting for this show; retry shortly",
+            ),
             CommandError::Internal(m) => {
                 tracing::error!(error = %m, "internal error");
                 Self::new(
