@@ -17,7 +17,7 @@ async fn hold_with_retries(
     key: &str,
 ) -> (u16, serde_json::Value) {
     loop {
-        let (status, answer) = app.hold(&event, token, body.clone(), Some(key)).await;
+        let (status, answer) = app.hold(event, token, body.clone(), Some(key)).await;
         if status != 503 {
             return (status, answer);
         }
