@@ -143,6 +143,18 @@ impl TestApp {
         send(req).await
     }
 
+    /// The show rebuilt from its events alone (no snapshot): what the log says happened.
+    pub async fn replay(&self, event: &str) -> onsale_command::store::LoadedShow {
+        let show: onsale_domain::ShowId = event.parse().expect("a show id");
+        self.app
+            .state
+            .shows
+            .store()
+            .replay(show)
+            .await
+            .expect("the log replays")
+    }
+
     /// `POST /v1/events/{event}/holds`.
     pub async fn hold(
         &self,

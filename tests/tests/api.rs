@@ -217,69 +217,62 @@ async fn bad_input_is_refused_with_a_code_and_changes_nothing() {
             "{body}"
         );
     }
-    let (status, problem) = app
-        .post(
+    let admin = app.admin();
+    let unknown_event = format!("/v1/events/{}/holds", uuid::Uuid::new_v4());
+    let dashed = json!({"name": "x", "city": "y", "sections": [{"section": "A-1", "priceTier": "A", "rows": [{"row": "1", "seats": 2}]}]});
+    let order = json!({"holdId": "h_nope", "paymentToken": "tok_ok"});
+    let calls = [
+        (
             "/v1/events/not-a-uuid/holds",
             &ann,
             json!({"quantity": 1}),
             None,
-        )
-        .await;
-    assert_eq!(
-        (status, problem["code"].as_str()),
-        (422, Some("INVALID_REQUEST"))
-    );
-    let (status, problem) = app
-        .post(
-            &format!("/v1/events/{}/holds", uuid::Uuid::new_v4()),
+            422,
+            "INVALID_REQUEST",
+        ),
+        (
+            &unknown_event,
             &ann,
             json!({"quantity": 1}),
             None,
-        )
-        .await;
-    assert_eq!(
-        (status, problem["code"].as_str()),
-        (404, Some("EVENT_NOT_FOUND"))
-    );
-    let (status, problem) = app
-        .post(
+            404,
+            "EVENT_NOT_FOUND",
+        ),
+        (
             "/v1/orders",
             &ann,
-            json!({"holdId": "h_nope", "paymentToken": "tok_ok"}),
+            order.clone(),
             Some("k"),
-        )
-        .await;
-    assert_eq!(
-        (status, problem["code"].as_str()),
-        (422, Some("INVALID_REQUEST"))
-    );
-    let (status, problem) = app
-        .post(
+            422,
+            "INVALID_REQUEST",
+        ),
+        (
             "/v1/orders",
             &ann,
-            json!({"holdId": "h_nope", "paymentToken": "tok_ok"}),
+            order,
             None,
-        )
-        .await;
-    assert_eq!(
-        (status, problem["code"].as_str()),
-        (400, Some("IDEMPOTENCY_KEY_REQUIRED"))
-    );
-    let (status, problem) = app
-        .post(
+            400,
+            "IDEMPOTENCY_KEY_REQUIRED",
+        ),
+        (
             "/v1/venues",
             &ann,
             json!({"name": "x", "city": "y", "sections": []}),
             None,
-        )
-        .await;
-    assert_eq!((status, problem["code"].as_str()), (403, Some("FORBIDDEN")));
-    let (status, problem) = app.post("/v1/venues", &app.admin(), json!({"name": "x", "city": "y", "sections": [{"section": "A-1", "priceTier": "A", "rows": [{"row": "1", "seats": 2}]}]}), None).await;
-    assert_eq!(
-        (status, problem["code"].as_str()),
-        (422, Some("INVALID_REQUEST")),
-        "a dash would break seat ids"
-    );
+            403,
+            "FORBIDDEN",
+        ),
+        // A dash in a section name would make seat ids ambiguous.
+        ("/v1/venues", &admin, dashed, None, 422, "INVALID_REQUEST"),
+    ];
+    for (path, token, body, key, status, code) in calls {
+        let (got, problem) = app.post(path, token, body, key).await;
+        assert_eq!(
+            (got, problem["code"].as_str()),
+            (status, Some(code)),
+            "{path}"
+        );
+    }
     let res = app
         .http
         .post(&holds)

@@ -73,15 +73,7 @@ async fn two_hundred_clients_get_exactly_one_winner_per_seat() {
         }
     }
     // The log agrees: replaying it from zero gives the same owners.
-    let show: onsale_domain::ShowId = event.parse().expect("id");
-    let replayed = app
-        .app
-        .state
-        .shows
-        .store()
-        .replay(show)
-        .await
-        .expect("replay");
+    let replayed = app.replay(&event).await;
     for (seat, state) in replayed.show.seats() {
         match state {
             onsale_domain::show::Seat::PendingPayment(_) => assert!(ordered.contains_key(seat)),
@@ -135,15 +127,7 @@ async fn a_full_queue_sheds_with_503_and_acknowledges_only_what_committed() {
         shed > 0,
         "a queue of two sheds some of 300 simultaneous holds"
     );
-    let show: onsale_domain::ShowId = event.parse().expect("id");
-    let replayed = app
-        .app
-        .state
-        .shows
-        .store()
-        .replay(show)
-        .await
-        .expect("replay");
+    let replayed = app.replay(&event).await;
     assert_eq!(
         replayed.show.holds().count(),
         held.len(),

@@ -83,15 +83,7 @@ async fn two_writers_of_one_show_are_fenced_by_the_version_check_and_lose_nothin
         70,
         "60 uncontested seats and 10 contested ones"
     );
-    let show: ShowId = event.parse().expect("id");
-    let replayed = a
-        .app
-        .state
-        .shows
-        .store()
-        .replay(show)
-        .await
-        .expect("replay");
+    let replayed = a.replay(&event).await;
     for hold in &acknowledged {
         let hold = replayed
             .show
@@ -165,15 +157,7 @@ async fn an_outage_answers_503_with_retry_after_and_acknowledges_nothing() {
         )
         .await;
     assert_eq!((status, &again["holdId"]), (201, &hold["holdId"]));
-    let show: ShowId = event.parse().expect("id");
-    let replayed = app
-        .app
-        .state
-        .shows
-        .store()
-        .replay(show)
-        .await
-        .expect("replay");
+    let replayed = app.replay(&event).await;
     assert_eq!(
         replayed.show.holds().count(),
         2,
