@@ -17,6 +17,20 @@ struct Cli {
     command: Command,
 }
 
+/// Which show, in which event store.
+#[derive(Debug, clap::Args)]
+struct ShowArgs {
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://onsale@127.0.0.1:54329/onsale"
+    )]
+    database_url: String,
+    /// The show (event) id.
+    #[arg(long)]
+    show: String,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the REST API.
@@ -27,28 +41,9 @@ enum Command {
         listen: String,
     },
     /// Print a show's events, one JSON object a line, from the event store (for analysts).
-    Log {
-        #[arg(
-            long,
-            env = "DATABASE_URL",
-            default_value = "postgres://onsale@127.0.0.1:54329/onsale"
-        )]
-        database_url: String,
-        /// The show (event) id.
-        #[arg(long)]
-        show: String,
-    },
+    Log(ShowArgs),
     /// Check that a show's latest snapshot plus the events after it equals a replay from zero.
-    Verify {
-        #[arg(
-            long,
-            env = "DATABASE_URL",
-            default_value = "postgres://onsale@127.0.0.1:54329/onsale"
-        )]
-        database_url: String,
-        #[arg(long)]
-        show: String,
-    },
+    Verify(ShowArgs),
     /// Print a development bearer token.
     Token {
         #[arg(long)]
@@ -89,14 +84,14 @@ async fn main() -> anyhow::Result<()> {
             })
             .await
         }
-        Command::Log { database_url, show } => {
+        Command::Log(ShowArgs { database_url, show }) => {
             let store = store(&database_url).await?;
             for e in store.events(show.parse()?).await? {
                 println!("{}", serde_json::to_string(&e)?);
             }
             Ok(())
         }
-        Command::Verify { database_url, show } => {
+        Command::Verify(ShowArgs { database_url, show }) => {
             let store = store(&database_url).await?;
             let show: ShowId = show.parse()?;
             let loaded = store.load(show).await?;

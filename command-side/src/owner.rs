@@ -54,7 +54,7 @@ impl Default for OwnerConfig {
 }
 
 /// Why a command got no answer from the domain.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum CommandError {
     #[error(transparent)]
     Domain(#[from] ShowError),
@@ -300,7 +300,7 @@ impl Owner {
         let mut attempt = 0;
         loop {
             if let Err(e) = self.ensure_loaded().await {
-                return works.iter().map(|_| Err(clone_err(&e))).collect();
+                return works.iter().map(|_| Err(e.clone())).collect();
             }
             let now = self.services.clock.now();
             let Some(state) = self.state.as_mut() else {
@@ -376,7 +376,7 @@ impl Owner {
                     warn!(error = %e, "append failed; dropping the cached show");
                     self.state = None;
                     let e = store_error(e);
-                    return outcomes.iter().map(|_| Err(clone_err(&e))).collect();
+                    return outcomes.iter().map(|_| Err(e.clone())).collect();
                 }
             }
         }
@@ -450,14 +450,5 @@ fn store_error(e: StoreError) -> CommandError {
     match e {
         StoreError::Unavailable(_) | StoreError::Conflict => CommandError::Unavailable,
         StoreError::Corrupt(m) => CommandError::Internal(m),
-    }
-}
-
-fn clone_err(e: &CommandError) -> CommandError {
-    match e {
-        CommandError::Domain(d) => CommandError::Domain(d.clone()),
-        CommandError::Unavailable => CommandError::Unavailable,
-        CommandError::Overloaded => CommandError::Overloaded,
-        CommandError::Internal(m) => CommandError::Internal(m.clone()),
     }
 }
