@@ -16,9 +16,10 @@ PG_BIN=/usr/lib/postgresql/15/bin
 
 ensure_packages() {
   local missing=()
-  [ -x "$PG_BIN/postgres" ] || missing+=(postgresql-15 postgresql-client-15)
+  # postgresql-15 also brings pgbench (make bench-holds); the client brings psql.
+  [ -x "$PG_BIN/postgres" ] || missing+=(postgresql-15)
+  command -v psql >/dev/null || missing+=(postgresql-client-15)
   command -v curl >/dev/null || missing+=(curl)
-  command -v pgbench >/dev/null || missing+=(postgresql-contrib)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -287,15 +287,10 @@ async fn demo(
                     if roll < 0.75 {
                         let key = uuid::Uuid::new_v4().to_string();
                         let body = json!({"holdId": hold_id, "paymentToken": "tok_ok"});
+                        let orders_url = format!("{base}/v1/orders");
+                        let place = || post(&http, &orders_url, &token, &body, Some(&key));
                         let t = Instant::now();
-                        let (status, answer) = post(
-                            &http,
-                            &format!("{base}/v1/orders"),
-                            &token,
-                            &body,
-                            Some(&key),
-                        )
-                        .await;
+                        let (status, answer) = place().await;
                         let _ = order_latency
                             .lock()
                             .await
@@ -306,14 +301,7 @@ async fn demo(
                                 answer["orderId"].as_str().unwrap_or_default().to_owned();
                             // Some fans never saw the answer and click again with the same key.
                             if roll < 0.05 {
-                                let (s, again) = post(
-                                    &http,
-                                    &format!("{base}/v1/orders"),
-                                    &token,
-                                    &body,
-                                    Some(&key),
-                                )
-                                .await;
+                                let (s, again) = place().await;
                                 if s == 202 && again["orderId"] == answer["orderId"] {
                                     bump(&tally.replays_matched);
                                 } else {
