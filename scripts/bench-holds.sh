@@ -29,8 +29,8 @@ PG_MAX_CONNECTIONS=1200 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
 DB="postgres://onsale@127.0.0.1:$PORT/onsale"
 (cd "$ROOT" && cargo build --release -q -p onsale-command -p onsale-loadgen)
 BIN=$ROOT/target/release
-# Each configuration gets a fresh service process, so one run's show (200,000 lapsed 1 s holds
-# and their snapshots) does not weigh on the next run's measurement.
+# Each configuration gets a fresh service process, so one run's show (~125,000 events of lapsed
+# 1 s holds, and its snapshots) does not weigh on the next run's measurement (ADR 003).
 start_service() {
   [ -f "$DIR/onsale.pid" ] && kill "$(cat "$DIR/onsale.pid")" 2>/dev/null && sleep 0.5
   DATABASE_URL=$DB ONSALE_LISTEN=$LISTEN RUST_LOG=warn "$BIN/onsale" serve >>"$DIR/onsale.log" 2>&1 &

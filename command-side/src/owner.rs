@@ -382,7 +382,7 @@ impl Owner {
         }
     }
 
-    /// Writes a snapshot of the committed state off the owner's path.
+    /// Copies the committed state and serializes and writes it off the owner's path.
     fn snapshot(&mut self) {
         let Some(state) = self.state.as_mut() else {
             return;
