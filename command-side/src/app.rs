@@ -56,6 +56,7 @@ impl Clock for SystemClock {
 #[derive(Debug, Clone)]
 pub struct App {
     pub state: AppState,
+    extra_routes: Vec<axum::Router>,
 }
 
 impl App {
@@ -70,10 +71,7 @@ impl App {
             // every append would cost a round trip on the hot path.
             .test_before_acquire(false)
             .connect_lazy_with(options);
-        sqlx::migrate!("../migrations")
-            .run(&pool)
-            .await
-            .context("apply the migrations")?;
+        crate::store::migrate(&pool).await?;
         let shows = Shows::new(
             EventStore::new(pool),
             clock,
@@ -90,12 +88,24 @@ impl App {
                 shows,
                 decoding_key: auth::decoding_key(&config.jwt_secret),
                 metrics: crate::telemetry::metrics(),
+                ready: None,
+                openapi: Arc::new(<api::ApiDoc as utoipa::OpenApi>::openapi()),
             },
+            extra_routes: Vec::new(),
         })
     }
 
+    /// Serves more routes from this process (the query side's): one base URL for the whole API.
+    pub fn add_routes(&mut self, routes: axum::Router) {
+        self.extra_routes.push(routes);
+    }
+
     pub fn router(&self) -> axum::Router {
-        api::router(self.state.clone()).layer(tower_http::trace::TraceLayer::new_for_http())
+        self.extra_routes
+            .iter()
+            .cloned()
+            .fold(api::router(self.state.clone()), axum::Router::merge)
+            .layer(tower_http::trace::TraceLayer::new_for_http())
     }
 
     /// Serves until `shutdown` resolves.

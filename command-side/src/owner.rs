@@ -338,7 +338,7 @@ impl Owner {
             match self
                 .shows
                 .store()
-                .append(self.show_id, state.version, &events)
+                .append(self.show_id, state.version, now, &events)
                 .await
             {
                 Ok(()) => {

@@ -4,6 +4,7 @@
 //! appends the events of a whole group commit with consecutive sequences (postgres-es inserts
 //! row by row and has no notion of batching commands), see docs/adr/001.
 
+use chrono::{DateTime, Utc};
 use cqrs_es::{Aggregate, DomainEvent};
 use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId, VENUE_TYPE};
 use sqlx::postgres::PgPool;
@@ -48,6 +49,15 @@ pub struct StoredEvent {
     pub event: ShowEvent,
 }
 
+/// Applies the migrations (the event store's and the read models').
+pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
+    use anyhow::Context;
+    sqlx::migrate!("../migrations")
+        .run(pool)
+        .await
+        .context("apply the migrations")
+}
+
 #[derive(Debug, Clone)]
 pub struct EventStore {
     pool: PgPool,
@@ -63,8 +73,15 @@ impl EventStore {
     }
 
     /// Appends `events` as sequences `after + 1 ..` in one statement. Either all of them commit
-    /// or none do; a sequence another writer already used is [`StoreError::Conflict`].
-    pub async fn append(&self, show: ShowId, after: i64, events: &[ShowEvent]) -> Result<()> {
+    /// or none do; a sequence another writer already used is [`StoreError::Conflict`]. `at`, the
+    /// time the events were decided, goes into each row's metadata for auditors.
+    pub async fn append(
+        &self,
+        show: ShowId,
+        after: i64,
+        at: DateTime<Utc>,
+        events: &[ShowEvent],
+    ) -> Result<()> {
         let n = events.len() as i64;
         let sequences: Vec<i64> = (after + 1..=after + n).collect();
         let types: Vec<String> = events.iter().map(DomainEvent::event_type).collect();
@@ -75,7 +92,7 @@ impl EventStore {
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         sqlx::query(
             "INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata)
-             SELECT $1, $2, s, t, '1', p::json, '{}'::json
+             SELECT $1, $2, s, t, '1', p::json, json_build_object('at', $6::text)
                FROM UNNEST($3::bigint[], $4::text[], $5::text[]) AS u(s, t, p)",
         )
         .bind(Show::TYPE)
@@ -83,6 +100,7 @@ impl EventStore {
         .bind(&sequences)
         .bind(&types)
         .bind(&payloads)
+        .bind(at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
         .execute(&self.pool)
         .await?;
         Ok(())

@@ -95,6 +95,19 @@ impl VenueLayout {
         &self.sections
     }
 
+    /// Each section with the range of seat indices (layout order) it holds.
+    pub fn section_ranges(&self) -> Vec<(&str, std::ops::Range<u32>)> {
+        let mut start = 0;
+        self.sections
+            .iter()
+            .map(|s| {
+                let n: u32 = s.rows.iter().map(|r| r.seats).sum();
+                start += n;
+                (s.section.as_str(), start - n..start)
+            })
+            .collect()
+    }
+
     pub fn seat_count(&self) -> u32 {
         self.sections
             .iter()

@@ -376,6 +376,36 @@ impl Show {
             .map(|&i| &self.seats[i as usize])
     }
 
+    /// The seat at index `i` (layout order): its id and state.
+    pub fn seat_at(&self, i: u32) -> Option<(&str, &Seat)> {
+        let name = self.index.seat_names.get(i as usize)?;
+        Some((name.as_str(), self.seats.get(i as usize)?))
+    }
+
+    /// The seats `event` moves, read from the state before it is applied: what a read model
+    /// must look at again after applying it.
+    pub fn seats_touched_by(&self, event: &ShowEvent) -> Vec<u32> {
+        let by_id = |ids: &[String]| {
+            ids.iter()
+                .filter_map(|id| self.index.seat_by_id.get(id).copied())
+                .collect()
+        };
+        let of_order = |id: &OrderId| self.orders.get(id).map_or_else(Vec::new, |o| o.seats.clone());
+        match event {
+            ShowEvent::ShowScheduled { layout, .. } => (0..layout.seat_count()).collect(),
+            ShowEvent::SeatsHeld { seat_ids, .. }
+            | ShowEvent::OrderPlaced { seat_ids, .. }
+            | ShowEvent::OrderCompensated { seat_ids, .. } => by_id(seat_ids),
+            ShowEvent::HoldReleased { hold_id } | ShowEvent::HoldExpired { hold_id } => self
+                .holds
+                .get(hold_id)
+                .map_or_else(Vec::new, |h| h.seats.clone()),
+            ShowEvent::PaymentSucceeded { order_id, .. }
+            | ShowEvent::PaymentFailed { order_id, .. }
+            | ShowEvent::PaymentAmbiguous { order_id, .. } => of_order(order_id),
+        }
+    }
+
     pub fn hold(&self, id: &HoldId) -> Option<&Hold> {
         self.holds.get(id)
     }

@@ -1,5 +1,19 @@
-//! The CDC relay of onsale (not built yet: issue "The read path").
+//! The CDC relay: every committed row of the `events` table, read through a PostgreSQL logical
+//! replication slot (wal2json), published to Kafka in a Debezium-style envelope, keyed by the
+//! aggregate id so one show's events stay in one partition, in commit order.
 //!
-//! It will read the `events` table through a PostgreSQL logical replication slot and publish
-//! each committed event to Kafka keyed by show, in a Debezium-style envelope, advancing the slot
-//! only after the broker acknowledged. Nothing here runs today.
+//! At least once: the slot is advanced only past transactions whose every message the broker
+//! acknowledged, so a crash of the relay, the broker or PostgreSQL re-sends rather than loses.
+//! Consumers deduplicate on (aggregate id, sequence). The broker's data is not the source of
+//! truth: [`relay::Relay::backfill`] republishes from the events table.
+//!
+//! The code is plain rdkafka on the Kafka protocol: Apache Kafka, Redpanda or a managed cluster
+//! is a matter of `--brokers`.
+
+pub mod envelope;
+pub mod relay;
+pub mod topics;
+
+pub use envelope::{Envelope, EventRow, Source};
+pub use relay::{Relay, RelayConfig};
+pub use topics::KafkaConfig;

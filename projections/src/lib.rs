@@ -1,5 +1,44 @@
-//! The projections of onsale (not built yet: issue "The read path").
+//! The projections: Kafka consumers that fold the event log into read models in PostgreSQL.
 //!
-//! Kafka consumers that will fold the event log into read models in PostgreSQL (seat map with
-//! LSN watermarks and section counts, orders, seat history), each applying an event at most once
-//! by (show, sequence) and able to rebuild from zero. Nothing here runs today.
+//! Each projection ([`seat_map`], [`orders`], [`history`]) runs in its own [`runner::Runner`]
+//! with its own consumer group and its own positions: it applies an event at most once (it
+//! skips a (show, sequence) at or below the position it stored in the same transaction as its
+//! rows), and it can be rebuilt from zero ([`runner::reset`]).
+//!
+//! Kafka is the low-latency path, not the truth: a gap in a show's sequences (a broker that lost
+//! its data, a relay that re-sent out of order) is filled from the `events` table, as is a show
+//! that stops advancing while the table has more, and a fresh or rebuilt projection catches up
+//! from the table before it consumes (docs/adr/005).
+
+pub mod fold;
+pub mod history;
+pub mod orders;
+pub mod runner;
+pub mod seat_map;
+
+pub use fold::{EventCtx, LogEvent};
+pub use history::SeatHistory;
+pub use orders::Orders;
+pub use runner::{reset, Projection, Runner, RunnerConfig};
+pub use seat_map::SeatMap;
+
+/// Starts the three projections as tasks on `pool`; abort a handle to kill its projection.
+pub fn spawn_all(
+    pool: sqlx::PgPool,
+    kafka: onsale_kafka::KafkaConfig,
+    config: RunnerConfig,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let forever = std::future::pending::<()>;
+    vec![
+        tokio::spawn(Runner::new(pool.clone(), SeatMap::default(), kafka.clone(), config.clone()).run(forever())),
+        tokio::spawn(Runner::new(pool.clone(), Orders::default(), kafka.clone(), config.clone()).run(forever())),
+        tokio::spawn(Runner::new(pool, SeatHistory::default(), kafka, config).run(forever())),
+    ]
+}
+
+/// Deletes all three read models and their positions: they rebuild from zero when next run.
+pub async fn reset_all(pool: &sqlx::PgPool) -> anyhow::Result<()> {
+    reset::<SeatMap>(pool).await?;
+    reset::<Orders>(pool).await?;
+    reset::<SeatHistory>(pool).await
+}

@@ -1,6 +1,6 @@
 //! Bearer JWT (HS256) with the roles of API.md.
 
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use jsonwebtoken::{decode, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation};
@@ -67,30 +67,43 @@ impl Caller {
     }
 }
 
-impl FromRequestParts<AppState> for Caller {
+impl<S> FromRequestParts<S> for Caller
+where
+    DecodingKey: FromRef<S>,
+    S: Send + Sync,
+{
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let unauthenticated =
-            |d: &str| ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", d);
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let token = parts
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| unauthenticated("an Authorization: Bearer token is required"))?;
-        let data = decode::<Claims>(
-            token,
-            &state.decoding_key,
-            &Validation::new(Algorithm::HS256),
-        )
+        verify(token, &DecodingKey::from_ref(state))
+    }
+}
+
+fn unauthenticated(detail: &str) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", detail)
+}
+
+/// The caller a bearer token names, if its signature and expiry hold (REST and gRPC).
+pub fn verify(token: &str, key: &DecodingKey) -> Result<Caller, ApiError> {
+    let data = decode::<Claims>(token, key, &Validation::new(Algorithm::HS256))
         .map_err(|e| unauthenticated(&format!("invalid token: {e}")))?;
-        let account =
-            AccountId::parse(&data.claims.sub).map_err(|_| unauthenticated("invalid subject"))?;
-        Ok(Caller {
-            account,
-            role: data.claims.role,
-        })
+    let account =
+        AccountId::parse(&data.claims.sub).map_err(|_| unauthenticated("invalid subject"))?;
+    Ok(Caller {
+        account,
+        role: data.claims.role,
+    })
+}
+
+impl FromRef<AppState> for DecodingKey {
+    fn from_ref(state: &AppState) -> Self {
+        state.decoding_key.clone()
     }
 }
 

@@ -28,11 +28,19 @@ use crate::owner::{Answer, Shows};
 
 const DEFAULT_HOLD_TTL_SECONDS: u32 = onsale_domain::show::DEFAULT_HOLD_TTL_SECONDS;
 
+/// Something else the process needs before `/readyz` answers 200 (the read path's health when
+/// the query side is served by the same process): `Err` names what is wrong.
+pub type ReadyCheck = std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
 #[derive(Clone)]
 pub struct AppState {
     pub shows: Shows,
     pub decoding_key: DecodingKey,
     pub metrics: Option<PrometheusHandle>,
+    pub ready: Option<ReadyCheck>,
+    /// The OpenAPI document served at `/openapi.json`: [`ApiDoc`], plus the query side's paths
+    /// when it is served by the same process.
+    pub openapi: std::sync::Arc<utoipa::openapi::OpenApi>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -56,11 +64,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events/{id}/holds", post(create_hold))
         .route("/v1/holds/{id}", get(get_hold).delete(release_hold))
         .route("/v1/orders", post(place_order))
-        .route("/v1/orders/{id}", get(get_order))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_page))
-        .route("/openapi.json", get(|| async { Json(ApiDoc::openapi()) }))
+        .route(
+            "/openapi.json",
+            get(|State(state): State<AppState>| async move { Json(state.openapi.as_ref().clone()) }),
+        )
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
         .with_state(state)
 }
@@ -68,9 +78,9 @@ pub fn router(state: AppState) -> Router {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "onsale", description = "Reserved-seat ticketing: the command API (contract v1)."),
-    paths(create_venue, create_event, get_event, create_hold, get_hold, release_hold, place_order, get_order),
+    paths(create_venue, create_event, get_event, create_hold, get_hold, release_hold, place_order),
     components(schemas(NewVenue, SectionLayoutDoc, RowLayoutDoc, NewEvent, HoldRequest, HoldResponse, OrderRequest,
-        OrderAccepted, OrderResponse, Problem, VenueCreated, EventCreated)),
+        OrderAccepted, Problem, VenueCreated, EventCreated)),
     modifiers(&BearerAuth)
 )]
 #[derive(Debug)]
@@ -613,56 +623,13 @@ async fn place_order(
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct OrderResponse {
-    order_id: String,
-    event_id: String,
-    status: String,
-    seat_ids: Vec<String>,
-    total_cents: i64,
-    /// Issued once the payment succeeded (tickets arrive with the payment worker).
-    tickets: Vec<Value>,
-}
-
-/// An order: the caller's own, or any for admins and auditors.
-#[utoipa::path(get, path = "/v1/orders/{id}", params(("id" = String, Path)), security(("bearer" = [])),
-    responses((status = 200, body = OrderResponse), (status = 404, body = Problem)))]
-async fn get_order(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    let order_id: OrderId = id.parse()?;
-    let answer = state
-        .shows
-        .read(order_id.show(), move |show| {
-            Ok(show
-                .order_view(&order_id)
-                .map_or(Answer::Done, Answer::Order))
-        })
-        .await;
-    match answer {
-        Ok(Answer::Order(view)) if caller.sees(&view.account) => Ok(Json(OrderResponse {
-            order_id: view.order_id.to_string(),
-            event_id: view.event_id.to_string(),
-            status: view.status.to_owned(),
-            seat_ids: view.seat_ids,
-            total_cents: view.total_cents,
-            tickets: Vec::new(),
-        })
-        .into_response()),
-        Ok(_) | Err(crate::owner::CommandError::Domain(ShowError::ShowNotFound)) => {
-            Err(ShowError::OrderNotFound.into())
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
 async fn readyz(State(state): State<AppState>) -> Response {
-    match state.shows.store().ping().await {
+    if state.shows.store().ping().await.is_err() {
+        return ApiError::unavailable().into_response();
+    }
+    match state.ready.as_ref().map_or(Ok(()), |check| check()) {
         Ok(()) => (StatusCode::OK, "ready").into_response(),
-        Err(_) => ApiError::unavailable().into_response(),
+        Err(why) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "NOT_READY", why).into_response(),
     }
 }
 

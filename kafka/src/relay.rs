@@ -1,0 +1,320 @@
+//! The relay loop: peek a batch of whole transactions from the slot, publish, wait for every
+//! acknowledgement, then advance the slot past them.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use futures::future::try_join_all;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use serde_json::Value;
+use sqlx::postgres::PgPool;
+use sqlx::Row;
+
+use crate::envelope::{parse_lsn, Envelope, EventRow, Source};
+use crate::topics::KafkaConfig;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RelayConfig {
+    /// The logical replication slot (wal2json) the relay reads and advances.
+    #[arg(long, env = "ONSALE_RELAY_SLOT", default_value = "onsale_relay")]
+    pub slot: String,
+    /// Most changes decoded per step (whole transactions, so a step may return a few more).
+    #[arg(long, env = "ONSALE_RELAY_BATCH", default_value_t = 5_000)]
+    pub batch: i32,
+    /// Pause between polls of an idle slot.
+    #[arg(long, env = "ONSALE_RELAY_IDLE_MS", default_value_t = 10)]
+    pub idle_ms: u64,
+}
+
+pub struct Relay {
+    pool: PgPool,
+    producer: FutureProducer,
+    kafka: KafkaConfig,
+    config: RelayConfig,
+    db: String,
+}
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relay")
+            .field("kafka", &self.kafka)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one step did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    pub published: usize,
+    pub advanced_to: Option<u64>,
+}
+
+impl Relay {
+    /// Connects, creates the topic and the slot when missing.
+    pub async fn start(pool: PgPool, kafka: KafkaConfig, config: RelayConfig) -> anyhow::Result<Self> {
+        kafka.ensure_topic().await?;
+        let producer: FutureProducer = kafka
+            .client()
+            .set("acks", "all")
+            .set("linger.ms", "2")
+            .set("compression.type", "lz4")
+            .set("message.timeout.ms", "15000")
+            .create()
+            .context("kafka producer")?;
+        let db: String = sqlx::query_scalar("SELECT current_database()")
+            .fetch_one(&pool)
+            .await?;
+        let exists: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
+        )
+        .bind(&config.slot)
+        .fetch_one(&pool)
+        .await?;
+        if !exists {
+            sqlx::query("SELECT pg_create_logical_replication_slot($1, 'wal2json')")
+                .bind(&config.slot)
+                .execute(&pool)
+                .await
+                .context("create the replication slot")?;
+            tracing::info!(slot = %config.slot, "replication slot created");
+        }
+        Ok(Self { pool, producer, kafka, config, db })
+    }
+
+    /// Runs until `shutdown` resolves; an error (broker or database away) is retried with backoff.
+    pub async fn run(&self, shutdown: impl std::future::Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let step = tokio::select! {
+                _ = &mut shutdown => return,
+                s = self.step() => s,
+            };
+            match step {
+                Ok(s) => {
+                    backoff = Duration::from_millis(100);
+                    if s.published == 0 && s.advanced_to.is_none() {
+                        tokio::time::sleep(Duration::from_millis(self.config.idle_ms)).await;
+                    }
+                }
+                Err(e) => {
+                    metrics::counter!("onsale_relay_errors_total").increment(1);
+                    tracing::warn!(error = %format!("{e:#}"), "relay step failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// One batch: decode, publish, await every acknowledgement, advance.
+    pub async fn step(&self) -> anyhow::Result<Step> {
+        let rows = sqlx::query(
+            "SELECT lsn::text AS lsn, data FROM pg_logical_slot_peek_changes($1, NULL, $2,
+               'format-version', '2', 'include-lsn', '1', 'include-timestamp', '1',
+               'include-xids', '1', 'add-tables', 'public.events')",
+        )
+        .bind(&self.config.slot)
+        .bind(self.config.batch)
+        .fetch_all(&self.pool)
+        .await
+        .context("peek the slot")?;
+        let Some(last) = rows.last() else {
+            self.record_lag().await;
+            return Ok(Step::default());
+        };
+        let last_lsn: String = last.try_get("lsn")?;
+        let mut pending = Vec::new();
+        let mut tx_changes: Vec<(String, EventRow)> = Vec::new();
+        let mut tx_id = None;
+        for row in &rows {
+            let lsn: String = row.try_get("lsn")?;
+            let data: String = row.try_get("data")?;
+            let change: Value = serde_json::from_str(&data).context("wal2json output")?;
+            match change["action"].as_str() {
+                Some("B") => {
+                    tx_id = change["xid"].as_i64();
+                    tx_changes.clear();
+                }
+                Some("I") => tx_changes.push((lsn, event_row(&change)?)),
+                Some("C") => {
+                    let ts_ms = change["timestamp"]
+                        .as_str()
+                        .and_then(parse_pg_time)
+                        .unwrap_or_else(|| chrono::Utc::now().timestamp_millis());
+                    for (change_lsn, after) in tx_changes.drain(..) {
+                        let envelope = Envelope {
+                            op: "c".into(),
+                            before: None,
+                            after,
+                            source: self.source(change_lsn, lsn.clone(), tx_id, ts_ms, false),
+                            ts_ms: chrono::Utc::now().timestamp_millis(),
+                        };
+                        pending.push(self.publish(envelope));
+                    }
+                }
+                // The events table is append-only: an update, a delete or a truncate of it
+                // is not part of the log and is not relayed.
+                _ => {}
+            }
+        }
+        let published = pending.len();
+        try_join_all(pending).await?;
+        sqlx::query("SELECT pg_replication_slot_advance($1, $2::pg_lsn)")
+            .bind(&self.config.slot)
+            .bind(&last_lsn)
+            .execute(&self.pool)
+            .await
+            .context("advance the slot")?;
+        metrics::counter!("onsale_relay_events_total").increment(published as u64);
+        self.record_lag().await;
+        Ok(Step { published, advanced_to: parse_lsn(&last_lsn) })
+    }
+
+    /// Republishes the events table (one show, or all) as `op: "r"`: for a topic whose broker
+    /// lost its data, or a new consumer that must start from zero. Consumers deduplicate.
+    pub async fn backfill(&self, show: Option<&str>) -> anyhow::Result<usize> {
+        let lsn: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+            .fetch_one(&self.pool)
+            .await?;
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut after: (String, String, i64) = (String::new(), String::new(), 0);
+        let mut total = 0;
+        loop {
+            let rows = sqlx::query(
+                "SELECT aggregate_type, aggregate_id, sequence, event_type, event_version,
+                        payload::text AS payload, metadata::text AS metadata
+                   FROM events
+                  WHERE (aggregate_type, aggregate_id, sequence) > ($1, $2, $3)
+                    AND ($4::text IS NULL OR aggregate_id = $4)
+                  ORDER BY aggregate_type, aggregate_id, sequence
+                  LIMIT 5000",
+            )
+            .bind(&after.0)
+            .bind(&after.1)
+            .bind(after.2)
+            .bind(show)
+            .fetch_all(&self.pool)
+            .await?;
+            if rows.is_empty() {
+                return Ok(total);
+            }
+            let mut pending = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let row = EventRow {
+                    aggregate_type: r.try_get("aggregate_type")?,
+                    aggregate_id: r.try_get("aggregate_id")?,
+                    sequence: r.try_get("sequence")?,
+                    event_type: r.try_get("event_type")?,
+                    event_version: r.try_get("event_version")?,
+                    payload: serde_json::from_str(r.try_get("payload")?)?,
+                    metadata: serde_json::from_str(r.try_get("metadata")?)?,
+                };
+                after = (row.aggregate_type.clone(), row.aggregate_id.clone(), row.sequence);
+                pending.push(self.publish(Envelope {
+                    op: "r".into(),
+                    before: None,
+                    after: row,
+                    source: self.source(lsn.clone(), lsn.clone(), None, now, true),
+                    ts_ms: now,
+                }));
+            }
+            total += pending.len();
+            try_join_all(pending).await?;
+        }
+    }
+
+    /// Bytes of WAL the slot has not confirmed: how far the relay is behind PostgreSQL.
+    pub async fn lag_bytes(&self) -> anyhow::Result<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
+               FROM pg_replication_slots WHERE slot_name = $1",
+        )
+        .bind(&self.config.slot)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn record_lag(&self) {
+        if let Ok(lag) = self.lag_bytes().await {
+            metrics::gauge!("onsale_relay_lag_bytes").set(lag as f64);
+        }
+    }
+
+    fn source(&self, lsn: String, commit_lsn: String, tx_id: Option<i64>, ts_ms: i64, snapshot: bool) -> Source {
+        Source {
+            connector: "onsale-relay".into(),
+            db: self.db.clone(),
+            schema: "public".into(),
+            table: "events".into(),
+            lsn,
+            commit_lsn,
+            tx_id,
+            ts_ms,
+            snapshot: snapshot.to_string(),
+        }
+    }
+
+    async fn publish(&self, envelope: Envelope) -> anyhow::Result<()> {
+        let body = serde_json::to_vec(&envelope)?;
+        let record = FutureRecord::to(&self.kafka.events_topic)
+            .key(&envelope.after.aggregate_id)
+            .payload(&body);
+        self.producer
+            .send(record, Duration::from_secs(15))
+            .await
+            .map_err(|(e, _)| anyhow::anyhow!("publish: {e}"))?;
+        Ok(())
+    }
+}
+
+/// The `events` row of a wal2json (format 2) insert.
+fn event_row(change: &Value) -> anyhow::Result<EventRow> {
+    let mut row = serde_json::Map::new();
+    for col in change["columns"].as_array().context("insert without columns")? {
+        let name = col["name"].as_str().context("column without name")?;
+        let value = match (&col["value"], col["type"].as_str()) {
+            // wal2json hands json columns over as their text.
+            (Value::String(s), Some("json" | "jsonb")) => serde_json::from_str(s)?,
+            (v, _) => v.clone(),
+        };
+        row.insert(name.to_owned(), value);
+    }
+    Ok(serde_json::from_value(Value::Object(row))?)
+}
+
+/// wal2json's timestamps: "2026-11-29 10:11:38.123456+00".
+fn parse_pg_time(s: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_str(&format!("{s}00"), "%Y-%m-%d %H:%M:%S%.f%z")
+        .ok()
+        .map(|t| t.timestamp_millis())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::format_lsn;
+    use serde_json::json;
+
+    #[test]
+    fn wal2json_insert_becomes_an_event_row() {
+        let change = json!({"action": "I", "schema": "public", "table": "events", "columns": [
+            {"name": "aggregate_type", "type": "text", "value": "show"},
+            {"name": "aggregate_id", "type": "text", "value": "s1"},
+            {"name": "sequence", "type": "bigint", "value": 7},
+            {"name": "event_type", "type": "text", "value": "HoldReleased"},
+            {"name": "event_version", "type": "text", "value": "1"},
+            {"name": "payload", "type": "json", "value": "{\"HoldReleased\":{\"hold_id\":\"h\"}}"},
+            {"name": "metadata", "type": "json", "value": "{}"}]});
+        let row = event_row(&change).unwrap();
+        assert_eq!(row.sequence, 7);
+        assert_eq!(row.payload, json!({"HoldReleased": {"hold_id": "h"}}));
+    }
+
+    #[test]
+    fn commit_timestamps_parse() {
+        assert_eq!(parse_pg_time("1970-01-01 00:00:01.5+00"), Some(1500));
+        assert_eq!(format_lsn(parse_lsn("0/10").unwrap()), "0/10");
+    }
+}

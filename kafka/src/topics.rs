@@ -1,0 +1,58 @@
+//! Broker settings shared by the relay and the projections, and topic creation.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::RDKafkaErrorCode;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct KafkaConfig {
+    /// Kafka bootstrap servers.
+    #[arg(long = "brokers", env = "ONSALE_KAFKA_BROKERS", default_value = "127.0.0.1:19092")]
+    pub brokers: String,
+    /// The topic the relay publishes the event log to.
+    #[arg(long = "events-topic", env = "ONSALE_EVENTS_TOPIC", default_value = "onsale.events")]
+    pub events_topic: String,
+    /// Partitions of the events topic when the relay creates it.
+    #[arg(long = "partitions", env = "ONSALE_EVENTS_PARTITIONS", default_value_t = 6)]
+    pub partitions: i32,
+    /// Replication factor when the relay creates it (3 on a real cluster).
+    #[arg(long = "replication", env = "ONSALE_EVENTS_REPLICATION", default_value_t = 1)]
+    pub replication: i32,
+}
+
+impl KafkaConfig {
+    pub fn client(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.brokers)
+            .set("socket.keepalive.enable", "true")
+            .set("reconnect.backoff.max.ms", "1000");
+        c
+    }
+
+    /// Creates the events topic unless it exists.
+    pub async fn ensure_topic(&self) -> anyhow::Result<()> {
+        let admin: AdminClient<DefaultClientContext> =
+            self.client().create().context("kafka admin client")?;
+        let topic = NewTopic::new(
+            &self.events_topic,
+            self.partitions,
+            TopicReplication::Fixed(self.replication),
+        );
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let results = admin
+            .create_topics([&topic], &opts)
+            .await
+            .context("create topic")?;
+        for r in results {
+            match r {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((t, e)) => anyhow::bail!("create topic {t}: {e}"),
+            }
+        }
+        Ok(())
+    }
+}

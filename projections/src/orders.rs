@@ -1,0 +1,101 @@
+//! Orders as `GET /v1/orders/{id}` serves them: status, seats, price, owner.
+
+use std::collections::HashMap;
+
+use onsale_domain::{OrderId, Show, ShowEvent};
+use sqlx::postgres::PgConnection;
+
+use crate::fold::EventCtx;
+use crate::runner::Projection;
+
+#[derive(Debug, Clone)]
+struct Row {
+    order_id: String,
+    show_id: String,
+    hold_id: String,
+    account_id: String,
+    status: &'static str,
+    seat_ids: Vec<String>,
+    total_cents: i64,
+    placed_at: chrono::DateTime<chrono::Utc>,
+    updated_at: chrono::DateTime<chrono::Utc>,
+    sequence: i64,
+}
+
+/// The orders projection.
+#[derive(Debug, Default)]
+pub struct Orders {
+    changed: HashMap<String, Row>,
+}
+
+fn order_of(event: &ShowEvent) -> Option<&OrderId> {
+    match event {
+        ShowEvent::OrderPlaced { order_id, .. }
+        | ShowEvent::PaymentSucceeded { order_id, .. }
+        | ShowEvent::PaymentFailed { order_id, .. }
+        | ShowEvent::PaymentAmbiguous { order_id, .. }
+        | ShowEvent::OrderCompensated { order_id, .. } => Some(order_id),
+        ShowEvent::ShowScheduled { .. }
+        | ShowEvent::SeatsHeld { .. }
+        | ShowEvent::HoldReleased { .. }
+        | ShowEvent::HoldExpired { .. } => None,
+    }
+}
+
+impl Projection for Orders {
+    const NAME: &'static str = "orders";
+
+    fn loaded(&mut self, _show_id: &str, _show: &Show) {}
+
+    fn event(&mut self, ctx: &EventCtx<'_>) {
+        let Some(view) = order_of(&ctx.log.event).and_then(|id| ctx.after.order_view(id)) else {
+            return;
+        };
+        self.changed.insert(
+            view.order_id.to_string(),
+            Row {
+                order_id: view.order_id.to_string(),
+                show_id: ctx.log.show_id.clone(),
+                hold_id: view.hold_id.to_string(),
+                account_id: view.account.to_string(),
+                status: view.status,
+                seat_ids: view.seat_ids,
+                total_cents: view.total_cents,
+                placed_at: view.placed_at,
+                updated_at: ctx.log.at,
+                sequence: ctx.log.sequence,
+            },
+        );
+    }
+
+    async fn flush(&mut self, tx: &mut PgConnection) -> anyhow::Result<()> {
+        for r in self.changed.drain().map(|(_, r)| r) {
+            sqlx::query(
+                "INSERT INTO orders_view (order_id, show_id, hold_id, account_id, status, seat_ids,
+                                          total_cents, placed_at, updated_at, sequence)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                 ON CONFLICT (order_id) DO UPDATE
+                   SET status = EXCLUDED.status, updated_at = EXCLUDED.updated_at, sequence = EXCLUDED.sequence
+                 WHERE orders_view.sequence < EXCLUDED.sequence",
+            )
+            .bind(&r.order_id)
+            .bind(&r.show_id)
+            .bind(&r.hold_id)
+            .bind(&r.account_id)
+            .bind(r.status)
+            .bind(&r.seat_ids)
+            .bind(r.total_cents)
+            .bind(r.placed_at)
+            .bind(r.updated_at)
+            .bind(r.sequence)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn reset(tx: &mut PgConnection) -> anyhow::Result<()> {
+        sqlx::query("TRUNCATE orders_view").execute(&mut *tx).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,394 @@
+//! Drives one projection: consume, deduplicate, fill gaps from the table, write in one
+//! transaction with the positions, tick.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::Utc;
+use cqrs_es::Aggregate;
+use onsale_domain::Show;
+use onsale_kafka::{Envelope, KafkaConfig};
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::Message;
+use rdkafka::TopicPartitionList;
+use sqlx::postgres::{PgConnection, PgPool};
+use sqlx::Row;
+
+use crate::fold::{self, EventCtx, LogEvent};
+
+/// A read model folded from the log.
+pub trait Projection: Send + 'static {
+    /// Its name: the consumer group suffix and the key of its positions.
+    const NAME: &'static str;
+
+    /// A show's fold was loaded from the table at the projection's stored position.
+    fn loaded(&mut self, show_id: &str, show: &Show);
+
+    /// One event, applied to the show's fold.
+    fn event(&mut self, ctx: &EventCtx<'_>);
+
+    /// Writes what the events since the last flush changed, in the batch's transaction.
+    fn flush(&mut self, tx: &mut PgConnection) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// About once a second, in a transaction of its own.
+    fn tick(&mut self, _tx: &mut PgConnection) -> impl Future<Output = anyhow::Result<()>> + Send {
+        async { Ok(()) }
+    }
+
+    /// Deletes every row of the read model (its positions are deleted by [`reset`]).
+    fn reset(tx: &mut PgConnection) -> impl Future<Output = anyhow::Result<()>> + Send;
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunnerConfig {
+    /// Most messages folded into one transaction.
+    #[arg(long, env = "ONSALE_PROJECTION_BATCH", default_value_t = 2_000)]
+    pub batch: usize,
+    /// How long a batch waits to fill once it has a message.
+    #[arg(long, env = "ONSALE_PROJECTION_LINGER_MS", default_value_t = 5)]
+    pub linger_ms: u64,
+    /// The delta tick of the seat map.
+    #[arg(long, env = "ONSALE_PROJECTION_TICK_MS", default_value_t = 1_000)]
+    pub tick_ms: u64,
+    /// How often shows are compared with the events table (a show with more events there and
+    /// no progress since the last check is filled from the table).
+    #[arg(long, env = "ONSALE_PROJECTION_CHECK_MS", default_value_t = 3_000)]
+    pub check_ms: u64,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        Self { batch: 2_000, linger_ms: 5, tick_ms: 1_000, check_ms: 3_000 }
+    }
+}
+
+struct Folded {
+    show: Show,
+    last_sequence: i64,
+    /// Events applied since the last commit.
+    applied: i64,
+    /// `last_sequence` at the previous table check.
+    checked_at: i64,
+}
+
+pub struct Runner<P: Projection> {
+    pool: PgPool,
+    projection: P,
+    kafka: KafkaConfig,
+    config: RunnerConfig,
+    shows: HashMap<String, Folded>,
+    lsn: Option<u64>,
+    lag: Vec<f64>,
+}
+
+impl<P: Projection> std::fmt::Debug for Runner<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner").field("projection", &P::NAME).finish_non_exhaustive()
+    }
+}
+
+/// Deletes a projection's read model and positions: it rebuilds from zero when it next runs.
+pub async fn reset<P: Projection>(pool: &PgPool) -> anyhow::Result<()> {
+    let mut tx = pool.begin().await?;
+    P::reset(&mut tx).await?;
+    sqlx::query("DELETE FROM projection_positions WHERE projection = $1")
+        .bind(P::NAME)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM projection_status WHERE projection = $1")
+        .bind(P::NAME)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+impl<P: Projection> Runner<P> {
+    pub fn new(pool: PgPool, projection: P, kafka: KafkaConfig, config: RunnerConfig) -> Self {
+        Self { pool, projection, kafka, config, shows: HashMap::new(), lsn: None, lag: Vec::new() }
+    }
+
+    /// Catches up from the table, then consumes until `shutdown` resolves. Errors (broker or
+    /// database away) are retried: the fold is dropped and reloaded from what was committed.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()> + Send) {
+        tokio::pin!(shutdown);
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let result = tokio::select! {
+                _ = &mut shutdown => return,
+                r = self.run_once() => r,
+            };
+            if let Err(e) = result {
+                metrics::counter!("onsale_projection_errors_total", "projection" => P::NAME).increment(1);
+                tracing::warn!(projection = P::NAME, error = %format!("{e:#}"), "projection failed; restarting it");
+                // What was not committed is forgotten: reload from the stored positions.
+                self.shows.clear();
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+
+    async fn run_once(&mut self) -> anyhow::Result<()> {
+        self.kafka.ensure_topic().await?;
+        let consumer: StreamConsumer = self
+            .kafka
+            .client()
+            .set("group.id", format!("onsale-projection-{}", P::NAME))
+            .set("enable.auto.commit", "true")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("fetch.wait.max.ms", "10")
+            .set("session.timeout.ms", "10000")
+            .create()
+            .context("kafka consumer")?;
+        consumer.subscribe(&[&self.kafka.events_topic])?;
+        self.check_table(true).await?;
+        let mut tick = tokio::time::interval(Duration::from_millis(self.config.tick_ms));
+        let mut check = tokio::time::interval(Duration::from_millis(self.config.check_ms));
+        loop {
+            tokio::select! {
+                msg = consumer.recv() => {
+                    let first = msg?.detach();
+                    let mut batch = vec![first];
+                    let deadline = Instant::now() + Duration::from_millis(self.config.linger_ms);
+                    while batch.len() < self.config.batch {
+                        match tokio::time::timeout_at(deadline.into(), consumer.recv()).await {
+                            Ok(m) => batch.push(m?.detach()),
+                            Err(_) => break,
+                        }
+                    }
+                    let mut offsets = TopicPartitionList::new();
+                    let mut logs = Vec::with_capacity(batch.len());
+                    for m in &batch {
+                        offsets.add_partition_offset(m.topic(), m.partition(), rdkafka::Offset::Offset(m.offset() + 1))?;
+                        let Some(body) = m.payload() else { continue };
+                        match serde_json::from_slice::<Envelope>(body).map_err(anyhow::Error::from).and_then(|e| LogEvent::from_envelope(&e)) {
+                            Ok(Some(log)) => logs.push(log),
+                            Ok(None) => {}
+                            Err(e) => {
+                                // Not ours to decide: the table is the truth, and a gap check fills it.
+                                metrics::counter!("onsale_projection_bad_messages_total", "projection" => P::NAME).increment(1);
+                                tracing::warn!(projection = P::NAME, error = %e, "unreadable message skipped");
+                            }
+                        }
+                    }
+                    self.apply_batch(logs).await?;
+                    // Offsets only after the commit: a crash re-delivers, and dedup skips.
+                    consumer.store_offsets(&offsets)?;
+                }
+                _ = tick.tick() => self.tick().await?,
+                _ = check.tick() => self.check_table(false).await?,
+            }
+        }
+    }
+
+    /// Folds one batch: every event in one transaction with the positions.
+    pub async fn apply_batch(&mut self, logs: Vec<LogEvent>) -> anyhow::Result<()> {
+        let mut fresh = Vec::new();
+        for log in logs {
+            self.ensure_loaded(&log.show_id).await?;
+            let last = self.shows[&log.show_id].last_sequence;
+            if log.sequence <= last {
+                metrics::counter!("onsale_projection_duplicates_total", "projection" => P::NAME).increment(1);
+                continue;
+            }
+            if log.sequence > last + 1 {
+                metrics::counter!("onsale_projection_gap_fills_total", "projection" => P::NAME).increment(1);
+                let mut after = last;
+                while after < log.sequence - 1 {
+                    let chunk = read_events(&self.pool, &log.show_id, after, log.sequence - 1).await?;
+                    let Some(end) = chunk.last().map(|l| l.sequence) else {
+                        anyhow::bail!("{}@{} is on the topic but not in the table", log.show_id, log.sequence);
+                    };
+                    for missing in chunk {
+                        self.fold(missing);
+                    }
+                    after = end;
+                }
+            }
+            if let Some(at) = log.committed_at {
+                fresh.push(at);
+            }
+            self.fold(log);
+        }
+        self.commit().await?;
+        let now = Utc::now();
+        for at in fresh {
+            let lag = (now - at).num_microseconds().unwrap_or(0) as f64 / 1e6;
+            metrics::histogram!("onsale_projection_lag_seconds", "projection" => P::NAME).record(lag);
+            self.lag.push(lag);
+        }
+        Ok(())
+    }
+
+    fn fold(&mut self, log: LogEvent) {
+        let folded = self.shows.get_mut(&log.show_id).expect("loaded before folding");
+        debug_assert_eq!(log.sequence, folded.last_sequence + 1);
+        if let Some(lsn) = log.commit_lsn {
+            self.lsn = Some(self.lsn.map_or(lsn, |l| l.max(lsn)));
+        }
+        let projection = &mut self.projection;
+        fold::apply(&mut folded.show, &log, |ctx| projection.event(ctx));
+        folded.last_sequence = log.sequence;
+        folded.applied += 1;
+    }
+
+    async fn commit(&mut self) -> anyhow::Result<()> {
+        let mut tx = self.pool.begin().await?;
+        self.projection.flush(&mut tx).await?;
+        let (mut ids, mut seqs, mut counts) = (Vec::new(), Vec::new(), Vec::new());
+        for (id, f) in &self.shows {
+            if f.applied > 0 {
+                ids.push(id.clone());
+                seqs.push(f.last_sequence);
+                counts.push(f.applied);
+            }
+        }
+        sqlx::query(
+            "INSERT INTO projection_positions (projection, show_id, last_sequence, applied)
+             SELECT $1, s, q, n FROM UNNEST($2::text[], $3::bigint[], $4::bigint[]) AS u(s, q, n)
+             ON CONFLICT (projection, show_id) DO UPDATE
+               SET last_sequence = EXCLUDED.last_sequence,
+                   applied = projection_positions.applied + EXCLUDED.applied",
+        )
+        .bind(P::NAME)
+        .bind(&ids)
+        .bind(&seqs)
+        .bind(&counts)
+        .execute(&mut *tx)
+        .await?;
+        self.heartbeat(&mut tx).await?;
+        tx.commit().await?;
+        for f in self.shows.values_mut() {
+            f.applied = 0;
+        }
+        Ok(())
+    }
+
+    async fn heartbeat(&mut self, tx: &mut PgConnection) -> anyhow::Result<()> {
+        let lag_ms = self.lag.iter().copied().fold(0.0, f64::max) * 1000.0;
+        self.lag.clear();
+        let lsn = onsale_kafka::envelope::format_lsn(self.lsn.unwrap_or(0));
+        sqlx::query(
+            "INSERT INTO projection_status (projection, lsn, heartbeat_at, lag_ms)
+             VALUES ($1, $2::pg_lsn, now(), $3)
+             ON CONFLICT (projection) DO UPDATE
+               SET lsn = GREATEST(projection_status.lsn, EXCLUDED.lsn),
+                   heartbeat_at = now(), lag_ms = EXCLUDED.lag_ms",
+        )
+        .bind(P::NAME)
+        .bind(lsn)
+        .bind(lag_ms as i64)
+        .execute(&mut *tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn tick(&mut self) -> anyhow::Result<()> {
+        let mut tx = self.pool.begin().await?;
+        self.projection.tick(&mut tx).await?;
+        self.heartbeat(&mut tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Compares every show with the table; fills a show that is behind and (unless `all`) made
+    /// no progress since the last check: Kafka lost or has not delivered its events.
+    pub async fn check_table(&mut self, all: bool) -> anyhow::Result<()> {
+        let heads: Vec<(String, i64)> = sqlx::query_as(
+            "WITH RECURSIVE s(id) AS (
+               (SELECT aggregate_id FROM events WHERE aggregate_type = $1 ORDER BY aggregate_id LIMIT 1)
+               UNION ALL
+               SELECT (SELECT aggregate_id FROM events WHERE aggregate_type = $1 AND aggregate_id > s.id
+                        ORDER BY aggregate_id LIMIT 1) FROM s WHERE s.id IS NOT NULL)
+             SELECT id, (SELECT max(sequence) FROM events WHERE aggregate_type = $1 AND aggregate_id = s.id)
+               FROM s WHERE id IS NOT NULL",
+        )
+        .bind(Show::TYPE)
+        .fetch_all(&self.pool)
+        .await?;
+        for (show_id, head) in heads {
+            self.ensure_loaded(&show_id).await?;
+            let f = self.shows.get_mut(&show_id).expect("loaded");
+            let stalled = f.last_sequence == f.checked_at;
+            f.checked_at = f.last_sequence;
+            if head > f.last_sequence && (all || stalled) {
+                let from = f.last_sequence;
+                if !all {
+                    metrics::counter!("onsale_projection_gap_fills_total", "projection" => P::NAME).increment(1);
+                }
+                let mut after = from;
+                loop {
+                    let chunk = read_events(&self.pool, &show_id, after, head).await?;
+                    let Some(last) = chunk.last().map(|l| l.sequence) else { break };
+                    for log in chunk {
+                        self.fold(log);
+                    }
+                    self.commit().await?;
+                    after = last;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads a show's fold from the table up to the stored position.
+    async fn ensure_loaded(&mut self, show_id: &str) -> anyhow::Result<()> {
+        if self.shows.contains_key(show_id) {
+            return Ok(());
+        }
+        let position: i64 = sqlx::query_scalar(
+            "SELECT last_sequence FROM projection_positions WHERE projection = $1 AND show_id = $2",
+        )
+        .bind(P::NAME)
+        .bind(show_id)
+        .fetch_optional(&self.pool)
+        .await?
+        .unwrap_or(0);
+        let mut show = Show::default();
+        let mut after = 0;
+        while after < position {
+            let chunk = read_events(&self.pool, show_id, after, position).await?;
+            let Some(last) = chunk.last().map(|l| l.sequence) else {
+                anyhow::bail!("{} is at {show_id}@{position} but the table ends at {after}", P::NAME);
+            };
+            for log in chunk {
+                show.apply(log.event);
+            }
+            after = last;
+        }
+        self.projection.loaded(show_id, &show);
+        self.shows.insert(
+            show_id.to_owned(),
+            Folded { show, last_sequence: position, applied: 0, checked_at: -1 },
+        );
+        Ok(())
+    }
+}
+
+/// Events `after + 1 ..= upto` of a show from the table, at most 5,000.
+pub async fn read_events(pool: &PgPool, show_id: &str, after: i64, upto: i64) -> anyhow::Result<Vec<LogEvent>> {
+    let rows = sqlx::query(
+        "SELECT sequence, payload::text AS payload, metadata::text AS metadata FROM events
+          WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence > $3 AND sequence <= $4
+          ORDER BY sequence LIMIT 5000",
+    )
+    .bind(Show::TYPE)
+    .bind(show_id)
+    .bind(after)
+    .bind(upto)
+    .fetch_all(pool)
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    let mut expect = after + 1;
+    for r in rows {
+        let seq: i64 = r.try_get("sequence")?;
+        anyhow::ensure!(seq == expect, "events table has a hole at {show_id}@{expect}");
+        expect += 1;
+        out.push(LogEvent::from_row(show_id, seq, r.try_get("payload")?, r.try_get("metadata")?)?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,336 @@
+//! The seat map: per seat its public status, per section its counts, per show the watermark
+//! (`lsn`, `seq`), and the deltas.
+//!
+//! Rows are written on every batch (so the map lags the commit by milliseconds); a changed seat
+//! or section is marked pending (`delta_seq IS NULL`). The tick turns the pending rows of a show
+//! into one delta with the next `seq`, in one transaction with the rows it marks: the delta is
+//! built from what was committed, so a crash between a batch and a tick loses nothing, and every
+//! change reaches exactly one delta. Deltas carry absolute values, so a snapshot read between
+//! two ticks and then moved forward by the next delta converges on the same map.
+
+use std::collections::{BTreeSet, HashMap};
+
+use onsale_domain::transitions::SeatStatus;
+use onsale_domain::Show;
+use serde_json::json;
+use sqlx::postgres::PgConnection;
+
+use crate::fold::{public_status, status_at, EventCtx};
+use crate::runner::Projection;
+
+/// Deltas kept per show for clients that resume (`Last-Event-ID`, `after_seq`); older gaps resync.
+pub const DELTA_RETENTION: i64 = 3_600;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counts {
+    total: i32,
+    available: i32,
+    held: i32,
+    sold: i32,
+}
+
+impl Counts {
+    fn bucket(&mut self, s: SeatStatus) -> &mut i32 {
+        match s {
+            SeatStatus::Available => &mut self.available,
+            SeatStatus::Held => &mut self.held,
+            SeatStatus::PendingPayment | SeatStatus::Sold => &mut self.sold,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct MapState {
+    sections: Vec<(String, std::ops::Range<u32>)>,
+    counts: Vec<Counts>,
+    /// Scheduled since the last flush: every row must be inserted.
+    created: bool,
+    dirty_sections: BTreeSet<usize>,
+    dirty_seats: HashMap<u32, &'static str>,
+    /// The seat ids of a show scheduled since the last flush.
+    seat_names: HashMap<u32, String>,
+    /// Something may be pending a delta.
+    pending: bool,
+    /// The newest commit LSN folded in since the last flush.
+    lsn: Option<u64>,
+}
+
+impl MapState {
+    fn section_of(&self, seat: u32) -> usize {
+        self.sections.partition_point(|(_, r)| r.end <= seat)
+    }
+
+    fn recount(&mut self, show: &Show) {
+        self.sections = show
+            .layout()
+            .section_ranges()
+            .into_iter()
+            .map(|(n, r)| (n.to_owned(), r))
+            .collect();
+        self.counts = vec![Counts::default(); self.sections.len()];
+        for (i, (_, range)) in self.sections.iter().enumerate() {
+            let c = &mut self.counts[i];
+            c.total = range.len() as i32;
+            for seat in range.clone() {
+                *c.bucket(status_at(show, seat)) += 1;
+            }
+        }
+    }
+}
+
+/// The seat-map projection.
+#[derive(Debug, Default)]
+pub struct SeatMap {
+    shows: HashMap<String, MapState>,
+}
+
+impl Projection for SeatMap {
+    const NAME: &'static str = "seat_map";
+
+    fn loaded(&mut self, show_id: &str, show: &Show) {
+        let mut state = MapState { pending: true, ..MapState::default() };
+        state.recount(show);
+        self.shows.insert(show_id.to_owned(), state);
+    }
+
+    fn event(&mut self, ctx: &EventCtx<'_>) {
+        let state = self.shows.entry(ctx.log.show_id.clone()).or_default();
+        if let Some(lsn) = ctx.log.commit_lsn {
+            state.lsn = Some(state.lsn.map_or(lsn, |l| l.max(lsn)));
+        }
+        if matches!(ctx.log.event, onsale_domain::ShowEvent::ShowScheduled { .. }) {
+            state.recount(ctx.after);
+            state.seat_names = (0..ctx.after.seat_count() as u32)
+                .filter_map(|i| ctx.after.seat_at(i).map(|(n, _)| (i, n.to_owned())))
+                .collect();
+            state.created = true;
+            state.pending = true;
+            return;
+        }
+        for &(seat, before) in ctx.touched {
+            let after = status_at(ctx.after, seat);
+            if after == before {
+                continue;
+            }
+            let section = state.section_of(seat);
+            *state.counts[section].bucket(before) -= 1;
+            *state.counts[section].bucket(after) += 1;
+            state.dirty_sections.insert(section);
+            state.pending = true;
+            if public_status(before) != public_status(after) && !state.created {
+                state.dirty_seats.insert(seat, public_status(after));
+            }
+        }
+    }
+
+    async fn flush(&mut self, tx: &mut PgConnection) -> anyhow::Result<()> {
+        for (show_id, state) in &mut self.shows {
+            if state.created {
+                insert_show(tx, show_id, state).await?;
+                state.created = false;
+                state.dirty_sections.clear();
+                state.dirty_seats.clear();
+                state.seat_names.clear();
+            }
+            if !state.dirty_seats.is_empty() {
+                let (mut sections, mut ords, mut statuses) = (Vec::new(), Vec::new(), Vec::new());
+                for (&seat, &status) in &state.dirty_seats {
+                    let s = state.section_of(seat);
+                    sections.push(state.sections[s].0.clone());
+                    ords.push((seat - state.sections[s].1.start) as i32);
+                    statuses.push(status);
+                }
+                sqlx::query(
+                    "UPDATE seat_map_seats AS m SET status = u.st, delta_seq = NULL
+                       FROM UNNEST($2::text[], $3::int[], $4::text[]) AS u(sec, ord, st)
+                      WHERE m.show_id = $1 AND m.section = u.sec AND m.ord = u.ord",
+                )
+                .bind(show_id)
+                .bind(&sections)
+                .bind(&ords)
+                .bind(&statuses)
+                .execute(&mut *tx)
+                .await?;
+                state.dirty_seats.clear();
+            }
+            if !state.dirty_sections.is_empty() {
+                let rows: Vec<(String, Counts)> = state
+                    .dirty_sections
+                    .iter()
+                    .map(|&i| (state.sections[i].0.clone(), state.counts[i]))
+                    .collect();
+                update_sections(tx, show_id, &rows).await?;
+                state.dirty_sections.clear();
+            }
+            if let Some(lsn) = state.lsn.take() {
+                sqlx::query(
+                    "UPDATE seat_map_shows SET lsn = GREATEST(lsn, $2::pg_lsn), updated_at = now()
+                      WHERE show_id = $1",
+                )
+                .bind(show_id)
+                .bind(onsale_kafka::envelope::format_lsn(lsn))
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn tick(&mut self, tx: &mut PgConnection) -> anyhow::Result<()> {
+        for (show_id, state) in &mut self.shows {
+            if !state.pending {
+                continue;
+            }
+            state.pending = false;
+            if let Some(seq) = publish_delta(tx, show_id).await? {
+                metrics::counter!("onsale_seat_map_deltas_total").increment(1);
+                tracing::debug!(show_id, seq, "delta published");
+            }
+        }
+        Ok(())
+    }
+
+    async fn reset(tx: &mut PgConnection) -> anyhow::Result<()> {
+        sqlx::query("TRUNCATE seat_map_shows, seat_map_sections, seat_map_seats, seat_map_deltas")
+            .execute(&mut *tx)
+            .await?;
+        Ok(())
+    }
+}
+
+async fn insert_show(tx: &mut PgConnection, show_id: &str, state: &MapState) -> anyhow::Result<()> {
+    sqlx::query(
+        "INSERT INTO seat_map_shows (show_id, seq, lsn, updated_at) VALUES ($1, 0, '0/0', now())
+         ON CONFLICT (show_id) DO NOTHING",
+    )
+    .bind(show_id)
+    .execute(&mut *tx)
+    .await?;
+    let (mut secs, mut ords, mut ids) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, range) in &state.sections {
+        for (ord, seat) in range.clone().enumerate() {
+            secs.push(name.clone());
+            ords.push(ord as i32);
+            ids.push(state.seat_names.get(&seat).cloned().unwrap_or_default());
+        }
+    }
+    // A new show is all AVAILABLE, at seq 0: nothing pending.
+    sqlx::query(
+        "INSERT INTO seat_map_seats (show_id, section, ord, seat_id, status, delta_seq)
+         SELECT $1, sec, ord, id, 'AVAILABLE', 0 FROM UNNEST($2::text[], $3::int[], $4::text[]) AS u(sec, ord, id)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(show_id)
+    .bind(&secs)
+    .bind(&ords)
+    .bind(&ids)
+    .execute(&mut *tx)
+    .await?;
+    let (mut names, mut order, mut totals, mut avail, mut held, mut sold) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, ((name, _), c)) in state.sections.iter().zip(&state.counts).enumerate() {
+        names.push(name.clone());
+        order.push(i as i32);
+        totals.push(c.total);
+        avail.push(c.available);
+        held.push(c.held);
+        sold.push(c.sold);
+    }
+    sqlx::query(
+        "INSERT INTO seat_map_sections (show_id, ord, section, total, available, held, sold, delta_seq)
+         SELECT $1, o, n, t, a, h, s, 0
+           FROM UNNEST($2::int[], $3::text[], $4::int[], $5::int[], $6::int[], $7::int[]) AS u(o, n, t, a, h, s)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(show_id)
+    .bind(&order)
+    .bind(&names)
+    .bind(&totals)
+    .bind(&avail)
+    .bind(&held)
+    .bind(&sold)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+async fn update_sections(tx: &mut PgConnection, show_id: &str, rows: &[(String, Counts)]) -> anyhow::Result<()> {
+    let names: Vec<&str> = rows.iter().map(|(n, _)| n.as_str()).collect();
+    let avail: Vec<i32> = rows.iter().map(|(_, c)| c.available).collect();
+    let held: Vec<i32> = rows.iter().map(|(_, c)| c.held).collect();
+    let sold: Vec<i32> = rows.iter().map(|(_, c)| c.sold).collect();
+    sqlx::query(
+        "UPDATE seat_map_sections AS m SET available = u.a, held = u.h, sold = u.s, delta_seq = NULL
+           FROM UNNEST($2::text[], $3::int[], $4::int[], $5::int[]) AS u(n, a, h, s)
+          WHERE m.show_id = $1 AND m.section = u.n",
+    )
+    .bind(show_id)
+    .bind(&names)
+    .bind(&avail)
+    .bind(&held)
+    .bind(&sold)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// Turns the show's pending rows into the next delta; `None` when nothing was pending.
+async fn publish_delta(tx: &mut PgConnection, show_id: &str) -> anyhow::Result<Option<i64>> {
+    let (seq, lsn): (i64, String) = sqlx::query_as(
+        "SELECT seq + 1, lsn::text FROM seat_map_shows WHERE show_id = $1 FOR UPDATE",
+    )
+    .bind(show_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    let sections: Vec<(String, i32, i32, i32, i32)> = sqlx::query_as(
+        "UPDATE seat_map_sections SET delta_seq = $2 WHERE show_id = $1 AND delta_seq IS NULL
+         RETURNING section, total, available, held, sold",
+    )
+    .bind(show_id)
+    .bind(seq)
+    .fetch_all(&mut *tx)
+    .await?;
+    let seats: Vec<(String, String, String)> = sqlx::query_as(
+        "UPDATE seat_map_seats SET delta_seq = $2 WHERE show_id = $1 AND delta_seq IS NULL
+         RETURNING seat_id, section, status",
+    )
+    .bind(show_id)
+    .bind(seq)
+    .fetch_all(&mut *tx)
+    .await?;
+    if sections.is_empty() && seats.is_empty() {
+        return Ok(None);
+    }
+    let body = json!({
+        "sections": sections.iter().map(|(section, total, available, held, sold)| json!({
+            "section": section, "total": total, "available": available, "held": held, "sold": sold,
+        })).collect::<Vec<_>>(),
+        "seats": seats.iter().map(|(seat_id, section, status)| json!({
+            "seatId": seat_id, "section": section, "status": status,
+        })).collect::<Vec<_>>(),
+    });
+    sqlx::query(
+        "INSERT INTO seat_map_deltas (show_id, seq, lsn, at, body) VALUES ($1, $2, $3::pg_lsn, now(), $4)",
+    )
+    .bind(show_id)
+    .bind(seq)
+    .bind(&lsn)
+    .bind(&body)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("UPDATE seat_map_shows SET seq = $2 WHERE show_id = $1")
+        .bind(show_id)
+        .bind(seq)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM seat_map_deltas WHERE show_id = $1 AND seq <= $2")
+        .bind(show_id)
+        .bind(seq - DELTA_RETENTION)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("SELECT pg_notify('onsale_seat_map', $1)")
+        .bind(format!("{show_id} {seq}"))
+        .execute(&mut *tx)
+        .await?;
+    Ok(Some(seq))
+}

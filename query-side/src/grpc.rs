@@ -1,0 +1,185 @@
+//! The read side over gRPC (package `onsale.v1`), with gRPC-web on the same port for browsers.
+
+use std::pin::Pin;
+
+use axum::http::StatusCode;
+use futures::{Stream, StreamExt};
+use onsale_command::api::auth::{self, Caller};
+use onsale_command::api::error::ApiError;
+use onsale_proto::v1 as pb;
+use tonic::{Request, Response, Status};
+use tower::Layer;
+
+use crate::hub::Update;
+use crate::snapshots::{Missing, Read};
+use crate::{rest, QueryState};
+
+/// The three services as one axum router, gRPC-web enabled.
+pub fn router(state: QueryState) -> axum::Router {
+    tonic::service::Routes::new(tonic_web::GrpcWebLayer::new().layer(pb::seat_maps_server::SeatMapsServer::new(Grpc(state.clone()))))
+        .add_service(tonic_web::GrpcWebLayer::new().layer(pb::orders_server::OrdersServer::new(Grpc(state.clone()))))
+        .add_service(tonic_web::GrpcWebLayer::new().layer(pb::audit_server::AuditServer::new(Grpc(state))))
+        .into_axum_router()
+}
+
+#[derive(Debug, Clone)]
+pub struct Grpc(QueryState);
+
+/// The API's error as a gRPC status: the code of API.md leads the message and rides in the
+/// `onsale-code` metadata.
+fn status(e: ApiError) -> Status {
+    let code = match e.status {
+        StatusCode::NOT_FOUND => tonic::Code::NotFound,
+        StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => tonic::Code::InvalidArgument,
+        StatusCode::UNAUTHORIZED => tonic::Code::Unauthenticated,
+        StatusCode::FORBIDDEN => tonic::Code::PermissionDenied,
+        StatusCode::CONFLICT => tonic::Code::FailedPrecondition,
+        StatusCode::SERVICE_UNAVAILABLE => tonic::Code::Unavailable,
+        _ => tonic::Code::Internal,
+    };
+    let mut s = Status::new(code, format!("{}: {}", e.code, e.detail));
+    if let Ok(v) = e.code.parse() {
+        s.metadata_mut().insert("onsale-code", v);
+    }
+    s
+}
+
+fn caller<T>(state: &QueryState, req: &Request<T>) -> Result<Caller, Status> {
+    let token = req
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| status(ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", "authorization: Bearer metadata is required")))?;
+    auth::verify(token, &state.decoding_key).map_err(status)
+}
+
+fn section(s: &str) -> Option<&str> {
+    (!s.is_empty()).then_some(s)
+}
+
+fn counts(c: &crate::hub::SectionCounts) -> pb::SectionCounts {
+    pb::SectionCounts {
+        section: c.section.clone(),
+        total: c.total.max(0) as u32,
+        available: c.available.max(0) as u32,
+        held: c.held.max(0) as u32,
+        sold: c.sold.max(0) as u32,
+    }
+}
+
+fn bad(detail: &str) -> Status {
+    status(ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", detail))
+}
+
+type DeltaStream = Pin<Box<dyn Stream<Item = Result<pb::SeatMapUpdate, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl pb::seat_maps_server::SeatMaps for Grpc {
+    async fn get_seat_map(&self, req: Request<pb::GetSeatMapRequest>) -> Result<Response<pb::SeatMap>, Status> {
+        let r = req.into_inner();
+        let show = r.event_id.parse::<onsale_domain::ShowId>().map_err(|e| status(e.into()))?.to_string();
+        let snap = match self.0.snapshots.get(&show, section(&r.section)).await {
+            Read::Fresh(s) | Read::Stale(s) => s,
+            Read::Missing(Missing::Show) => return Err(status(onsale_domain::ShowError::ShowNotFound.into())),
+            Read::Missing(Missing::Section) => {
+                return Err(status(ApiError::new(StatusCode::NOT_FOUND, "UNKNOWN_SECTION", "the show has no such section")))
+            }
+            Read::Unavailable => return Err(status(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", "the seat map is unreachable; retry shortly"))),
+        };
+        let m = &snap.map;
+        Ok(Response::new(pb::SeatMap {
+            event_id: m.event_id.clone(),
+            as_of: m.as_of.to_rfc3339(),
+            lsn: m.lsn.clone(),
+            seq: m.seq.max(0) as u64,
+            sections: m.sections.iter().map(counts).collect(),
+            seats: m
+                .seats
+                .iter()
+                .flatten()
+                .map(|s| pb::SeatState { seat_id: s.seat_id.clone(), status: s.status.clone() })
+                .collect(),
+        }))
+    }
+
+    type StreamDeltasStream = DeltaStream;
+
+    async fn stream_deltas(&self, req: Request<pb::StreamDeltasRequest>) -> Result<Response<DeltaStream>, Status> {
+        let r = req.into_inner();
+        let show = r.event_id.parse::<onsale_domain::ShowId>().map_err(|e| status(e.into()))?.to_string();
+        let after = i64::try_from(r.after_seq).map_err(|_| bad("after_seq is too large"))?;
+        let sec = section(&r.section).map(str::to_owned);
+        let stream = self
+            .0
+            .hub
+            .subscribe(&show, (after > 0).then_some(after))
+            .await
+            .map_err(|e| status(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", e.to_string())))?
+            .ok_or_else(|| status(onsale_domain::ShowError::ShowNotFound.into()))?;
+        let out = stream.map(move |u| {
+            Ok(pb::SeatMapUpdate {
+                update: Some(match u {
+                    Update::Delta(d) => pb::seat_map_update::Update::Delta(pb::Delta {
+                        seq: d.seq as u64,
+                        lsn: d.lsn.clone(),
+                        as_of: d.at.to_rfc3339(),
+                        sections: d.sections.iter().map(counts).collect(),
+                        seats: d
+                            .seats_of(sec.as_deref())
+                            .into_iter()
+                            .map(|s| pb::SeatState { seat_id: s.seat_id.clone(), status: s.status.clone() })
+                            .collect(),
+                    }),
+                    Update::Resync { seq, reason } => pb::seat_map_update::Update::Resync(pb::Resync {
+                        seq: seq.max(0) as u64,
+                        reason: reason.to_owned(),
+                    }),
+                }),
+            })
+        });
+        Ok(Response::new(Box::pin(out)))
+    }
+}
+
+#[tonic::async_trait]
+impl pb::orders_server::Orders for Grpc {
+    async fn get_order(&self, req: Request<pb::GetOrderRequest>) -> Result<Response<pb::Order>, Status> {
+        let who = caller(&self.0, &req)?;
+        let r = rest::find_order(&self.0, &who, &req.get_ref().order_id).await.map_err(status)?;
+        Ok(Response::new(pb::Order {
+            order_id: r.order_id,
+            event_id: r.show_id,
+            hold_id: r.hold_id,
+            status: r.status,
+            seat_ids: r.seat_ids,
+            total_cents: r.total_cents,
+            placed_at: r.placed_at.to_rfc3339(),
+            updated_at: r.updated_at.to_rfc3339(),
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl pb::audit_server::Audit for Grpc {
+    async fn get_seat_history(&self, req: Request<pb::GetSeatHistoryRequest>) -> Result<Response<pb::SeatHistory>, Status> {
+        let who = caller(&self.0, &req)?;
+        let r = req.get_ref();
+        let h = rest::find_history(&self.0, &who, &r.event_id, &r.seat_id).await.map_err(status)?;
+        Ok(Response::new(pb::SeatHistory {
+            seat_id: h.seat_id,
+            entries: h
+                .entries
+                .into_iter()
+                .map(|e| pb::SeatHistoryEntry {
+                    sequence: e.sequence,
+                    at: e.at.to_rfc3339(),
+                    r#type: e.kind,
+                    hold_id: e.hold_id.unwrap_or_default(),
+                    order_id: e.order_id.unwrap_or_default(),
+                    account_id: e.account_id.unwrap_or_default(),
+                })
+                .collect(),
+        }))
+    }
+}

@@ -1,0 +1,349 @@
+//! Deltas to subscribers: one PostgreSQL listener per process, per show a broadcast channel and
+//! a short backlog. A subscriber that resumes, lags or sees a gap is filled from the deltas
+//! table; what the table no longer has is a `Resync`, never a silent gap.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::postgres::{PgListener, PgPool};
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+
+const BACKLOG: usize = 256;
+
+/// A changed seat in a delta.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SeatChange {
+    pub seat_id: String,
+    pub section: String,
+    pub status: String,
+}
+
+/// Changed section counts in a delta.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct SectionCounts {
+    pub section: String,
+    pub total: i32,
+    pub available: i32,
+    pub held: i32,
+    pub sold: i32,
+}
+
+/// One delta as the projection published it.
+#[derive(Debug)]
+pub struct Delta {
+    pub seq: i64,
+    pub lsn: String,
+    pub at: DateTime<Utc>,
+    pub sections: Vec<SectionCounts>,
+    pub seats: Vec<SeatChange>,
+    /// The SSE body for subscribers of no section: serialized once for all of them.
+    pub body_without_seats: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DeltaBody<'a> {
+    seq: i64,
+    lsn: &'a str,
+    as_of: DateTime<Utc>,
+    sections: &'a [SectionCounts],
+    seats: Vec<&'a SeatChange>,
+}
+
+impl Delta {
+    fn new(seq: i64, lsn: String, at: DateTime<Utc>, body: Value) -> anyhow::Result<Self> {
+        #[derive(serde::Deserialize)]
+        struct Stored {
+            sections: Vec<SectionCounts>,
+            seats: Vec<SeatChange>,
+        }
+        let stored: Stored = serde_json::from_value(body)?;
+        let mut d = Self {
+            seq,
+            lsn,
+            at,
+            sections: stored.sections,
+            seats: stored.seats,
+            body_without_seats: String::new(),
+        };
+        d.body_without_seats = d.body(None);
+        Ok(d)
+    }
+
+    /// The JSON body for a subscriber of `section` (its seats only) or of none.
+    pub fn body(&self, section: Option<&str>) -> String {
+        if section.is_none() && !self.body_without_seats.is_empty() {
+            return self.body_without_seats.clone();
+        }
+        let body = DeltaBody {
+            seq: self.seq,
+            lsn: &self.lsn,
+            as_of: self.at,
+            sections: &self.sections,
+            seats: self.seats_of(section),
+        };
+        serde_json::to_string(&body).unwrap_or_default()
+    }
+
+    pub fn seats_of(&self, section: Option<&str>) -> Vec<&SeatChange> {
+        match section {
+            Some(s) => self.seats.iter().filter(|c| c.section == s).collect(),
+            None => Vec::new(),
+        }
+    }
+}
+
+/// What a subscriber receives.
+#[derive(Debug, Clone)]
+pub enum Update {
+    Delta(Arc<Delta>),
+    /// The stream cannot be continued without a gap: fetch the snapshot, resume from its `seq`.
+    Resync { seq: i64, reason: &'static str },
+}
+
+#[derive(Debug)]
+struct ShowHub {
+    tx: broadcast::Sender<Arc<Delta>>,
+    /// Last seq broadcast, and the recent deltas.
+    state: tokio::sync::Mutex<(i64, VecDeque<Arc<Delta>>)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Hub {
+    pool: PgPool,
+    shows: Arc<Mutex<HashMap<String, Arc<ShowHub>>>>,
+    /// The newest seq seen per show: the seat-map cache is keyed by it.
+    seqs: Arc<Mutex<HashMap<String, i64>>>,
+}
+
+impl Hub {
+    pub fn start(pool: PgPool) -> Self {
+        let hub = Self {
+            pool,
+            shows: Arc::default(),
+            seqs: Arc::default(),
+        };
+        tokio::spawn(hub.clone().listen());
+        tokio::spawn(hub.clone().poll());
+        hub
+    }
+
+    /// The newest delta seq this process knows for a show.
+    pub fn current_seq(&self, show: &str) -> Option<i64> {
+        self.seqs.lock().ok()?.get(show).copied()
+    }
+
+    fn note_seq(&self, show: &str, seq: i64) {
+        if let Ok(mut seqs) = self.seqs.lock() {
+            let e = seqs.entry(show.to_owned()).or_insert(seq);
+            *e = (*e).max(seq);
+        }
+    }
+
+    async fn listen(self) {
+        loop {
+            if let Err(e) = self.listen_once().await {
+                tracing::warn!(error = %e, "seat-map listener lost; reconnecting");
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    async fn listen_once(&self) -> anyhow::Result<()> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen("onsale_seat_map").await?;
+        // Whatever was published while we were not listening.
+        self.refresh_all().await?;
+        loop {
+            let n = listener.recv().await?;
+            let Some((show, seq)) = n.payload().split_once(' ') else { continue };
+            let Ok(seq) = seq.parse::<i64>() else { continue };
+            self.note_seq(show, seq);
+            let hub = self.shows.lock().ok().and_then(|s| s.get(show).cloned());
+            if let Some(hub) = hub {
+                if let Err(e) = self.advance(show, &hub).await {
+                    tracing::warn!(show, error = %e, "deltas not read");
+                }
+            }
+        }
+    }
+
+    /// A backstop for a missed notification: each show with subscribers is checked every second.
+    async fn poll(self) {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if let Err(e) = self.refresh_all().await {
+                tracing::debug!(error = %e, "delta poll failed");
+            }
+        }
+    }
+
+    async fn refresh_all(&self) -> anyhow::Result<()> {
+        let hubs: Vec<(String, Arc<ShowHub>)> = match self.shows.lock() {
+            Ok(s) => s.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Err(_) => return Ok(()),
+        };
+        for (show, hub) in hubs {
+            // Drop hubs nobody listens to any more.
+            if hub.tx.receiver_count() == 0 {
+                if let Ok(mut s) = self.shows.lock() {
+                    s.remove(&show);
+                }
+                continue;
+            }
+            self.advance(&show, &hub).await?;
+        }
+        Ok(())
+    }
+
+    /// Reads and broadcasts the deltas after the hub's last seq.
+    async fn advance(&self, show: &str, hub: &ShowHub) -> anyhow::Result<()> {
+        let mut state = hub.state.lock().await;
+        loop {
+            let deltas = self.read(show, state.0, 500).await?;
+            let Some(last) = deltas.last().map(|d| d.seq) else { return Ok(()) };
+            for d in deltas {
+                if d.seq != state.0 + 1 {
+                    // Older deltas were pruned: subscribers resync when they see the jump.
+                    tracing::warn!(show, from = state.0, to = d.seq, "delta gap in the table");
+                }
+                state.0 = d.seq;
+                state.1.push_back(d.clone());
+                if state.1.len() > BACKLOG {
+                    state.1.pop_front();
+                }
+                let _ = hub.tx.send(d);
+            }
+            self.note_seq(show, last);
+            metrics::gauge!("onsale_seat_map_seq", "show" => show.to_owned()).set(last as f64);
+        }
+    }
+
+    /// Deltas of a show after `after`, at most `limit`, from the table.
+    async fn read(&self, show: &str, after: i64, limit: i64) -> anyhow::Result<Vec<Arc<Delta>>> {
+        let rows: Vec<(i64, String, DateTime<Utc>, Value)> = sqlx::query_as(
+            "SELECT seq, lsn::text, at, body FROM seat_map_deltas
+              WHERE show_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(show)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(seq, lsn, at, body)| Delta::new(seq, lsn, at, body).map(Arc::new))
+            .collect()
+    }
+
+    async fn show_hub(&self, show: &str) -> anyhow::Result<Option<Arc<ShowHub>>> {
+        if let Some(h) = self.shows.lock().ok().and_then(|s| s.get(show).cloned()) {
+            return Ok(Some(h));
+        }
+        let seq: Option<i64> = sqlx::query_scalar("SELECT seq FROM seat_map_shows WHERE show_id = $1")
+            .bind(show)
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(seq) = seq else { return Ok(None) };
+        self.note_seq(show, seq);
+        let mut shows = self.shows.lock().map_err(|_| anyhow::anyhow!("hub lock poisoned"))?;
+        let hub = shows
+            .entry(show.to_owned())
+            .or_insert_with(|| {
+                Arc::new(ShowHub {
+                    tx: broadcast::channel(1024).0,
+                    state: tokio::sync::Mutex::new((seq, VecDeque::new())),
+                })
+            })
+            .clone();
+        Ok(Some(hub))
+    }
+
+    /// Subscribes to a show's deltas after `after` (`None`: only new ones). `Ok(None)` when the
+    /// show has no seat map.
+    pub async fn subscribe(&self, show: &str, after: Option<i64>) -> anyhow::Result<Option<ReceiverStream<Update>>> {
+        let Some(hub) = self.show_hub(show).await? else { return Ok(None) };
+        let mut rx = hub.tx.subscribe();
+        let current = hub.state.lock().await.0;
+        let (out, stream) = mpsc::channel(64);
+        let this = self.clone();
+        let show = show.to_owned();
+        metrics::gauge!("onsale_stream_subscribers").increment(1.0);
+        tokio::spawn(async move {
+            let mut last = after.unwrap_or(current).min(current);
+            if after.is_some_and(|a| a > current) {
+                // A seq from the future (another deployment, a stale client): start over.
+                let _ = out.send(Update::Resync { seq: current, reason: "unknown seq" }).await;
+            }
+            let mut pending: Option<Arc<Delta>> = None;
+            // At the start, and after falling behind the channel, the table has what we missed.
+            let mut need_fill = true;
+            loop {
+                if need_fill || pending.as_ref().is_some_and(|d| d.seq > last + 1) {
+                    need_fill = false;
+                    let upto = pending.as_ref().map_or(i64::MAX, |d| d.seq - 1);
+                    match this.fill(&show, last, upto, &out).await {
+                        Ok(Some(l)) => last = l,
+                        Ok(None) => break,
+                        Err(_) => {
+                            let seq = pending
+                                .as_ref()
+                                .map_or_else(|| this.current_seq(&show).unwrap_or(last), |d| d.seq - 1);
+                            if out.send(Update::Resync { seq, reason: "gap" }).await.is_err() {
+                                break;
+                            }
+                            last = seq;
+                        }
+                    }
+                }
+                if let Some(d) = pending.take() {
+                    if d.seq == last + 1 {
+                        last = d.seq;
+                        if out.send(Update::Delta(d)).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+                tokio::select! {
+                    r = rx.recv() => match r {
+                        Ok(d) if d.seq <= last => {}
+                        Ok(d) => pending = Some(d),
+                        Err(broadcast::error::RecvError::Lagged(_)) => need_fill = true,
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    },
+                    _ = out.closed() => break,
+                }
+            }
+            metrics::gauge!("onsale_stream_subscribers").decrement(1.0);
+        });
+        Ok(Some(ReceiverStream::new(stream)))
+    }
+
+    /// Sends the table's deltas after `last` up to `upto`; `Err` when the table no longer has
+    /// the next one (a resync), `Ok(None)` when the subscriber left.
+    async fn fill(&self, show: &str, mut last: i64, upto: i64, out: &mpsc::Sender<Update>) -> anyhow::Result<Option<i64>> {
+        loop {
+            let deltas = self.read(show, last, 500).await?;
+            let mut progressed = false;
+            for d in deltas {
+                if d.seq > upto {
+                    return Ok(Some(last));
+                }
+                anyhow::ensure!(d.seq == last + 1, "delta {} is no longer kept", last + 1);
+                last = d.seq;
+                progressed = true;
+                if out.send(Update::Delta(d)).await.is_err() {
+                    return Ok(None);
+                }
+            }
+            if !progressed {
+                return Ok(Some(last));
+            }
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! The query side's REST and SSE routes (API.md "Seat map", "Audit and the log", GET order).
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use futures::{Stream, StreamExt};
+use onsale_command::api::auth::{Caller, Role};
+use onsale_command::api::error::ApiError;
+use onsale_domain::{OrderId, ShowError, ShowId};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, OpenApi, ToSchema};
+
+use crate::hub::Update;
+use crate::snapshots::{Missing, Read};
+use crate::QueryState;
+
+pub fn router(state: QueryState) -> Router {
+    Router::new()
+        .route("/v1/events/{id}/seats", get(seat_map))
+        .route("/v1/events/{id}/updates", get(updates))
+        .route("/v1/events/{id}/seats/{seat}/history", get(seat_history))
+        .route("/v1/orders/{id}", get(get_order))
+        .with_state(state)
+}
+
+#[derive(OpenApi)]
+#[openapi(paths(seat_map, updates, seat_history, get_order),
+    components(schemas(OrderResponse, HistoryResponse, HistoryEntry)))]
+#[derive(Debug)]
+pub struct QueryDoc;
+
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct SectionQuery {
+    /// Per-seat detail (and, on the stream, seat changes) for this section only.
+    section: Option<String>,
+}
+
+fn parse_show(id: &str) -> Result<String, ApiError> {
+    Ok(id.parse::<ShowId>()?.to_string())
+}
+
+fn parse_section(q: &SectionQuery) -> Result<Option<&str>, ApiError> {
+    match q.section.as_deref() {
+        None => Ok(None),
+        Some(s) if !s.is_empty() && s.len() <= 16 && s.chars().all(|c| c.is_ascii_alphanumeric()) => Ok(Some(s)),
+        Some(_) => Err(ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", "section must be 1 to 16 letters or digits")),
+    }
+}
+
+fn missing(m: Missing) -> ApiError {
+    match m {
+        Missing::Show => ShowError::ShowNotFound.into(),
+        Missing::Section => ApiError::new(StatusCode::NOT_FOUND, "UNKNOWN_SECTION", "the show has no such section"),
+    }
+}
+
+fn db_unavailable(e: sqlx::Error) -> ApiError {
+    tracing::warn!(error = %e, "read model unreachable");
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", "the read models are unreachable; retry shortly")
+}
+
+/// The seat map: section counts, and a section's seats with `?section=`. Cached; `ETag` and
+/// `If-None-Match` spare the body.
+#[utoipa::path(get, path = "/v1/events/{id}/seats", params(("id" = String, Path), SectionQuery),
+    responses((status = 200, description = "{eventId, asOf, lsn, seq, sections, seats?}"), (status = 304), (status = 404), (status = 503)))]
+async fn seat_map(State(state): State<QueryState>, Path(id): Path<String>, Query(q): Query<SectionQuery>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let show = parse_show(&id)?;
+    let section = parse_section(&q)?;
+    let (snap, stale) = match state.snapshots.get(&show, section).await {
+        Read::Fresh(s) => (s, false),
+        Read::Stale(s) => (s, true),
+        Read::Missing(m) => return Err(missing(m)),
+        Read::Unavailable => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", "the seat map is unreachable; retry shortly")),
+    };
+    let etag = HeaderValue::from_str(&snap.etag).map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "bad etag"))?;
+    let cache = HeaderValue::from_static(if stale { "no-cache" } else { "public, max-age=1" });
+    if headers.get(header::IF_NONE_MATCH).is_some_and(|v| v.as_bytes() == snap.etag.as_bytes()) {
+        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag), (header::CACHE_CONTROL, cache)]).into_response());
+    }
+    let mut res = (
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json")), (header::ETAG, etag), (header::CACHE_CONTROL, cache)],
+        snap.body.clone(),
+    )
+        .into_response();
+    if stale {
+        res.headers_mut().insert(header::WARNING, HeaderValue::from_static("110 - \"Response is Stale\""));
+    }
+    Ok(res)
+}
+
+/// Server-sent deltas: `id:` is the delta `seq`, `event: delta` or `event: resync`;
+/// `Last-Event-ID` resumes.
+#[utoipa::path(get, path = "/v1/events/{id}/updates", params(("id" = String, Path), SectionQuery),
+    responses((status = 200, description = "text/event-stream of deltas"), (status = 404)))]
+async fn updates(
+    State(state): State<QueryState>,
+    Path(id): Path<String>,
+    Query(q): Query<SectionQuery>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let show = parse_show(&id)?;
+    let section = parse_section(&q)?.map(str::to_owned);
+    let after = match headers.get("last-event-id") {
+        None => None,
+        Some(v) => Some(
+            v.to_str().ok().and_then(|s| s.trim().parse::<i64>().ok()).filter(|s| *s >= 0).ok_or_else(|| {
+                ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", "Last-Event-ID must be a delta seq")
+            })?,
+        ),
+    };
+    let stream = state
+        .hub
+        .subscribe(&show, after)
+        .await
+        .map_err(|e| db_unavailable(sqlx::Error::Protocol(e.to_string())))?
+        .ok_or_else(|| ApiError::from(ShowError::ShowNotFound))?;
+    // Reconnects spread over 1-3 s, so a restart does not bring every client back at once.
+    let jitter = Duration::from_millis(1_000 + u64::from(chrono::Utc::now().timestamp_subsec_micros() % 2_000));
+    let hello = futures::stream::once(async move { Ok(Event::default().retry(jitter).comment("onsale seat-map deltas")) });
+    let events = stream.map(move |u| {
+        Ok(match u {
+            Update::Delta(d) => Event::default().id(d.seq.to_string()).event("delta").data(d.body(section.as_deref())),
+            Update::Resync { seq, reason } => Event::default()
+                .event("resync")
+                .data(serde_json::json!({ "seq": seq, "reason": reason }).to_string()),
+        })
+    });
+    Ok(Sse::new(hello.chain(events)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderResponse {
+    order_id: String,
+    event_id: String,
+    status: String,
+    seat_ids: Vec<String>,
+    total_cents: i64,
+    placed_at: chrono::DateTime<chrono::Utc>,
+    updated_at: chrono::DateTime<chrono::Utc>,
+    /// Issued once the payment succeeded (tickets arrive with the payment worker).
+    tickets: Vec<serde_json::Value>,
+}
+
+/// One order row as the projection holds it, with its owner.
+#[derive(Debug, sqlx::FromRow)]
+pub struct OrderRow {
+    pub order_id: String,
+    pub show_id: String,
+    pub hold_id: String,
+    pub account_id: String,
+    pub status: String,
+    pub seat_ids: Vec<String>,
+    pub total_cents: i64,
+    pub placed_at: chrono::DateTime<chrono::Utc>,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// The order, if the caller may see it (a fan only their own: another's is "not found").
+pub async fn find_order(state: &QueryState, caller: &Caller, id: &str) -> Result<OrderRow, ApiError> {
+    let order_id: OrderId = id.parse()?;
+    let row: Option<OrderRow> = sqlx::query_as(
+        "SELECT order_id, show_id, hold_id, account_id, status, seat_ids, total_cents, placed_at, updated_at
+           FROM orders_view WHERE order_id = $1",
+    )
+    .bind(order_id.to_string())
+    .fetch_optional(&state.pool)
+    .await
+    .map_err(db_unavailable)?;
+    match row {
+        Some(r) if caller.sees(&onsale_domain::AccountId::parse(&r.account_id)?) => Ok(r),
+        _ => Err(ShowError::OrderNotFound.into()),
+    }
+}
+
+/// An order from the orders projection.
+#[utoipa::path(get, path = "/v1/orders/{id}", params(("id" = String, Path)), security(("bearer" = [])),
+    responses((status = 200, body = OrderResponse), (status = 404)))]
+async fn get_order(State(state): State<QueryState>, caller: Caller, Path(id): Path<String>) -> Result<Json<OrderResponse>, ApiError> {
+    let r = find_order(&state, &caller, &id).await?;
+    Ok(Json(OrderResponse {
+        order_id: r.order_id,
+        event_id: r.show_id,
+        status: r.status,
+        seat_ids: r.seat_ids,
+        total_cents: r.total_cents,
+        placed_at: r.placed_at,
+        updated_at: r.updated_at,
+        tickets: Vec::new(),
+    }))
+}
+
+#[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    pub sequence: i64,
+    pub at: chrono::DateTime<chrono::Utc>,
+    #[serde(rename = "type")]
+    #[sqlx(rename = "type")]
+    pub kind: String,
+    pub hold_id: Option<String>,
+    pub order_id: Option<String>,
+    pub account_id: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryResponse {
+    pub seat_id: String,
+    pub entries: Vec<HistoryEntry>,
+}
+
+/// A seat's history (auditors and admins), checked: the show and the seat must exist.
+pub async fn find_history(state: &QueryState, caller: &Caller, show: &str, seat: &str) -> Result<HistoryResponse, ApiError> {
+    caller.require(&[Role::Auditor, Role::Admin])?;
+    let show = parse_show(show)?;
+    let entries: Vec<HistoryEntry> = sqlx::query_as(
+        "SELECT sequence, at, type, hold_id, order_id, account_id FROM seat_history
+          WHERE show_id = $1 AND seat_id = $2 ORDER BY sequence",
+    )
+    .bind(&show)
+    .bind(seat)
+    .fetch_all(&state.pool)
+    .await
+    .map_err(db_unavailable)?;
+    if entries.is_empty() {
+        let known: (bool, bool) = sqlx::query_as(
+            "SELECT EXISTS (SELECT 1 FROM seat_map_shows WHERE show_id = $1),
+                    EXISTS (SELECT 1 FROM seat_map_seats WHERE show_id = $1 AND seat_id = $2)",
+        )
+        .bind(&show)
+        .bind(seat)
+        .fetch_one(&state.pool)
+        .await
+        .map_err(db_unavailable)?;
+        match known {
+            (false, _) => return Err(ShowError::ShowNotFound.into()),
+            (true, false) => return Err(ShowError::UnknownSeat(vec![seat.to_owned()]).into()),
+            (true, true) => {}
+        }
+    }
+    Ok(HistoryResponse { seat_id: seat.to_owned(), entries })
+}
+
+/// Every event that touched a seat, in log order (auditor, admin).
+#[utoipa::path(get, path = "/v1/events/{id}/seats/{seat}/history", params(("id" = String, Path), ("seat" = String, Path)),
+    security(("bearer" = [])), responses((status = 200, body = HistoryResponse), (status = 403), (status = 404)))]
+async fn seat_history(
+    State(state): State<QueryState>,
+    caller: Caller,
+    Path((id, seat)): Path<(String, String)>,
+) -> Result<Json<HistoryResponse>, ApiError> {
+    Ok(Json(find_history(&state, &caller, &id, &seat).await?))
+}

@@ -1,0 +1,153 @@
+//! Seat-map snapshots: read from the projection in one statement, serialized once, cached.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use moka::future::Cache;
+use serde::{Deserialize, Serialize};
+use sqlx::postgres::PgPool;
+
+use crate::hub::{Hub, SectionCounts};
+
+/// One seat in a section's detail.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SeatState {
+    pub seat_id: String,
+    pub status: String,
+}
+
+/// The map as API.md gives it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SeatMap {
+    pub event_id: String,
+    pub as_of: chrono::DateTime<chrono::Utc>,
+    pub lsn: String,
+    pub seq: i64,
+    pub sections: Vec<SectionCounts>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seats: Option<Vec<SeatState>>,
+}
+
+/// A map ready to send: the value, its JSON and its entity tag.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub map: SeatMap,
+    pub body: Bytes,
+    pub etag: String,
+}
+
+/// Why there is no map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    Show,
+    Section,
+}
+
+type Key = (String, Option<String>, i64);
+type Entry = Result<Arc<Snapshot>, Missing>;
+
+#[derive(Debug, Clone)]
+pub struct Snapshots {
+    pool: PgPool,
+    hub: Hub,
+    cache: Cache<Key, Entry>,
+    /// The last good map per (show, section), for when PostgreSQL is away.
+    last_good: Cache<(String, Option<String>), Arc<Snapshot>>,
+}
+
+/// What a read got.
+#[derive(Debug)]
+pub enum Read {
+    Fresh(Arc<Snapshot>),
+    /// The projection's store is away: the last good map, whose `asOf` says how old it is.
+    Stale(Arc<Snapshot>),
+    Missing(Missing),
+    Unavailable,
+}
+
+impl Snapshots {
+    pub fn new(pool: PgPool, hub: Hub, ttl: Duration) -> Self {
+        Self {
+            pool,
+            hub,
+            cache: Cache::builder().max_capacity(10_000).time_to_live(ttl).build(),
+            last_good: Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(Duration::from_secs(600))
+                .build(),
+        }
+    }
+
+    /// The map of a show (and a section's seats). Concurrent misses of one key wait for one
+    /// rebuild (moka's `try_get_with`); a new delta changes the key, the TTL bounds staleness.
+    pub async fn get(&self, show: &str, section: Option<&str>) -> Read {
+        let seq = self.hub.current_seq(show).unwrap_or(-1);
+        let key = (show.to_owned(), section.map(str::to_owned), seq);
+        let built = self
+            .cache
+            .try_get_with(key, async {
+                let r = self.build(show, section).await;
+                if let Err(e) = &r {
+                    tracing::warn!(show, error = %e, "seat map not read");
+                }
+                r
+            })
+            .await;
+        match built {
+            Ok(Ok(s)) => {
+                metrics::counter!("onsale_seat_map_reads_total").increment(1);
+                Read::Fresh(s)
+            }
+            Ok(Err(m)) => Read::Missing(m),
+            Err(_) => match self.last_good.get(&(show.to_owned(), section.map(str::to_owned))).await {
+                Some(s) => Read::Stale(s),
+                None => Read::Unavailable,
+            },
+        }
+    }
+
+    async fn build(&self, show: &str, section: Option<&str>) -> anyhow::Result<Entry> {
+        metrics::counter!("onsale_seat_map_rebuilds_total").increment(1);
+        // One statement: the counts, the seats and the watermark are one consistent picture.
+        let row: Option<(String, i64, chrono::DateTime<chrono::Utc>, serde_json::Value, Option<serde_json::Value>, bool)> =
+            sqlx::query_as(
+                "SELECT m.lsn::text, m.seq, statement_timestamp(),
+                        (SELECT COALESCE(json_agg(json_build_object('section', section, 'total', total,
+                                 'available', available, 'held', held, 'sold', sold) ORDER BY ord), '[]')
+                           FROM seat_map_sections WHERE show_id = $1),
+                        CASE WHEN $2::text IS NULL THEN NULL ELSE
+                          (SELECT json_agg(json_build_object('seatId', seat_id, 'status', status) ORDER BY ord)
+                             FROM seat_map_seats WHERE show_id = $1 AND section = $2) END,
+                        $2::text IS NULL OR EXISTS (SELECT 1 FROM seat_map_sections WHERE show_id = $1 AND section = $2)
+                   FROM seat_map_shows m WHERE m.show_id = $1",
+            )
+            .bind(show)
+            .bind(section)
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some((lsn, seq, as_of, sections, seats, section_known)) = row else {
+            return Ok(Err(Missing::Show));
+        };
+        if !section_known {
+            return Ok(Err(Missing::Section));
+        }
+        let map = SeatMap {
+            event_id: show.to_owned(),
+            as_of,
+            lsn,
+            seq,
+            sections: serde_json::from_value(sections)?,
+            seats: seats.map(serde_json::from_value).transpose()?,
+        };
+        let body = Bytes::from(serde_json::to_vec(&map)?);
+        let etag = format!("\"{show}-{}-{seq}-{}\"", section.unwrap_or("all"), map.lsn);
+        let snap = Arc::new(Snapshot { map, body, etag });
+        self.last_good
+            .insert((show.to_owned(), section.map(str::to_owned)), snap.clone())
+            .await;
+        Ok(Ok(snap))
+    }
+}
