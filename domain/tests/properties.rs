@@ -456,3 +456,29 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Read models only look again at the seats an event names (`seats_touched_by`): every seat
+    /// whose state an event changes must be among them, or the seat map would drift.
+    #[test]
+    fn every_changed_seat_is_touched(ops in prop::collection::vec(op(), 1..100)) {
+        let mut world = World::new();
+        for op in ops {
+            world.step(op);
+        }
+        let mut show = Show::default();
+        for e in &world.log {
+            let before: Vec<_> = (0..show.seat_count() as u32).map(|i| show.seat_at(i).map(|(_, s)| *s)).collect();
+            let touched = show.seats_touched_by(e);
+            cqrs_es::Aggregate::apply(&mut show, e.clone());
+            for (i, was) in before.iter().enumerate() {
+                let now = show.seat_at(i as u32).map(|(_, s)| *s);
+                if *was != now {
+                    prop_assert!(touched.contains(&(i as u32)), "{e:?} changed seat {i} without naming it");
+                }
+            }
+        }
+    }
+}

@@ -62,7 +62,7 @@ impl Projection for Orders {
                 seat_ids: view.seat_ids,
                 total_cents: view.total_cents,
                 placed_at: view.placed_at,
-                updated_at: ctx.log.at,
+                updated_at: ctx.log.at.max(view.placed_at),
                 sequence: ctx.log.sequence,
             },
         );

@@ -136,7 +136,8 @@ impl<P: Projection> Runner<P> {
         let consumer: StreamConsumer = self
             .kafka
             .client()
-            .set("group.id", format!("onsale-projection-{}", P::NAME))
+            // One group per projection and topic: each projection reads the whole log.
+            .set("group.id", format!("{}.projection.{}", self.kafka.events_topic, P::NAME))
             .set("enable.auto.commit", "true")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")

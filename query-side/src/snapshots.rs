@@ -56,6 +56,7 @@ pub struct Snapshots {
     cache: Cache<Key, Entry>,
     /// The last good map per (show, section), for when PostgreSQL is away.
     last_good: Cache<(String, Option<String>), Arc<Snapshot>>,
+    rebuilds: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// What a read got.
@@ -78,7 +79,13 @@ impl Snapshots {
                 .max_capacity(10_000)
                 .time_to_live(Duration::from_secs(600))
                 .build(),
+            rebuilds: Arc::default(),
         }
+    }
+
+    /// How many times a map was read from PostgreSQL (misses that shared a rebuild count once).
+    pub fn rebuilds(&self) -> u64 {
+        self.rebuilds.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The map of a show (and a section's seats). Concurrent misses of one key wait for one
@@ -111,6 +118,7 @@ impl Snapshots {
 
     async fn build(&self, show: &str, section: Option<&str>) -> anyhow::Result<Entry> {
         metrics::counter!("onsale_seat_map_rebuilds_total").increment(1);
+        self.rebuilds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // One statement: the counts, the seats and the watermark are one consistent picture.
         let row: Option<(String, i64, chrono::DateTime<chrono::Utc>, serde_json::Value, Option<serde_json::Value>, bool)> =
             sqlx::query_as(

@@ -12,6 +12,8 @@ use onsale_command::{App, Config};
 use onsale_domain::Clock;
 use serde_json::{json, Value};
 
+pub mod read_path;
+
 pub const SECRET: &str = "onsale-test-secret";
 
 /// A database of its own for one test.
@@ -93,7 +95,11 @@ impl TestApp {
     }
 
     pub async fn spawn_with(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<Self> {
-        let app = App::build(&config, clock).await?;
+        Self::serve(App::build(&config, clock).await?).await
+    }
+
+    /// Serves a built app on an ephemeral port.
+    pub async fn serve(app: App) -> anyhow::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
