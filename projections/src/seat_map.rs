@@ -43,7 +43,8 @@ impl Counts {
 struct MapState {
     sections: Vec<(String, std::ops::Range<u32>)>,
     counts: Vec<Counts>,
-    /// Scheduled since the last flush: every row must be inserted.
+    /// Scheduled since the last flush: every row must be inserted (as AVAILABLE; seats that
+    /// changed in the same batch are in `dirty_seats` and updated right after).
     created: bool,
     dirty_sections: BTreeSet<usize>,
     dirty_seats: HashMap<u32, &'static str>,
@@ -117,7 +118,7 @@ impl Projection for SeatMap {
             *state.counts[section].bucket(after) += 1;
             state.dirty_sections.insert(section);
             state.pending = true;
-            if public_status(before) != public_status(after) && !state.created {
+            if public_status(before) != public_status(after) {
                 state.dirty_seats.insert(seat, public_status(after));
             }
         }
@@ -129,7 +130,6 @@ impl Projection for SeatMap {
                 insert_show(tx, show_id, state).await?;
                 state.created = false;
                 state.dirty_sections.clear();
-                state.dirty_seats.clear();
                 state.seat_names.clear();
             }
             if !state.dirty_seats.is_empty() {
