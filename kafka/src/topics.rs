@@ -33,8 +33,25 @@ impl KafkaConfig {
         c
     }
 
-    /// Creates the events topic unless it exists.
+    /// Creates the events topic unless it exists; a broker that is starting (or restarting) is
+    /// given 30 s to answer.
     pub async fn ensure_topic(&self) -> anyhow::Result<()> {
+        let mut wait = Duration::from_millis(200);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.create_topic().await {
+                Ok(()) => return Ok(()),
+                Err(e) if std::time::Instant::now() < deadline => {
+                    tracing::warn!(error = %format!("{e:#}"), "topic not created yet; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn create_topic(&self) -> anyhow::Result<()> {
         let admin: AdminClient<DefaultClientContext> =
             self.client().create().context("kafka admin client")?;
         let topic = NewTopic::new(
@@ -42,7 +59,9 @@ impl KafkaConfig {
             self.partitions,
             TopicReplication::Fixed(self.replication),
         );
-        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let opts = AdminOptions::new()
+            .operation_timeout(Some(Duration::from_secs(5)))
+            .request_timeout(Some(Duration::from_secs(5)));
         let results = admin
             .create_topics([&topic], &opts)
             .await
