@@ -26,7 +26,7 @@ if cargo tree -p onsale-domain -e normal --prefix none | grep -E '^(sqlx|rdkafka
 fi
 LOG="$DIR/cargo-test.log"
 set +e
-cargo test --workspace --locked "$@" 2>&1 | tee "$LOG"
+cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$LOG"
 status=${PIPESTATUS[0]}
 set -e
 # One closing line for the whole run (cargo prints one per test binary, the last often a

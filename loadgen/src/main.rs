@@ -1,5 +1,6 @@
 //! `onsale-loadgen`: simulated fans for `make demo`, and the hold benchmarks of `make bench-holds`.
 
+mod reads;
 mod venue;
 
 use std::collections::HashMap;
@@ -76,6 +77,36 @@ enum Command {
         #[arg(long, env = "ONSALE_SNAPSHOT_EVERY", default_value_t = 10_000)]
         snapshot_every: i64,
     },
+    /// SSE fan-out: many subscribers on one show, hold-to-delta latency per subscriber and hold.
+    BenchSse {
+        #[arg(long)]
+        base: String,
+        #[arg(long)]
+        event: String,
+        #[arg(long, default_value = "101")]
+        section: String,
+        #[arg(long, default_value_t = 10_000)]
+        subscribers: usize,
+        #[arg(long, default_value_t = 30)]
+        holds: usize,
+        #[arg(long, default_value_t = 700)]
+        interval_ms: u64,
+        #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "onsale-dev-secret")]
+        secret: String,
+    },
+    /// One-seat holds at a fixed rate (open loop), for the commit-to-projection lag.
+    HoldRate {
+        #[arg(long)]
+        base: String,
+        #[arg(long)]
+        event: String,
+        #[arg(long, default_value_t = 2_000)]
+        rate: u32,
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "onsale-dev-secret")]
+        secret: String,
+    },
 }
 
 #[tokio::main]
@@ -119,6 +150,38 @@ async fn main() -> anyhow::Result<()> {
                 ..OwnerConfig::default()
             };
             bench_command(&database_url, config, clients, seats, skewed, seconds, ttl).await
+        }
+        Command::BenchSse {
+            base,
+            event,
+            section,
+            subscribers,
+            holds,
+            interval_ms,
+            secret,
+        } => {
+            let r = reads::bench_sse(
+                &base,
+                &event,
+                &section,
+                subscribers,
+                holds,
+                Duration::from_millis(interval_ms),
+                &secret,
+            )
+            .await?;
+            println!("{r}");
+            Ok(())
+        }
+        Command::HoldRate {
+            base,
+            event,
+            rate,
+            seconds,
+            secret,
+        } => {
+            println!("{}", reads::hold_rate(&base, &event, rate, seconds, &secret).await?);
+            Ok(())
         }
     }
 }
