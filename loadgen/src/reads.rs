@@ -123,7 +123,7 @@ pub(crate) async fn bench_sse(
 pub(crate) async fn hold_rate(base: &str, event: &str, rate: u32, seconds: u64, secret: &str) -> anyhow::Result<Value> {
     let http = reqwest::Client::builder().pool_max_idle_per_host(512).tcp_nodelay(true).build()?;
     let tokens: Arc<Vec<String>> = Arc::new(
-        (0..4_000).map(|i| mint(secret, &format!("rate-{i}"), Role::Fan, 3_600)).collect::<Result<_, _>>()?,
+        (0..10_000).map(|i| mint(secret, &format!("rate-{i}"), Role::Fan, 3_600)).collect::<Result<_, _>>()?,
     );
     let (ok, refused, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let inflight = Arc::new(Semaphore::new(2_000));
