@@ -390,7 +390,11 @@ impl Show {
                 .filter_map(|id| self.index.seat_by_id.get(id).copied())
                 .collect()
         };
-        let of_order = |id: &OrderId| self.orders.get(id).map_or_else(Vec::new, |o| o.seats.clone());
+        let of_order = |id: &OrderId| {
+            self.orders
+                .get(id)
+                .map_or_else(Vec::new, |o| o.seats.clone())
+        };
         match event {
             ShowEvent::ShowScheduled { layout, .. } => (0..layout.seat_count()).collect(),
             ShowEvent::SeatsHeld { seat_ids, .. }

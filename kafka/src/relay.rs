@@ -52,7 +52,11 @@ pub struct Step {
 
 impl Relay {
     /// Connects, creates the topic and the slot when missing.
-    pub async fn start(pool: PgPool, kafka: KafkaConfig, config: RelayConfig) -> anyhow::Result<Self> {
+    pub async fn start(
+        pool: PgPool,
+        kafka: KafkaConfig,
+        config: RelayConfig,
+    ) -> anyhow::Result<Self> {
         kafka.ensure_topic().await?;
         let producer: FutureProducer = kafka
             .client()
@@ -79,7 +83,13 @@ impl Relay {
                 .context("create the replication slot")?;
             tracing::info!(slot = %config.slot, "replication slot created");
         }
-        Ok(Self { pool, producer, kafka, config, db })
+        Ok(Self {
+            pool,
+            producer,
+            kafka,
+            config,
+            db,
+        })
     }
 
     /// Runs until `shutdown` resolves; an error (broker or database away) is retried with backoff.
@@ -102,6 +112,10 @@ impl Relay {
                     metrics::counter!("onsale_relay_errors_total").increment(1);
                     tracing::warn!(error = %format!("{e:#}"), "relay step failed; retrying");
                     tokio::time::sleep(backoff).await;
+                    // A broker that came back empty has no topic: make it again before retrying.
+                    if let Err(e) = self.kafka.ensure_topic().await {
+                        tracing::warn!(error = %format!("{e:#}"), "events topic not ready");
+                    }
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
             }
@@ -169,7 +183,10 @@ impl Relay {
             .context("advance the slot")?;
         metrics::counter!("onsale_relay_events_total").increment(published as u64);
         self.record_lag().await;
-        Ok(Step { published, advanced_to: parse_lsn(&last_lsn) })
+        Ok(Step {
+            published,
+            advanced_to: parse_lsn(&last_lsn),
+        })
     }
 
     /// Republishes the events table (one show, or all) as `op: "r"`: for a topic whose broker
@@ -211,7 +228,11 @@ impl Relay {
                     payload: serde_json::from_str(r.try_get("payload")?)?,
                     metadata: serde_json::from_str(r.try_get("metadata")?)?,
                 };
-                after = (row.aggregate_type.clone(), row.aggregate_id.clone(), row.sequence);
+                after = (
+                    row.aggregate_type.clone(),
+                    row.aggregate_id.clone(),
+                    row.sequence,
+                );
                 pending.push(self.publish(Envelope {
                     op: "r".into(),
                     before: None,
@@ -242,7 +263,14 @@ impl Relay {
         }
     }
 
-    fn source(&self, lsn: String, commit_lsn: String, tx_id: Option<i64>, ts_ms: i64, snapshot: bool) -> Source {
+    fn source(
+        &self,
+        lsn: String,
+        commit_lsn: String,
+        tx_id: Option<i64>,
+        ts_ms: i64,
+        snapshot: bool,
+    ) -> Source {
         Source {
             connector: "onsale-relay".into(),
             db: self.db.clone(),
@@ -272,7 +300,10 @@ impl Relay {
 /// The `events` row of a wal2json (format 2) insert.
 fn event_row(change: &Value) -> anyhow::Result<EventRow> {
     let mut row = serde_json::Map::new();
-    for col in change["columns"].as_array().context("insert without columns")? {
+    for col in change["columns"]
+        .as_array()
+        .context("insert without columns")?
+    {
         let name = col["name"].as_str().context("column without name")?;
         let value = match (&col["value"], col["type"].as_str()) {
             // wal2json hands json columns over as their text.
@@ -307,7 +338,7 @@ mod tests {
             {"name": "event_version", "type": "text", "value": "1"},
             {"name": "payload", "type": "json", "value": "{\"HoldReleased\":{\"hold_id\":\"h\"}}"},
             {"name": "metadata", "type": "json", "value": "{}"}]});
-        let row = event_row(&change).unwrap();
+        let row = event_row(&change).expect("an insert parses");
         assert_eq!(row.sequence, 7);
         assert_eq!(row.payload, json!({"HoldReleased": {"hold_id": "h"}}));
     }
@@ -315,6 +346,6 @@ mod tests {
     #[test]
     fn commit_timestamps_parse() {
         assert_eq!(parse_pg_time("1970-01-01 00:00:01.5+00"), Some(1500));
-        assert_eq!(format_lsn(parse_lsn("0/10").unwrap()), "0/10");
+        assert_eq!(format_lsn(parse_lsn("0/10").expect("parses")), "0/10");
     }
 }

@@ -11,16 +11,32 @@ use rdkafka::error::RDKafkaErrorCode;
 #[derive(Debug, Clone, clap::Args)]
 pub struct KafkaConfig {
     /// Kafka bootstrap servers.
-    #[arg(long = "brokers", env = "ONSALE_KAFKA_BROKERS", default_value = "127.0.0.1:19092")]
+    #[arg(
+        long = "brokers",
+        env = "ONSALE_KAFKA_BROKERS",
+        default_value = "127.0.0.1:19092"
+    )]
     pub brokers: String,
     /// The topic the relay publishes the event log to.
-    #[arg(long = "events-topic", env = "ONSALE_EVENTS_TOPIC", default_value = "onsale.events")]
+    #[arg(
+        long = "events-topic",
+        env = "ONSALE_EVENTS_TOPIC",
+        default_value = "onsale.events"
+    )]
     pub events_topic: String,
     /// Partitions of the events topic when the relay creates it.
-    #[arg(long = "partitions", env = "ONSALE_EVENTS_PARTITIONS", default_value_t = 6)]
+    #[arg(
+        long = "partitions",
+        env = "ONSALE_EVENTS_PARTITIONS",
+        default_value_t = 6
+    )]
     pub partitions: i32,
     /// Replication factor when the relay creates it (3 on a real cluster).
-    #[arg(long = "replication", env = "ONSALE_EVENTS_REPLICATION", default_value_t = 1)]
+    #[arg(
+        long = "replication",
+        env = "ONSALE_EVENTS_REPLICATION",
+        default_value_t = 1
+    )]
     pub replication: i32,
 }
 
@@ -72,6 +88,31 @@ impl KafkaConfig {
                 Err((t, e)) => anyhow::bail!("create topic {t}: {e}"),
             }
         }
-        Ok(())
+        // Only hand the topic to producers and consumers once every partition has a leader:
+        // fetching from a topic the broker is still creating is where librdkafka 2.12 met
+        // tansu's zero topic ids and crashed (ADR 005).
+        let topic = self.events_topic.clone();
+        let partitions = self.partitions.max(1) as usize;
+        tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+            for _ in 0..50 {
+                let md = admin
+                    .inner()
+                    .fetch_metadata(Some(&topic), Duration::from_secs(2))?;
+                let ready = md.topics().iter().any(|t| {
+                    t.name() == topic
+                        && t.error().is_none()
+                        && t.partitions().len() >= partitions
+                        && t.partitions()
+                            .iter()
+                            .all(|p| p.leader() >= 0 && p.error().is_none())
+                });
+                if ready {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            anyhow::bail!("topic {topic} has no leader for every partition")
+        })
+        .await?
     }
 }

@@ -180,7 +180,10 @@ async fn main() -> anyhow::Result<()> {
             seconds,
             secret,
         } => {
-            println!("{}", reads::hold_rate(&base, &event, rate, seconds, &secret).await?);
+            println!(
+                "{}",
+                reads::hold_rate(&base, &event, rate, seconds, &secret).await?
+            );
             Ok(())
         }
     }
@@ -398,18 +401,29 @@ async fn demo(
     bar.finish();
     let elapsed = started.elapsed().as_secs_f64();
 
-    // The check: every order the API accepted, as the API reports it, and as the log replays.
+    // The check: every order the API accepted, as the API reports it (from the orders
+    // projection, waited for), and as the log replays.
+    let read_path_started = Instant::now();
     let orders = orders.lock().await.clone();
     let mut seat_owner: HashMap<String, String> = HashMap::new();
     let mut sold_twice = 0u64;
     for (order_id, token) in &orders {
-        let view: Value = http
-            .get(format!("{base}/v1/orders/{order_id}"))
-            .bearer_auth(token)
-            .send()
-            .await?
-            .json()
-            .await?;
+        let mut view = Value::Null;
+        for _ in 0..300 {
+            let res = http
+                .get(format!("{base}/v1/orders/{order_id}"))
+                .bearer_auth(token)
+                .send()
+                .await?;
+            if res.status().as_u16() == 200 {
+                view = res.json().await?;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        if view.is_null() {
+            bail!("order {order_id} never reached the orders projection");
+        }
         for seat in view["seatIds"].as_array().into_iter().flatten() {
             let seat = seat.as_str().unwrap_or_default().to_owned();
             if seat_owner.insert(seat, order_id.clone()).is_some() {
@@ -478,6 +492,41 @@ async fn demo(
         log_claimed,
         replayed.version
     );
+    // The seat map, built by the relay and the projection from the log, agrees too.
+    let mut map = Value::Null;
+    for _ in 0..300 {
+        map = http
+            .get(format!("{base}/v1/events/{event}/seats"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let sold: u64 = map["sections"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["sold"].as_u64())
+            .sum();
+        if sold == log_claimed {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let map_sold: u64 = map["sections"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["sold"].as_u64())
+        .sum();
+    println!(
+        "seat map (read path): {map_sold} sold at lsn {} seq {}, caught up {:.1} s after the last fan",
+        map["lsn"].as_str().unwrap_or("?"),
+        map["seq"],
+        read_path_started.elapsed().as_secs_f64()
+    );
+    if map_sold != log_claimed {
+        log_mismatch += 1;
+    }
     println!("seats sold twice: {sold_twice}; API vs log mismatches: {log_mismatch}");
     if sold_twice > 0 || log_mismatch > 0 || t(&tally.other) > 0 {
         bail!("the on-sale broke an invariant");

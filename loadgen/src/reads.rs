@@ -22,7 +22,9 @@ pub(crate) async fn bench_sse(
     interval: Duration,
     secret: &str,
 ) -> anyhow::Result<Value> {
-    let http = reqwest::Client::builder().pool_max_idle_per_host(0).build()?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()?;
     let start = Instant::now();
     // Hold k (1-based) was sent at sent[k - 1] micros after `start`; 0 = not yet.
     let sent: Arc<Vec<AtomicU64>> = Arc::new((0..holds).map(|_| AtomicU64::new(0)).collect());
@@ -33,8 +35,13 @@ pub(crate) async fn bench_sse(
     let mut tasks = Vec::with_capacity(subscribers);
     for _ in 0..subscribers {
         let (http, url) = (http.clone(), format!("{base}/v1/events/{event}/updates"));
-        let (sent, latencies, connected, failed, connecting) =
-            (sent.clone(), latencies.clone(), connected.clone(), failed.clone(), connecting.clone());
+        let (sent, latencies, connected, failed, connecting) = (
+            sent.clone(),
+            latencies.clone(),
+            connected.clone(),
+            failed.clone(),
+            connecting.clone(),
+        );
         let section = section.to_owned();
         tasks.push(tokio::spawn(async move {
             let permit = connecting.acquire_owned().await;
@@ -49,13 +56,19 @@ pub(crate) async fn bench_sse(
             connected.fetch_add(1, Ordering::Relaxed);
             let (mut buf, mut seen, mut local) = (String::new(), 0usize, Vec::new());
             while seen < sent.len() {
-                let Ok(Some(chunk)) = res.chunk().await else { break };
+                let Ok(Some(chunk)) = res.chunk().await else {
+                    break;
+                };
                 let now = start.elapsed().as_micros() as u64;
                 buf.push_str(&String::from_utf8_lossy(&chunk));
                 while let Some(end) = buf.find("\n\n") {
                     let block: String = buf.drain(..end + 2).collect();
-                    let Some(data) = block.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
-                    let Ok(d) = serde_json::from_str::<Value>(data) else { continue };
+                    let Some(data) = block.lines().find_map(|l| l.strip_prefix("data: ")) else {
+                        continue;
+                    };
+                    let Ok(d) = serde_json::from_str::<Value>(data) else {
+                        continue;
+                    };
                     let held = d["sections"]
                         .as_array()
                         .and_then(|s| s.iter().find(|s| s["section"] == section.as_str()))
@@ -77,7 +90,9 @@ pub(crate) async fn bench_sse(
     }
     // Everyone connected (or failed) before the first hold.
     let deadline = Instant::now() + Duration::from_secs(120);
-    while connected.load(Ordering::Relaxed) + failed.load(Ordering::Relaxed) < subscribers as u64 && Instant::now() < deadline {
+    while connected.load(Ordering::Relaxed) + failed.load(Ordering::Relaxed) < subscribers as u64
+        && Instant::now() < deadline
+    {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let connect_secs = start.elapsed().as_secs_f64();
@@ -86,7 +101,8 @@ pub(crate) async fn bench_sse(
     for (k, slot) in sent.iter().enumerate() {
         slot.store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
         // A fan may hold 8 seats: a fresh account per eight holds.
-        let who = mint(secret, &format!("sse-bench-{}", k / 8), Role::Fan, 3_600).unwrap_or_else(|_| token.clone());
+        let who = mint(secret, &format!("sse-bench-{}", k / 8), Role::Fan, 3_600)
+            .unwrap_or_else(|_| token.clone());
         let res = http
             .post(format!("{base}/v1/events/{event}/holds"))
             .bearer_auth(&who)
@@ -103,7 +119,10 @@ pub(crate) async fn bench_sse(
     for t in &tasks {
         t.abort();
     }
-    let h = latencies.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.clone();
+    let h = latencies
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .clone();
     let expected = connected.load(Ordering::Relaxed) * ok_holds;
     Ok(json!({
         "subscribers": subscribers,
@@ -120,12 +139,27 @@ pub(crate) async fn bench_sse(
 }
 
 /// Sends one-seat best-available holds at a fixed rate (open loop) for `seconds`.
-pub(crate) async fn hold_rate(base: &str, event: &str, rate: u32, seconds: u64, secret: &str) -> anyhow::Result<Value> {
-    let http = reqwest::Client::builder().pool_max_idle_per_host(512).tcp_nodelay(true).build()?;
+pub(crate) async fn hold_rate(
+    base: &str,
+    event: &str,
+    rate: u32,
+    seconds: u64,
+    secret: &str,
+) -> anyhow::Result<Value> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(512)
+        .tcp_nodelay(true)
+        .build()?;
     let tokens: Arc<Vec<String>> = Arc::new(
-        (0..10_000).map(|i| mint(secret, &format!("rate-{i}"), Role::Fan, 3_600)).collect::<Result<_, _>>()?,
+        (0..10_000)
+            .map(|i| mint(secret, &format!("rate-{i}"), Role::Fan, 3_600))
+            .collect::<Result<_, _>>()?,
     );
-    let (ok, refused, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (ok, refused, failed) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
     let inflight = Arc::new(Semaphore::new(2_000));
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
@@ -133,14 +167,28 @@ pub(crate) async fn hold_rate(base: &str, event: &str, rate: u32, seconds: u64, 
     let mut n = 0usize;
     while start.elapsed() < Duration::from_secs(seconds) {
         tick.tick().await;
-        let Ok(permit) = inflight.clone().acquire_owned().await else { break };
-        let (http, tokens, ok, refused, failed) = (http.clone(), tokens.clone(), ok.clone(), refused.clone(), failed.clone());
+        let Ok(permit) = inflight.clone().acquire_owned().await else {
+            break;
+        };
+        let (http, tokens, ok, refused, failed) = (
+            http.clone(),
+            tokens.clone(),
+            ok.clone(),
+            refused.clone(),
+            failed.clone(),
+        );
         let url = format!("{base}/v1/events/{event}/holds");
         n += 1;
         let token = tokens[n % tokens.len()].clone();
         tokio::spawn(async move {
             let _permit = permit;
-            match http.post(url).bearer_auth(token).json(&json!({"quantity": 1})).send().await {
+            match http
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({"quantity": 1}))
+                .send()
+                .await
+            {
                 Ok(r) if r.status().as_u16() == 201 => ok.fetch_add(1, Ordering::Relaxed),
                 Ok(_) => refused.fetch_add(1, Ordering::Relaxed),
                 Err(_) => failed.fetch_add(1, Ordering::Relaxed),

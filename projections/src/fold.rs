@@ -45,7 +45,12 @@ impl LogEvent {
     }
 
     /// A row read from the events table.
-    pub fn from_row(show_id: &str, sequence: i64, payload: &str, metadata: &str) -> anyhow::Result<Self> {
+    pub fn from_row(
+        show_id: &str,
+        sequence: i64,
+        payload: &str,
+        metadata: &str,
+    ) -> anyhow::Result<Self> {
         let meta: Value = serde_json::from_str(metadata)?;
         Ok(Self {
             show_id: show_id.to_owned(),
@@ -76,7 +81,13 @@ pub fn apply<R>(show: &mut Show, log: &LogEvent, f: impl FnOnce(&EventCtx<'_>) -
     let touched: Vec<(u32, SeatStatus)> = show
         .seats_touched_by(&log.event)
         .into_iter()
-        .map(|i| (i, show.seat_at(i).map_or(SeatStatus::Available, |(_, s)| s.status())))
+        .map(|i| {
+            (
+                i,
+                show.seat_at(i)
+                    .map_or(SeatStatus::Available, |(_, s)| s.status()),
+            )
+        })
         .collect();
     show.apply(log.event.clone());
     f(&EventCtx {
@@ -97,5 +108,6 @@ pub fn public_status(s: SeatStatus) -> &'static str {
 
 /// The state of seat `i` of `show` after the event.
 pub fn status_at(show: &Show, i: u32) -> SeatStatus {
-    show.seat_at(i).map_or(SeatStatus::Available, |(_, s): (&str, &Seat)| s.status())
+    show.seat_at(i)
+        .map_or(SeatStatus::Available, |(_, s): (&str, &Seat)| s.status())
 }

@@ -36,18 +36,28 @@ impl Projection for SeatHistory {
             ShowEvent::SeatsHeld { hold_id, .. } => ("SeatsHeld", Some(*hold_id), None),
             ShowEvent::HoldReleased { hold_id } => ("HoldReleased", Some(*hold_id), None),
             ShowEvent::HoldExpired { hold_id } => ("HoldExpired", Some(*hold_id), None),
-            ShowEvent::OrderPlaced { order_id, hold_id, .. } => ("OrderPlaced", Some(*hold_id), Some(*order_id)),
-            ShowEvent::PaymentSucceeded { order_id, .. } => ("PaymentSucceeded", None, Some(*order_id)),
+            ShowEvent::OrderPlaced {
+                order_id, hold_id, ..
+            } => ("OrderPlaced", Some(*hold_id), Some(*order_id)),
+            ShowEvent::PaymentSucceeded { order_id, .. } => {
+                ("PaymentSucceeded", None, Some(*order_id))
+            }
             ShowEvent::PaymentFailed { order_id, .. } => ("PaymentFailed", None, Some(*order_id)),
-            ShowEvent::PaymentAmbiguous { order_id, .. } => ("PaymentAmbiguous", None, Some(*order_id)),
-            ShowEvent::OrderCompensated { order_id, .. } => ("OrderCompensated", None, Some(*order_id)),
+            ShowEvent::PaymentAmbiguous { order_id, .. } => {
+                ("PaymentAmbiguous", None, Some(*order_id))
+            }
+            ShowEvent::OrderCompensated { order_id, .. } => {
+                ("OrderCompensated", None, Some(*order_id))
+            }
         };
         let hold = hold.or_else(|| order.and_then(|o| show.order(&o)).map(|o| o.hold_id));
         let account = hold
             .and_then(|h| show.hold(&h))
             .map(|h| h.account.to_string());
         for &(seat, _) in ctx.touched {
-            let Some((seat_id, _)) = show.seat_at(seat) else { continue };
+            let Some((seat_id, _)) = show.seat_at(seat) else {
+                continue;
+            };
             let r = &mut self.rows;
             r.show_id.push(ctx.log.show_id.clone());
             r.seat_id.push(seat_id.to_owned());
@@ -87,7 +97,9 @@ impl Projection for SeatHistory {
     }
 
     async fn reset(tx: &mut PgConnection) -> anyhow::Result<()> {
-        sqlx::query("TRUNCATE seat_history").execute(&mut *tx).await?;
+        sqlx::query("TRUNCATE seat_history")
+            .execute(&mut *tx)
+            .await?;
         Ok(())
     }
 }

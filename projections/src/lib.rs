@@ -30,8 +30,24 @@ pub fn spawn_all(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let forever = std::future::pending::<()>;
     vec![
-        tokio::spawn(Runner::new(pool.clone(), SeatMap::default(), kafka.clone(), config.clone()).run(forever())),
-        tokio::spawn(Runner::new(pool.clone(), Orders::default(), kafka.clone(), config.clone()).run(forever())),
+        tokio::spawn(
+            Runner::new(
+                pool.clone(),
+                SeatMap::default(),
+                kafka.clone(),
+                config.clone(),
+            )
+            .run(forever()),
+        ),
+        tokio::spawn(
+            Runner::new(
+                pool.clone(),
+                Orders::default(),
+                kafka.clone(),
+                config.clone(),
+            )
+            .run(forever()),
+        ),
         tokio::spawn(Runner::new(pool, SeatHistory::default(), kafka, config).run(forever())),
     ]
 }

@@ -95,7 +95,9 @@ impl Projection for Orders {
     }
 
     async fn reset(tx: &mut PgConnection) -> anyhow::Result<()> {
-        sqlx::query("TRUNCATE orders_view").execute(&mut *tx).await?;
+        sqlx::query("TRUNCATE orders_view")
+            .execute(&mut *tx)
+            .await?;
         Ok(())
     }
 }

@@ -60,7 +60,12 @@ pub struct RunnerConfig {
 
 impl Default for RunnerConfig {
     fn default() -> Self {
-        Self { batch: 2_000, linger_ms: 5, tick_ms: 1_000, check_ms: 3_000 }
+        Self {
+            batch: 2_000,
+            linger_ms: 5,
+            tick_ms: 1_000,
+            check_ms: 3_000,
+        }
     }
 }
 
@@ -85,7 +90,9 @@ pub struct Runner<P: Projection> {
 
 impl<P: Projection> std::fmt::Debug for Runner<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runner").field("projection", &P::NAME).finish_non_exhaustive()
+        f.debug_struct("Runner")
+            .field("projection", &P::NAME)
+            .finish_non_exhaustive()
     }
 }
 
@@ -107,7 +114,15 @@ pub async fn reset<P: Projection>(pool: &PgPool) -> anyhow::Result<()> {
 
 impl<P: Projection> Runner<P> {
     pub fn new(pool: PgPool, projection: P, kafka: KafkaConfig, config: RunnerConfig) -> Self {
-        Self { pool, projection, kafka, config, shows: HashMap::new(), lsn: None, lag: Vec::new() }
+        Self {
+            pool,
+            projection,
+            kafka,
+            config,
+            shows: HashMap::new(),
+            lsn: None,
+            lag: Vec::new(),
+        }
     }
 
     /// Catches up from the table, then consumes until `shutdown` resolves. Errors (broker or
@@ -121,7 +136,8 @@ impl<P: Projection> Runner<P> {
                 r = self.run_once() => r,
             };
             if let Err(e) = result {
-                metrics::counter!("onsale_projection_errors_total", "projection" => P::NAME).increment(1);
+                metrics::counter!("onsale_projection_errors_total", "projection" => P::NAME)
+                    .increment(1);
                 tracing::warn!(projection = P::NAME, error = %format!("{e:#}"), "projection failed; restarting it");
                 // What was not committed is forgotten: reload from the stored positions.
                 self.shows.clear();
@@ -137,7 +153,10 @@ impl<P: Projection> Runner<P> {
             .kafka
             .client()
             // One group per projection and topic: each projection reads the whole log.
-            .set("group.id", format!("{}.projection.{}", self.kafka.events_topic, P::NAME))
+            .set(
+                "group.id",
+                format!("{}.projection.{}", self.kafka.events_topic, P::NAME),
+            )
             .set("enable.auto.commit", "true")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
@@ -193,16 +212,23 @@ impl<P: Projection> Runner<P> {
             self.ensure_loaded(&log.show_id).await?;
             let last = self.shows[&log.show_id].last_sequence;
             if log.sequence <= last {
-                metrics::counter!("onsale_projection_duplicates_total", "projection" => P::NAME).increment(1);
+                metrics::counter!("onsale_projection_duplicates_total", "projection" => P::NAME)
+                    .increment(1);
                 continue;
             }
             if log.sequence > last + 1 {
-                metrics::counter!("onsale_projection_gap_fills_total", "projection" => P::NAME).increment(1);
+                metrics::counter!("onsale_projection_gap_fills_total", "projection" => P::NAME)
+                    .increment(1);
                 let mut after = last;
                 while after < log.sequence - 1 {
-                    let chunk = read_events(&self.pool, &log.show_id, after, log.sequence - 1).await?;
+                    let chunk =
+                        read_events(&self.pool, &log.show_id, after, log.sequence - 1).await?;
                     let Some(end) = chunk.last().map(|l| l.sequence) else {
-                        anyhow::bail!("{}@{} is on the topic but not in the table", log.show_id, log.sequence);
+                        anyhow::bail!(
+                            "{}@{} is on the topic but not in the table",
+                            log.show_id,
+                            log.sequence
+                        );
                     };
                     for missing in chunk {
                         self.fold(missing);
@@ -219,14 +245,18 @@ impl<P: Projection> Runner<P> {
         let now = Utc::now();
         for at in fresh {
             let lag = (now - at).num_microseconds().unwrap_or(0) as f64 / 1e6;
-            metrics::histogram!("onsale_projection_lag_seconds", "projection" => P::NAME).record(lag);
+            metrics::histogram!("onsale_projection_lag_seconds", "projection" => P::NAME)
+                .record(lag);
             self.lag.push(lag);
         }
         Ok(())
     }
 
     fn fold(&mut self, log: LogEvent) {
-        let folded = self.shows.get_mut(&log.show_id).expect("loaded before folding");
+        let folded = self
+            .shows
+            .get_mut(&log.show_id)
+            .expect("loaded before folding");
         debug_assert_eq!(log.sequence, folded.last_sequence + 1);
         if let Some(lsn) = log.commit_lsn {
             self.lsn = Some(self.lsn.map_or(lsn, |l| l.max(lsn)));
@@ -319,12 +349,15 @@ impl<P: Projection> Runner<P> {
             if head > f.last_sequence && (all || stalled) {
                 let from = f.last_sequence;
                 if !all {
-                    metrics::counter!("onsale_projection_gap_fills_total", "projection" => P::NAME).increment(1);
+                    metrics::counter!("onsale_projection_gap_fills_total", "projection" => P::NAME)
+                        .increment(1);
                 }
                 let mut after = from;
                 loop {
                     let chunk = read_events(&self.pool, &show_id, after, head).await?;
-                    let Some(last) = chunk.last().map(|l| l.sequence) else { break };
+                    let Some(last) = chunk.last().map(|l| l.sequence) else {
+                        break;
+                    };
                     for log in chunk {
                         self.fold(log);
                     }
@@ -354,7 +387,10 @@ impl<P: Projection> Runner<P> {
         while after < position {
             let chunk = read_events(&self.pool, show_id, after, position).await?;
             let Some(last) = chunk.last().map(|l| l.sequence) else {
-                anyhow::bail!("{} is at {show_id}@{position} but the table ends at {after}", P::NAME);
+                anyhow::bail!(
+                    "{} is at {show_id}@{position} but the table ends at {after}",
+                    P::NAME
+                );
             };
             for log in chunk {
                 show.apply(log.event);
@@ -364,14 +400,24 @@ impl<P: Projection> Runner<P> {
         self.projection.loaded(show_id, &show);
         self.shows.insert(
             show_id.to_owned(),
-            Folded { show, last_sequence: position, applied: 0, checked_at: -1 },
+            Folded {
+                show,
+                last_sequence: position,
+                applied: 0,
+                checked_at: -1,
+            },
         );
         Ok(())
     }
 }
 
 /// Events `after + 1 ..= upto` of a show from the table, at most 5,000.
-pub async fn read_events(pool: &PgPool, show_id: &str, after: i64, upto: i64) -> anyhow::Result<Vec<LogEvent>> {
+pub async fn read_events(
+    pool: &PgPool,
+    show_id: &str,
+    after: i64,
+    upto: i64,
+) -> anyhow::Result<Vec<LogEvent>> {
     let rows = sqlx::query(
         "SELECT sequence, payload::text AS payload, metadata::text AS metadata FROM events
           WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence > $3 AND sequence <= $4
@@ -384,12 +430,18 @@ pub async fn read_events(pool: &PgPool, show_id: &str, after: i64, upto: i64) ->
     .fetch_all(pool)
     .await?;
     let mut out = Vec::with_capacity(rows.len());
-    let mut expect = after + 1;
-    for r in rows {
+    for (expect, r) in (after + 1..).zip(rows) {
         let seq: i64 = r.try_get("sequence")?;
-        anyhow::ensure!(seq == expect, "events table has a hole at {show_id}@{expect}");
-        expect += 1;
-        out.push(LogEvent::from_row(show_id, seq, r.try_get("payload")?, r.try_get("metadata")?)?);
+        anyhow::ensure!(
+            seq == expect,
+            "events table has a hole at {show_id}@{expect}"
+        );
+        out.push(LogEvent::from_row(
+            show_id,
+            seq,
+            r.try_get("payload")?,
+            r.try_get("metadata")?,
+        )?);
     }
     Ok(out)
 }

@@ -89,7 +89,10 @@ impl Projection for SeatMap {
     const NAME: &'static str = "seat_map";
 
     fn loaded(&mut self, show_id: &str, show: &Show) {
-        let mut state = MapState { pending: true, ..MapState::default() };
+        let mut state = MapState {
+            pending: true,
+            ..MapState::default()
+        };
         state.recount(show);
         self.shows.insert(show_id.to_owned(), state);
     }
@@ -99,7 +102,10 @@ impl Projection for SeatMap {
         if let Some(lsn) = ctx.log.commit_lsn {
             state.lsn = Some(state.lsn.map_or(lsn, |l| l.max(lsn)));
         }
-        if matches!(ctx.log.event, onsale_domain::ShowEvent::ShowScheduled { .. }) {
+        if matches!(
+            ctx.log.event,
+            onsale_domain::ShowEvent::ShowScheduled { .. }
+        ) {
             state.recount(ctx.after);
             state.seat_names = (0..ctx.after.seat_count() as u32)
                 .filter_map(|i| ctx.after.seat_at(i).map(|(n, _)| (i, n.to_owned())))
@@ -226,8 +232,14 @@ async fn insert_show(tx: &mut PgConnection, show_id: &str, state: &MapState) -> 
     .bind(&ids)
     .execute(&mut *tx)
     .await?;
-    let (mut names, mut order, mut totals, mut avail, mut held, mut sold) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut names, mut order, mut totals, mut avail, mut held, mut sold) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
     for (i, ((name, _), c)) in state.sections.iter().zip(&state.counts).enumerate() {
         names.push(name.clone());
         order.push(i as i32);
@@ -254,7 +266,11 @@ async fn insert_show(tx: &mut PgConnection, show_id: &str, state: &MapState) -> 
     Ok(())
 }
 
-async fn update_sections(tx: &mut PgConnection, show_id: &str, rows: &[(String, Counts)]) -> anyhow::Result<()> {
+async fn update_sections(
+    tx: &mut PgConnection,
+    show_id: &str,
+    rows: &[(String, Counts)],
+) -> anyhow::Result<()> {
     let names: Vec<&str> = rows.iter().map(|(n, _)| n.as_str()).collect();
     let avail: Vec<i32> = rows.iter().map(|(_, c)| c.available).collect();
     let held: Vec<i32> = rows.iter().map(|(_, c)| c.held).collect();

@@ -16,10 +16,17 @@ use crate::{rest, QueryState};
 
 /// The three services as one axum router, gRPC-web enabled.
 pub fn router(state: QueryState) -> axum::Router {
-    tonic::service::Routes::new(tonic_web::GrpcWebLayer::new().layer(pb::seat_maps_server::SeatMapsServer::new(Grpc(state.clone()))))
-        .add_service(tonic_web::GrpcWebLayer::new().layer(pb::orders_server::OrdersServer::new(Grpc(state.clone()))))
-        .add_service(tonic_web::GrpcWebLayer::new().layer(pb::audit_server::AuditServer::new(Grpc(state))))
-        .into_axum_router()
+    tonic::service::Routes::new(tonic_web::GrpcWebLayer::new().layer(
+        pb::seat_maps_server::SeatMapsServer::new(Grpc(state.clone())),
+    ))
+    .add_service(
+        tonic_web::GrpcWebLayer::new()
+            .layer(pb::orders_server::OrdersServer::new(Grpc(state.clone()))),
+    )
+    .add_service(
+        tonic_web::GrpcWebLayer::new().layer(pb::audit_server::AuditServer::new(Grpc(state))),
+    )
+    .into_axum_router()
 }
 
 #[derive(Debug, Clone)]
@@ -50,7 +57,13 @@ fn caller<T>(state: &QueryState, req: &Request<T>) -> Result<Caller, Status> {
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or_else(|| status(ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", "authorization: Bearer metadata is required")))?;
+        .ok_or_else(|| {
+            status(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "UNAUTHENTICATED",
+                "authorization: Bearer metadata is required",
+            ))
+        })?;
     auth::verify(token, &state.decoding_key).map_err(status)
 }
 
@@ -69,23 +82,46 @@ fn counts(c: &crate::hub::SectionCounts) -> pb::SectionCounts {
 }
 
 fn bad(detail: &str) -> Status {
-    status(ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", detail))
+    status(ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "INVALID_REQUEST",
+        detail,
+    ))
 }
 
 type DeltaStream = Pin<Box<dyn Stream<Item = Result<pb::SeatMapUpdate, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl pb::seat_maps_server::SeatMaps for Grpc {
-    async fn get_seat_map(&self, req: Request<pb::GetSeatMapRequest>) -> Result<Response<pb::SeatMap>, Status> {
+    async fn get_seat_map(
+        &self,
+        req: Request<pb::GetSeatMapRequest>,
+    ) -> Result<Response<pb::SeatMap>, Status> {
         let r = req.into_inner();
-        let show = r.event_id.parse::<onsale_domain::ShowId>().map_err(|e| status(e.into()))?.to_string();
+        let show = r
+            .event_id
+            .parse::<onsale_domain::ShowId>()
+            .map_err(|e| status(e.into()))?
+            .to_string();
         let snap = match self.0.snapshots.get(&show, section(&r.section)).await {
             Read::Fresh(s) | Read::Stale(s) => s,
-            Read::Missing(Missing::Show) => return Err(status(onsale_domain::ShowError::ShowNotFound.into())),
-            Read::Missing(Missing::Section) => {
-                return Err(status(ApiError::new(StatusCode::NOT_FOUND, "UNKNOWN_SECTION", "the show has no such section")))
+            Read::Missing(Missing::Show) => {
+                return Err(status(onsale_domain::ShowError::ShowNotFound.into()))
             }
-            Read::Unavailable => return Err(status(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", "the seat map is unreachable; retry shortly"))),
+            Read::Missing(Missing::Section) => {
+                return Err(status(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "UNKNOWN_SECTION",
+                    "the show has no such section",
+                )))
+            }
+            Read::Unavailable => {
+                return Err(status(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "UNAVAILABLE",
+                    "the seat map is unreachable; retry shortly",
+                )))
+            }
         };
         let m = &snap.map;
         Ok(Response::new(pb::SeatMap {
@@ -98,16 +134,26 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
                 .seats
                 .iter()
                 .flatten()
-                .map(|s| pb::SeatState { seat_id: s.seat_id.clone(), status: s.status.clone() })
+                .map(|s| pb::SeatState {
+                    seat_id: s.seat_id.clone(),
+                    status: s.status.clone(),
+                })
                 .collect(),
         }))
     }
 
     type StreamDeltasStream = DeltaStream;
 
-    async fn stream_deltas(&self, req: Request<pb::StreamDeltasRequest>) -> Result<Response<DeltaStream>, Status> {
+    async fn stream_deltas(
+        &self,
+        req: Request<pb::StreamDeltasRequest>,
+    ) -> Result<Response<DeltaStream>, Status> {
         let r = req.into_inner();
-        let show = r.event_id.parse::<onsale_domain::ShowId>().map_err(|e| status(e.into()))?.to_string();
+        let show = r
+            .event_id
+            .parse::<onsale_domain::ShowId>()
+            .map_err(|e| status(e.into()))?
+            .to_string();
         let after = i64::try_from(r.after_seq).map_err(|_| bad("after_seq is too large"))?;
         let sec = section(&r.section).map(str::to_owned);
         let stream = self
@@ -115,7 +161,13 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
             .hub
             .subscribe(&show, (after > 0).then_some(after))
             .await
-            .map_err(|e| status(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", e.to_string())))?
+            .map_err(|e| {
+                status(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "UNAVAILABLE",
+                    e.to_string(),
+                ))
+            })?
             .ok_or_else(|| status(onsale_domain::ShowError::ShowNotFound.into()))?;
         let out = stream.map(move |u| {
             Ok(pb::SeatMapUpdate {
@@ -128,13 +180,18 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
                         seats: d
                             .seats_of(sec.as_deref())
                             .into_iter()
-                            .map(|s| pb::SeatState { seat_id: s.seat_id.clone(), status: s.status.clone() })
+                            .map(|s| pb::SeatState {
+                                seat_id: s.seat_id.clone(),
+                                status: s.status.clone(),
+                            })
                             .collect(),
                     }),
-                    Update::Resync { seq, reason } => pb::seat_map_update::Update::Resync(pb::Resync {
-                        seq: seq.max(0) as u64,
-                        reason: reason.to_owned(),
-                    }),
+                    Update::Resync { seq, reason } => {
+                        pb::seat_map_update::Update::Resync(pb::Resync {
+                            seq: seq.max(0) as u64,
+                            reason: reason.to_owned(),
+                        })
+                    }
                 }),
             })
         });
@@ -144,9 +201,14 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
 
 #[tonic::async_trait]
 impl pb::orders_server::Orders for Grpc {
-    async fn get_order(&self, req: Request<pb::GetOrderRequest>) -> Result<Response<pb::Order>, Status> {
+    async fn get_order(
+        &self,
+        req: Request<pb::GetOrderRequest>,
+    ) -> Result<Response<pb::Order>, Status> {
         let who = caller(&self.0, &req)?;
-        let r = rest::find_order(&self.0, &who, &req.get_ref().order_id).await.map_err(status)?;
+        let r = rest::find_order(&self.0, &who, &req.get_ref().order_id)
+            .await
+            .map_err(status)?;
         Ok(Response::new(pb::Order {
             order_id: r.order_id,
             event_id: r.show_id,
@@ -162,10 +224,15 @@ impl pb::orders_server::Orders for Grpc {
 
 #[tonic::async_trait]
 impl pb::audit_server::Audit for Grpc {
-    async fn get_seat_history(&self, req: Request<pb::GetSeatHistoryRequest>) -> Result<Response<pb::SeatHistory>, Status> {
+    async fn get_seat_history(
+        &self,
+        req: Request<pb::GetSeatHistoryRequest>,
+    ) -> Result<Response<pb::SeatHistory>, Status> {
         let who = caller(&self.0, &req)?;
         let r = req.get_ref();
-        let h = rest::find_history(&self.0, &who, &r.event_id, &r.seat_id).await.map_err(status)?;
+        let h = rest::find_history(&self.0, &who, &r.event_id, &r.seat_id)
+            .await
+            .map_err(status)?;
         Ok(Response::new(pb::SeatHistory {
             seat_id: h.seat_id,
             entries: h

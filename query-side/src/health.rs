@@ -19,12 +19,16 @@ pub struct Health {
 impl Health {
     pub fn start(pool: PgPool, config: QueryConfig) -> Self {
         let health = Self {
-            verdict: Arc::new(RwLock::new(Err("the read path has not been checked yet".into()))),
+            verdict: Arc::new(RwLock::new(Err(
+                "the read path has not been checked yet".into()
+            ))),
         };
         let verdict = health.verdict.clone();
         tokio::spawn(async move {
             loop {
-                let v = check(&pool, &config).await.unwrap_or_else(|e| Err(format!("read path unreachable: {e}")));
+                let v = check(&pool, &config)
+                    .await
+                    .unwrap_or_else(|e| Err(format!("read path unreachable: {e}")));
                 if let Ok(mut slot) = verdict.write() {
                     *slot = v;
                 }
@@ -35,7 +39,10 @@ impl Health {
     }
 
     pub fn ready(&self) -> Result<(), String> {
-        self.verdict.read().map_err(|_| "health lock poisoned".to_owned())?.clone()
+        self.verdict
+            .read()
+            .map_err(|_| "health lock poisoned".to_owned())?
+            .clone()
     }
 }
 
@@ -55,7 +62,10 @@ async fn check(pool: &PgPool, config: &QueryConfig) -> anyhow::Result<Result<(),
                 problems.push(format!("the relay is {lag} bytes of WAL behind"));
             }
         }
-        None => problems.push(format!("the relay's slot {} does not exist", config.relay_slot)),
+        None => problems.push(format!(
+            "the relay's slot {} does not exist",
+            config.relay_slot
+        )),
     }
     let rows: Vec<(String, i64, f64)> = sqlx::query_as(
         "SELECT projection, lag_ms, EXTRACT(EPOCH FROM now() - heartbeat_at)::float8 * 1000 FROM projection_status",
@@ -66,16 +76,25 @@ async fn check(pool: &PgPool, config: &QueryConfig) -> anyhow::Result<Result<(),
         match rows.iter().find(|(p, _, _)| p == name) {
             None => problems.push(format!("projection {name} has not reported")),
             Some((_, lag_ms, silent_ms)) => {
-                metrics::gauge!("onsale_projection_lag_ms", "projection" => name).set(*lag_ms as f64);
-                metrics::gauge!("onsale_projection_silence_ms", "projection" => name).set(*silent_ms);
+                metrics::gauge!("onsale_projection_lag_ms", "projection" => name)
+                    .set(*lag_ms as f64);
+                metrics::gauge!("onsale_projection_silence_ms", "projection" => name)
+                    .set(*silent_ms);
                 if *lag_ms > config.ready_max_lag_ms {
                     problems.push(format!("projection {name} lags its commits by {lag_ms} ms"));
                 }
                 if *silent_ms > config.ready_max_silence_ms as f64 {
-                    problems.push(format!("projection {name} has been silent for {:.0} s", silent_ms / 1000.0));
+                    problems.push(format!(
+                        "projection {name} has been silent for {:.0} s",
+                        silent_ms / 1000.0
+                    ));
                 }
             }
         }
     }
-    Ok(if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) })
+    Ok(if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    })
 }

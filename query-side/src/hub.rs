@@ -104,7 +104,10 @@ impl Delta {
 pub enum Update {
     Delta(Arc<Delta>),
     /// The stream cannot be continued without a gap: fetch the snapshot, resume from its `seq`.
-    Resync { seq: i64, reason: &'static str },
+    Resync {
+        seq: i64,
+        reason: &'static str,
+    },
 }
 
 #[derive(Debug)]
@@ -162,8 +165,12 @@ impl Hub {
         self.refresh_all().await?;
         loop {
             let n = listener.recv().await?;
-            let Some((show, seq)) = n.payload().split_once(' ') else { continue };
-            let Ok(seq) = seq.parse::<i64>() else { continue };
+            let Some((show, seq)) = n.payload().split_once(' ') else {
+                continue;
+            };
+            let Ok(seq) = seq.parse::<i64>() else {
+                continue;
+            };
             self.note_seq(show, seq);
             let hub = self.shows.lock().ok().and_then(|s| s.get(show).cloned());
             if let Some(hub) = hub {
@@ -207,7 +214,9 @@ impl Hub {
         let mut state = hub.state.lock().await;
         loop {
             let deltas = self.read(show, state.0, 500).await?;
-            let Some(last) = deltas.last().map(|d| d.seq) else { return Ok(()) };
+            let Some(last) = deltas.last().map(|d| d.seq) else {
+                return Ok(());
+            };
             for d in deltas {
                 if d.seq != state.0 + 1 {
                     // Older deltas were pruned: subscribers resync when they see the jump.
@@ -245,13 +254,17 @@ impl Hub {
         if let Some(h) = self.shows.lock().ok().and_then(|s| s.get(show).cloned()) {
             return Ok(Some(h));
         }
-        let seq: Option<i64> = sqlx::query_scalar("SELECT seq FROM seat_map_shows WHERE show_id = $1")
-            .bind(show)
-            .fetch_optional(&self.pool)
-            .await?;
+        let seq: Option<i64> =
+            sqlx::query_scalar("SELECT seq FROM seat_map_shows WHERE show_id = $1")
+                .bind(show)
+                .fetch_optional(&self.pool)
+                .await?;
         let Some(seq) = seq else { return Ok(None) };
         self.note_seq(show, seq);
-        let mut shows = self.shows.lock().map_err(|_| anyhow::anyhow!("hub lock poisoned"))?;
+        let mut shows = self
+            .shows
+            .lock()
+            .map_err(|_| anyhow::anyhow!("hub lock poisoned"))?;
         let hub = shows
             .entry(show.to_owned())
             .or_insert_with(|| {
@@ -266,8 +279,14 @@ impl Hub {
 
     /// Subscribes to a show's deltas after `after` (`None`: only new ones). `Ok(None)` when the
     /// show has no seat map.
-    pub async fn subscribe(&self, show: &str, after: Option<i64>) -> anyhow::Result<Option<ReceiverStream<Update>>> {
-        let Some(hub) = self.show_hub(show).await? else { return Ok(None) };
+    pub async fn subscribe(
+        &self,
+        show: &str,
+        after: Option<i64>,
+    ) -> anyhow::Result<Option<ReceiverStream<Update>>> {
+        let Some(hub) = self.show_hub(show).await? else {
+            return Ok(None);
+        };
         let mut rx = hub.tx.subscribe();
         let current = hub.state.lock().await.0;
         let (out, stream) = mpsc::channel(64);
@@ -278,7 +297,12 @@ impl Hub {
             let mut last = after.unwrap_or(current).min(current);
             if after.is_some_and(|a| a > current) {
                 // A seq from the future (another deployment, a stale client): start over.
-                let _ = out.send(Update::Resync { seq: current, reason: "unknown seq" }).await;
+                let _ = out
+                    .send(Update::Resync {
+                        seq: current,
+                        reason: "unknown seq",
+                    })
+                    .await;
             }
             let mut pending: Option<Arc<Delta>> = None;
             // At the start, and after falling behind the channel, the table has what we missed.
@@ -291,10 +315,15 @@ impl Hub {
                         Ok(Some(l)) => last = l,
                         Ok(None) => break,
                         Err(_) => {
-                            let seq = pending
-                                .as_ref()
-                                .map_or_else(|| this.current_seq(&show).unwrap_or(last), |d| d.seq - 1);
-                            if out.send(Update::Resync { seq, reason: "gap" }).await.is_err() {
+                            let seq = pending.as_ref().map_or_else(
+                                || this.current_seq(&show).unwrap_or(last),
+                                |d| d.seq - 1,
+                            );
+                            if out
+                                .send(Update::Resync { seq, reason: "gap" })
+                                .await
+                                .is_err()
+                            {
                                 break;
                             }
                             last = seq;
@@ -326,7 +355,13 @@ impl Hub {
 
     /// Sends the table's deltas after `last` up to `upto`; `Err` when the table no longer has
     /// the next one (a resync), `Ok(None)` when the subscriber left.
-    async fn fill(&self, show: &str, mut last: i64, upto: i64, out: &mpsc::Sender<Update>) -> anyhow::Result<Option<i64>> {
+    async fn fill(
+        &self,
+        show: &str,
+        mut last: i64,
+        upto: i64,
+        out: &mpsc::Sender<Update>,
+    ) -> anyhow::Result<Option<i64>> {
         loop {
             let deltas = self.read(show, last, 500).await?;
             let mut progressed = false;

@@ -30,8 +30,10 @@ pub fn router(state: QueryState) -> Router {
 }
 
 #[derive(OpenApi)]
-#[openapi(paths(seat_map, updates, seat_history, get_order),
-    components(schemas(OrderResponse, HistoryResponse, HistoryEntry)))]
+#[openapi(
+    paths(seat_map, updates, seat_history, get_order),
+    components(schemas(OrderResponse, HistoryResponse, HistoryEntry))
+)]
 #[derive(Debug)]
 pub struct QueryDoc;
 
@@ -48,48 +50,97 @@ fn parse_show(id: &str) -> Result<String, ApiError> {
 fn parse_section(q: &SectionQuery) -> Result<Option<&str>, ApiError> {
     match q.section.as_deref() {
         None => Ok(None),
-        Some(s) if !s.is_empty() && s.len() <= 16 && s.chars().all(|c| c.is_ascii_alphanumeric()) => Ok(Some(s)),
-        Some(_) => Err(ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", "section must be 1 to 16 letters or digits")),
+        Some(s)
+            if !s.is_empty() && s.len() <= 16 && s.chars().all(|c| c.is_ascii_alphanumeric()) =>
+        {
+            Ok(Some(s))
+        }
+        Some(_) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "INVALID_REQUEST",
+            "section must be 1 to 16 letters or digits",
+        )),
     }
 }
 
 fn missing(m: Missing) -> ApiError {
     match m {
         Missing::Show => ShowError::ShowNotFound.into(),
-        Missing::Section => ApiError::new(StatusCode::NOT_FOUND, "UNKNOWN_SECTION", "the show has no such section"),
+        Missing::Section => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "UNKNOWN_SECTION",
+            "the show has no such section",
+        ),
     }
 }
 
 fn db_unavailable(e: sqlx::Error) -> ApiError {
     tracing::warn!(error = %e, "read model unreachable");
-    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", "the read models are unreachable; retry shortly")
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "UNAVAILABLE",
+        "the read models are unreachable; retry shortly",
+    )
 }
 
 /// The seat map: section counts, and a section's seats with `?section=`. Cached; `ETag` and
 /// `If-None-Match` spare the body.
 #[utoipa::path(get, path = "/v1/events/{id}/seats", params(("id" = String, Path), SectionQuery),
     responses((status = 200, description = "{eventId, asOf, lsn, seq, sections, seats?}"), (status = 304), (status = 404), (status = 503)))]
-async fn seat_map(State(state): State<QueryState>, Path(id): Path<String>, Query(q): Query<SectionQuery>, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn seat_map(
+    State(state): State<QueryState>,
+    Path(id): Path<String>,
+    Query(q): Query<SectionQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let show = parse_show(&id)?;
     let section = parse_section(&q)?;
     let (snap, stale) = match state.snapshots.get(&show, section).await {
         Read::Fresh(s) => (s, false),
         Read::Stale(s) => (s, true),
         Read::Missing(m) => return Err(missing(m)),
-        Read::Unavailable => return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", "the seat map is unreachable; retry shortly")),
+        Read::Unavailable => {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "UNAVAILABLE",
+                "the seat map is unreachable; retry shortly",
+            ))
+        }
     };
-    let etag = HeaderValue::from_str(&snap.etag).map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "bad etag"))?;
-    let cache = HeaderValue::from_static(if stale { "no-cache" } else { "public, max-age=1" });
-    if headers.get(header::IF_NONE_MATCH).is_some_and(|v| v.as_bytes() == snap.etag.as_bytes()) {
-        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag), (header::CACHE_CONTROL, cache)]).into_response());
+    let etag = HeaderValue::from_str(&snap.etag)
+        .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "bad etag"))?;
+    let cache = HeaderValue::from_static(if stale {
+        "no-cache"
+    } else {
+        "public, max-age=1"
+    });
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .is_some_and(|v| v.as_bytes() == snap.etag.as_bytes())
+    {
+        return Ok((
+            StatusCode::NOT_MODIFIED,
+            [(header::ETAG, etag), (header::CACHE_CONTROL, cache)],
+        )
+            .into_response());
     }
     let mut res = (
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json")), (header::ETAG, etag), (header::CACHE_CONTROL, cache)],
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (header::ETAG, etag),
+            (header::CACHE_CONTROL, cache),
+        ],
         snap.body.clone(),
     )
         .into_response();
     if stale {
-        res.headers_mut().insert(header::WARNING, HeaderValue::from_static("110 - \"Response is Stale\""));
+        res.headers_mut().insert(
+            header::WARNING,
+            HeaderValue::from_static("110 - \"Response is Stale\""),
+        );
     }
     Ok(res)
 }
@@ -109,9 +160,17 @@ async fn updates(
     let after = match headers.get("last-event-id") {
         None => None,
         Some(v) => Some(
-            v.to_str().ok().and_then(|s| s.trim().parse::<i64>().ok()).filter(|s| *s >= 0).ok_or_else(|| {
-                ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", "Last-Event-ID must be a delta seq")
-            })?,
+            v.to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<i64>().ok())
+                .filter(|s| *s >= 0)
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "INVALID_REQUEST",
+                        "Last-Event-ID must be a delta seq",
+                    )
+                })?,
         ),
     };
     let stream = state
@@ -121,17 +180,29 @@ async fn updates(
         .map_err(|e| db_unavailable(sqlx::Error::Protocol(e.to_string())))?
         .ok_or_else(|| ApiError::from(ShowError::ShowNotFound))?;
     // Reconnects spread over 1-3 s, so a restart does not bring every client back at once.
-    let jitter = Duration::from_millis(1_000 + u64::from(chrono::Utc::now().timestamp_subsec_micros() % 2_000));
-    let hello = futures::stream::once(async move { Ok(Event::default().retry(jitter).comment("onsale seat-map deltas")) });
+    let jitter = Duration::from_millis(
+        1_000 + u64::from(chrono::Utc::now().timestamp_subsec_micros() % 2_000),
+    );
+    let hello = futures::stream::once(async move {
+        Ok(Event::default()
+            .retry(jitter)
+            .comment("onsale seat-map deltas"))
+    });
     let events = stream.map(move |u| {
         Ok(match u {
-            Update::Delta(d) => Event::default().id(d.seq.to_string()).event("delta").data(d.body(section.as_deref())),
+            Update::Delta(d) => Event::default()
+                .id(d.seq.to_string())
+                .event("delta")
+                .data(d.body(section.as_deref())),
             Update::Resync { seq, reason } => Event::default()
                 .event("resync")
                 .data(serde_json::json!({ "seq": seq, "reason": reason }).to_string()),
         })
     });
-    Ok(Sse::new(hello.chain(events)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+    Ok(
+        Sse::new(hello.chain(events))
+            .keep_alive(KeepAlive::new().interval(Duration::from_secs(15))),
+    )
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -163,7 +234,11 @@ pub struct OrderRow {
 }
 
 /// The order, if the caller may see it (a fan only their own: another's is "not found").
-pub async fn find_order(state: &QueryState, caller: &Caller, id: &str) -> Result<OrderRow, ApiError> {
+pub async fn find_order(
+    state: &QueryState,
+    caller: &Caller,
+    id: &str,
+) -> Result<OrderRow, ApiError> {
     let order_id: OrderId = id.parse()?;
     let row: Option<OrderRow> = sqlx::query_as(
         "SELECT order_id, show_id, hold_id, account_id, status, seat_ids, total_cents, placed_at, updated_at
@@ -182,7 +257,11 @@ pub async fn find_order(state: &QueryState, caller: &Caller, id: &str) -> Result
 /// An order from the orders projection.
 #[utoipa::path(get, path = "/v1/orders/{id}", params(("id" = String, Path)), security(("bearer" = [])),
     responses((status = 200, body = OrderResponse), (status = 404)))]
-async fn get_order(State(state): State<QueryState>, caller: Caller, Path(id): Path<String>) -> Result<Json<OrderResponse>, ApiError> {
+async fn get_order(
+    State(state): State<QueryState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<OrderResponse>, ApiError> {
     let r = find_order(&state, &caller, &id).await?;
     Ok(Json(OrderResponse {
         order_id: r.order_id,
@@ -217,7 +296,12 @@ pub struct HistoryResponse {
 }
 
 /// A seat's history (auditors and admins), checked: the show and the seat must exist.
-pub async fn find_history(state: &QueryState, caller: &Caller, show: &str, seat: &str) -> Result<HistoryResponse, ApiError> {
+pub async fn find_history(
+    state: &QueryState,
+    caller: &Caller,
+    show: &str,
+    seat: &str,
+) -> Result<HistoryResponse, ApiError> {
     caller.require(&[Role::Auditor, Role::Admin])?;
     let show = parse_show(show)?;
     let entries: Vec<HistoryEntry> = sqlx::query_as(
@@ -245,7 +329,10 @@ pub async fn find_history(state: &QueryState, caller: &Caller, show: &str, seat:
             (true, true) => {}
         }
     }
-    Ok(HistoryResponse { seat_id: seat.to_owned(), entries })
+    Ok(HistoryResponse {
+        seat_id: seat.to_owned(),
+        entries,
+    })
 }
 
 /// Every event that touched a seat, in log order (auditor, admin).

@@ -47,6 +47,17 @@ pub enum Missing {
 }
 
 type Key = (String, Option<String>, i64);
+
+/// One read of a map: watermark, counts, a section's seats, whether that section exists.
+#[derive(Debug, sqlx::FromRow)]
+struct MapRow {
+    lsn: String,
+    seq: i64,
+    as_of: chrono::DateTime<chrono::Utc>,
+    sections: serde_json::Value,
+    seats: Option<serde_json::Value>,
+    section_known: bool,
+}
 type Entry = Result<Arc<Snapshot>, Missing>;
 
 #[derive(Debug, Clone)]
@@ -74,7 +85,10 @@ impl Snapshots {
         Self {
             pool,
             hub,
-            cache: Cache::builder().max_capacity(10_000).time_to_live(ttl).build(),
+            cache: Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(ttl)
+                .build(),
             last_good: Cache::builder()
                 .max_capacity(10_000)
                 .time_to_live(Duration::from_secs(600))
@@ -109,7 +123,11 @@ impl Snapshots {
                 Read::Fresh(s)
             }
             Ok(Err(m)) => Read::Missing(m),
-            Err(_) => match self.last_good.get(&(show.to_owned(), section.map(str::to_owned))).await {
+            Err(_) => match self
+                .last_good
+                .get(&(show.to_owned(), section.map(str::to_owned)))
+                .await
+            {
                 Some(s) => Read::Stale(s),
                 None => Read::Unavailable,
             },
@@ -118,25 +136,33 @@ impl Snapshots {
 
     async fn build(&self, show: &str, section: Option<&str>) -> anyhow::Result<Entry> {
         metrics::counter!("onsale_seat_map_rebuilds_total").increment(1);
-        self.rebuilds.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.rebuilds
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // One statement: the counts, the seats and the watermark are one consistent picture.
-        let row: Option<(String, i64, chrono::DateTime<chrono::Utc>, serde_json::Value, Option<serde_json::Value>, bool)> =
-            sqlx::query_as(
-                "SELECT m.lsn::text, m.seq, statement_timestamp(),
+        let row: Option<MapRow> = sqlx::query_as(
+                "SELECT m.lsn::text AS lsn, m.seq, statement_timestamp() AS as_of,
                         (SELECT COALESCE(json_agg(json_build_object('section', section, 'total', total,
                                  'available', available, 'held', held, 'sold', sold) ORDER BY ord), '[]')
-                           FROM seat_map_sections WHERE show_id = $1),
+                           FROM seat_map_sections WHERE show_id = $1) AS sections,
                         CASE WHEN $2::text IS NULL THEN NULL ELSE
                           (SELECT json_agg(json_build_object('seatId', seat_id, 'status', status) ORDER BY ord)
-                             FROM seat_map_seats WHERE show_id = $1 AND section = $2) END,
-                        $2::text IS NULL OR EXISTS (SELECT 1 FROM seat_map_sections WHERE show_id = $1 AND section = $2)
+                             FROM seat_map_seats WHERE show_id = $1 AND section = $2) END AS seats,
+                        $2::text IS NULL OR EXISTS (SELECT 1 FROM seat_map_sections WHERE show_id = $1 AND section = $2) AS section_known
                    FROM seat_map_shows m WHERE m.show_id = $1",
             )
             .bind(show)
             .bind(section)
             .fetch_optional(&self.pool)
             .await?;
-        let Some((lsn, seq, as_of, sections, seats, section_known)) = row else {
+        let Some(MapRow {
+            lsn,
+            seq,
+            as_of,
+            sections,
+            seats,
+            section_known,
+        }) = row
+        else {
             return Ok(Err(Missing::Show));
         };
         if !section_known {

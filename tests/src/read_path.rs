@@ -26,7 +26,9 @@ pub struct Broker {
 
 impl Broker {
     pub fn start() -> anyhow::Result<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
         let mut b = Self { port, child: None };
         b.restart()?;
         Ok(b)
@@ -39,10 +41,19 @@ impl Broker {
     /// Stops the broker (losing what its memory engine held) and starts a new one on the port.
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.stop();
-        let bin = std::env::var("ONSALE_TANSU_BIN").context("ONSALE_TANSU_BIN is unset: run the tests with `make test`")?;
+        let bin = std::env::var("ONSALE_TANSU_BIN")
+            .context("ONSALE_TANSU_BIN is unset: run the tests with `make test`")?;
         let url = format!("tcp://127.0.0.1:{}", self.port);
         let child = Command::new(bin)
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--storage-engine", "memory://tansu/"])
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+                "--storage-engine",
+                "memory://tansu/",
+            ])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()?;
@@ -72,7 +83,8 @@ impl Drop for Broker {
 
 /// The shared broker of the test run.
 pub fn shared_brokers() -> anyhow::Result<String> {
-    std::env::var("ONSALE_TEST_KAFKA_BROKERS").context("ONSALE_TEST_KAFKA_BROKERS is unset: run the tests with `make test`")
+    std::env::var("ONSALE_TEST_KAFKA_BROKERS")
+        .context("ONSALE_TEST_KAFKA_BROKERS is unset: run the tests with `make test`")
 }
 
 #[derive(Debug)]
@@ -118,8 +130,17 @@ impl ReadPath {
                 partitions: 3,
                 replication: 1,
             },
-            relay_config: RelayConfig { slot: query.relay_slot.clone(), batch: 5_000, idle_ms: 10 },
-            runner: RunnerConfig { batch: 2_000, linger_ms: 5, tick_ms: 250, check_ms: 1_000 },
+            relay_config: RelayConfig {
+                slot: query.relay_slot.clone(),
+                batch: 5_000,
+                idle_ms: 10,
+            },
+            runner: RunnerConfig {
+                batch: 2_000,
+                linger_ms: 5,
+                tick_ms: 250,
+                check_ms: 1_000,
+            },
             pool,
             reads,
             relay: None,
@@ -132,8 +153,15 @@ impl ReadPath {
     }
 
     pub async fn start_relay(&mut self) -> anyhow::Result<()> {
-        let relay = Relay::start(self.pool.clone(), self.kafka.clone(), self.relay_config.clone()).await?;
-        self.relay = Some(tokio::spawn(async move { relay.run(std::future::pending()).await }));
+        let relay = Relay::start(
+            self.pool.clone(),
+            self.kafka.clone(),
+            self.relay_config.clone(),
+        )
+        .await?;
+        self.relay = Some(tokio::spawn(async move {
+            relay.run(std::future::pending()).await
+        }));
         Ok(())
     }
 
@@ -145,7 +173,11 @@ impl ReadPath {
     }
 
     pub fn start_projections(&mut self) {
-        self.projections = onsale_projections::spawn_all(self.pool.clone(), self.kafka.clone(), self.runner.clone());
+        self.projections = onsale_projections::spawn_all(
+            self.pool.clone(),
+            self.kafka.clone(),
+            self.runner.clone(),
+        );
     }
 
     pub fn kill_projections(&mut self) {
@@ -155,7 +187,12 @@ impl ReadPath {
     }
 
     /// Waits until `f` holds on the JSON at `path` (or fails after 20 s).
-    pub async fn eventually(&self, path: &str, token: &str, f: impl Fn(u16, &Value) -> bool) -> Value {
+    pub async fn eventually(
+        &self,
+        path: &str,
+        token: &str,
+        f: impl Fn(u16, &Value) -> bool,
+    ) -> Value {
         let mut last = (0, Value::Null);
         for _ in 0..200 {
             last = self.app.get(path, token).await;

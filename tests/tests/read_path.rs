@@ -34,7 +34,10 @@ impl SseReader {
         let res = req.send().await.expect("the stream opens");
         assert_eq!(res.status(), 200);
         assert_eq!(res.headers()["content-type"], "text/event-stream");
-        Self { res, buf: String::new() }
+        Self {
+            res,
+            buf: String::new(),
+        }
     }
 
     async fn next(&mut self) -> Sse {
@@ -54,7 +57,11 @@ impl SseReader {
                 if data.is_empty() {
                     continue; // the hello comment and keep-alives
                 }
-                return Sse { id, event, data: serde_json::from_str(&data).expect("json data") };
+                return Sse {
+                    id,
+                    event,
+                    data: serde_json::from_str(&data).expect("json data"),
+                };
             }
             let chunk = tokio::time::timeout(Duration::from_secs(20), self.res.chunk())
                 .await
@@ -84,57 +91,115 @@ impl SseReader {
 }
 
 fn section<'a>(map: &'a Value, name: &str) -> &'a Value {
-    map["sections"].as_array().expect("sections").iter().find(|s| s["section"] == name).expect("the section")
+    map["sections"]
+        .as_array()
+        .expect("sections")
+        .iter()
+        .find(|s| s["section"] == name)
+        .expect("the section")
 }
 
-async fn grpc_client(rp: &ReadPath) -> pb::seat_maps_client::SeatMapsClient<tonic::transport::Channel> {
-    pb::seat_maps_client::SeatMapsClient::connect(rp.grpc.clone()).await.expect("gRPC connects")
+async fn grpc_client(
+    rp: &ReadPath,
+) -> pb::seat_maps_client::SeatMapsClient<tonic::transport::Channel> {
+    pb::seat_maps_client::SeatMapsClient::connect(rp.grpc.clone())
+        .await
+        .expect("gRPC connects")
 }
 
 #[tokio::test]
 async fn commands_reach_the_seat_map_the_sse_stream_and_the_grpc_stream() {
     let db = TestDb::new().await.expect("db");
-    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker")).await.expect("read path");
+    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
+        .await
+        .expect("read path");
     let event = rp.app.on_sale_event(2, 2, 10, None).await;
-    let map = rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200).await;
+    let map = rp
+        .eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200)
+        .await;
     assert_eq!(section(&map, "S1")["total"], 20);
     assert_eq!(section(&map, "S1")["available"], 20);
 
-    let mut sse = SseReader::open(&rp, &format!("/v1/events/{event}/updates?section=S1"), None).await;
+    let mut sse =
+        SseReader::open(&rp, &format!("/v1/events/{event}/updates?section=S1"), None).await;
     let mut grpc = grpc_client(&rp)
         .await
-        .stream_deltas(pb::StreamDeltasRequest { event_id: event.clone(), section: "S1".into(), after_seq: 0 })
+        .stream_deltas(pb::StreamDeltasRequest {
+            event_id: event.clone(),
+            section: "S1".into(),
+            after_seq: 0,
+        })
         .await
         .expect("stream")
         .into_inner();
 
     let ann = rp.app.fan("ann");
-    let (status, hold) = rp.app.hold(&event, &ann, json!({"seatIds": ["S1-R1-1", "S1-R1-2"]}), None).await;
+    let (status, hold) = rp
+        .app
+        .hold(
+            &event,
+            &ann,
+            json!({"seatIds": ["S1-R1-1", "S1-R1-2"]}),
+            None,
+        )
+        .await;
     assert_eq!(status, 201, "{hold}");
     let mut last = (0, 0);
-    let held = sse.until(&mut last, |d| d["sections"].as_array().is_some_and(|s| s.iter().any(|s| s["held"] == 2))).await;
+    let held = sse
+        .until(&mut last, |d| {
+            d["sections"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|s| s["held"] == 2))
+        })
+        .await;
     // Holds are not published per seat, only as the section's count.
     assert!(held.data["seats"].as_array().expect("seats").is_empty());
 
     let (status, order) = rp
         .app
-        .post("/v1/orders", &ann, json!({"holdId": hold["holdId"], "paymentToken": "tok_ok"}), Some("o-1"))
+        .post(
+            "/v1/orders",
+            &ann,
+            json!({"holdId": hold["holdId"], "paymentToken": "tok_ok"}),
+            Some("o-1"),
+        )
         .await;
     assert_eq!(status, 202, "{order}");
-    let sold = sse.until(&mut last, |d| !d["seats"].as_array().expect("seats").is_empty()).await;
+    let sold = sse
+        .until(&mut last, |d| {
+            !d["seats"].as_array().expect("seats").is_empty()
+        })
+        .await;
     let seats: BTreeMap<String, String> = sold.data["seats"]
         .as_array()
         .expect("seats")
         .iter()
-        .map(|s| (s["seatId"].as_str().expect("id").to_owned(), s["status"].as_str().expect("status").to_owned()))
+        .map(|s| {
+            (
+                s["seatId"].as_str().expect("id").to_owned(),
+                s["status"].as_str().expect("status").to_owned(),
+            )
+        })
         .collect();
-    assert_eq!(seats, BTreeMap::from([("S1-R1-1".into(), "SOLD".into()), ("S1-R1-2".into(), "SOLD".into())]));
+    assert_eq!(
+        seats,
+        BTreeMap::from([
+            ("S1-R1-1".into(), "SOLD".into()),
+            ("S1-R1-2".into(), "SOLD".into())
+        ])
+    );
 
     // The gRPC stream saw the same deltas in the same order.
     let mut grpc_last = 0;
     loop {
-        let u = tokio::time::timeout(Duration::from_secs(20), grpc.message()).await.expect("in time").expect("ok").expect("open");
-        let Some(pb::seat_map_update::Update::Delta(d)) = u.update else { panic!("unexpected {u:?}") };
+        let u = tokio::time::timeout(Duration::from_secs(20), grpc.message())
+            .await
+            .expect("in time")
+            .expect("ok")
+            .expect("open");
+        let Some(pb::seat_map_update::Update::Delta(d)) = u.update else {
+            panic!("unexpected {u:?}")
+        };
         assert!(d.seq as i64 > grpc_last);
         grpc_last = d.seq as i64;
         if !d.seats.is_empty() {
@@ -145,30 +210,62 @@ async fn commands_reach_the_seat_map_the_sse_stream_and_the_grpc_stream() {
 
     // The snapshot, per seat, counts and watermark.
     let map = rp
-        .eventually(&format!("/v1/events/{event}/seats?section=S1"), "", |_, m| m["seq"].as_i64() >= sold.id)
+        .eventually(
+            &format!("/v1/events/{event}/seats?section=S1"),
+            "",
+            |_, m| m["seq"].as_i64() >= sold.id,
+        )
         .await;
     assert_eq!(section(&map, "S1")["sold"], 2);
     assert_eq!(section(&map, "S1")["available"], 18);
     let first = &map["seats"][0];
-    assert_eq!((first["seatId"].as_str(), first["status"].as_str()), (Some("S1-R1-1"), Some("SOLD")));
+    assert_eq!(
+        (first["seatId"].as_str(), first["status"].as_str()),
+        (Some("S1-R1-1"), Some("SOLD"))
+    );
 
     // The order from the orders projection; another fan gets 404.
     let order_id = order["orderId"].as_str().expect("order id");
-    let got = rp.eventually(&format!("/v1/orders/{order_id}"), &ann, |s, _| s == 200).await;
+    let got = rp
+        .eventually(&format!("/v1/orders/{order_id}"), &ann, |s, _| s == 200)
+        .await;
     assert_eq!(got["status"], "PENDING_PAYMENT");
     assert_eq!(got["seatIds"], json!(["S1-R1-1", "S1-R1-2"]));
-    let (status, _) = rp.app.get(&format!("/v1/orders/{order_id}"), &rp.app.fan("bob")).await;
+    let (status, _) = rp
+        .app
+        .get(&format!("/v1/orders/{order_id}"), &rp.app.fan("bob"))
+        .await;
     assert_eq!(status, 404);
 
     // The seat's history for auditors, not for fans.
     let auditor = rp.app.token("audit", Role::Auditor);
-    let history = rp.eventually(&format!("/v1/events/{event}/seats/S1-R1-1/history"), &auditor, |s, _| s == 200).await;
-    let kinds: Vec<&str> = history["entries"].as_array().expect("entries").iter().map(|e| e["type"].as_str().expect("type")).collect();
+    let history = rp
+        .eventually(
+            &format!("/v1/events/{event}/seats/S1-R1-1/history"),
+            &auditor,
+            |s, _| s == 200,
+        )
+        .await;
+    let kinds: Vec<&str> = history["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| e["type"].as_str().expect("type"))
+        .collect();
     assert_eq!(kinds, ["ShowScheduled", "SeatsHeld", "OrderPlaced"]);
     assert_eq!(history["entries"][1]["accountId"], "ann");
-    let (status, _) = rp.app.get(&format!("/v1/events/{event}/seats/S1-R1-1/history"), &ann).await;
+    let (status, _) = rp
+        .app
+        .get(&format!("/v1/events/{event}/seats/S1-R1-1/history"), &ann)
+        .await;
     assert_eq!(status, 403);
-    let (status, body) = rp.app.get(&format!("/v1/events/{event}/seats/S9-R1-1/history"), &auditor).await;
+    let (status, body) = rp
+        .app
+        .get(
+            &format!("/v1/events/{event}/seats/S9-R1-1/history"),
+            &auditor,
+        )
+        .await;
     assert_eq!((status, body["code"].as_str()), (404, Some("UNKNOWN_SEAT")));
     rp.stop().await;
 }
@@ -176,7 +273,11 @@ async fn commands_reach_the_seat_map_the_sse_stream_and_the_grpc_stream() {
 /// What the read models hold, minus what differs by design between two runs (delta numbering).
 async fn read_models(pool: &sqlx::PgPool) -> Value {
     let q = |sql: &'static str| async move {
-        sqlx::query_scalar::<_, Option<Value>>(sql).fetch_one(pool).await.expect("reads").unwrap_or(Value::Null)
+        sqlx::query_scalar::<_, Option<Value>>(sql)
+            .fetch_one(pool)
+            .await
+            .expect("reads")
+            .unwrap_or(Value::Null)
     };
     json!({
         "seats": q("SELECT json_agg(json_build_array(show_id, section, ord, seat_id, status) ORDER BY show_id, section, ord) FROM seat_map_seats").await,
@@ -190,7 +291,9 @@ async fn read_models(pool: &sqlx::PgPool) -> Value {
 async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_restarts() {
     let db = TestDb::new().await.expect("db");
     let mut broker = Broker::start().expect("a broker of our own");
-    let mut rp = ReadPath::spawn(&db, &broker.addr()).await.expect("read path");
+    let mut rp = ReadPath::spawn(&db, &broker.addr())
+        .await
+        .expect("read path");
     let event = rp.app.on_sale_event(2, 5, 10, None).await;
 
     // Fans hold, release and order while the parts are killed and restarted under them.
@@ -215,9 +318,15 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
                             .json()
                             .await
                             .expect("json");
-                        let Some(id) = hold["holdId"].as_str() else { continue };
+                        let Some(id) = hold["holdId"].as_str() else {
+                            continue;
+                        };
                         if (i + round) % 3 == 0 {
-                            http.delete(format!("{base}/v1/holds/{id}")).bearer_auth(&t).send().await.expect("answers");
+                            http.delete(format!("{base}/v1/holds/{id}"))
+                                .bearer_auth(&t)
+                                .send()
+                                .await
+                                .expect("answers");
                         } else if (i + round) % 3 == 1 {
                             http.post(format!("{base}/v1/orders"))
                                 .bearer_auth(&t)
@@ -283,16 +392,21 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
 
     // The read models equal the log's own verdict, seat by seat...
     let show = rp.app.replay(&event).await.show;
-    let statuses: BTreeMap<String, String> =
-        sqlx::query_as::<_, (String, String)>("SELECT seat_id, status FROM seat_map_seats WHERE show_id = $1")
-            .bind(&event)
-            .fetch_all(&rp.pool)
-            .await
-            .expect("seats")
-            .into_iter()
-            .collect();
+    let statuses: BTreeMap<String, String> = sqlx::query_as::<_, (String, String)>(
+        "SELECT seat_id, status FROM seat_map_seats WHERE show_id = $1",
+    )
+    .bind(&event)
+    .fetch_all(&rp.pool)
+    .await
+    .expect("seats")
+    .into_iter()
+    .collect();
     for (seat_id, seat) in show.seats() {
-        assert_eq!(statuses[seat_id], onsale_projections::fold::public_status(seat.status()), "{seat_id}");
+        assert_eq!(
+            statuses[seat_id],
+            onsale_projections::fold::public_status(seat.status()),
+            "{seat_id}"
+        );
     }
     let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders_view WHERE show_id = $1")
         .bind(&event)
@@ -304,7 +418,9 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
     // ...and a rebuild from zero.
     let before = read_models(&rp.pool).await;
     rp.kill_projections();
-    onsale_projections::reset_all(&rp.pool).await.expect("reset");
+    onsale_projections::reset_all(&rp.pool)
+        .await
+        .expect("reset");
     rp.start_projections();
     let mut after = Value::Null;
     for _ in 0..300 {
@@ -321,15 +437,29 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
 #[tokio::test]
 async fn an_old_seq_gets_the_missing_deltas_or_a_resync_never_a_silent_gap() {
     let db = TestDb::new().await.expect("db");
-    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker")).await.expect("read path");
+    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
+        .await
+        .expect("read path");
     let event = rp.app.on_sale_event(1, 1, 20, None).await;
-    rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200).await;
+    rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200)
+        .await;
     // Five holds, each in its own tick: deltas 1..=5.
     for i in 1..=5 {
         let fan = rp.app.fan(&format!("f{i}"));
-        let (status, _) = rp.app.hold(&event, &fan, json!({"seatIds": [format!("S1-R1-{i}")]}), None).await;
+        let (status, _) = rp
+            .app
+            .hold(
+                &event,
+                &fan,
+                json!({"seatIds": [format!("S1-R1-{i}")]}),
+                None,
+            )
+            .await;
         assert_eq!(status, 201);
-        rp.eventually(&format!("/v1/events/{event}/seats"), "", |_, m| m["seq"].as_i64() >= Some(i)).await;
+        rp.eventually(&format!("/v1/events/{event}/seats"), "", |_, m| {
+            m["seq"].as_i64() >= Some(i)
+        })
+        .await;
     }
 
     // Resume after 2: deltas 3, 4, 5 in order, from the table.
@@ -340,13 +470,19 @@ async fn an_old_seq_gets_the_missing_deltas_or_a_resync_never_a_silent_gap() {
     }
     let mut grpc = grpc_client(&rp).await;
     let mut stream = grpc
-        .stream_deltas(pb::StreamDeltasRequest { event_id: event.clone(), section: String::new(), after_seq: 2 })
+        .stream_deltas(pb::StreamDeltasRequest {
+            event_id: event.clone(),
+            section: String::new(),
+            after_seq: 2,
+        })
         .await
         .expect("stream")
         .into_inner();
     for want in 3..=5u64 {
         let u = stream.message().await.expect("ok").expect("open");
-        let Some(pb::seat_map_update::Update::Delta(d)) = u.update else { panic!("{u:?}") };
+        let Some(pb::seat_map_update::Update::Delta(d)) = u.update else {
+            panic!("{u:?}")
+        };
         assert_eq!(d.seq, want);
     }
 
@@ -361,35 +497,70 @@ async fn an_old_seq_gets_the_missing_deltas_or_a_resync_never_a_silent_gap() {
     assert_eq!(e.event, "resync", "{e:?}");
     assert_eq!(e.data["seq"], 5);
     let mut stream = grpc
-        .stream_deltas(pb::StreamDeltasRequest { event_id: event.clone(), section: String::new(), after_seq: 1 })
+        .stream_deltas(pb::StreamDeltasRequest {
+            event_id: event.clone(),
+            section: String::new(),
+            after_seq: 1,
+        })
         .await
         .expect("stream")
         .into_inner();
     let u = stream.message().await.expect("ok").expect("open");
-    assert!(matches!(u.update, Some(pb::seat_map_update::Update::Resync(pb::Resync { seq: 5, .. }))), "{u:?}");
+    assert!(
+        matches!(
+            u.update,
+            Some(pb::seat_map_update::Update::Resync(pb::Resync {
+                seq: 5,
+                ..
+            }))
+        ),
+        "{u:?}"
+    );
 
     // After a resync the stream goes on with the next delta.
     let fan = rp.app.fan("late");
-    rp.app.hold(&event, &fan, json!({"seatIds": ["S1-R1-9"]}), None).await;
+    rp.app
+        .hold(&event, &fan, json!({"seatIds": ["S1-R1-9"]}), None)
+        .await;
     let e = sse.next().await;
     assert_eq!((e.event.as_str(), e.id), ("delta", Some(6)));
 
     // Bad input changes nothing and says why.
-    let res = rp.app.http.get(format!("{}/v1/events/{event}/updates", rp.app.base)).header("Last-Event-ID", "x").send().await.expect("answers");
+    let res = rp
+        .app
+        .http
+        .get(format!("{}/v1/events/{event}/updates", rp.app.base))
+        .header("Last-Event-ID", "x")
+        .send()
+        .await
+        .expect("answers");
     assert_eq!(res.status(), 400);
-    let (status, body) = rp.app.get(&format!("/v1/events/{event}/seats?section=S9"), "").await;
-    assert_eq!((status, body["code"].as_str()), (404, Some("UNKNOWN_SECTION")));
+    let (status, body) = rp
+        .app
+        .get(&format!("/v1/events/{event}/seats?section=S9"), "")
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("UNKNOWN_SECTION"))
+    );
     let (status, body) = rp.app.get("/v1/events/nope/seats", "").await;
-    assert_eq!((status, body["code"].as_str()), (422, Some("INVALID_REQUEST")), "a bad id, as on the command side");
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("INVALID_REQUEST")),
+        "a bad id, as on the command side"
+    );
     rp.stop().await;
 }
 
 #[tokio::test]
 async fn a_thousand_cold_misses_share_one_rebuild_and_etags_spare_the_body() {
     let db = TestDb::new().await.expect("db");
-    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker")).await.expect("read path");
+    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
+        .await
+        .expect("read path");
     let event = rp.app.on_sale_event(4, 10, 25, None).await;
-    rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200).await;
+    rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200)
+        .await;
     // Let the cache entry lapse, then miss it a thousand times at once.
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     let before = rp.reads.snapshots.rebuilds();
@@ -397,15 +568,30 @@ async fn a_thousand_cold_misses_share_one_rebuild_and_etags_spare_the_body() {
         .map(|_| {
             let s = rp.reads.snapshots.clone();
             let e = event.clone();
-            tokio::spawn(async move { matches!(s.get(&e, None).await, onsale_query::snapshots::Read::Fresh(_)) })
+            tokio::spawn(async move {
+                matches!(
+                    s.get(&e, None).await,
+                    onsale_query::snapshots::Read::Fresh(_)
+                )
+            })
         })
         .collect();
     for r in reads {
         assert!(r.await.expect("joins"));
     }
-    assert_eq!(rp.reads.snapshots.rebuilds() - before, 1, "one rebuild for a thousand misses");
+    assert_eq!(
+        rp.reads.snapshots.rebuilds() - before,
+        1,
+        "one rebuild for a thousand misses"
+    );
 
-    let res = rp.app.http.get(format!("{}/v1/events/{event}/seats", rp.app.base)).send().await.expect("answers");
+    let res = rp
+        .app
+        .http
+        .get(format!("{}/v1/events/{event}/seats", rp.app.base))
+        .send()
+        .await
+        .expect("answers");
     assert_eq!(res.headers()["cache-control"], "public, max-age=1");
     let etag = res.headers()["etag"].clone();
     let res = rp
@@ -423,12 +609,17 @@ async fn a_thousand_cold_misses_share_one_rebuild_and_etags_spare_the_body() {
 #[tokio::test]
 async fn readyz_reports_a_projection_that_stopped_and_recovers_with_it() {
     let db = TestDb::new().await.expect("db");
-    let mut rp = ReadPath::spawn(&db, &shared_brokers().expect("broker")).await.expect("read path");
+    let mut rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
+        .await
+        .expect("read path");
     rp.eventually("/readyz", "", |s, _| s == 200).await;
     rp.kill_projections();
     let body = rp.eventually("/readyz", "", |s, _| s == 503).await;
     assert_eq!(body["code"], "NOT_READY");
-    assert!(body["detail"].as_str().expect("detail").contains("silent"), "{body}");
+    assert!(
+        body["detail"].as_str().expect("detail").contains("silent"),
+        "{body}"
+    );
     rp.start_projections();
     rp.eventually("/readyz", "", |s, _| s == 200).await;
     rp.stop().await;
@@ -437,19 +628,34 @@ async fn readyz_reports_a_projection_that_stopped_and_recovers_with_it() {
 #[tokio::test]
 async fn a_python_client_generated_from_proto_calls_grpc_and_grpc_web() {
     let db = TestDb::new().await.expect("db");
-    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker")).await.expect("read path");
+    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
+        .await
+        .expect("read path");
     let event = rp.app.on_sale_event(1, 1, 10, None).await;
     let ann = rp.app.fan("ann");
-    let (_, hold) = rp.app.hold(&event, &ann, json!({"seatIds": ["S1-R1-1"]}), None).await;
+    let (_, hold) = rp
+        .app
+        .hold(&event, &ann, json!({"seatIds": ["S1-R1-1"]}), None)
+        .await;
     let (_, order) = rp
         .app
-        .post("/v1/orders", &ann, json!({"holdId": hold["holdId"], "paymentToken": "tok_ok"}), Some("k"))
+        .post(
+            "/v1/orders",
+            &ann,
+            json!({"holdId": hold["holdId"], "paymentToken": "tok_ok"}),
+            Some("k"),
+        )
         .await;
     let order_id = order["orderId"].as_str().expect("order").to_owned();
-    rp.eventually(&format!("/v1/orders/{order_id}"), &ann, |s, _| s == 200).await;
-    rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, m| s == 200 && section(m, "S1")["sold"] == 1).await;
+    rp.eventually(&format!("/v1/orders/{order_id}"), &ann, |s, _| s == 200)
+        .await;
+    rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, m| {
+        s == 200 && section(m, "S1")["sold"] == 1
+    })
+    .await;
 
-    let python = std::env::var("ONSALE_TEST_PYTHON").expect("ONSALE_TEST_PYTHON: run with `make test`");
+    let python =
+        std::env::var("ONSALE_TEST_PYTHON").expect("ONSALE_TEST_PYTHON: run with `make test`");
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let out = tokio::process::Command::new(python)
         .arg(format!("{root}/tests/clients/read_client.py"))
@@ -461,7 +667,11 @@ async fn a_python_client_generated_from_proto_calls_grpc_and_grpc_web() {
         .output()
         .await
         .expect("python runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let got: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(got["grpc_map"]["sold_s1"], 1);
     assert_eq!(got["grpc_map"]["seats"], 10);

@@ -69,7 +69,9 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics_page))
         .route(
             "/openapi.json",
-            get(|State(state): State<AppState>| async move { Json(state.openapi.as_ref().clone()) }),
+            get(
+                |State(state): State<AppState>| async move { Json(state.openapi.as_ref().clone()) },
+            ),
         )
         .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
         .with_state(state)
@@ -629,7 +631,9 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
     match state.ready.as_ref().map_or(Ok(()), |check| check()) {
         Ok(()) => (StatusCode::OK, "ready").into_response(),
-        Err(why) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "NOT_READY", why).into_response(),
+        Err(why) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "NOT_READY", why).into_response()
+        }
     }
 }
 
