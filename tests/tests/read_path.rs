@@ -683,3 +683,119 @@ async fn a_python_client_generated_from_proto_calls_grpc_and_grpc_web() {
     assert_eq!(got["web_map"]["sections"], 1);
     rp.stop().await;
 }
+
+/// Every partition of the events topic, from its beginning (a reader outside any group).
+fn whole_topic(kafka: &onsale_kafka::KafkaConfig) -> rdkafka::TopicPartitionList {
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..kafka.partitions {
+        tpl.add_partition_offset(&kafka.events_topic, p, rdkafka::Offset::Beginning)
+            .expect("a partition");
+    }
+    tpl
+}
+
+#[tokio::test]
+async fn the_relay_backfills_a_topic_from_the_events_table_in_debeziums_envelope() {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::Message;
+
+    let db = TestDb::new().await.expect("db");
+    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
+        .await
+        .expect("read path");
+    let event = rp.app.on_sale_event(1, 1, 10, None).await;
+    let fan = rp.app.fan("ann");
+    rp.app
+        .hold(&event, &fan, json!({"seatIds": ["S1-R1-1"]}), None)
+        .await;
+    rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, m| {
+        s == 200 && section(m, "S1")["held"] == 1
+    })
+    .await;
+
+    // A new topic, as after a broker lost its data: the backfill fills it from the table.
+    let mut kafka = rp.kafka.clone();
+    kafka.events_topic = format!("{}.backfill", kafka.events_topic);
+    let relay = onsale_kafka::Relay::start(
+        rp.pool.clone(),
+        kafka.clone(),
+        onsale_kafka::RelayConfig {
+            slot: format!("{}_b", rp.relay_config.slot),
+            ..rp.relay_config.clone()
+        },
+    )
+    .await
+    .expect("relay");
+    let published = relay.backfill(Some(&event)).await.expect("backfill");
+    assert_eq!(published, 2, "ShowScheduled and SeatsHeld");
+    let consumer: StreamConsumer = kafka
+        .client()
+        .set("group.id", "backfill-check")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .expect("consumer");
+    consumer.assign(&whole_topic(&kafka)).expect("assign");
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let m = tokio::time::timeout(Duration::from_secs(20), consumer.recv())
+            .await
+            .expect("in time")
+            .expect("a message");
+        assert_eq!(m.key(), Some(event.as_bytes()), "keyed by show");
+        let e: onsale_kafka::Envelope =
+            serde_json::from_slice(m.payload().expect("payload")).expect("an envelope");
+        assert_eq!(
+            (
+                e.op.as_str(),
+                e.source.snapshot.as_str(),
+                e.source.table.as_str()
+            ),
+            ("r", "true", "events")
+        );
+        seen.push((e.after.sequence, e.after.event_type));
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [(1, "ShowScheduled".to_owned()), (2, "SeatsHeld".to_owned())]
+    );
+
+    // The live topic carries the same rows as changes ("c") with their transaction and LSN.
+    let live: StreamConsumer = rp
+        .kafka
+        .client()
+        .set("group.id", "live-check")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .expect("consumer");
+    live.assign(&whole_topic(&rp.kafka)).expect("assign");
+    let mut lsns = Vec::new();
+    while lsns.len() < 2 {
+        let m = tokio::time::timeout(Duration::from_secs(20), live.recv())
+            .await
+            .expect("in time")
+            .expect("a message");
+        let e: onsale_kafka::Envelope =
+            serde_json::from_slice(m.payload().expect("payload")).expect("an envelope");
+        assert_eq!((e.op.as_str(), e.source.snapshot.as_str()), ("c", "false"));
+        assert!(e.source.tx_id.is_some(), "{e:?}");
+        assert!(
+            parse_lsn(&e.source.lsn) <= parse_lsn(&e.source.commit_lsn),
+            "{e:?}"
+        );
+        lsns.push((
+            e.after.sequence,
+            parse_lsn(&e.source.commit_lsn).expect("lsn"),
+        ));
+    }
+    lsns.sort();
+    assert!(lsns[0].1 < lsns[1].1, "two commits, in order: {lsns:?}");
+    sqlx::query("SELECT pg_drop_replication_slot($1)")
+        .bind(format!("{}_b", rp.relay_config.slot))
+        .execute(&rp.pool)
+        .await
+        .expect("drop the slot");
+    rp.stop().await;
+}
