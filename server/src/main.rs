@@ -22,15 +22,22 @@ struct Cli {
     command: Command,
 }
 
-/// Which show, in which event store.
+/// The PostgreSQL database holding the event store (and the read models).
 #[derive(Debug, clap::Args)]
-struct ShowArgs {
+struct DbArgs {
     #[arg(
         long,
         env = "DATABASE_URL",
         default_value = "postgres://onsale@127.0.0.1:54329/onsale"
     )]
     database_url: String,
+}
+
+/// Which show, in which event store.
+#[derive(Debug, clap::Args)]
+struct ShowArgs {
+    #[command(flatten)]
+    db: DbArgs,
     /// The show (event) id.
     #[arg(long)]
     show: String,
@@ -39,12 +46,8 @@ struct ShowArgs {
 /// A PostgreSQL database and a Kafka cluster, for the read path's processes.
 #[derive(Debug, clap::Args)]
 struct ReadPathArgs {
-    #[arg(
-        long,
-        env = "DATABASE_URL",
-        default_value = "postgres://onsale@127.0.0.1:54329/onsale"
-    )]
-    database_url: String,
+    #[command(flatten)]
+    db: DbArgs,
     #[command(flatten)]
     kafka: KafkaConfig,
     /// Where `/metrics` and `/healthz` of this process are served.
@@ -108,7 +111,7 @@ enum Command {
 async fn read_path_pool(args: &ReadPathArgs, size: u32) -> anyhow::Result<sqlx::PgPool> {
     let pool = PgPoolOptions::new()
         .max_connections(size)
-        .connect_lazy(&args.database_url)?;
+        .connect_lazy(&args.db.database_url)?;
     onsale_command::store::migrate(&pool).await?;
     Ok(pool)
 }
@@ -223,15 +226,15 @@ async fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Log(ShowArgs { database_url, show }) => {
-            let store = store(&database_url).await?;
+        Command::Log(ShowArgs { db, show }) => {
+            let store = store(&db.database_url).await?;
             for e in store.events(show.parse()?).await? {
                 println!("{}", serde_json::to_string(&e)?);
             }
             Ok(())
         }
-        Command::Verify(ShowArgs { database_url, show }) => {
-            let store = store(&database_url).await?;
+        Command::Verify(ShowArgs { db, show }) => {
+            let store = store(&db.database_url).await?;
             let show: ShowId = show.parse()?;
             let loaded = store.load(show).await?;
             let replayed = store.replay(show).await?;
