@@ -10,6 +10,16 @@ CREATE TABLE projection_positions (
     PRIMARY KEY (projection, show_id)
 );
 
+-- Where each projection reads the topic: stored with its rows, so after a crash it resumes from
+-- what it committed (it reads every partition itself, without a consumer group).
+CREATE TABLE projection_offsets (
+    projection  text    NOT NULL,
+    topic       text    NOT NULL,
+    partition   integer NOT NULL,
+    next_offset bigint  NOT NULL,
+    PRIMARY KEY (projection, topic, partition)
+);
+
 CREATE TABLE projection_status (
     projection   text        PRIMARY KEY,
     lsn          pg_lsn      NOT NULL DEFAULT '0/0',  -- newest commit LSN folded in

@@ -50,13 +50,13 @@ impl KafkaConfig {
     }
 
     /// Creates the events topic unless it exists; a broker that is starting (or restarting) is
-    /// given 30 s to answer.
-    pub async fn ensure_topic(&self) -> anyhow::Result<()> {
+    /// given 30 s to answer. Returns the topic's partition count.
+    pub async fn ensure_topic(&self) -> anyhow::Result<i32> {
         let mut wait = Duration::from_millis(200);
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             match self.create_topic().await {
-                Ok(()) => return Ok(()),
+                Ok(n) => return Ok(n),
                 Err(e) if std::time::Instant::now() < deadline => {
                     tracing::warn!(error = %format!("{e:#}"), "topic not created yet; retrying");
                     tokio::time::sleep(wait).await;
@@ -67,7 +67,7 @@ impl KafkaConfig {
         }
     }
 
-    async fn create_topic(&self) -> anyhow::Result<()> {
+    async fn create_topic(&self) -> anyhow::Result<i32> {
         let admin: AdminClient<DefaultClientContext> =
             self.client().create().context("kafka admin client")?;
         let topic = NewTopic::new(
@@ -93,12 +93,12 @@ impl KafkaConfig {
         // tansu's zero topic ids and crashed (ADR 005).
         let topic = self.events_topic.clone();
         let partitions = self.partitions.max(1) as usize;
-        tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        tokio::task::spawn_blocking(move || -> anyhow::Result<i32> {
             for _ in 0..50 {
                 let md = admin
                     .inner()
                     .fetch_metadata(Some(&topic), Duration::from_secs(2))?;
-                let ready = md.topics().iter().any(|t| {
+                let ready = md.topics().iter().find(|t| {
                     t.name() == topic
                         && t.error().is_none()
                         && t.partitions().len() >= partitions
@@ -106,8 +106,8 @@ impl KafkaConfig {
                             .iter()
                             .all(|p| p.leader() >= 0 && p.error().is_none())
                 });
-                if ready {
-                    return Ok(());
+                if let Some(t) = ready {
+                    return Ok(t.partitions().len() as i32);
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }

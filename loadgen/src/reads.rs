@@ -25,6 +25,19 @@ pub(crate) async fn bench_sse(
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
         .build()?;
+    // Holds already in the section: the stream's counts are absolute.
+    let map: Value = http
+        .get(format!("{base}/v1/events/{event}/seats"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let base_held = map["sections"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["section"] == section))
+        .and_then(|s| s["held"].as_u64())
+        .unwrap_or(0) as usize;
+    let run = uuid::Uuid::new_v4().simple().to_string();
     let start = Instant::now();
     // Hold k (1-based) was sent at sent[k - 1] micros after `start`; 0 = not yet.
     let sent: Arc<Vec<AtomicU64>> = Arc::new((0..holds).map(|_| AtomicU64::new(0)).collect());
@@ -54,7 +67,7 @@ pub(crate) async fn bench_sse(
             };
             drop(permit);
             connected.fetch_add(1, Ordering::Relaxed);
-            let (mut buf, mut seen, mut local) = (String::new(), 0usize, Vec::new());
+            let (mut buf, mut seen) = (String::new(), 0usize);
             while seen < sent.len() {
                 let Ok(Some(chunk)) = res.chunk().await else {
                     break;
@@ -74,16 +87,16 @@ pub(crate) async fn bench_sse(
                         .and_then(|s| s.iter().find(|s| s["section"] == section.as_str()))
                         .and_then(|s| s["held"].as_u64())
                         .unwrap_or(0) as usize;
-                    while seen < held.min(sent.len()) {
-                        let t = sent[seen].load(Ordering::Relaxed);
-                        local.push(now.saturating_sub(t));
-                        seen += 1;
+                    let held = held.saturating_sub(base_held);
+                    if seen < held.min(sent.len()) {
+                        if let Ok(mut h) = latencies.lock() {
+                            while seen < held.min(sent.len()) {
+                                let t = sent[seen].load(Ordering::Relaxed);
+                                let _ = h.record(now.saturating_sub(t).max(1));
+                                seen += 1;
+                            }
+                        }
                     }
-                }
-            }
-            if let Ok(mut h) = latencies.lock() {
-                for l in local {
-                    let _ = h.record(l.max(1));
                 }
             }
         }));
@@ -101,7 +114,7 @@ pub(crate) async fn bench_sse(
     for (k, slot) in sent.iter().enumerate() {
         slot.store(start.elapsed().as_micros() as u64, Ordering::Relaxed);
         // A fan may hold 8 seats: a fresh account per eight holds.
-        let who = mint(secret, &format!("sse-bench-{}", k / 8), Role::Fan, 3_600)
+        let who = mint(secret, &format!("sse-{run}-{}", k / 8), Role::Fan, 3_600)
             .unwrap_or_else(|_| token.clone());
         let res = http
             .post(format!("{base}/v1/events/{event}/holds"))

@@ -1,9 +1,10 @@
 //! The projections: Kafka consumers that fold the event log into read models in PostgreSQL.
 //!
 //! Each projection ([`seat_map`], [`orders`], [`history`]) runs in its own [`runner::Runner`]
-//! with its own consumer group and its own positions: it applies an event at most once (it
-//! skips a (show, sequence) at or below the position it stored in the same transaction as its
-//! rows), and it can be rebuilt from zero ([`runner::reset`]).
+//! with its own consumer and its own positions: it applies an event at most once (it skips a
+//! (show, sequence) at or below the position it stored in the same transaction as its rows), it
+//! stores its topic offsets in that transaction too (no consumer group: it reads every
+//! partition itself), and it can be rebuilt from zero ([`runner::reset`]).
 //!
 //! Kafka is the low-latency path, not the truth: a gap in a show's sequences (a broker that lost
 //! its data, a relay that re-sent out of order) is filled from the `events` table, as is a show

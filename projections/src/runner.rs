@@ -84,6 +84,8 @@ pub struct Runner<P: Projection> {
     kafka: KafkaConfig,
     config: RunnerConfig,
     shows: HashMap<String, Folded>,
+    /// Next offset per partition of the messages folded since the last commit.
+    pending_offsets: Vec<(i32, i64)>,
     lsn: Option<u64>,
     lag: Vec<f64>,
 }
@@ -108,6 +110,10 @@ pub async fn reset<P: Projection>(pool: &PgPool) -> anyhow::Result<()> {
         .bind(P::NAME)
         .execute(&mut *tx)
         .await?;
+    sqlx::query("DELETE FROM projection_offsets WHERE projection = $1")
+        .bind(P::NAME)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(())
 }
@@ -120,6 +126,7 @@ impl<P: Projection> Runner<P> {
             kafka,
             config,
             shows: HashMap::new(),
+            pending_offsets: Vec::new(),
             lsn: None,
             lag: Vec::new(),
         }
@@ -141,6 +148,7 @@ impl<P: Projection> Runner<P> {
                 tracing::warn!(projection = P::NAME, error = %format!("{e:#}"), "projection failed; restarting it");
                 // What was not committed is forgotten: reload from the stored positions.
                 self.shows.clear();
+                self.pending_offsets.clear();
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
@@ -148,23 +156,35 @@ impl<P: Projection> Runner<P> {
     }
 
     async fn run_once(&mut self) -> anyhow::Result<()> {
-        self.kafka.ensure_topic().await?;
+        let partitions = self.kafka.ensure_topic().await?;
+        // No consumer group: the projection reads every partition itself, from the offsets it
+        // stored with its rows (ADR 005). Nothing to rebalance, nothing to commit to the broker.
         let consumer: StreamConsumer = self
             .kafka
             .client()
-            // One group per projection and topic: each projection reads the whole log.
-            .set(
-                "group.id",
-                format!("{}.projection.{}", self.kafka.events_topic, P::NAME),
-            )
-            .set("enable.auto.commit", "true")
+            .set("group.id", format!("{}.projection.{}", self.kafka.events_topic, P::NAME))
+            .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
             .set("fetch.wait.max.ms", "10")
-            .set("session.timeout.ms", "10000")
             .create()
             .context("kafka consumer")?;
-        consumer.subscribe(&[&self.kafka.events_topic])?;
+        let stored: Vec<(i32, i64)> = sqlx::query_as(
+            "SELECT partition, next_offset FROM projection_offsets WHERE projection = $1 AND topic = $2",
+        )
+        .bind(P::NAME)
+        .bind(&self.kafka.events_topic)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut assignment = TopicPartitionList::new();
+        for p in 0..partitions {
+            let offset = stored
+                .iter()
+                .find(|(sp, _)| *sp == p)
+                .map_or(rdkafka::Offset::Beginning, |(_, o)| rdkafka::Offset::Offset(*o));
+            assignment.add_partition_offset(&self.kafka.events_topic, p, offset)?;
+        }
+        consumer.assign(&assignment)?;
         self.check_table(true).await?;
         let mut tick = tokio::time::interval(Duration::from_millis(self.config.tick_ms));
         let mut check = tokio::time::interval(Duration::from_millis(self.config.check_ms));
@@ -180,10 +200,13 @@ impl<P: Projection> Runner<P> {
                             Err(_) => break,
                         }
                     }
-                    let mut offsets = TopicPartitionList::new();
+                    let mut offsets: Vec<(i32, i64)> = Vec::new();
                     let mut logs = Vec::with_capacity(batch.len());
                     for m in &batch {
-                        offsets.add_partition_offset(m.topic(), m.partition(), rdkafka::Offset::Offset(m.offset() + 1))?;
+                        match offsets.iter_mut().find(|(p, _)| *p == m.partition()) {
+                            Some(o) => o.1 = o.1.max(m.offset() + 1),
+                            None => offsets.push((m.partition(), m.offset() + 1)),
+                        }
                         let Some(body) = m.payload() else { continue };
                         match serde_json::from_slice::<Envelope>(body).map_err(anyhow::Error::from).and_then(|e| LogEvent::from_envelope(&e)) {
                             Ok(Some(log)) => logs.push(log),
@@ -195,9 +218,9 @@ impl<P: Projection> Runner<P> {
                             }
                         }
                     }
+                    // The offsets go into the same transaction as the rows they produced.
+                    self.pending_offsets = offsets;
                     self.apply_batch(logs).await?;
-                    // Offsets only after the commit: a crash re-delivers, and dedup skips.
-                    consumer.store_offsets(&offsets)?;
                 }
                 _ = tick.tick() => self.tick().await?,
                 _ = check.tick() => self.check_table(false).await?,
@@ -289,6 +312,18 @@ impl<P: Projection> Runner<P> {
         .bind(&ids)
         .bind(&seqs)
         .bind(&counts)
+        .execute(&mut *tx)
+        .await?;
+        let (parts, next): (Vec<i32>, Vec<i64>) = self.pending_offsets.drain(..).unzip();
+        sqlx::query(
+            "INSERT INTO projection_offsets (projection, topic, partition, next_offset)
+             SELECT $1, $2, p, o FROM UNNEST($3::int[], $4::bigint[]) AS u(p, o)
+             ON CONFLICT (projection, topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
+        )
+        .bind(P::NAME)
+        .bind(&self.kafka.events_topic)
+        .bind(&parts)
+        .bind(&next)
         .execute(&mut *tx)
         .await?;
         self.heartbeat(&mut tx).await?;

@@ -292,12 +292,16 @@ async fn update_sections(
 
 /// Turns the show's pending rows into the next delta; `None` when nothing was pending.
 async fn publish_delta(tx: &mut PgConnection, show_id: &str) -> anyhow::Result<Option<i64>> {
-    let (seq, lsn): (i64, String) = sqlx::query_as(
+    let row: Option<(i64, String)> = sqlx::query_as(
         "SELECT seq + 1, lsn::text FROM seat_map_shows WHERE show_id = $1 FOR UPDATE",
     )
     .bind(show_id)
-    .fetch_one(&mut *tx)
+    .fetch_optional(&mut *tx)
     .await?;
+    // A show loaded before its first event has no map yet.
+    let Some((seq, lsn)) = row else {
+        return Ok(None);
+    };
     let sections: Vec<(String, i32, i32, i32, i32)> = sqlx::query_as(
         "UPDATE seat_map_sections SET delta_seq = $2 WHERE show_id = $1 AND delta_seq IS NULL
          RETURNING section, total, available, held, sold",
