@@ -105,11 +105,21 @@ broker_up() {
   local dir=$1 port=$2 bin
   bin=$(broker_bin)
   mkdir -p "$dir"
+  # Something else answering on the port would be taken for our broker.
+  if (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    echo "port $port is already in use; is another broker running?" >&2
+    return 1
+  fi
   # Loopback only: tansu's defaults listen on every interface.
   nohup "$bin" broker --listener-url "tcp://127.0.0.1:$port" --advertised-listener-url "tcp://127.0.0.1:$port" \
     --storage-engine memory://tansu/ >"$dir/broker.log" 2>&1 &
   echo $! >"$dir/broker.pid"
   for _ in $(seq 1 100); do
+    if ! kill -0 "$(cat "$dir/broker.pid")" 2>/dev/null; then
+      echo "the broker exited; see $dir/broker.log" >&2
+      tail -5 "$dir/broker.log" >&2
+      return 1
+    fi
     if (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
       echo "kafka-protocol broker on 127.0.0.1:$port"
       return 0

@@ -151,7 +151,8 @@ pub(crate) async fn bench_sse(
     }))
 }
 
-/// Sends one-seat best-available holds at a fixed rate (open loop) for `seconds`.
+/// Sends holds of one uniformly drawn seat at a fixed rate (open loop) for `seconds`; a seat
+/// already held is a 409 (`refused`), as at a real on-sale.
 pub(crate) async fn hold_rate(
     base: &str,
     event: &str,
@@ -160,7 +161,7 @@ pub(crate) async fn hold_rate(
     secret: &str,
 ) -> anyhow::Result<Value> {
     let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(512)
+        .pool_max_idle_per_host(2_000)
         .tcp_nodelay(true)
         .build()?;
     let tokens: Arc<Vec<String>> = Arc::new(
@@ -174,47 +175,50 @@ pub(crate) async fn hold_rate(
         Arc::new(AtomicU64::new(0)),
     );
     let inflight = Arc::new(Semaphore::new(2_000));
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let start = Instant::now();
     let mut n = 0usize;
+    // Open loop: every millisecond, send what the rate says is due by now.
     while start.elapsed() < Duration::from_secs(seconds) {
-        tick.tick().await;
-        let Ok(permit) = inflight.clone().acquire_owned().await else {
-            break;
-        };
-        let (http, tokens, ok, refused, failed) = (
-            http.clone(),
-            tokens.clone(),
-            ok.clone(),
-            refused.clone(),
-            failed.clone(),
-        );
-        let url = format!("{base}/v1/events/{event}/holds");
-        n += 1;
-        let token = tokens[n % tokens.len()].clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            match http
-                .post(url)
-                .bearer_auth(token)
-                .json(&json!({"quantity": 1}))
-                .send()
-                .await
-            {
-                Ok(r) if r.status().as_u16() == 201 => ok.fetch_add(1, Ordering::Relaxed),
-                Ok(_) => refused.fetch_add(1, Ordering::Relaxed),
-                Err(_) => failed.fetch_add(1, Ordering::Relaxed),
-            };
-        });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let due = (start.elapsed().as_secs_f64() * f64::from(rate)) as usize;
+        while n < due {
+            let Ok(permit) = inflight.clone().acquire_owned().await else { break };
+            let (http, tokens, ok, refused, failed) = (
+                http.clone(),
+                tokens.clone(),
+                ok.clone(),
+                refused.clone(),
+                failed.clone(),
+            );
+            let url = format!("{base}/v1/events/{event}/holds");
+            n += 1;
+            let token = tokens[n % tokens.len()].clone();
+            let seat = crate::venue::seat_id(rand::random_range(0..crate::venue::SEATS));
+            tokio::spawn(async move {
+                let _permit = permit;
+                match http
+                    .post(url)
+                    .bearer_auth(token)
+                    .json(&json!({"seatIds": [seat]}))
+                    .send()
+                    .await
+                {
+                    Ok(r) if r.status().as_u16() == 201 => ok.fetch_add(1, Ordering::Relaxed),
+                    Ok(_) => refused.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                };
+            });
+        }
     }
+    let sending = start.elapsed().as_secs_f64();
     let _ = inflight.acquire_many(2_000).await;
     let secs = start.elapsed().as_secs_f64();
     Ok(json!({
         "target_per_sec": rate,
         "sent": n,
         "holds": ok.load(Ordering::Relaxed),
-        "holds_per_sec": ok.load(Ordering::Relaxed) as f64 / secs,
+        "holds_per_sec": ok.load(Ordering::Relaxed) as f64 / sending,
+        "drain_secs": secs - sending,
         "refused": refused.load(Ordering::Relaxed),
         "failed": failed.load(Ordering::Relaxed),
     }))

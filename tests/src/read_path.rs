@@ -47,6 +47,9 @@ impl Broker {
         let child = Command::new(bin)
             .args([
                 "broker",
+                // A tag test.sh uses to reap brokers a killed test binary left behind.
+                "--cluster-id",
+                "onsale-test-private",
                 "--listener-url",
                 &url,
                 "--advertised-listener-url",
