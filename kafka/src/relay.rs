@@ -24,6 +24,10 @@ pub struct RelayConfig {
     /// Pause between polls of an idle slot.
     #[arg(long, env = "ONSALE_RELAY_IDLE_MS", default_value_t = 10)]
     pub idle_ms: u64,
+    /// How often a running-transactions record is forced into the WAL so the slot's restart
+    /// point keeps up (0: never; PostgreSQL then writes one every 15 s).
+    #[arg(long, env = "ONSALE_RELAY_MARK_MS", default_value_t = 1_000)]
+    pub mark_ms: u64,
 }
 
 pub struct Relay {
@@ -32,6 +36,8 @@ pub struct Relay {
     kafka: KafkaConfig,
     config: RelayConfig,
     db: String,
+    /// When a running-transactions record was last forced into the WAL (see [`Relay::mark`]).
+    marked: std::sync::Mutex<std::time::Instant>,
 }
 
 impl std::fmt::Debug for Relay {
@@ -89,6 +95,7 @@ impl Relay {
             kafka,
             config,
             db,
+            marked: std::sync::Mutex::new(std::time::Instant::now()),
         })
     }
 
@@ -122,8 +129,48 @@ impl Relay {
         }
     }
 
+    /// A peek decodes from the slot's `restart_lsn`, which only moves to a WAL record of running
+    /// transactions; PostgreSQL 15 writes one every 15 s, so under load each peek would decode up
+    /// to 15 s of WAL again. Creating (and dropping) a logical slot writes such a record, so
+    /// once a second the relay makes one and the next advance can move `restart_lsn` up to it
+    /// (ADR 005; PostgreSQL 16 has `pg_log_standby_snapshot()` for this).
+    async fn mark(&self) -> anyhow::Result<()> {
+        let due = self
+            .marked
+            .lock()
+            .map(|m| m.elapsed() >= Duration::from_millis(self.config.mark_ms))
+            .unwrap_or(true);
+        if !due {
+            return Ok(());
+        }
+        let name = format!("{}_mark", self.config.slot);
+        // One a crash left behind would pin WAL and fail the create.
+        sqlx::query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1")
+            .bind(&name)
+            .execute(&self.pool)
+            .await
+            .context("drop a stale mark slot")?;
+        sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')")
+            .bind(&name)
+            .execute(&self.pool)
+            .await
+            .context("mark the WAL")?;
+        sqlx::query("SELECT pg_drop_replication_slot($1)")
+            .bind(&name)
+            .execute(&self.pool)
+            .await
+            .context("drop the mark slot")?;
+        if let Ok(mut m) = self.marked.lock() {
+            *m = std::time::Instant::now();
+        }
+        Ok(())
+    }
+
     /// One batch: decode, publish, await every acknowledgement, advance.
     pub async fn step(&self) -> anyhow::Result<Step> {
+        if self.config.mark_ms > 0 {
+            self.mark().await?;
+        }
         let rows = sqlx::query(
             "SELECT lsn::text AS lsn, data FROM pg_logical_slot_peek_changes($1, NULL, $2,
                'format-version', '2', 'include-lsn', '1', 'include-timestamp', '1',

@@ -182,7 +182,9 @@ pub(crate) async fn hold_rate(
         tokio::time::sleep(Duration::from_millis(1)).await;
         let due = (start.elapsed().as_secs_f64() * f64::from(rate)) as usize;
         while n < due {
-            let Ok(permit) = inflight.clone().acquire_owned().await else { break };
+            let Ok(permit) = inflight.clone().acquire_owned().await else {
+                break;
+            };
             let (http, tokens, ok, refused, failed) = (
                 http.clone(),
                 tokens.clone(),

@@ -162,7 +162,10 @@ impl<P: Projection> Runner<P> {
         let consumer: StreamConsumer = self
             .kafka
             .client()
-            .set("group.id", format!("{}.projection.{}", self.kafka.events_topic, P::NAME))
+            .set(
+                "group.id",
+                format!("{}.projection.{}", self.kafka.events_topic, P::NAME),
+            )
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
@@ -181,7 +184,9 @@ impl<P: Projection> Runner<P> {
             let offset = stored
                 .iter()
                 .find(|(sp, _)| *sp == p)
-                .map_or(rdkafka::Offset::Beginning, |(_, o)| rdkafka::Offset::Offset(*o));
+                .map_or(rdkafka::Offset::Beginning, |(_, o)| {
+                    rdkafka::Offset::Offset(*o)
+                });
             assignment.add_partition_offset(&self.kafka.events_topic, p, offset)?;
         }
         consumer.assign(&assignment)?;

@@ -137,6 +137,7 @@ impl ReadPath {
                 slot: query.relay_slot.clone(),
                 batch: 5_000,
                 idle_ms: 10,
+                mark_ms: 1_000,
             },
             runner: RunnerConfig {
                 batch: 2_000,

@@ -799,3 +799,57 @@ async fn the_relay_backfills_a_topic_from_the_events_table_in_debeziums_envelope
         .expect("drop the slot");
     rp.stop().await;
 }
+
+#[tokio::test]
+async fn the_relays_restart_point_keeps_up_with_the_log() {
+    let db = TestDb::new().await.expect("db");
+    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
+        .await
+        .expect("read path");
+    let event = rp.app.on_sale_event(1, 2, 10, None).await;
+    let slot_state = || async {
+        sqlx::query_as::<_, (String, String)>(
+            "SELECT restart_lsn::text, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+        )
+        .bind(&rp.relay_config.slot)
+        .fetch_one(&rp.pool)
+        .await
+        .expect("the slot")
+    };
+    let (restart_before, _) = slot_state().await;
+    for i in 1..=10 {
+        let fan = rp.app.fan(&format!("f{i}"));
+        rp.app
+            .hold(
+                &event,
+                &fan,
+                json!({"seatIds": [format!("S1-R1-{i}")]}),
+                None,
+            )
+            .await;
+    }
+    rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, m| {
+        s == 200 && section(m, "S1")["held"] == 10
+    })
+    .await;
+    // Within a few seconds, not PostgreSQL's 15, the point decoding restarts from moves on: a
+    // peek does not decode the same WAL over and over.
+    let mut moved = false;
+    for _ in 0..40 {
+        let (restart, _) = slot_state().await;
+        if parse_lsn(&restart) > parse_lsn(&restart_before) {
+            moved = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(moved, "restart_lsn stayed at {restart_before}");
+    let marks: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1")
+            .bind(format!("{}_mark%", rp.relay_config.slot))
+            .fetch_one(&rp.pool)
+            .await
+            .expect("slots");
+    assert_eq!(marks, 0, "no mark slot is left to pin WAL");
+    rp.stop().await;
+}
