@@ -519,7 +519,7 @@ async fn demo(
         .filter_map(|s| s["sold"].as_u64())
         .sum();
     println!(
-        "seat map (read path): {map_sold} sold at lsn {} seq {}, caught up {:.1} s after the last fan",
+        "seat map (read path): {map_sold} sold at lsn {} seq {} (read {:.1} s after the last fan, once every order had been read back)",
         map["lsn"].as_str().unwrap_or("?"),
         map["seq"],
         read_path_started.elapsed().as_secs_f64()
