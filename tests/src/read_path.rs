@@ -190,6 +190,21 @@ impl ReadPath {
         }
     }
 
+    /// A fresh database and the whole read path on the test run's shared broker.
+    pub async fn on_shared_broker() -> anyhow::Result<(TestDb, Self)> {
+        let db = TestDb::new().await?;
+        let rp = Self::spawn(&db, &shared_brokers()?).await?;
+        Ok((db, rp))
+    }
+
+    /// A show on sale now (as [`TestApp::on_sale_event`]), once its seat map exists.
+    pub async fn show_on_map(&self, sections: u32, rows: u32, seats: u32) -> String {
+        let event = self.app.on_sale_event(sections, rows, seats, None).await;
+        self.eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200)
+            .await;
+        event
+    }
+
     /// Waits until `f` holds on the JSON at `path` (or fails after 20 s).
     pub async fn eventually(
         &self,

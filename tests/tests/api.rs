@@ -1,6 +1,6 @@
 //! The REST command API against a real PostgreSQL: the contract's answers, pinned with insta.
 
-use onsale_tests::read_path::{shared_brokers, ReadPath};
+use onsale_tests::read_path::ReadPath;
 use onsale_tests::{TestApp, TestDb};
 use serde_json::json;
 
@@ -32,11 +32,8 @@ fn redact(v: &serde_json::Value) -> serde_json::Value {
 
 #[tokio::test]
 async fn a_fan_holds_orders_and_retries_as_the_contract_says() {
-    let db = TestDb::new().await.expect("db");
     // The whole read path: GET /v1/orders/{id} is served by the orders projection.
-    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
-        .await
-        .expect("read path");
+    let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
     let app = &rp.app;
     let event = app.on_sale_event(2, 2, 10, None).await;
     let ann = app.fan("ann");
@@ -313,10 +310,7 @@ async fn bad_input_is_refused_with_a_code_and_changes_nothing() {
 
 #[tokio::test]
 async fn the_openapi_document_describes_the_api() {
-    let db = TestDb::new().await.expect("db");
-    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
-        .await
-        .expect("read path");
+    let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
     let app = &rp.app;
     let (status, doc) = app.get("/openapi.json", "").await;
     assert_eq!(status, 200);

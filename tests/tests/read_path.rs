@@ -7,7 +7,7 @@ use std::time::Duration;
 use onsale_command::api::auth::Role;
 use onsale_kafka::envelope::parse_lsn;
 use onsale_proto::v1 as pb;
-use onsale_tests::read_path::{shared_brokers, Broker, ReadPath};
+use onsale_tests::read_path::{Broker, ReadPath};
 use onsale_tests::TestDb;
 use serde_json::{json, Value};
 
@@ -109,10 +109,7 @@ async fn grpc_client(
 
 #[tokio::test]
 async fn commands_reach_the_seat_map_the_sse_stream_and_the_grpc_stream() {
-    let db = TestDb::new().await.expect("db");
-    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
-        .await
-        .expect("read path");
+    let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
     let event = rp.app.on_sale_event(2, 2, 10, None).await;
     let map = rp
         .eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200)
@@ -436,13 +433,8 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
 
 #[tokio::test]
 async fn an_old_seq_gets_the_missing_deltas_or_a_resync_never_a_silent_gap() {
-    let db = TestDb::new().await.expect("db");
-    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
-        .await
-        .expect("read path");
-    let event = rp.app.on_sale_event(1, 1, 20, None).await;
-    rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200)
-        .await;
+    let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
+    let event = rp.show_on_map(1, 1, 20).await;
     // Five holds, each in its own tick: deltas 1..=5.
     for i in 1..=5 {
         let fan = rp.app.fan(&format!("f{i}"));
@@ -554,13 +546,8 @@ async fn an_old_seq_gets_the_missing_deltas_or_a_resync_never_a_silent_gap() {
 
 #[tokio::test]
 async fn a_thousand_cold_misses_share_one_rebuild_and_etags_spare_the_body() {
-    let db = TestDb::new().await.expect("db");
-    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
-        .await
-        .expect("read path");
-    let event = rp.app.on_sale_event(4, 10, 25, None).await;
-    rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200)
-        .await;
+    let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
+    let event = rp.show_on_map(4, 10, 25).await;
     // Let the cache entry lapse, then miss it a thousand times at once.
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     let before = rp.reads.snapshots.rebuilds();
@@ -608,10 +595,7 @@ async fn a_thousand_cold_misses_share_one_rebuild_and_etags_spare_the_body() {
 
 #[tokio::test]
 async fn readyz_reports_a_projection_that_stopped_and_recovers_with_it() {
-    let db = TestDb::new().await.expect("db");
-    let mut rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
-        .await
-        .expect("read path");
+    let (_db, mut rp) = ReadPath::on_shared_broker().await.expect("read path");
     rp.eventually("/readyz", "", |s, _| s == 200).await;
     rp.kill_projections();
     let body = rp.eventually("/readyz", "", |s, _| s == 503).await;
@@ -627,10 +611,7 @@ async fn readyz_reports_a_projection_that_stopped_and_recovers_with_it() {
 
 #[tokio::test]
 async fn a_python_client_generated_from_proto_calls_grpc_and_grpc_web() {
-    let db = TestDb::new().await.expect("db");
-    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
-        .await
-        .expect("read path");
+    let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
     let event = rp.app.on_sale_event(1, 1, 10, None).await;
     let ann = rp.app.fan("ann");
     let (_, hold) = rp
@@ -699,10 +680,7 @@ async fn the_relay_backfills_a_topic_from_the_events_table_in_debeziums_envelope
     use rdkafka::consumer::{Consumer, StreamConsumer};
     use rdkafka::Message;
 
-    let db = TestDb::new().await.expect("db");
-    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
-        .await
-        .expect("read path");
+    let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
     let event = rp.app.on_sale_event(1, 1, 10, None).await;
     let fan = rp.app.fan("ann");
     rp.app
@@ -802,10 +780,7 @@ async fn the_relay_backfills_a_topic_from_the_events_table_in_debeziums_envelope
 
 #[tokio::test]
 async fn the_relays_restart_point_keeps_up_with_the_log() {
-    let db = TestDb::new().await.expect("db");
-    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
-        .await
-        .expect("read path");
+    let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
     let event = rp.app.on_sale_event(1, 2, 10, None).await;
     let slot_state = || async {
         sqlx::query_as::<_, (String, String)>(
