@@ -283,6 +283,10 @@ struct Index {
     section_price: Vec<i64>,
     row_available: Vec<u32>,
     row_held: Vec<u32>,
+    /// Per row, no later than the earliest expiry of its held seats (`None`: none held). A row
+    /// whose floor is in the future has no lapsed hold to reclaim, so best-available skips its
+    /// held seats without looking at each (on a filling show, most rows are like that).
+    row_hold_floor: Vec<Option<DateTime<Utc>>>,
     account_holds: HashMap<AccountId, Vec<HoldId>>,
     account_orders: HashMap<AccountId, Vec<OrderId>>,
     expiry: BTreeSet<(DateTime<Utc>, HoldId)>,
@@ -854,8 +858,11 @@ impl Show {
             Some(s) => self.index.section_rows[s as usize].clone(),
             None => 0..self.index.rows.len() as u32,
         };
-        let candidate =
-            |r: u32| self.index.row_available[r as usize] + self.index.row_held[r as usize];
+        let candidate = |r: u32| {
+            let r = r as usize;
+            let lapsed = self.index.row_hold_floor[r].is_some_and(|f| f <= now);
+            self.index.row_available[r] + if lapsed { self.index.row_held[r] } else { 0 }
+        };
         for r in rows.clone() {
             if candidate(r) < quantity {
                 continue;
@@ -891,6 +898,12 @@ impl Show {
         None
     }
 
+    fn lower_hold_floor(&mut self, seat: u32, expires_at: DateTime<Utc>) {
+        let row = self.index.seat_row[seat as usize] as usize;
+        let floor = &mut self.index.row_hold_floor[row];
+        *floor = Some(floor.map_or(expires_at, |f| f.min(expires_at)));
+    }
+
     fn seat_price(&self, seat: u32) -> i64 {
         let row = self.index.seat_row[seat as usize];
         self.index.section_price[self.index.rows[row as usize].section as usize]
@@ -916,7 +929,12 @@ impl Show {
         let row = self.index.seat_row[seat as usize] as usize;
         match from {
             Seat::Available => self.index.row_available[row] -= 1,
-            Seat::Held(_) => self.index.row_held[row] -= 1,
+            Seat::Held(_) => {
+                self.index.row_held[row] -= 1;
+                if self.index.row_held[row] == 0 {
+                    self.index.row_hold_floor[row] = None;
+                }
+            }
             _ => {}
         }
         match to {
@@ -968,6 +986,7 @@ impl Show {
                 });
                 ix.row_available.push(0);
                 ix.row_held.push(0);
+                ix.row_hold_floor.push(None);
                 for n in 1..=row.seats {
                     let name = seat_id(&section.section, &row.row, n);
                     ix.seat_by_id.insert(name.clone(), seat);
@@ -985,7 +1004,13 @@ impl Show {
             let row = ix.seat_row[i] as usize;
             match s {
                 Seat::Available => ix.row_available[row] += 1,
-                Seat::Held(_) => ix.row_held[row] += 1,
+                Seat::Held(h) => {
+                    ix.row_held[row] += 1;
+                    // A seat held by a hold we do not know is treated as lapsed: looked at.
+                    let expiry = self.holds.get(h).map_or(DateTime::<Utc>::MIN_UTC, |h| h.expires_at);
+                    let floor = &mut ix.row_hold_floor[row];
+                    *floor = Some(floor.map_or(expiry, |f| f.min(expiry)));
+                }
                 _ => {}
             }
         }
@@ -1057,6 +1082,7 @@ impl Aggregate for Show {
                 let seats = self.seat_indices(&seat_ids);
                 for &i in &seats {
                     self.move_seat(i, SeatMove::Hold, Seat::Held(hold_id));
+                    self.lower_hold_floor(i, expires_at);
                 }
                 if let Some(idem) = idempotency {
                     self.remember(&account_id, idem, Outcome::Hold(hold_id));
