@@ -5,6 +5,7 @@
 #
 #   scripts/stack.sh pg-up DIR PORT       start a cluster in DIR on 127.0.0.1:PORT
 #   scripts/stack.sh pg-down DIR          stop it and remove DIR
+#   scripts/stack.sh pg-restart DIR       restart it (fast shutdown), keeping its data
 #   scripts/stack.sh broker-up DIR PORT   start the broker on 127.0.0.1:PORT (pid in DIR)
 #   scripts/stack.sh broker-down DIR      stop it
 #   scripts/stack.sh broker-bin           install the broker if missing, print its path
@@ -68,6 +69,11 @@ CONF
   psql -h 127.0.0.1 -p "$port" -U postgres -qc "CREATE ROLE onsale LOGIN SUPERUSER" >/dev/null
   psql -h 127.0.0.1 -p "$port" -U postgres -qc "CREATE DATABASE onsale OWNER onsale" >/dev/null
   echo "postgresql on 127.0.0.1:$port (data in $dir)"
+}
+
+pg_restart() {
+  local dir=$1
+  as_pg "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -m fast -w -t 60 restart >/dev/null
 }
 
 pg_down() {
@@ -182,11 +188,12 @@ down() {
 case "${1:-}" in
   pg-up) pg_up "$2" "$3" ;;
   pg-down) pg_down "$2" ;;
+  pg-restart) pg_restart "$2" ;;
   broker-up) broker_up "$2" "$3" ;;
   broker-down) broker_down "$2" ;;
   broker-bin) broker_bin ;;
   py-tools) py_tools ;;
   up) up ;;
   down) down ;;
-  *) echo "usage: $0 pg-up DIR PORT | pg-down DIR | broker-up DIR PORT | broker-down DIR | broker-bin | py-tools | up | down" >&2; exit 2 ;;
+  *) echo "usage: $0 pg-up DIR PORT | pg-down DIR | pg-restart DIR | broker-up DIR PORT | broker-down DIR | broker-bin | py-tools | up | down" >&2; exit 2 ;;
 esac

@@ -1007,7 +1007,10 @@ impl Show {
                 Seat::Held(h) => {
                     ix.row_held[row] += 1;
                     // A seat held by a hold we do not know is treated as lapsed: looked at.
-                    let expiry = self.holds.get(h).map_or(DateTime::<Utc>::MIN_UTC, |h| h.expires_at);
+                    let expiry = self
+                        .holds
+                        .get(h)
+                        .map_or(DateTime::<Utc>::MIN_UTC, |h| h.expires_at);
                     let floor = &mut ix.row_hold_floor[row];
                     *floor = Some(floor.map_or(expiry, |f| f.min(expiry)));
                 }

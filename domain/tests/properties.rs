@@ -220,7 +220,9 @@ impl World {
                     .seats()
                     .filter(|(_, seat)| match seat {
                         Seat::Available => true,
-                        Seat::Held(h) => self.show.hold(h).is_some_and(|h| h.expires_at <= self.now),
+                        Seat::Held(h) => {
+                            self.show.hold(h).is_some_and(|h| h.expires_at <= self.now)
+                        }
                         Seat::PendingPayment(_) | Seat::Sold(_) => false,
                     })
                     .count();

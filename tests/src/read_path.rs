@@ -235,3 +235,55 @@ impl ReadPath {
             .await;
     }
 }
+
+/// A PostgreSQL cluster of the test's own (for tests that restart it), started and removed by
+/// the project's `scripts/stack.sh`.
+#[derive(Debug)]
+pub struct PrivateCluster {
+    pub port: u16,
+    dir: std::path::PathBuf,
+}
+
+fn stack_sh(args: &[&str]) -> anyhow::Result<()> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/stack.sh");
+    let out = Command::new("bash").arg(script).args(args).output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "stack.sh {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+impl PrivateCluster {
+    pub fn start() -> anyhow::Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let dir = std::env::temp_dir().join(format!("onsale-pg-{}", uuid::Uuid::new_v4().simple()));
+        let me = Self { port, dir };
+        stack_sh(&["pg-up", &me.dir.to_string_lossy(), &port.to_string()])?;
+        Ok(me)
+    }
+
+    /// Its `onsale` database, as a [`TestDb`].
+    pub fn db(&self) -> TestDb {
+        let base = format!("postgres://onsale@127.0.0.1:{}", self.port);
+        TestDb {
+            url: format!("{base}/onsale"),
+            admin_url: format!("{base}/postgres"),
+            name: format!("private{}", self.port),
+        }
+    }
+
+    /// A fast shutdown and a start: every connection is cut.
+    pub fn restart(&self) -> anyhow::Result<()> {
+        stack_sh(&["pg-restart", &self.dir.to_string_lossy()])
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        let _ = stack_sh(&["pg-down", &self.dir.to_string_lossy()]);
+    }
+}

@@ -828,3 +828,82 @@ async fn the_relays_restart_point_keeps_up_with_the_log() {
     assert_eq!(marks, 0, "no mark slot is left to pin WAL");
     rp.stop().await;
 }
+
+#[tokio::test]
+async fn the_relay_loses_nothing_across_a_postgresql_restart() {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::Message;
+
+    let cluster = onsale_tests::read_path::PrivateCluster::start().expect("a cluster of our own");
+    let db = cluster.db();
+    let rp = ReadPath::spawn(
+        &db,
+        &onsale_tests::read_path::shared_brokers().expect("broker"),
+    )
+    .await
+    .expect("read path");
+    let event = rp.show_on_map(1, 2, 10).await;
+    let hold = |i: u32| {
+        let (app, event) = (&rp.app, event.clone());
+        async move {
+            let fan = app.fan(&format!("f{i}"));
+            // An outage answers 503: the fan retries until the hold is committed.
+            for _ in 0..100 {
+                let (status, _) = app
+                    .hold(
+                        &event,
+                        &fan,
+                        json!({"seatIds": [format!("S1-R1-{i}")]}),
+                        None,
+                    )
+                    .await;
+                if status == 201 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            panic!("hold {i} never committed");
+        }
+    };
+    for i in 1..=5 {
+        hold(i).await;
+    }
+    cluster.restart().expect("PostgreSQL restarts");
+    for i in 6..=10 {
+        hold(i).await;
+    }
+    // Every event of the show reaches the topic (at least once) and the seat map.
+    let head: i64 = sqlx::query_scalar("SELECT max(sequence) FROM events WHERE aggregate_id = $1")
+        .bind(&event)
+        .fetch_one(&db.pool().await.expect("pool"))
+        .await
+        .expect("head");
+    assert_eq!(head, 11, "ShowScheduled and ten holds");
+    let consumer: StreamConsumer = rp
+        .kafka
+        .client()
+        .set("group.id", "restart-check")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .expect("consumer");
+    consumer.assign(&whole_topic(&rp.kafka)).expect("assign");
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < head as usize {
+        let m = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
+            .await
+            .expect("every event within 30 s")
+            .expect("a message");
+        let e: onsale_kafka::Envelope =
+            serde_json::from_slice(m.payload().expect("payload")).expect("an envelope");
+        if e.after.aggregate_id == event {
+            seen.insert(e.after.sequence);
+        }
+    }
+    assert_eq!(seen, (1..=head).collect());
+    rp.eventually(&format!("/v1/events/{event}/seats"), "", |_, m| {
+        section(m, "S1")["held"] == 10
+    })
+    .await;
+    rp.stop().await;
+}
