@@ -907,3 +907,70 @@ async fn the_relay_loses_nothing_across_a_postgresql_restart() {
     .await;
     rp.stop().await;
 }
+
+#[tokio::test]
+async fn with_postgresql_away_the_last_good_map_is_served_stale_or_503_never_a_guess() {
+    let (db, rp) = ReadPath::on_shared_broker().await.expect("read path");
+    let event = rp.show_on_map(2, 1, 10).await;
+    let url = format!("{}/v1/events/{event}/seats", rp.app.base);
+    let good: Value = rp
+        .app
+        .http
+        .get(&url)
+        .send()
+        .await
+        .expect("answers")
+        .json()
+        .await
+        .expect("json");
+
+    db.admin(&format!(
+        "ALTER DATABASE {} ALLOW_CONNECTIONS false",
+        db.name
+    ))
+    .await
+    .expect("close");
+    db.admin(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'",
+        db.name
+    ))
+    .await
+    .expect("kick");
+    // Past the cache's TTL, a read needs PostgreSQL: the last good map, marked stale, with the
+    // asOf it was read at.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let res = rp.app.http.get(&url).send().await.expect("answers");
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["warning"], "110 - \"Response is Stale\"");
+    assert_eq!(res.headers()["cache-control"], "no-cache");
+    let stale: Value = res.json().await.expect("json");
+    assert_eq!(
+        stale["asOf"], good["asOf"],
+        "staleness is declared, not hidden"
+    );
+    assert_eq!(stale["sections"], good["sections"]);
+    // A map never read before has nothing to fall back on: 503 with Retry-After.
+    let res = rp
+        .app
+        .http
+        .get(format!("{url}?section=S2"))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["retry-after"], "1");
+
+    db.admin(&format!(
+        "ALTER DATABASE {} ALLOW_CONNECTIONS true",
+        db.name
+    ))
+    .await
+    .expect("reopen");
+    rp.eventually(
+        &format!("/v1/events/{event}/seats?section=S2"),
+        "",
+        |s, _| s == 200,
+    )
+    .await;
+    rp.stop().await;
+}
