@@ -189,6 +189,7 @@ impl Shows {
             services: ShowServices {
                 clock: self.inner.clock.clone(),
             },
+            carry: Vec::new(),
         };
         tokio::spawn(owner.run(rx));
         tx
@@ -207,6 +208,9 @@ struct Owner {
     shows: Shows,
     state: Option<Loaded>,
     services: ShowServices,
+    /// Jobs taken in while an append was in flight that need the next batch (everything but
+    /// the refusals, which were answered at once).
+    carry: Vec<Job>,
 }
 
 impl Owner {
@@ -214,7 +218,10 @@ impl Owner {
         let mut sweep = tokio::time::interval(self.shows.inner.config.sweep_every);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let first = tokio::select! {
+            let first = if !self.carry.is_empty() {
+                self.carry.remove(0)
+            } else {
+                tokio::select! {
                 job = rx.recv() => match job {
                     Some(job) => job,
                     None => break,
@@ -225,24 +232,30 @@ impl Owner {
                     }
                     Job { work: Work::Sweep, reply: None }
                 }
+                }
             };
             // Let the callers just woken by the last commit enqueue their next commands, so
             // batches stay full instead of alternating between a few commands and many.
             tokio::task::yield_now().await;
             let mut batch = vec![first];
+            let carried = self.carry.len().min(self.shows.inner.config.max_batch - 1);
+            batch.extend(self.carry.drain(..carried));
             while batch.len() < self.shows.inner.config.max_batch {
                 match rx.try_recv() {
                     Ok(job) => batch.push(job),
                     Err(_) => break,
                 }
             }
-            self.process(batch).await;
+            self.process(batch, Some(&mut rx)).await;
             if self.state.as_ref().is_some_and(|s| s.version == 0) {
                 // Nothing exists under this id: retire rather than keep an empty owner around.
                 self.shows.lock().remove(&self.show_id);
                 rx.close();
+                for job in std::mem::take(&mut self.carry) {
+                    self.process(vec![job], None).await;
+                }
                 while let Some(job) = rx.recv().await {
-                    self.process(vec![job]).await;
+                    self.process(vec![job], None).await;
                 }
                 break;
             }
@@ -271,14 +284,14 @@ impl Owner {
     }
 
     #[instrument(skip_all, fields(show_id = %self.show_id, batch = batch.len()))]
-    async fn process(&mut self, batch: Vec<Job>) {
+    async fn process(&mut self, batch: Vec<Job>, intake: Option<&mut mpsc::Receiver<Job>>) {
         let mut replies: Vec<Option<oneshot::Sender<Result<Answer, CommandError>>>> = Vec::new();
         let mut works = Vec::with_capacity(batch.len());
         for job in batch {
             replies.push(job.reply);
             works.push(job.work);
         }
-        let outcomes = self.decide_and_commit(&mut works).await;
+        let outcomes = self.decide_and_commit(&mut works, intake).await;
         for ((reply, work), outcome) in replies.into_iter().zip(works).zip(outcomes) {
             let answer = match (outcome, work, self.state.as_ref()) {
                 (Ok(()), Work::Command(cmd), Some(state)) => Ok(answer(&state.show, &cmd)),
@@ -295,7 +308,11 @@ impl Owner {
 
     /// Decides every command of the batch against the live state, appends all their events in
     /// one statement, and retries the whole batch from a reload on a version conflict.
-    async fn decide_and_commit(&mut self, works: &mut [Work]) -> Vec<Result<(), CommandError>> {
+    async fn decide_and_commit(
+        &mut self,
+        works: &mut [Work],
+        mut intake: Option<&mut mpsc::Receiver<Job>>,
+    ) -> Vec<Result<(), CommandError>> {
         let config = self.shows.inner.config.clone();
         let mut attempt = 0;
         loop {
@@ -335,12 +352,23 @@ impl Owner {
                 return outcomes;
             }
             let started = Instant::now();
-            match self
-                .shows
-                .store()
-                .append(self.show_id, state.version, now, &events)
-                .await
-            {
+            let store = self.shows.store().clone();
+            let append = store.append(self.show_id, state.version, now, &events);
+            let appended = match intake.as_deref_mut() {
+                Some(rx) => {
+                    take_in_while(
+                        append,
+                        rx,
+                        &state.show,
+                        &mut self.carry,
+                        &self.services,
+                        config.max_batch,
+                    )
+                    .await
+                }
+                None => append.await,
+            };
+            match appended {
                 Ok(()) => {
                     metrics::histogram!("onsale_commit_seconds")
                         .record(started.elapsed().as_secs_f64());
@@ -407,6 +435,45 @@ impl Owner {
                 }
             }
         });
+    }
+}
+
+/// Awaits `append` while taking in the next jobs: a command the state (with the batch in flight
+/// applied) refuses is answered at once, since a refusal writes nothing and needs no commit (if
+/// the batch then fails to commit, the refusal was a stale read, which costs the caller a retry
+/// and never correctness); every other job waits in `carry` for the next batch, where it is
+/// decided again and answered only after its own commit.
+async fn take_in_while<F: std::future::Future>(
+    append: F,
+    rx: &mut mpsc::Receiver<Job>,
+    show: &Show,
+    carry: &mut Vec<Job>,
+    services: &ShowServices,
+    max_carry: usize,
+) -> F::Output {
+    tokio::pin!(append);
+    loop {
+        if carry.len() >= max_carry {
+            return append.await;
+        }
+        tokio::select! {
+            biased;
+            done = &mut append => return done,
+            job = rx.recv() => {
+                let Some(job) = job else { return append.await };
+                let refusal = match &job.work {
+                    Work::Command(cmd) => show.decide(cmd.clone(), services.clock.now()).err(),
+                    Work::Read(_) | Work::Sweep => None,
+                };
+                match (refusal, job.reply) {
+                    (Some(e), Some(reply)) => {
+                        metrics::counter!("onsale_refusals_while_committing_total").increment(1);
+                        let _ = reply.send(Err(CommandError::Domain(e)));
+                    }
+                    (_, reply) => carry.push(Job { work: job.work, reply }),
+                }
+            }
+        }
     }
 }
 
