@@ -1,6 +1,8 @@
 //! One owner task per show. It keeps the live aggregate in memory, serializes that show's
 //! commands, and commits the events of every command waiting in its queue in one append
-//! (group commit). A caller is answered only after the append committed.
+//! (group commit). A caller is answered only after the append committed, except for a refusal:
+//! while an append is in flight the owner keeps deciding newly arrived commands, answers the
+//! refused ones at once (a refusal writes nothing) and keeps the rest for the next batch.
 //!
 //! On a version conflict (another process wrote the show) the cached state is dropped, the show
 //! is reloaded from snapshot plus tail and the batch is decided again. When PostgreSQL fails the
