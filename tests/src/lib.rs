@@ -55,6 +55,29 @@ impl TestDb {
         Ok(())
     }
 
+    /// An outage of this database: new connections refused, open ones cut.
+    pub async fn close(&self) -> anyhow::Result<()> {
+        self.admin(&format!(
+            "ALTER DATABASE {} ALLOW_CONNECTIONS false",
+            self.name
+        ))
+        .await?;
+        self.admin(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'",
+            self.name
+        ))
+        .await
+    }
+
+    /// The end of the outage.
+    pub async fn reopen(&self) -> anyhow::Result<()> {
+        self.admin(&format!(
+            "ALTER DATABASE {} ALLOW_CONNECTIONS true",
+            self.name
+        ))
+        .await
+    }
+
     pub async fn pool(&self) -> anyhow::Result<sqlx::PgPool> {
         Ok(sqlx::PgPool::connect(&self.url).await?)
     }

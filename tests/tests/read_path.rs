@@ -924,18 +924,7 @@ async fn with_postgresql_away_the_last_good_map_is_served_stale_or_503_never_a_g
         .await
         .expect("json");
 
-    db.admin(&format!(
-        "ALTER DATABASE {} ALLOW_CONNECTIONS false",
-        db.name
-    ))
-    .await
-    .expect("close");
-    db.admin(&format!(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'",
-        db.name
-    ))
-    .await
-    .expect("kick");
+    db.close().await.expect("close");
     // Past the cache's TTL, a read needs PostgreSQL: the last good map, marked stale, with the
     // asOf it was read at.
     tokio::time::sleep(Duration::from_millis(1_200)).await;
@@ -960,12 +949,7 @@ async fn with_postgresql_away_the_last_good_map_is_served_stale_or_503_never_a_g
     assert_eq!(res.status(), 503);
     assert_eq!(res.headers()["retry-after"], "1");
 
-    db.admin(&format!(
-        "ALTER DATABASE {} ALLOW_CONNECTIONS true",
-        db.name
-    ))
-    .await
-    .expect("reopen");
+    db.reopen().await.expect("reopen");
     rp.eventually(
         &format!("/v1/events/{event}/seats?section=S2"),
         "",

@@ -104,18 +104,7 @@ async fn an_outage_answers_503_with_retry_after_and_acknowledges_nothing() {
         .await;
     assert_eq!(status, 201);
 
-    db.admin(&format!(
-        "ALTER DATABASE {} ALLOW_CONNECTIONS false",
-        db.name
-    ))
-    .await
-    .expect("close");
-    db.admin(&format!(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'",
-        db.name
-    ))
-    .await
-    .expect("kick");
+    db.close().await.expect("close");
     let res = app
         .http
         .post(format!("{}/v1/events/{event}/holds", app.base))
@@ -132,12 +121,7 @@ async fn an_outage_answers_503_with_retry_after_and_acknowledges_nothing() {
     let (status, _) = app.get("/readyz", "").await;
     assert_eq!(status, 503);
 
-    db.admin(&format!(
-        "ALTER DATABASE {} ALLOW_CONNECTIONS true",
-        db.name
-    ))
-    .await
-    .expect("reopen");
+    db.reopen().await.expect("reopen");
     // The retry after recovery is a fresh attempt (nothing committed) and succeeds once.
     let (status, hold) = hold_with_retries(
         &app,
