@@ -217,24 +217,35 @@ struct Owner {
 
 impl Owner {
     async fn run(mut self, mut rx: mpsc::Receiver<Job>) {
-        let mut sweep = tokio::time::interval(self.shows.inner.config.sweep_every);
+        let sweep_every = self.shows.inner.config.sweep_every;
+        let mut sweep = tokio::time::interval(sweep_every);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_sweep = Instant::now();
         loop {
-            let first = if !self.carry.is_empty() {
-                self.carry.remove(0)
-            } else {
+            let first = if self.carry.is_empty() {
                 tokio::select! {
-                job = rx.recv() => match job {
-                    Some(job) => job,
-                    None => break,
-                },
-                _ = sweep.tick() => {
-                    if self.state.is_none() {
-                        continue;
+                    job = rx.recv() => match job {
+                        Some(job) => job,
+                        None => break,
+                    },
+                    _ = sweep.tick() => {
+                        if self.state.is_none() {
+                            continue;
+                        }
+                        last_sweep = Instant::now();
+                        Job { work: Work::Sweep, reply: None }
                     }
-                    Job { work: Work::Sweep, reply: None }
                 }
+            } else if self.state.is_some() && last_sweep.elapsed() >= sweep_every {
+                // Under a steady rush there is always carried work: the sweep must not wait
+                // for a quiet moment that never comes.
+                last_sweep = Instant::now();
+                Job {
+                    work: Work::Sweep,
+                    reply: None,
                 }
+            } else {
+                self.carry.remove(0)
             };
             // Let the callers just woken by the last commit enqueue their next commands, so
             // batches stay full instead of alternating between a few commands and many.

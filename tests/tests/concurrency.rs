@@ -130,3 +130,58 @@ async fn a_full_queue_sheds_with_503_and_acknowledges_only_what_committed() {
         "exactly the acknowledged holds are in the log"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweeper_keeps_expiring_holds_under_a_steady_rush() {
+    let db = TestDb::new().await.expect("db");
+    let app = Arc::new(TestApp::spawn(&db).await.expect("app"));
+    let event = app.on_sale_event(1, 1, 12, Some(1)).await;
+    let (status, lone) = app
+        .hold(
+            &event,
+            &app.fan("lone"),
+            json!({"seatIds": ["S1-R1-1"]}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201);
+    let lone = lone["holdId"].as_str().expect("hold id").to_owned();
+    // A rush on the other seats keeps the owner busy without ever touching seat 1: only the
+    // sweeper can end the lone hold.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut rush = Vec::new();
+    for client in 0..32u32 {
+        let (app, event, stop) = (app.clone(), event.clone(), stop.clone());
+        rush.push(tokio::spawn(async move {
+            let token = app.fan(&format!("rush{client}"));
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let seat = format!("S1-R1-{}", 2 + (client + n) % 11);
+                app.hold(&event, &token, json!({"seatIds": [seat]}), None)
+                    .await;
+                n += 1;
+            }
+        }));
+    }
+    let mut expired = false;
+    for _ in 0..40 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let log = app.replay(&event).await;
+        if log
+            .show
+            .hold_view(&lone.parse().expect("hold id"))
+            .is_some_and(|h| h.state == onsale_domain::HoldStatus::Expired)
+        {
+            expired = true;
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in rush {
+        r.await.expect("a rushing client stops");
+    }
+    assert!(
+        expired,
+        "the lone hold was not swept within 4 s of a steady rush"
+    );
+}
