@@ -1,8 +1,9 @@
 //! The command side of onsale: per-show owners that decide with the domain crate and commit
 //! to the PostgreSQL event store with group commit, behind the REST command API.
 //!
-//! It must not serve reads that belong to the query side once that exists; what it reads
-//! (an order, a hold, the event page) comes from the show's committed, in-memory state.
+//! Reads belong to the query side (`onsale-query`, orders included); what the command side still
+//! answers from a show's committed in-memory state is what a command needs next: a hold
+//! (`GET /v1/holds/{id}`) and the event page.
 
 pub mod api;
 pub mod app;
