@@ -196,6 +196,17 @@ impl TestApp {
             .await
     }
 
+    /// `POST /v1/orders` for a hold, paid with `tok_ok`, under an `Idempotency-Key`.
+    pub async fn order(&self, hold_id: &Value, token: &str, key: &str) -> (u16, Value) {
+        self.post(
+            "/v1/orders",
+            token,
+            json!({"holdId": hold_id, "paymentToken": "tok_ok"}),
+            Some(key),
+        )
+        .await
+    }
+
     pub async fn get(&self, path: &str, token: &str) -> (u16, Value) {
         send(
             self.http

@@ -51,14 +51,7 @@ async fn two_hundred_clients_get_exactly_one_winner_per_seat() {
     // Every winner orders; no seat ends up in two orders.
     let mut ordered: HashMap<String, String> = HashMap::new();
     for (i, (hold, token)) in won.iter().enumerate() {
-        let (status, order) = app
-            .post(
-                "/v1/orders",
-                token,
-                json!({"holdId": hold, "paymentToken": "tok_ok"}),
-                Some(&format!("o{i}")),
-            )
-            .await;
+        let (status, order) = app.order(&json!(hold), token, &format!("o{i}")).await;
         assert_eq!(status, 202, "{order}");
         // The order's seats are its hold's (the order itself is read from the projection).
         let (_, view) = app.get(&format!("/v1/holds/{hold}"), token).await;

@@ -152,15 +152,7 @@ async fn commands_reach_the_seat_map_the_sse_stream_and_the_grpc_stream() {
     // Holds are not published per seat, only as the section's count.
     assert!(held.data["seats"].as_array().expect("seats").is_empty());
 
-    let (status, order) = rp
-        .app
-        .post(
-            "/v1/orders",
-            &ann,
-            json!({"holdId": hold["holdId"], "paymentToken": "tok_ok"}),
-            Some("o-1"),
-        )
-        .await;
+    let (status, order) = rp.app.order(&hold["holdId"], &ann, "o-1").await;
     assert_eq!(status, 202, "{order}");
     let sold = sse
         .until(&mut last, |d| {
@@ -618,15 +610,7 @@ async fn a_python_client_generated_from_proto_calls_grpc_and_grpc_web() {
         .app
         .hold(&event, &ann, json!({"seatIds": ["S1-R1-1"]}), None)
         .await;
-    let (_, order) = rp
-        .app
-        .post(
-            "/v1/orders",
-            &ann,
-            json!({"holdId": hold["holdId"], "paymentToken": "tok_ok"}),
-            Some("k"),
-        )
-        .await;
+    let (_, order) = rp.app.order(&hold["holdId"], &ann, "k").await;
     let order_id = order["orderId"].as_str().expect("order").to_owned();
     rp.eventually(&format!("/v1/orders/{order_id}"), &ann, |s, _| s == 200)
         .await;
