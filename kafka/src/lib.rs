@@ -10,10 +10,12 @@
 //! The code is plain rdkafka on the Kafka protocol: Apache Kafka, Redpanda or a managed cluster
 //! is a matter of `--brokers`.
 
+pub mod backoff;
 pub mod envelope;
 pub mod relay;
 pub mod topics;
 
+pub use backoff::Backoff;
 pub use envelope::{Envelope, EventRow, Source};
 pub use relay::{Relay, RelayConfig};
 pub use topics::KafkaConfig;

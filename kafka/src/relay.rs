@@ -102,7 +102,7 @@ impl Relay {
     /// Runs until `shutdown` resolves; an error (broker or database away) is retried with backoff.
     pub async fn run(&self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = crate::Backoff::new(Duration::from_millis(100));
         loop {
             let step = tokio::select! {
                 _ = &mut shutdown => return,
@@ -110,7 +110,7 @@ impl Relay {
             };
             match step {
                 Ok(s) => {
-                    backoff = Duration::from_millis(100);
+                    backoff.reset();
                     if s.published == 0 && s.advanced_to.is_none() {
                         tokio::time::sleep(Duration::from_millis(self.config.idle_ms)).await;
                     }
@@ -118,12 +118,11 @@ impl Relay {
                 Err(e) => {
                     metrics::counter!("onsale_relay_errors_total").increment(1);
                     tracing::warn!(error = %format!("{e:#}"), "relay step failed; retrying");
-                    tokio::time::sleep(backoff).await;
+                    backoff.wait().await;
                     // A broker that came back empty has no topic: make it again before retrying.
                     if let Err(e) = self.kafka.ensure_topic().await {
                         tracing::warn!(error = %format!("{e:#}"), "events topic not ready");
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
             }
         }

@@ -52,15 +52,14 @@ impl KafkaConfig {
     /// Creates the events topic unless it exists; a broker that is starting (or restarting) is
     /// given 30 s to answer. Returns the topic's partition count.
     pub async fn ensure_topic(&self) -> anyhow::Result<i32> {
-        let mut wait = Duration::from_millis(200);
+        let mut backoff = crate::Backoff::new(Duration::from_millis(200));
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             match self.create_topic().await {
                 Ok(n) => return Ok(n),
                 Err(e) if std::time::Instant::now() < deadline => {
                     tracing::warn!(error = %format!("{e:#}"), "topic not created yet; retrying");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(5));
+                    backoff.wait().await;
                 }
                 Err(e) => return Err(e),
             }

@@ -136,7 +136,7 @@ impl<P: Projection> Runner<P> {
     /// database away) are retried: the fold is dropped and reloaded from what was committed.
     pub async fn run(mut self, shutdown: impl Future<Output = ()> + Send) {
         tokio::pin!(shutdown);
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = onsale_kafka::Backoff::new(Duration::from_millis(200));
         loop {
             let result = tokio::select! {
                 _ = &mut shutdown => return,
@@ -149,8 +149,7 @@ impl<P: Projection> Runner<P> {
                 // What was not committed is forgotten: reload from the stored positions.
                 self.shows.clear();
                 self.pending_offsets.clear();
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                backoff.wait().await;
             }
         }
     }
