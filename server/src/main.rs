@@ -159,6 +159,8 @@ async fn main() -> anyhow::Result<()> {
         } => {
             telemetry::init_tracing();
             let mut app = App::build(&config, Arc::new(SystemClock)).await?;
+            // The query side gets a pool of its own on purpose: a burst of seat-map misses or
+            // SSE resumes must not take the connections the owners' appends are waiting for.
             let pool = PgPoolOptions::new()
                 .max_connections(config.pool_size)
                 .acquire_timeout(std::time::Duration::from_secs(2))
