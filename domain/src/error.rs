@@ -34,6 +34,8 @@ pub enum ShowError {
     HoldOrdered(OrderId),
     #[error("no such order")]
     OrderNotFound,
+    #[error("an order that is {0} cannot be cancelled")]
+    NotCancellable(&'static str),
     #[error("this idempotency key was used with a different request")]
     IdempotencyKeyReused,
     #[error("{entity} cannot go from {from} by {by}")]
@@ -61,6 +63,7 @@ impl ShowError {
             Self::HoldExpired => "HOLD_EXPIRED",
             Self::HoldOrdered(_) => "HOLD_ORDERED",
             Self::OrderNotFound => "ORDER_NOT_FOUND",
+            Self::NotCancellable(_) => "ORDER_NOT_CANCELLABLE",
             Self::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
             Self::InvalidTransition { .. } => "INVALID_TRANSITION",
         }

@@ -98,6 +98,18 @@ pub enum ShowCommand {
     CompensateOrder {
         order_id: OrderId,
     },
+    /// The buyer (or an admin) cancels a paid order: its seats go back on sale and a refund is
+    /// owed. The edge revokes the order's tickets before it sends this.
+    CancelOrder {
+        order_id: OrderId,
+        account: AccountId,
+        admin: bool,
+    },
+    /// The processor refunded the order (a cancellation or a make-good).
+    RecordRefund {
+        order_id: OrderId,
+        refund_id: String,
+    },
     /// The sweeper's command: each hold is expired only if it is still that hold, still active
     /// and past its expiry, so a late sweep can never release somebody else's newer hold.
     ExpireHolds {
@@ -154,6 +166,31 @@ pub enum ShowEvent {
         seat_ids: Vec<String>,
         at: DateTime<Utc>,
     },
+    /// A capture arrived after the order had failed, and its seats were still free: they are
+    /// sold to the order that paid for them (ADR 006).
+    OrderReinstated {
+        order_id: OrderId,
+        seat_ids: Vec<String>,
+        at: DateTime<Utc>,
+    },
+    /// A capture arrived after the order had failed, and somebody else has (some of) its seats
+    /// now: they are not taken back; the charge is refunded and the buyer owed a make-good.
+    MakeGoodOwed {
+        order_id: OrderId,
+        taken_seat_ids: Vec<String>,
+        at: DateTime<Utc>,
+    },
+    OrderCancelled {
+        order_id: OrderId,
+        seat_ids: Vec<String>,
+        by: AccountId,
+        at: DateTime<Utc>,
+    },
+    OrderRefunded {
+        order_id: OrderId,
+        refund_id: String,
+        at: DateTime<Utc>,
+    },
 }
 
 impl DomainEvent for ShowEvent {
@@ -168,11 +205,47 @@ impl DomainEvent for ShowEvent {
             Self::PaymentFailed { .. } => "PaymentFailed",
             Self::PaymentAmbiguous { .. } => "PaymentAmbiguous",
             Self::OrderCompensated { .. } => "OrderCompensated",
+            Self::OrderReinstated { .. } => "OrderReinstated",
+            Self::MakeGoodOwed { .. } => "MakeGoodOwed",
+            Self::OrderCancelled { .. } => "OrderCancelled",
+            Self::OrderRefunded { .. } => "OrderRefunded",
         }
         .to_owned()
     }
     fn event_version(&self) -> String {
         "1".to_owned()
+    }
+}
+
+impl ShowEvent {
+    /// The order the event is about, if any.
+    pub fn order_id(&self) -> Option<OrderId> {
+        match self {
+            Self::OrderPlaced { order_id, .. }
+            | Self::PaymentSucceeded { order_id, .. }
+            | Self::PaymentFailed { order_id, .. }
+            | Self::PaymentAmbiguous { order_id, .. }
+            | Self::OrderCompensated { order_id, .. }
+            | Self::OrderReinstated { order_id, .. }
+            | Self::MakeGoodOwed { order_id, .. }
+            | Self::OrderCancelled { order_id, .. }
+            | Self::OrderRefunded { order_id, .. } => Some(*order_id),
+            Self::ShowScheduled { .. }
+            | Self::SeatsHeld { .. }
+            | Self::HoldReleased { .. }
+            | Self::HoldExpired { .. } => None,
+        }
+    }
+
+    /// The hold the event is about, if it names one.
+    pub fn hold_id(&self) -> Option<HoldId> {
+        match self {
+            Self::SeatsHeld { hold_id, .. }
+            | Self::HoldReleased { hold_id }
+            | Self::HoldExpired { hold_id }
+            | Self::OrderPlaced { hold_id, .. } => Some(*hold_id),
+            _ => None,
+        }
     }
 }
 
@@ -216,6 +289,9 @@ pub struct Order {
     pub state: OrderState,
     pub ambiguous_since: Option<DateTime<Utc>>,
     pub failure: Option<String>,
+    /// Captured after it failed while its seats went to others: the buyer is owed a make-good.
+    #[serde(default)]
+    pub make_good: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -256,6 +332,7 @@ pub struct OrderView {
     pub seat_ids: Vec<String>,
     pub total_cents: i64,
     pub placed_at: DateTime<Utc>,
+    pub make_good: bool,
 }
 
 /// The services a show needs from outside: only the clock.
@@ -403,7 +480,9 @@ impl Show {
             ShowEvent::ShowScheduled { layout, .. } => (0..layout.seat_count()).collect(),
             ShowEvent::SeatsHeld { seat_ids, .. }
             | ShowEvent::OrderPlaced { seat_ids, .. }
-            | ShowEvent::OrderCompensated { seat_ids, .. } => by_id(seat_ids),
+            | ShowEvent::OrderCompensated { seat_ids, .. }
+            | ShowEvent::OrderReinstated { seat_ids, .. }
+            | ShowEvent::OrderCancelled { seat_ids, .. } => by_id(seat_ids),
             ShowEvent::HoldReleased { hold_id } | ShowEvent::HoldExpired { hold_id } => self
                 .holds
                 .get(hold_id)
@@ -411,6 +490,7 @@ impl Show {
             ShowEvent::PaymentSucceeded { order_id, .. }
             | ShowEvent::PaymentFailed { order_id, .. }
             | ShowEvent::PaymentAmbiguous { order_id, .. } => of_order(order_id),
+            ShowEvent::MakeGoodOwed { .. } | ShowEvent::OrderRefunded { .. } => Vec::new(),
         }
     }
 
@@ -465,6 +545,7 @@ impl Show {
             seat_ids: self.seat_names(&order.seats),
             total_cents: order.total_cents,
             placed_at: order.placed_at,
+            make_good: order.make_good,
         })
     }
 
@@ -522,7 +603,7 @@ impl Show {
             .into_iter()
             .flatten()
             .filter_map(|o| self.orders.get(o))
-            .filter(|o| o.state != OrderState::Failed)
+            .filter(|o| o.state.claims_seats())
             .map(|o| o.seats.len())
             .sum();
         u32::try_from(held + ordered).unwrap_or(u32::MAX)
@@ -650,18 +731,37 @@ impl Show {
                 }])
             }
             ShowCommand::RecordPaymentSucceeded { order_id } => {
+                let order = self.orders.get(&order_id).ok_or(ShowError::OrderNotFound)?;
+                if matches!(order.state, OrderState::PaymentFailed | OrderState::Failed) {
+                    return Ok(self.late_capture(order_id, order, now));
+                }
                 self.order_move(&order_id, OrderMove::Succeed, "payment succeeded", || {
                     ShowEvent::PaymentSucceeded { order_id, at: now }
                 })
             }
             ShowCommand::RecordPaymentFailed { order_id, reason } => {
-                self.order_move(&order_id, OrderMove::Fail, "payment failed", || {
-                    ShowEvent::PaymentFailed {
+                let order = self.orders.get(&order_id).ok_or(ShowError::OrderNotFound)?;
+                let mut events =
+                    self.order_move(&order_id, OrderMove::Fail, "payment failed", || {
+                        ShowEvent::PaymentFailed {
+                            order_id,
+                            reason,
+                            at: now,
+                        }
+                    })?;
+                // A definitive failure returns the seats in the same commit, guarded on the
+                // order: no window where a declined order still blocks them.
+                if matches!(
+                    order.state,
+                    OrderState::PendingPayment | OrderState::PaymentFailed
+                ) {
+                    events.push(ShowEvent::OrderCompensated {
                         order_id,
-                        reason,
+                        seat_ids: self.seat_names(&order.seats),
                         at: now,
-                    }
-                })
+                    });
+                }
+                Ok(events)
             }
             ShowCommand::RecordPaymentAmbiguous { order_id, reason } => {
                 self.order_move(&order_id, OrderMove::Ambiguous, "payment ambiguous", || {
@@ -686,6 +786,37 @@ impl Show {
                     }
                 })
             }
+            ShowCommand::CancelOrder {
+                order_id,
+                account,
+                admin,
+            } => {
+                let order = self
+                    .orders
+                    .get(&order_id)
+                    .filter(|o| admin || o.account == account)
+                    .ok_or(ShowError::OrderNotFound)?;
+                match order.state.verdict(OrderMove::Cancel) {
+                    Verdict::To(_) => Ok(vec![ShowEvent::OrderCancelled {
+                        order_id,
+                        seat_ids: self.seat_names(&order.seats),
+                        by: account,
+                        at: now,
+                    }]),
+                    Verdict::Already => Ok(Vec::new()),
+                    Verdict::Refused => Err(ShowError::NotCancellable(order.state.public_status())),
+                }
+            }
+            ShowCommand::RecordRefund {
+                order_id,
+                refund_id,
+            } => self.order_move(&order_id, OrderMove::Refund, "refund", || {
+                ShowEvent::OrderRefunded {
+                    order_id,
+                    refund_id,
+                    at: now,
+                }
+            }),
             ShowCommand::ExpireHolds { hold_ids } => {
                 let mut seen = BTreeSet::new();
                 Ok(hold_ids
@@ -798,6 +929,42 @@ impl Show {
             Verdict::Already => Ok(Vec::new()),
             Verdict::Refused => Err(refused("order", order.state.name(), what)),
         }
+    }
+
+    /// The late-success policy (ADR 006): a capture for an order that already failed. Its seats
+    /// are sold to it again if every one is still free (lapsed holds on them end first);
+    /// otherwise nobody loses a seat they now hold or bought: the order owes a refund and a
+    /// make-good.
+    fn late_capture(&self, order_id: OrderId, order: &Order, now: DateTime<Utc>) -> Vec<ShowEvent> {
+        let mut lapsed = BTreeSet::new();
+        let mut taken = Vec::new();
+        for &i in &order.seats {
+            match self.seats[i as usize] {
+                Seat::Available => {}
+                Seat::PendingPayment(o) if o == order_id => {}
+                Seat::Held(h) if self.holds.get(&h).is_some_and(|h| h.expires_at <= now) => {
+                    lapsed.insert(h);
+                }
+                _ => taken.push(i),
+            }
+        }
+        if !taken.is_empty() {
+            return vec![ShowEvent::MakeGoodOwed {
+                order_id,
+                taken_seat_ids: self.seat_names(&taken),
+                at: now,
+            }];
+        }
+        let mut events: Vec<ShowEvent> = lapsed
+            .into_iter()
+            .map(|hold_id| ShowEvent::HoldExpired { hold_id })
+            .collect();
+        events.push(ShowEvent::OrderReinstated {
+            order_id,
+            seat_ids: self.seat_names(&order.seats),
+            at: now,
+        });
+        events
     }
 
     /// A seat may be taken now: available, or held by a hold whose expiry has passed (the
@@ -1145,6 +1312,7 @@ impl Aggregate for Show {
                         state: OrderState::PendingPayment,
                         ambiguous_since: None,
                         failure: None,
+                        make_good: false,
                     },
                 );
             }
@@ -1167,6 +1335,36 @@ impl Aggregate for Show {
                 if let Some(o) = self.orders.get_mut(&order_id) {
                     o.ambiguous_since.get_or_insert(at);
                 }
+            }
+            ShowEvent::OrderReinstated { order_id, .. } => {
+                if let Some(seats) = self.order_to(&order_id, OrderMove::Reinstate) {
+                    for i in seats {
+                        match self.seats[i as usize] {
+                            Seat::PendingPayment(o) if o == order_id => {
+                                self.move_seat(i, SeatMove::Pay, Seat::Sold(order_id));
+                            }
+                            _ => self.move_seat(i, SeatMove::Reinstate, Seat::Sold(order_id)),
+                        }
+                    }
+                }
+            }
+            ShowEvent::MakeGoodOwed { order_id, .. } => {
+                self.order_to(&order_id, OrderMove::MakeGood);
+                if let Some(o) = self.orders.get_mut(&order_id) {
+                    o.make_good = true;
+                }
+            }
+            ShowEvent::OrderCancelled { order_id, .. } => {
+                if let Some(seats) = self.order_to(&order_id, OrderMove::Cancel) {
+                    for i in seats {
+                        if self.seats[i as usize] == Seat::Sold(order_id) {
+                            self.move_seat(i, SeatMove::Cancel, Seat::Available);
+                        }
+                    }
+                }
+            }
+            ShowEvent::OrderRefunded { order_id, .. } => {
+                self.order_to(&order_id, OrderMove::Refund);
             }
             ShowEvent::OrderCompensated { order_id, .. } => {
                 if let Some(seats) = self.order_to(&order_id, OrderMove::Compensate) {

@@ -472,7 +472,7 @@ fn a_hold_retry_with_its_key_replays_and_another_body_is_refused() {
 }
 
 #[test]
-fn payment_success_sells_and_is_idempotent_but_never_revives_a_failed_order() {
+fn payment_success_sells_and_is_idempotent() {
     let given = vec![
         scheduled(),
         held(1, "ann", &["A-1-1"], 600),
@@ -488,7 +488,7 @@ fn payment_success_sells_and_is_idempotent_but_never_revives_a_failed_order() {
             at: t0() + Duration::seconds(1),
         }]);
     at(1)
-        .given(given.clone())
+        .given(given)
         .and(vec![ShowEvent::PaymentSucceeded {
             order_id: order_id(1),
             at: t0(),
@@ -497,20 +497,210 @@ fn payment_success_sells_and_is_idempotent_but_never_revives_a_failed_order() {
             order_id: order_id(1),
         })
         .then_expect_events(vec![]);
-    at(1)
-        .given(given)
-        .and(vec![ShowEvent::PaymentFailed {
+}
+
+fn failed_order() -> Vec<ShowEvent> {
+    vec![
+        scheduled(),
+        held(1, "ann", &["A-1-1", "A-1-2"], 600),
+        placed(1, 1, "ann", &["A-1-1", "A-1-2"], 24_000),
+        ShowEvent::PaymentFailed {
             order_id: order_id(1),
             reason: "declined".into(),
             at: t0(),
-        }])
+        },
+        ShowEvent::OrderCompensated {
+            order_id: order_id(1),
+            seat_ids: seats(&["A-1-1", "A-1-2"]),
+            at: t0(),
+        },
+    ]
+}
+
+#[test]
+fn a_definitive_failure_returns_the_seats_in_the_same_commit() {
+    at(1)
+        .given(vec![
+            scheduled(),
+            held(1, "ann", &["A-1-1"], 600),
+            placed(1, 1, "ann", &["A-1-1"], 12_000),
+        ])
+        .when(ShowCommand::RecordPaymentFailed {
+            order_id: order_id(1),
+            reason: "declined".into(),
+        })
+        .then_expect_events(vec![
+            ShowEvent::PaymentFailed {
+                order_id: order_id(1),
+                reason: "declined".into(),
+                at: t0() + Duration::seconds(1),
+            },
+            ShowEvent::OrderCompensated {
+                order_id: order_id(1),
+                seat_ids: seats(&["A-1-1"]),
+                at: t0() + Duration::seconds(1),
+            },
+        ]);
+    // A duplicate failure changes nothing.
+    at(1)
+        .given(failed_order())
+        .when(ShowCommand::RecordPaymentFailed {
+            order_id: order_id(1),
+            reason: "declined again".into(),
+        })
+        .then_expect_events(vec![]);
+}
+
+#[test]
+fn a_capture_after_failure_reinstates_the_order_while_its_seats_are_free() {
+    // A hold on one of the seats has lapsed: it ends first, then the order gets its seats.
+    at(700)
+        .given(failed_order())
+        .and(vec![held(2, "bob", &["A-1-2"], 60)])
         .when(ShowCommand::RecordPaymentSucceeded {
             order_id: order_id(1),
         })
+        .then_expect_events(vec![
+            ShowEvent::HoldExpired {
+                hold_id: hold_id(2),
+            },
+            ShowEvent::OrderReinstated {
+                order_id: order_id(1),
+                seat_ids: seats(&["A-1-1", "A-1-2"]),
+                at: t0() + Duration::seconds(700),
+            },
+        ]);
+}
+
+#[test]
+fn a_capture_after_failure_never_takes_a_seat_from_its_new_holder() {
+    let taken = ShowEvent::MakeGoodOwed {
+        order_id: order_id(1),
+        taken_seat_ids: seats(&["A-1-2"]),
+        at: t0() + Duration::seconds(1),
+    };
+    at(1)
+        .given(failed_order())
+        .and(vec![held(2, "bob", &["A-1-2"], 600)])
+        .when(ShowCommand::RecordPaymentSucceeded {
+            order_id: order_id(1),
+        })
+        .then_expect_events(vec![taken.clone()]);
+    // Bob keeps his seat; a second report of the capture is a duplicate.
+    at(2)
+        .given(failed_order())
+        .and(vec![held(2, "bob", &["A-1-2"], 600), taken.clone()])
+        .when(ShowCommand::RecordPaymentSucceeded {
+            order_id: order_id(1),
+        })
+        .then_expect_events(vec![]);
+    at(0)
+        .given(failed_order())
+        .and(vec![held(2, "bob", &["A-1-2"], 600), taken])
+        .when(place_cmd(2, 2, "bob", "k-order", "fp-order"))
+        .then_expect_events(vec![placed(2, 2, "bob", &["A-1-2"], 12_000)]);
+}
+
+fn confirmed_order() -> Vec<ShowEvent> {
+    vec![
+        scheduled(),
+        held(1, "ann", &["A-1-1"], 600),
+        placed(1, 1, "ann", &["A-1-1"], 12_000),
+        ShowEvent::PaymentSucceeded {
+            order_id: order_id(1),
+            at: t0(),
+        },
+    ]
+}
+
+fn cancel_cmd(who: &str, admin: bool) -> ShowCommand {
+    ShowCommand::CancelOrder {
+        order_id: order_id(1),
+        account: acct(who),
+        admin,
+    }
+}
+
+#[test]
+fn cancelling_a_paid_order_returns_its_seats_once_and_owes_a_refund() {
+    let cancelled = ShowEvent::OrderCancelled {
+        order_id: order_id(1),
+        seat_ids: seats(&["A-1-1"]),
+        by: acct("ann"),
+        at: t0() + Duration::seconds(1),
+    };
+    at(1)
+        .given(confirmed_order())
+        .when(cancel_cmd("ann", false))
+        .then_expect_events(vec![cancelled.clone()]);
+    at(1)
+        .given(confirmed_order())
+        .and(vec![cancelled.clone()])
+        .when(cancel_cmd("ann", false))
+        .then_expect_events(vec![]);
+    // The seat is on sale again.
+    at(2)
+        .given(confirmed_order())
+        .and(vec![cancelled.clone()])
+        .when(hold_cmd(2, "bob", &["A-1-1"]))
+        .then_expect_events(vec![held(2, "bob", &["A-1-1"], 602)]);
+    let refunded = ShowEvent::OrderRefunded {
+        order_id: order_id(1),
+        refund_id: "re_1".into(),
+        at: t0() + Duration::seconds(3),
+    };
+    at(3)
+        .given(confirmed_order())
+        .and(vec![cancelled.clone()])
+        .when(ShowCommand::RecordRefund {
+            order_id: order_id(1),
+            refund_id: "re_1".into(),
+        })
+        .then_expect_events(vec![refunded.clone()]);
+    // Refunded is final: no cancellation, capture or second refund moves it.
+    at(4)
+        .given(confirmed_order())
+        .and(vec![cancelled, refunded])
+        .when(ShowCommand::RecordPaymentSucceeded {
+            order_id: order_id(1),
+        })
+        .then_expect_events(vec![]);
+}
+
+#[test]
+fn only_the_buyer_or_an_admin_cancels_and_only_a_paid_order() {
+    at(1)
+        .given(confirmed_order())
+        .when(cancel_cmd("bob", false))
+        .then_expect_error(ShowError::OrderNotFound);
+    at(1)
+        .given(confirmed_order())
+        .when(cancel_cmd("admin", true))
+        .then_expect_events(vec![ShowEvent::OrderCancelled {
+            order_id: order_id(1),
+            seat_ids: seats(&["A-1-1"]),
+            by: acct("admin"),
+            at: t0() + Duration::seconds(1),
+        }]);
+    at(1)
+        .given(vec![
+            scheduled(),
+            held(1, "ann", &["A-1-1"], 600),
+            placed(1, 1, "ann", &["A-1-1"], 12_000),
+        ])
+        .when(cancel_cmd("ann", false))
+        .then_expect_error(ShowError::NotCancellable("PENDING_PAYMENT"));
+    // A refund is only owed for a cancelled or made-good order.
+    at(1)
+        .given(confirmed_order())
+        .when(ShowCommand::RecordRefund {
+            order_id: order_id(1),
+            refund_id: "re_1".into(),
+        })
         .then_expect_error(ShowError::InvalidTransition {
             entity: "order",
-            from: "FAILED",
-            by: "payment succeeded",
+            from: "CONFIRMED",
+            by: "refund",
         });
 }
 

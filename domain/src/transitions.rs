@@ -37,6 +37,11 @@ pub enum SeatMove {
     Order,
     Pay,
     Compensate,
+    /// A paid order's buyer (or an admin) cancelled it: the seat goes back on sale.
+    Cancel,
+    /// A capture that arrived after the order failed, while the seat was still free (the late
+    /// success policy, ADR 006): the seat is sold to the order that paid for it.
+    Reinstate,
 }
 
 impl Transition for SeatStatus {
@@ -50,9 +55,12 @@ impl Transition for SeatStatus {
             (S::Held, M::Order) => Verdict::To(S::PendingPayment),
             (S::PendingPayment, M::Pay) => Verdict::To(S::Sold),
             (S::PendingPayment, M::Compensate) => Verdict::To(S::Available),
+            (S::Sold, M::Cancel) => Verdict::To(S::Available),
+            (S::Available, M::Reinstate) => Verdict::To(S::Sold),
             _ => Verdict::Refused,
         }
     }
+    /// Sold is terminal for the sale: no payment event moves it; only its buyer's cancellation.
     fn is_terminal(self) -> bool {
         self == Self::Sold
     }
@@ -109,13 +117,23 @@ impl Transition for HoldState {
 }
 
 /// An order's lifecycle. `PaymentFailed` is "declined, seats not yet returned": the compensation
-/// is its own guarded step so that it is visible in the log and idempotent.
+/// is its own guarded event so that it is visible in the log and idempotent.
+///
+/// Money decides the exits (ADR 006): a capture that arrives after the order failed either
+/// reinstates it (its seats are still free) or owes a refund and a make-good (somebody else has
+/// them); a confirmed order leaves only by its cancellation, which owes a refund; `Refunded` is
+/// final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OrderState {
     PendingPayment,
     PaymentFailed,
     Confirmed,
     Failed,
+    /// Cancelled after payment: tickets revoked, seats returned, the refund owed.
+    Cancelled,
+    /// Captured after it failed while its seats went to someone else: refund owed, make-good.
+    MakeGood,
+    Refunded,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +142,10 @@ pub enum OrderMove {
     Fail,
     Ambiguous,
     Compensate,
+    Reinstate,
+    MakeGood,
+    Cancel,
+    Refund,
 }
 
 impl Transition for OrderState {
@@ -136,17 +158,29 @@ impl Transition for OrderState {
             (S::PendingPayment, M::Fail) => Verdict::To(S::PaymentFailed),
             (S::PendingPayment, M::Ambiguous) => Verdict::To(S::PendingPayment),
             (S::PaymentFailed, M::Compensate) => Verdict::To(S::Failed),
-            (S::Confirmed, M::Succeed) => Verdict::Already,
+            (S::PaymentFailed | S::Failed, M::Reinstate) => Verdict::To(S::Confirmed),
+            (S::PaymentFailed | S::Failed, M::MakeGood) => Verdict::To(S::MakeGood),
+            (S::Confirmed, M::Cancel) => Verdict::To(S::Cancelled),
+            (S::Cancelled | S::MakeGood, M::Refund) => Verdict::To(S::Refunded),
+            // Duplicates: the money already moved this way.
+            (S::Confirmed | S::Cancelled | S::MakeGood | S::Refunded, M::Succeed) => {
+                Verdict::Already
+            }
             (S::PaymentFailed | S::Failed, M::Fail) => Verdict::Already,
             (S::Failed, M::Compensate) => Verdict::Already,
+            (S::Cancelled | S::Refunded, M::Cancel) => Verdict::Already,
+            (S::Refunded, M::Refund) => Verdict::Already,
             _ => Verdict::Refused,
         }
     }
     fn is_terminal(self) -> bool {
-        matches!(self, Self::Confirmed | Self::Failed)
+        self == Self::Refunded
     }
     fn name(self) -> &'static str {
-        self.public_status()
+        match self {
+            Self::MakeGood => "MAKE_GOOD",
+            other => other.public_status(),
+        }
     }
 }
 
@@ -155,9 +189,24 @@ impl OrderState {
     pub fn public_status(self) -> &'static str {
         match self {
             Self::PendingPayment => "PENDING_PAYMENT",
-            Self::PaymentFailed | Self::Failed => "FAILED",
+            Self::PaymentFailed | Self::Failed | Self::MakeGood => "FAILED",
             Self::Confirmed => "CONFIRMED",
+            Self::Cancelled => "CANCELLED",
+            Self::Refunded => "REFUNDED",
         }
+    }
+
+    /// Nothing is owed on the order any more: no payment to resolve, no refund to send.
+    pub fn is_resolved(self) -> bool {
+        matches!(self, Self::Confirmed | Self::Failed | Self::Refunded)
+    }
+
+    /// The order still claims its seats (counts against the account's cap).
+    pub fn claims_seats(self) -> bool {
+        matches!(
+            self,
+            Self::PendingPayment | Self::PaymentFailed | Self::Confirmed
+        )
     }
 }
 
@@ -165,28 +214,51 @@ impl OrderState {
 mod tests {
     use super::*;
 
-    fn all_seat_moves() -> [SeatMove; 5] {
+    fn all_seat_moves() -> [SeatMove; 7] {
         use SeatMove::*;
-        [Hold, Release, Order, Pay, Compensate]
+        [Hold, Release, Order, Pay, Compensate, Cancel, Reinstate]
+    }
+
+    fn all_order_moves() -> [OrderMove; 8] {
+        use OrderMove::*;
+        [
+            Succeed, Fail, Ambiguous, Compensate, Reinstate, MakeGood, Cancel, Refund,
+        ]
     }
 
     #[test]
     fn terminal_states_refuse_every_move_that_would_change_them() {
         for m in all_seat_moves() {
-            assert_eq!(SeatStatus::Sold.verdict(m), Verdict::Refused);
+            let expected = if m == SeatMove::Cancel {
+                Verdict::To(SeatStatus::Available)
+            } else {
+                Verdict::Refused
+            };
+            assert_eq!(SeatStatus::Sold.verdict(m), expected, "sold seat by {m:?}");
         }
-        for s in [OrderState::Confirmed, OrderState::Failed] {
-            for m in [
-                OrderMove::Succeed,
-                OrderMove::Fail,
-                OrderMove::Ambiguous,
-                OrderMove::Compensate,
-            ] {
-                assert!(
-                    !matches!(s.verdict(m), Verdict::To(_)),
-                    "{s:?} moved by {m:?}"
-                );
-            }
+        for m in all_order_moves() {
+            assert!(
+                !matches!(OrderState::Refunded.verdict(m), Verdict::To(_)),
+                "refunded moved by {m:?}"
+            );
+        }
+        // A confirmed order leaves only by its cancellation; no payment event moves it.
+        for m in all_order_moves() {
+            let moved = matches!(OrderState::Confirmed.verdict(m), Verdict::To(_));
+            assert_eq!(moved, m == OrderMove::Cancel, "confirmed moved by {m:?}");
+        }
+        // A failed order is never made pending, failed again or cancelled: only money moves it.
+        for m in [
+            OrderMove::Fail,
+            OrderMove::Ambiguous,
+            OrderMove::Compensate,
+            OrderMove::Cancel,
+            OrderMove::Succeed,
+        ] {
+            assert!(
+                !matches!(OrderState::Failed.verdict(m), Verdict::To(_)),
+                "failed moved by {m:?}"
+            );
         }
         for s in [HoldState::Released, HoldState::Expired, HoldState::Ordered] {
             for m in [HoldMove::Release, HoldMove::Expire, HoldMove::Order] {

@@ -37,6 +37,13 @@ enum Op {
     Compensate {
         pick: usize,
     },
+    Cancel {
+        who: usize,
+        pick: usize,
+    },
+    Refund {
+        pick: usize,
+    },
     Sweep,
     Tick {
         secs: i64,
@@ -55,6 +62,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0..3usize, any::<usize>()).prop_map(|(who, pick)| Op::Order { who, pick }),
         3 => (any::<usize>(), 0..3u8).prop_map(|(pick, outcome)| Op::Pay { pick, outcome }),
         1 => any::<usize>().prop_map(|pick| Op::Compensate { pick }),
+        1 => (0..3usize, any::<usize>()).prop_map(|(who, pick)| Op::Cancel { who, pick }),
+        1 => any::<usize>().prop_map(|pick| Op::Refund { pick }),
         1 => Just(Op::Sweep),
         2 => (0..400i64).prop_map(|secs| Op::Tick { secs }),
         1 => Just(Op::Retry),
@@ -187,6 +196,7 @@ impl World {
     }
 
     fn step(&mut self, op: Op) {
+        let captured = matches!(op, Op::Pay { outcome: 0, .. });
         let acct = |who: usize| AccountId::parse(ACCOUNTS[who]).expect("account");
         match op {
             Op::Hold { who, seats, keyed } => {
@@ -289,6 +299,23 @@ impl World {
                     let _ = self.run(ShowCommand::CompensateOrder { order_id });
                 }
             }
+            Op::Cancel { who, pick } => {
+                if let Some(&order_id) = pick_from(&self.orders, pick) {
+                    let _ = self.run(ShowCommand::CancelOrder {
+                        order_id,
+                        account: acct(who),
+                        admin: false,
+                    });
+                }
+            }
+            Op::Refund { pick } => {
+                if let Some(&order_id) = pick_from(&self.orders, pick) {
+                    let _ = self.run(ShowCommand::RecordRefund {
+                        order_id,
+                        refund_id: format!("re_{order_id}"),
+                    });
+                }
+            }
             Op::Sweep => {
                 let hold_ids = self.show.expired_holds(self.now, 100);
                 self.run(ShowCommand::ExpireHolds { hold_ids })
@@ -346,10 +373,12 @@ impl World {
                 self.show = restored;
             }
         }
-        self.check();
+        self.check(captured);
     }
 
-    fn check(&mut self) {
+    /// `captured`: the step reported a successful charge (the only thing that may revive a
+    /// failed order).
+    fn check(&mut self, captured: bool) {
         let mut claimed: HashMap<usize, OrderId> = HashMap::new();
         for (i, (name, seat)) in self.show.seats().enumerate() {
             match seat {
@@ -378,7 +407,7 @@ impl World {
         // No seat belongs to two orders that still count: never sold twice.
         let mut owner: HashMap<u32, OrderId> = HashMap::new();
         for (id, order) in self.show.orders() {
-            if order.state == OrderStatus::Failed {
+            if !order.state.claims_seats() {
                 continue;
             }
             for &s in &order.seats {
@@ -410,16 +439,20 @@ impl World {
         }
         for (id, order) in self.show.orders() {
             if let Some(prev) = self.seen_order_states.insert(*id, order.state) {
-                let terminal = matches!(prev, OrderStatus::Confirmed | OrderStatus::Failed);
-                assert!(
-                    !terminal || prev == order.state,
-                    "order {id} regressed from {prev:?} to {:?}",
-                    order.state
-                );
-                assert!(
-                    !(prev == OrderStatus::PaymentFailed && order.state == OrderStatus::Confirmed),
-                    "a declined order was confirmed"
-                );
+                use OrderStatus as S;
+                let now = order.state;
+                let allowed = prev == now
+                    || match prev {
+                        S::PendingPayment => now != S::Cancelled && now != S::Refunded,
+                        S::PaymentFailed | S::Failed => {
+                            now == S::Failed
+                                || (captured && matches!(now, S::Confirmed | S::MakeGood))
+                        }
+                        S::Confirmed => now == S::Cancelled,
+                        S::Cancelled | S::MakeGood => now == S::Refunded,
+                        S::Refunded => false,
+                    };
+                assert!(allowed, "order {id} went from {prev:?} to {now:?}");
             }
         }
         for who in ACCOUNTS {

@@ -1,6 +1,7 @@
 //! Seat history for auditors: every event that touched each seat, in log order.
 
-use onsale_domain::{Show, ShowEvent};
+use cqrs_es::DomainEvent;
+use onsale_domain::Show;
 use sqlx::postgres::PgConnection;
 
 use crate::fold::EventCtx;
@@ -12,7 +13,7 @@ struct Rows {
     seat_id: Vec<String>,
     sequence: Vec<i64>,
     at: Vec<chrono::DateTime<chrono::Utc>>,
-    kind: Vec<&'static str>,
+    kind: Vec<String>,
     hold_id: Vec<Option<String>>,
     order_id: Vec<Option<String>>,
     account_id: Vec<Option<String>>,
@@ -31,25 +32,8 @@ impl Projection for SeatHistory {
 
     fn event(&mut self, ctx: &EventCtx<'_>) {
         let show = ctx.after;
-        let (kind, hold, order) = match &ctx.log.event {
-            ShowEvent::ShowScheduled { .. } => ("ShowScheduled", None, None),
-            ShowEvent::SeatsHeld { hold_id, .. } => ("SeatsHeld", Some(*hold_id), None),
-            ShowEvent::HoldReleased { hold_id } => ("HoldReleased", Some(*hold_id), None),
-            ShowEvent::HoldExpired { hold_id } => ("HoldExpired", Some(*hold_id), None),
-            ShowEvent::OrderPlaced {
-                order_id, hold_id, ..
-            } => ("OrderPlaced", Some(*hold_id), Some(*order_id)),
-            ShowEvent::PaymentSucceeded { order_id, .. } => {
-                ("PaymentSucceeded", None, Some(*order_id))
-            }
-            ShowEvent::PaymentFailed { order_id, .. } => ("PaymentFailed", None, Some(*order_id)),
-            ShowEvent::PaymentAmbiguous { order_id, .. } => {
-                ("PaymentAmbiguous", None, Some(*order_id))
-            }
-            ShowEvent::OrderCompensated { order_id, .. } => {
-                ("OrderCompensated", None, Some(*order_id))
-            }
-        };
+        let event = &ctx.log.event;
+        let (kind, hold, order) = (event.event_type(), event.hold_id(), event.order_id());
         let hold = hold.or_else(|| order.and_then(|o| show.order(&o)).map(|o| o.hold_id));
         let account = hold
             .and_then(|h| show.hold(&h))
@@ -63,7 +47,7 @@ impl Projection for SeatHistory {
             r.seat_id.push(seat_id.to_owned());
             r.sequence.push(ctx.log.sequence);
             r.at.push(ctx.log.at);
-            r.kind.push(kind);
+            r.kind.push(kind.clone());
             r.hold_id.push(hold.map(|h| h.to_string()));
             r.order_id.push(order.map(|o| o.to_string()));
             r.account_id.push(account.clone());

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use onsale_domain::{OrderId, Show, ShowEvent};
+use onsale_domain::Show;
 use sqlx::postgres::PgConnection;
 
 use crate::fold::EventCtx;
@@ -28,27 +28,18 @@ pub struct Orders {
     changed: HashMap<String, Row>,
 }
 
-fn order_of(event: &ShowEvent) -> Option<&OrderId> {
-    match event {
-        ShowEvent::OrderPlaced { order_id, .. }
-        | ShowEvent::PaymentSucceeded { order_id, .. }
-        | ShowEvent::PaymentFailed { order_id, .. }
-        | ShowEvent::PaymentAmbiguous { order_id, .. }
-        | ShowEvent::OrderCompensated { order_id, .. } => Some(order_id),
-        ShowEvent::ShowScheduled { .. }
-        | ShowEvent::SeatsHeld { .. }
-        | ShowEvent::HoldReleased { .. }
-        | ShowEvent::HoldExpired { .. } => None,
-    }
-}
-
 impl Projection for Orders {
     const NAME: &'static str = "orders";
 
     fn loaded(&mut self, _show_id: &str, _show: &Show) {}
 
     fn event(&mut self, ctx: &EventCtx<'_>) {
-        let Some(view) = order_of(&ctx.log.event).and_then(|id| ctx.after.order_view(id)) else {
+        let Some(view) = ctx
+            .log
+            .event
+            .order_id()
+            .and_then(|id| ctx.after.order_view(&id))
+        else {
             return;
         };
         self.changed.insert(

@@ -58,6 +58,7 @@ impl From<ShowError> for ApiError {
             | ShowError::SaleClosed
             | ShowError::HoldExpired
             | ShowError::HoldOrdered(_)
+            | ShowError::NotCancellable(_)
             | ShowError::InvalidTransition { .. } => StatusCode::CONFLICT,
         };
         let err = ApiError::new(status, e.code(), e.to_string());
