@@ -1,0 +1,407 @@
+//! A card-processor simulator: the one part of onsale's world that is simulated (the payment
+//! network), built to behave like a real processor so the payment path is tested against the
+//! hard parts: charges keyed by idempotency key, a status endpoint, voids, refunds, signed
+//! webhooks that arrive twice and out of order, a daily settlement file, and an outage switch.
+//!
+//! The books are [`ledger::Ledger`] (no I/O, also used by property tests as the witness); this
+//! module serves them over HTTP and delivers the webhooks. It must not know anything about
+//! onsale beyond the merchant reference it is given.
+
+pub mod ledger;
+pub mod signature;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{NaiveDate, Utc};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+pub use ledger::{
+    Behaviour, Charge, ChargeRequest, ChargeStatus, Ledger, LedgerError, Refund, SettlementLine,
+    WebhookEvent,
+};
+
+/// The switches: faults and where webhooks go. `POST /admin/settings` changes any of them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Settings {
+    /// Every API call answers 503 and no webhook leaves.
+    pub outage: bool,
+    /// How long a hanging charge call (the `tok_timeout_*` tokens) takes to answer.
+    pub hang_ms: u64,
+    /// How long a pending or late-settling charge takes to resolve.
+    pub settle_ms: u64,
+    /// A delay after a charge is recorded and before it is answered (a caller that dies in
+    /// this window has been charged without knowing it).
+    pub respond_delay_ms: u64,
+    /// Extra deliveries of every webhook event.
+    pub webhook_duplicates: u32,
+    /// Each delivery waits a random time up to this, so events overtake each other.
+    pub webhook_jitter_ms: u64,
+    pub webhook_url: Option<String>,
+    pub webhook_secret: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            outage: false,
+            hang_ms: 3_000,
+            settle_ms: 2_000,
+            respond_delay_ms: 0,
+            webhook_duplicates: 1,
+            webhook_jitter_ms: 300,
+            webhook_url: None,
+            webhook_secret: "onsale-dev-webhook-secret".into(),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    ledger: Ledger,
+    settings: Settings,
+    deliveries: Vec<Delivery>,
+}
+
+#[derive(Debug, Clone)]
+struct Delivery {
+    event: WebhookEvent,
+    due: tokio::time::Instant,
+    attempts: u32,
+}
+
+/// A running simulator's shared state.
+#[derive(Debug, Clone, Default)]
+pub struct Sim {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl Sim {
+    pub fn new(settings: Settings) -> Self {
+        let sim = Self::default();
+        sim.lock().settings = settings;
+        sim
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock is a bug in this file; keep serving what is there.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn settings(&self) -> Settings {
+        self.lock().settings.clone()
+    }
+
+    pub fn update(&self, f: impl FnOnce(&mut Settings)) {
+        f(&mut self.lock().settings);
+    }
+
+    /// A copy of the books, for tests and the demo.
+    pub fn ledger(&self) -> Ledger {
+        self.lock().ledger.clone()
+    }
+
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/v1/charges", post(create_charge))
+            .route("/v1/charges/{key}", get(charge_status))
+            .route("/v1/charges/{key}/void", post(void_charge))
+            .route("/v1/refunds", post(create_refund))
+            .route("/v1/settlements/{day}", get(settlement))
+            .route("/v1/ledger", get(ledger_view))
+            .route("/admin/settings", get(get_settings).post(post_settings))
+            .with_state(self.clone())
+    }
+
+    /// Serves the API and delivers webhooks until `shutdown`.
+    pub async fn run(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let deliverer = tokio::spawn(self.clone().deliver_webhooks());
+        let served = axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown)
+            .await;
+        deliverer.abort();
+        Ok(served?)
+    }
+
+    /// Settles what is due, then sends due deliveries; a delivery that is not answered 2xx is
+    /// tried again later, up to 30 times.
+    async fn deliver_webhooks(self) {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap_or_default();
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        loop {
+            tick.tick().await;
+            let (due, settings) = {
+                let mut inner = self.lock();
+                inner.ledger.advance(Utc::now());
+                let settings = inner.settings.clone();
+                let now = tokio::time::Instant::now();
+                let mut rng = rand::rng();
+                for event in inner.ledger.take_events() {
+                    for _ in 0..=settings.webhook_duplicates {
+                        let jitter = rng.random_range(0..=settings.webhook_jitter_ms);
+                        inner.deliveries.push(Delivery {
+                            event: event.clone(),
+                            due: now + Duration::from_millis(jitter),
+                            attempts: 0,
+                        });
+                    }
+                }
+                if settings.outage || settings.webhook_url.is_none() {
+                    continue;
+                }
+                let (due, later): (Vec<Delivery>, Vec<Delivery>) =
+                    inner.deliveries.drain(..).partition(|d| d.due <= now);
+                inner.deliveries = later;
+                (due, settings)
+            };
+            let Some(url) = settings.webhook_url.clone() else {
+                continue;
+            };
+            for mut d in due {
+                let (http, url, secret, sim) = (
+                    http.clone(),
+                    url.clone(),
+                    settings.webhook_secret.clone(),
+                    self.clone(),
+                );
+                tokio::spawn(async move {
+                    let body = serde_json::to_vec(&d.event).unwrap_or_default();
+                    let header = signature::sign(&secret, Utc::now().timestamp(), &body);
+                    let ok = http
+                        .post(&url)
+                        .header(signature::HEADER, header)
+                        .header("content-type", "application/json")
+                        .body(body)
+                        .send()
+                        .await
+                        .is_ok_and(|r| r.status().is_success());
+                    if !ok && d.attempts < 30 {
+                        d.attempts += 1;
+                        d.due = tokio::time::Instant::now()
+                            + Duration::from_millis(200 * u64::from(d.attempts.min(10)));
+                        sim.lock().deliveries.push(d);
+                    }
+                });
+            }
+        }
+    }
+}
+
+fn problem(status: StatusCode, code: &str, detail: impl std::fmt::Display) -> Response {
+    (
+        status,
+        Json(json!({"code": code, "detail": detail.to_string()})),
+    )
+        .into_response()
+}
+
+fn refused(e: &LedgerError) -> Response {
+    let status = match e {
+        LedgerError::InvalidToken | LedgerError::InvalidAmount => StatusCode::BAD_REQUEST,
+        LedgerError::IdempotencyMismatch => StatusCode::UNPROCESSABLE_ENTITY,
+        LedgerError::NoSuchCharge => StatusCode::NOT_FOUND,
+        LedgerError::NotCaptured | LedgerError::AlreadyCaptured | LedgerError::RefundTooLarge => {
+            StatusCode::CONFLICT
+        }
+    };
+    problem(status, e.code(), e)
+}
+
+fn outage(sim: &Sim) -> Option<Response> {
+    sim.settings().outage.then(|| {
+        let mut r = problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "processor_unavailable",
+            "the processor is down",
+        );
+        r.headers_mut()
+            .insert("retry-after", axum::http::HeaderValue::from_static("1"));
+        r
+    })
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .filter(|k| !k.is_empty() && k.len() <= 255)
+        .map(str::to_owned)
+}
+
+/// The charge as the API answers it: 200 captured, 402 declined, 202 still pending.
+fn charge_answer(c: &Charge) -> Response {
+    let status = match c.status {
+        ChargeStatus::Succeeded | ChargeStatus::Refunded => StatusCode::OK,
+        ChargeStatus::Failed | ChargeStatus::Voided => StatusCode::PAYMENT_REQUIRED,
+        ChargeStatus::Pending => StatusCode::ACCEPTED,
+    };
+    (status, Json(c)).into_response()
+}
+
+async fn create_charge(
+    State(sim): State<Sim>,
+    headers: HeaderMap,
+    Json(req): Json<ChargeRequest>,
+) -> Response {
+    if let Some(r) = outage(&sim) {
+        return r;
+    }
+    let Some(key) = idempotency_key(&headers) else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "idempotency_key_required",
+            "send an Idempotency-Key",
+        );
+    };
+    let (result, first, settings) = {
+        let mut inner = sim.lock();
+        let first = inner.ledger.status(&key).is_none();
+        let settle = chrono::Duration::milliseconds(inner.settings.settle_ms as i64);
+        let r = inner.ledger.charge(&key, req, settle, Utc::now());
+        (r, first, inner.settings.clone())
+    };
+    match result {
+        Ok(c) => {
+            if first && c.behaviour.hangs() {
+                tokio::time::sleep(Duration::from_millis(settings.hang_ms)).await;
+            }
+            if settings.respond_delay_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(settings.respond_delay_ms)).await;
+            }
+            // Answer with the charge as it is now (it may have resolved while we hung).
+            let now = sim.lock().ledger.status(&key).cloned().unwrap_or(c);
+            charge_answer(&now)
+        }
+        Err(e) => refused(&e),
+    }
+}
+
+async fn charge_status(State(sim): State<Sim>, Path(key): Path<String>) -> Response {
+    if let Some(r) = outage(&sim) {
+        return r;
+    }
+    match sim.lock().ledger.status(&key) {
+        Some(c) => (StatusCode::OK, Json(c)).into_response(),
+        None => refused(&LedgerError::NoSuchCharge),
+    }
+}
+
+async fn void_charge(State(sim): State<Sim>, Path(key): Path<String>) -> Response {
+    if let Some(r) = outage(&sim) {
+        return r;
+    }
+    let result = sim.lock().ledger.void(&key, Utc::now());
+    match result {
+        Ok(c) => (StatusCode::OK, Json(c)).into_response(),
+        Err(e) => refused(&e),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RefundRequest {
+    charge_key: String,
+    amount_cents: i64,
+}
+
+async fn create_refund(
+    State(sim): State<Sim>,
+    headers: HeaderMap,
+    Json(req): Json<RefundRequest>,
+) -> Response {
+    if let Some(r) = outage(&sim) {
+        return r;
+    }
+    let Some(key) = idempotency_key(&headers) else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "idempotency_key_required",
+            "send an Idempotency-Key",
+        );
+    };
+    let result = sim
+        .lock()
+        .ledger
+        .refund(&key, &req.charge_key, req.amount_cents, Utc::now());
+    match result {
+        Ok(r) => (StatusCode::OK, Json(r)).into_response(),
+        Err(e) => refused(&e),
+    }
+}
+
+/// The settlement file of a day, as CSV with a header line.
+async fn settlement(State(sim): State<Sim>, Path(day): Path<String>) -> Response {
+    if let Some(r) = outage(&sim) {
+        return r;
+    }
+    let Ok(day) = day.parse::<NaiveDate>() else {
+        return problem(
+            StatusCode::BAD_REQUEST,
+            "invalid_date",
+            "dates are YYYY-MM-DD",
+        );
+    };
+    let mut csv = String::from("kind,key,charge_key,reference,amount_cents,settled_at\n");
+    for l in sim.lock().ledger.settlement(day) {
+        csv.push_str(&format!(
+            "{},{},{},{},{},{}\n",
+            l.kind,
+            l.key,
+            l.charge_key,
+            l.reference,
+            l.amount_cents,
+            l.settled_at.to_rfc3339()
+        ));
+    }
+    ([("content-type", "text/csv")], csv).into_response()
+}
+
+async fn ledger_view(State(sim): State<Sim>) -> Response {
+    let ledger = sim.ledger();
+    let captures: BTreeMap<String, u32> = ledger.captures_per_reference();
+    Json(json!({
+        "charges": ledger.charges().collect::<Vec<_>>(),
+        "refunds": ledger.refunds().collect::<Vec<_>>(),
+        "capturesPerReference": captures,
+    }))
+    .into_response()
+}
+
+async fn get_settings(State(sim): State<Sim>) -> Json<Settings> {
+    Json(sim.settings())
+}
+
+/// Changes the named settings, leaves the rest.
+async fn post_settings(State(sim): State<Sim>, Json(patch): Json<serde_json::Value>) -> Response {
+    let mut current = serde_json::to_value(sim.settings()).unwrap_or_default();
+    if let (Some(cur), Some(p)) = (current.as_object_mut(), patch.as_object()) {
+        for (k, v) in p {
+            cur.insert(k.clone(), v.clone());
+        }
+    }
+    match serde_json::from_value::<Settings>(current) {
+        Ok(s) => {
+            sim.update(|cur| *cur = s.clone());
+            Json(s).into_response()
+        }
+        Err(e) => problem(StatusCode::BAD_REQUEST, "invalid_settings", e),
+    }
+}
