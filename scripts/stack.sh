@@ -20,6 +20,7 @@ PG_PORT=${ONSALE_PG_PORT:-54329}
 LISTEN=${ONSALE_LISTEN:-127.0.0.1:8080}
 GRPC_LISTEN=${ONSALE_GRPC_LISTEN:-127.0.0.1:50051}
 KAFKA_PORT=${ONSALE_KAFKA_PORT:-19092}
+PROCESSOR_LISTEN=${ONSALE_PROCESSOR_LISTEN:-127.0.0.1:8090}
 PG_BIN=/usr/lib/postgresql/15/bin
 CACHE=${ONSALE_CACHE:-$HOME/.cache/onsale}
 # The broker and the Python gRPC tools of the tests live in one venv outside the repo.
@@ -158,13 +159,17 @@ up() {
   if [ -d "$STACK_DIR" ]; then down; fi
   pg_up "$STACK_DIR" "$PG_PORT"
   broker_up "$STACK_DIR" "$KAFKA_PORT"
-  (cd "$ROOT" && cargo build --release -q -p onsale-server)
-  start_onsale onsale serve
+  (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim)
+  # The card-processor simulator (the one simulated part), webhooks to the service.
+  PROCESSOR_LISTEN=$PROCESSOR_LISTEN PROCESSOR_WEBHOOK_URL="http://$LISTEN/v1/webhooks/processor" \
+    nohup "$ROOT/target/release/onsale-processor-sim" >"$STACK_DIR/processor.log" 2>&1 &
+  echo $! >"$STACK_DIR/processor.pid"
+  ONSALE_PROCESSOR_URL="http://$PROCESSOR_LISTEN" start_onsale onsale serve
   start_onsale relay relay --metrics-listen 127.0.0.1:9101
   start_onsale project project --metrics-listen 127.0.0.1:9102
   for _ in $(seq 1 120); do
     if curl -fsS "http://$LISTEN/readyz" >/dev/null 2>&1; then
-      echo "onsale ready: REST and SSE on http://$LISTEN, gRPC and gRPC-web on $GRPC_LISTEN, broker on 127.0.0.1:$KAFKA_PORT"
+      echo "onsale ready: REST and SSE on http://$LISTEN, gRPC and gRPC-web on $GRPC_LISTEN, broker on 127.0.0.1:$KAFKA_PORT, card processor on http://$PROCESSOR_LISTEN"
       return 0
     fi
     sleep 0.5
@@ -175,7 +180,7 @@ up() {
 }
 
 down() {
-  for p in onsale relay project; do
+  for p in onsale relay project processor; do
     if [ -f "$STACK_DIR/$p.pid" ]; then kill "$(cat "$STACK_DIR/$p.pid")" 2>/dev/null || true; fi
   done
   sleep 0.5

@@ -12,3 +12,4 @@ pub mod store;
 pub mod telemetry;
 
 pub use app::{App, Config};
+pub use owner::Shows;

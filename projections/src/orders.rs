@@ -15,6 +15,7 @@ struct Row {
     hold_id: String,
     account_id: String,
     status: &'static str,
+    make_good: bool,
     seat_ids: Vec<String>,
     total_cents: i64,
     placed_at: chrono::DateTime<chrono::Utc>,
@@ -50,6 +51,7 @@ impl Projection for Orders {
                 hold_id: view.hold_id.to_string(),
                 account_id: view.account.to_string(),
                 status: view.status,
+                make_good: view.make_good,
                 seat_ids: view.seat_ids,
                 total_cents: view.total_cents,
                 placed_at: view.placed_at,
@@ -63,10 +65,11 @@ impl Projection for Orders {
         for r in self.changed.drain().map(|(_, r)| r) {
             sqlx::query(
                 "INSERT INTO orders_view (order_id, show_id, hold_id, account_id, status, seat_ids,
-                                          total_cents, placed_at, updated_at, sequence)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                                          total_cents, placed_at, updated_at, sequence, make_good)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
                  ON CONFLICT (order_id) DO UPDATE
-                   SET status = EXCLUDED.status, updated_at = EXCLUDED.updated_at, sequence = EXCLUDED.sequence
+                   SET status = EXCLUDED.status, updated_at = EXCLUDED.updated_at, sequence = EXCLUDED.sequence,
+                       make_good = EXCLUDED.make_good
                  WHERE orders_view.sequence < EXCLUDED.sequence",
             )
             .bind(&r.order_id)
@@ -79,6 +82,7 @@ impl Projection for Orders {
             .bind(r.placed_at)
             .bind(r.updated_at)
             .bind(r.sequence)
+            .bind(r.make_good)
             .execute(&mut *tx)
             .await?;
         }

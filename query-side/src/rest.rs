@@ -32,7 +32,7 @@ pub fn router(state: QueryState) -> Router {
 #[derive(OpenApi)]
 #[openapi(
     paths(seat_map, updates, seat_history, get_order),
-    components(schemas(OrderResponse, HistoryResponse, HistoryEntry))
+    components(schemas(OrderResponse, TicketRef, HistoryResponse, HistoryEntry))
 )]
 #[derive(Debug)]
 pub struct QueryDoc;
@@ -215,8 +215,19 @@ pub struct OrderResponse {
     total_cents: i64,
     placed_at: chrono::DateTime<chrono::Utc>,
     updated_at: chrono::DateTime<chrono::Utc>,
-    /// Issued once the payment succeeded (tickets arrive with the payment worker).
-    tickets: Vec<serde_json::Value>,
+    /// Captured after it had failed while its seats were resold: refunded, and the buyer is
+    /// owed a make-good.
+    make_good: bool,
+    /// One per seat, issued once the payment succeeded; a cancelled order's are revoked.
+    tickets: Vec<TicketRef>,
+}
+
+#[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct TicketRef {
+    ticket_id: uuid::Uuid,
+    seat_id: String,
+    revoked: bool,
 }
 
 /// One order row as the projection holds it, with its owner.
@@ -231,6 +242,7 @@ pub struct OrderRow {
     pub total_cents: i64,
     pub placed_at: chrono::DateTime<chrono::Utc>,
     pub updated_at: chrono::DateTime<chrono::Utc>,
+    pub make_good: bool,
 }
 
 /// The order, if the caller may see it (a fan only their own: another's is "not found").
@@ -241,7 +253,8 @@ pub async fn find_order(
 ) -> Result<OrderRow, ApiError> {
     let order_id: OrderId = id.parse()?;
     let row: Option<OrderRow> = sqlx::query_as(
-        "SELECT order_id, show_id, hold_id, account_id, status, seat_ids, total_cents, placed_at, updated_at
+        "SELECT order_id, show_id, hold_id, account_id, status, seat_ids, total_cents, placed_at, updated_at,
+                make_good
            FROM orders_view WHERE order_id = $1",
     )
     .bind(order_id.to_string())
@@ -263,6 +276,14 @@ async fn get_order(
     Path(id): Path<String>,
 ) -> Result<Json<OrderResponse>, ApiError> {
     let r = find_order(&state, &caller, &id).await?;
+    let tickets: Vec<TicketRef> = sqlx::query_as(
+        "SELECT ticket_id, seat_id, revoked_at IS NOT NULL AS revoked FROM tickets
+          WHERE order_id = $1 ORDER BY seat_id",
+    )
+    .bind(&r.order_id)
+    .fetch_all(&state.pool)
+    .await
+    .map_err(db_unavailable)?;
     Ok(Json(OrderResponse {
         order_id: r.order_id,
         event_id: r.show_id,
@@ -271,7 +292,8 @@ async fn get_order(
         total_cents: r.total_cents,
         placed_at: r.placed_at,
         updated_at: r.updated_at,
-        tickets: Vec::new(),
+        make_good: r.make_good,
+        tickets,
     }))
 }
 

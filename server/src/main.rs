@@ -12,6 +12,7 @@ use onsale_command::{telemetry, App, Config};
 use onsale_domain::ShowId;
 use onsale_kafka::{KafkaConfig, Relay, RelayConfig};
 use onsale_projections::RunnerConfig;
+use onsale_payments::PaymentsConfig;
 use onsale_query::QueryConfig;
 use sqlx::postgres::PgPoolOptions;
 
@@ -67,6 +68,8 @@ enum Command {
         listen: String,
         #[arg(long, env = "ONSALE_GRPC_LISTEN", default_value = "127.0.0.1:50051")]
         grpc_listen: String,
+        #[command(flatten)]
+        payments: PaymentsConfig,
     },
     /// Relay the events table into Kafka through a logical replication slot.
     Relay {
@@ -80,7 +83,8 @@ enum Command {
         #[arg(long, requires = "backfill")]
         show: Option<String>,
     },
-    /// Run the projections (seat map, orders, seat history).
+    /// Run the projections (seat map, orders, seat history) and the log consumers that feed
+    /// payments and tickets.
     Project {
         #[command(flatten)]
         args: ReadPathArgs,
@@ -94,6 +98,16 @@ enum Command {
     Log(ShowArgs),
     /// Check that a show's latest snapshot plus the events after it equals a replay from zero.
     Verify(ShowArgs),
+    /// Reconcile a day's settlement file with the orders (both directions) and print the report.
+    Reconcile {
+        #[command(flatten)]
+        config: Config,
+        #[command(flatten)]
+        payments: PaymentsConfig,
+        /// The day (UTC), YYYY-MM-DD; today by default.
+        #[arg(long)]
+        day: Option<chrono::NaiveDate>,
+    },
     /// Print a development bearer token.
     Token {
         #[arg(long)]
@@ -156,9 +170,18 @@ async fn main() -> anyhow::Result<()> {
             query,
             listen,
             grpc_listen,
+            payments,
         } => {
             telemetry::init_tracing();
             let mut app = App::build(&config, Arc::new(SystemClock)).await?;
+            // Payments run where the shows are owned: outcomes are commands on them.
+            let payments_pool = PgPoolOptions::new()
+                .max_connections(8)
+                .acquire_timeout(std::time::Duration::from_secs(2))
+                .connect_lazy(&config.database_url)?;
+            onsale_payments::mount(&mut app, payments_pool.clone(), &payments);
+            onsale_payments::spawn_worker(payments_pool.clone(), app.state.shows.clone(), payments.clone())?;
+            onsale_payments::spawn_jobs(payments_pool, app.state.shows.clone(), payments)?;
             // The query side gets a pool of its own on purpose: a burst of seat-map misses or
             // SSE resumes must not take the connections the owners' appends are waiting for.
             let pool = PgPoolOptions::new()
@@ -220,12 +243,31 @@ async fn main() -> anyhow::Result<()> {
                 tracing::info!("read models deleted; rebuilding from zero");
             }
             serve_metrics(args.metrics_listen.as_deref()).await?;
-            let tasks = onsale_projections::spawn_all(pool, args.kafka, runner);
+            let mut tasks =
+                onsale_projections::spawn_all(pool.clone(), args.kafka.clone(), runner.clone());
+            tasks.extend(onsale_payments::spawn_consumers(pool, args.kafka, runner));
             tracing::info!("projections running");
             let _ = tokio::signal::ctrl_c().await;
             for t in tasks {
                 t.abort();
             }
+            Ok(())
+        }
+        Command::Reconcile {
+            config,
+            payments,
+            day,
+        } => {
+            let app = App::build(&config, Arc::new(SystemClock)).await?;
+            let client = onsale_payments::ProcessorClient::new(
+                &payments.processor_url,
+                std::time::Duration::from_secs(10),
+            )?;
+            let day = day.unwrap_or_else(|| chrono::Utc::now().date_naive());
+            let pool = app.state.shows.store().pool().clone();
+            let report =
+                onsale_payments::reconcile::reconcile(&pool, &app.state.shows, &client, day).await?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }
         Command::Log(ShowArgs { db, show }) => {

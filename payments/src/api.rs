@@ -1,0 +1,311 @@
+//! The routes this crate serves from the main process: the processor's webhooks, the ticket's
+//! barcode, the gate's scan, and order cancellation.
+
+use axum::body::Bytes;
+use axum::extract::{FromRef, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::{DateTime, Utc};
+use jsonwebtoken::DecodingKey;
+use onsale_command::api::auth::{Caller, Role};
+use onsale_command::api::error::ApiError;
+use onsale_command::api::ApiJson;
+use onsale_command::owner::{Answer, CommandError};
+use onsale_command::Shows;
+use onsale_domain::{OrderId, ShowCommand, ShowError, ShowId};
+use onsale_processor_sim::signature;
+use onsale_processor_sim::WebhookEvent;
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+use utoipa::{OpenApi, ToSchema};
+use uuid::Uuid;
+
+use crate::tickets::{self, Revocation};
+
+#[derive(Clone)]
+pub struct PaymentsState {
+    pub shows: Shows,
+    pub pool: PgPool,
+    pub decoding_key: DecodingKey,
+    pub webhook_secret: String,
+}
+
+impl std::fmt::Debug for PaymentsState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PaymentsState").finish_non_exhaustive()
+    }
+}
+
+impl FromRef<PaymentsState> for DecodingKey {
+    fn from_ref(s: &PaymentsState) -> Self {
+        s.decoding_key.clone()
+    }
+}
+
+pub fn router(state: PaymentsState) -> Router {
+    Router::new()
+        .route("/v1/webhooks/processor", post(webhook))
+        .route("/v1/tickets/{id}/barcode", get(get_barcode))
+        .route("/v1/scans", post(scan))
+        .route("/v1/orders/{id}/cancel", post(cancel_order))
+        .with_state(state)
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(get_barcode, scan, cancel_order),
+    components(schemas(Barcode, ScanRequest, Admitted, Cancelled))
+)]
+#[derive(Debug)]
+pub struct PaymentsDoc;
+
+fn db_unavailable(e: sqlx::Error) -> ApiError {
+    tracing::warn!(error = %e, "database unavailable");
+    ApiError::unavailable()
+}
+
+/// Webhooks: verified (signature and age), deduplicated on the delivery id, applied through
+/// the show's state table (a late or out-of-order event never regresses a terminal state).
+/// A 5xx asks the processor to deliver again; everything it cannot fix is acknowledged.
+async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: Bytes) -> Response {
+    let header = headers
+        .get(signature::HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if let Err(e) = signature::verify(
+        &state.webhook_secret,
+        header,
+        &body,
+        Utc::now().timestamp(),
+        300,
+    ) {
+        metrics::counter!("onsale_webhooks_rejected_total").increment(1);
+        return ApiError::new(StatusCode::BAD_REQUEST, "INVALID_SIGNATURE", e.to_string())
+            .into_response();
+    }
+    let Ok(event) = serde_json::from_slice::<WebhookEvent>(&body) else {
+        return ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", "not a webhook event")
+            .into_response();
+    };
+    let seen: Result<bool, sqlx::Error> =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE delivery_id = $1)")
+            .bind(&event.id)
+            .fetch_one(&state.pool)
+            .await;
+    match seen {
+        Ok(true) => {
+            metrics::counter!("onsale_webhooks_duplicate_total").increment(1);
+            return (StatusCode::OK, Json(serde_json::json!({"duplicate": true}))).into_response();
+        }
+        Ok(false) => {}
+        Err(e) => return db_unavailable(e).into_response(),
+    }
+    let command = match (event.kind.as_str(), event.reference.parse::<OrderId>()) {
+        (_, Err(_)) => None,
+        ("charge.succeeded", Ok(order_id)) => {
+            Some((order_id, ShowCommand::RecordPaymentSucceeded { order_id }))
+        }
+        ("charge.failed", Ok(order_id)) => Some((
+            order_id,
+            ShowCommand::RecordPaymentFailed {
+                order_id,
+                reason: "declined (processor webhook)".into(),
+            },
+        )),
+        _ => None,
+    };
+    if let Some((order, command)) = command {
+        match state.shows.execute(order.show(), command).await {
+            Ok(_) => {}
+            Err(CommandError::Domain(
+                ShowError::InvalidTransition { .. } | ShowError::OrderNotFound | ShowError::ShowNotFound,
+            )) => {
+                // A stale or foreign event: the state table keeps what is there.
+                metrics::counter!("onsale_webhooks_refused_total").increment(1);
+                tracing::info!(delivery = %event.id, kind = %event.kind, reference = %event.reference, "webhook changes nothing");
+            }
+            Err(e) => return ApiError::from(e).into_response(),
+        }
+    }
+    let stored = sqlx::query(
+        "INSERT INTO webhook_deliveries (delivery_id, kind, charge_key) VALUES ($1, $2, $3)
+         ON CONFLICT (delivery_id) DO NOTHING",
+    )
+    .bind(&event.id)
+    .bind(&event.kind)
+    .bind(&event.charge_key)
+    .execute(&state.pool)
+    .await;
+    if let Err(e) = stored {
+        // Applied but not remembered: a re-delivery is applied again, which the table absorbs.
+        return db_unavailable(e).into_response();
+    }
+    metrics::counter!("onsale_webhooks_applied_total").increment(1);
+    (StatusCode::OK, Json(serde_json::json!({"applied": true}))).into_response()
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Barcode {
+    pub code: String,
+    pub valid_until: DateTime<Utc>,
+}
+
+/// The ticket's current barcode (its owner, or an admin). It changes every 15 s.
+#[utoipa::path(get, path = "/v1/tickets/{ticketId}/barcode", params(("ticketId" = String, Path)),
+    security(("bearer" = [])), responses((status = 200, body = Barcode), (status = 404), (status = 409)))]
+async fn get_barcode(
+    State(state): State<PaymentsState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Barcode>, ApiError> {
+    let not_found = || ApiError::new(StatusCode::NOT_FOUND, "TICKET_NOT_FOUND", "no such ticket");
+    let ticket: Uuid = id.parse().map_err(|_| not_found())?;
+    let row: Option<(String, Vec<u8>, bool)> = sqlx::query_as(
+        "SELECT account_id, secret, revoked_at IS NOT NULL FROM tickets WHERE ticket_id = $1",
+    )
+    .bind(ticket)
+    .fetch_optional(&state.pool)
+    .await
+    .map_err(db_unavailable)?;
+    let Some((owner, secret, revoked)) = row else {
+        return Err(not_found());
+    };
+    if !(caller.account.as_str() == owner || caller.role == Role::Admin) {
+        return Err(not_found());
+    }
+    if revoked {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "TICKET_REVOKED",
+            "this ticket was revoked (its order was cancelled)",
+        ));
+    }
+    let (code, valid_until) = tickets::barcode(&secret, ticket, Utc::now());
+    Ok(Json(Barcode { code, valid_until }))
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScanRequest {
+    pub event_id: String,
+    pub code: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Admitted {
+    pub ticket_id: Uuid,
+    pub seat_id: String,
+}
+
+/// The gate: admits a ticket once (scanners only).
+#[utoipa::path(post, path = "/v1/scans", request_body = ScanRequest, security(("bearer" = [])),
+    responses((status = 200, body = Admitted), (status = 403), (status = 409)))]
+async fn scan(
+    State(state): State<PaymentsState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<ScanRequest>,
+) -> Result<Json<Admitted>, ApiError> {
+    caller.require(&[Role::Scanner, Role::Admin])?;
+    let show: ShowId = body.event_id.parse()?;
+    let result = tickets::scan(&state.pool, &show.to_string(), &body.code, Utc::now())
+        .await
+        .map_err(db_unavailable)?;
+    match result {
+        Ok((ticket_id, seat_id)) => {
+            metrics::counter!("onsale_scans_total", "result" => "admitted").increment(1);
+            Ok(Json(Admitted { ticket_id, seat_id }))
+        }
+        Err(refusal) => {
+            metrics::counter!("onsale_scans_total", "result" => refusal.code()).increment(1);
+            let status = if refusal == tickets::ScanRefusal::AlreadyScanned {
+                StatusCode::CONFLICT
+            } else {
+                StatusCode::FORBIDDEN
+            };
+            Err(ApiError::new(status, refusal.code(), "the ticket is not admitted"))
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Cancelled {
+    pub order_id: String,
+    pub status: String,
+}
+
+/// Cancels a paid order (its buyer, or an admin): first its tickets stop working, then its
+/// seats go back on sale and the refund is owed (sent by the payment worker, idempotent at the
+/// processor). A ticket already used at the gate refuses the cancellation: that goes to a
+/// person, not to an automatic refund.
+#[utoipa::path(post, path = "/v1/orders/{id}/cancel", params(("id" = String, Path)),
+    security(("bearer" = [])),
+    responses((status = 202, body = Cancelled), (status = 404), (status = 409)))]
+async fn cancel_order(
+    State(state): State<PaymentsState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    caller.require(&[Role::Fan, Role::Admin])?;
+    let order: OrderId = id.parse()?;
+    let admin = caller.role == Role::Admin;
+    let account = caller.account.clone();
+    // Check first, so a refusal changes nothing (no ticket revoked for an order that stays).
+    let status = state
+        .shows
+        .read(order.show(), move |show| {
+            let o = show
+                .order(&order)
+                .filter(|o| admin || o.account == account)
+                .ok_or(ShowError::OrderNotFound)?;
+            Ok(Answer::Doc(serde_json::json!(o.state.public_status())))
+        })
+        .await?;
+    let status = match status {
+        Answer::Doc(v) => v.as_str().unwrap_or_default().to_owned(),
+        _ => String::new(),
+    };
+    if !matches!(status.as_str(), "CONFIRMED" | "CANCELLED" | "REFUNDED") {
+        return Err(ShowError::NotCancellable(match status.as_str() {
+            "PENDING_PAYMENT" => "PENDING_PAYMENT",
+            _ => "FAILED",
+        })
+        .into());
+    }
+    match tickets::revoke_for_cancel(&state.pool, &order.to_string(), &order.show().to_string())
+        .await
+        .map_err(db_unavailable)?
+    {
+        Revocation::Revoked => {}
+        Revocation::AlreadyScanned { ticket_id, seat_id } => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "TICKET_USED",
+                "a ticket of this order was already scanned at the gate; an admin must review the cancellation",
+            )
+            .with("ticketId", serde_json::json!(ticket_id))
+            .with("seatId", serde_json::json!(seat_id)));
+        }
+    }
+    state
+        .shows
+        .execute(
+            order.show(),
+            ShowCommand::CancelOrder {
+                order_id: order,
+                account: caller.account.clone(),
+                admin,
+            },
+        )
+        .await?;
+    metrics::counter!("onsale_orders_cancelled_total").increment(1);
+    let body = Cancelled {
+        order_id: order.to_string(),
+        status: if status == "REFUNDED" { status } else { "CANCELLED".into() },
+    };
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}

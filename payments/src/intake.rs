@@ -1,0 +1,159 @@
+//! The worker's work list, read off the log: `OrderPlaced` is the outbox row (it exists iff the
+//! order committed), so each one becomes a payment to make; a cancellation or a make-good
+//! becomes a refund owed; an outcome in the log closes the payment, whoever recorded it (the
+//! worker, a webhook, reconciliation).
+//!
+//! It runs as a projection ([`onsale_projections::Runner`]): each event at most once, in the
+//! transaction that stores its position. Its rows are work, not a view: a rebuild does not
+//! delete them (every write here is idempotent, so re-reading the log changes nothing).
+
+use chrono::{DateTime, Utc};
+use onsale_domain::{Show, ShowEvent};
+use onsale_projections::{EventCtx, Projection};
+use sqlx::postgres::PgConnection;
+
+#[derive(Debug)]
+enum Change {
+    Charge {
+        order_id: String,
+        show_id: String,
+        amount_cents: i64,
+        token: String,
+        placed_at: DateTime<Utc>,
+    },
+    /// The outcome is in the log: captured (always closes) or failed (closes unless the failure
+    /// was forced at the ambiguity bound and the void is still owed).
+    Resolved { order_id: String, captured: bool },
+    Refund {
+        order_id: String,
+        show_id: String,
+        amount_cents: i64,
+        reason: &'static str,
+        at: DateTime<Utc>,
+    },
+}
+
+#[derive(Debug, Default)]
+pub struct PaymentIntake {
+    changes: Vec<Change>,
+}
+
+impl Projection for PaymentIntake {
+    const NAME: &'static str = "payment_intake";
+
+    fn loaded(&mut self, _show_id: &str, _show: &Show) {}
+
+    fn event(&mut self, ctx: &EventCtx<'_>) {
+        let Some(order_id) = ctx.log.event.order_id() else {
+            return;
+        };
+        let Some(order) = ctx.after.order(&order_id) else {
+            return;
+        };
+        let id = order_id.to_string();
+        let show_id = ctx.log.show_id.clone();
+        match &ctx.log.event {
+            ShowEvent::OrderPlaced { placed_at, .. } => self.changes.push(Change::Charge {
+                order_id: id,
+                show_id,
+                amount_cents: order.total_cents,
+                token: order.payment_token.clone(),
+                placed_at: *placed_at,
+            }),
+            ShowEvent::PaymentSucceeded { .. } | ShowEvent::OrderReinstated { .. } => {
+                self.changes.push(Change::Resolved {
+                    order_id: id,
+                    captured: true,
+                });
+            }
+            ShowEvent::PaymentFailed { .. } => self.changes.push(Change::Resolved {
+                order_id: id,
+                captured: false,
+            }),
+            ShowEvent::MakeGoodOwed { at, .. } => {
+                self.changes.push(Change::Resolved {
+                    order_id: id.clone(),
+                    captured: true,
+                });
+                self.changes.push(Change::Refund {
+                    order_id: id,
+                    show_id,
+                    amount_cents: order.total_cents,
+                    reason: "make_good",
+                    at: *at,
+                });
+            }
+            ShowEvent::OrderCancelled { at, .. } => self.changes.push(Change::Refund {
+                order_id: id,
+                show_id,
+                amount_cents: order.total_cents,
+                reason: "cancelled",
+                at: *at,
+            }),
+            _ => {}
+        }
+    }
+
+    async fn flush(&mut self, tx: &mut PgConnection) -> anyhow::Result<()> {
+        for change in self.changes.drain(..) {
+            match change {
+                Change::Charge {
+                    order_id,
+                    show_id,
+                    amount_cents,
+                    token,
+                    placed_at,
+                } => {
+                    sqlx::query(
+                        "INSERT INTO payments (order_id, show_id, amount_cents, token, state, placed_at, due_at)
+                         VALUES ($1, $2, $3, $4, 'charge', $5, now())
+                         ON CONFLICT (order_id) DO NOTHING",
+                    )
+                    .bind(order_id)
+                    .bind(show_id)
+                    .bind(amount_cents)
+                    .bind(token)
+                    .bind(placed_at)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                Change::Resolved { order_id, captured } => {
+                    sqlx::query(
+                        "UPDATE payments SET state = 'done', resolved_at = now(), lease_until = NULL
+                          WHERE order_id = $1 AND state <> 'done' AND ($2 OR forced_at IS NULL)",
+                    )
+                    .bind(order_id)
+                    .bind(captured)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                Change::Refund {
+                    order_id,
+                    show_id,
+                    amount_cents,
+                    reason,
+                    at,
+                } => {
+                    sqlx::query(
+                        "INSERT INTO refunds (order_id, show_id, amount_cents, reason, state, due_at, created_at)
+                         VALUES ($1, $2, $3, $4, 'due', now(), $5)
+                         ON CONFLICT (order_id) DO NOTHING",
+                    )
+                    .bind(order_id)
+                    .bind(show_id)
+                    .bind(amount_cents)
+                    .bind(reason)
+                    .bind(at)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Work is not a view: nothing to delete (re-reading the log is idempotent).
+    async fn reset(_tx: &mut PgConnection) -> anyhow::Result<()> {
+        Ok(())
+    }
+}

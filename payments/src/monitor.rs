@@ -1,0 +1,63 @@
+//! The invariant, monitored rather than assumed: no seat has more than one confirmed order,
+//! every seat the map shows sold has exactly one order that pays for it (pending or confirmed)
+//! and the other way round, and no seat has two live tickets. It reads the read models, which
+//! are built by other code than the aggregate that guarantees these, and compares a show's seat
+//! map and orders only when both projections stand at the same position (so lag is not an
+//! alarm).
+
+use serde::Serialize;
+use sqlx::PgPool;
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct Violation {
+    pub check: String,
+    pub show_id: String,
+    pub seat_id: String,
+}
+
+pub const CHECKS: [&str; 3] = ["seat_confirmed_twice", "sold_seat_order_mismatch", "seat_ticketed_twice"];
+
+pub async fn check(pool: &PgPool) -> anyhow::Result<Vec<Violation>> {
+    let violations: Vec<Violation> = sqlx::query_as(
+        "WITH settled AS (
+             SELECT a.show_id FROM projection_positions a
+               JOIN projection_positions b ON b.show_id = a.show_id AND b.projection = 'orders'
+              WHERE a.projection = 'seat_map' AND a.last_sequence = b.last_sequence),
+         claims AS (
+             SELECT o.show_id, s AS seat_id, count(*) AS n
+               FROM orders_view o, unnest(o.seat_ids) s
+              WHERE o.status IN ('PENDING_PAYMENT', 'CONFIRMED')
+                AND o.show_id IN (SELECT show_id FROM settled)
+              GROUP BY 1, 2),
+         sold AS (
+             SELECT show_id, seat_id FROM seat_map_seats
+              WHERE status = 'SOLD' AND show_id IN (SELECT show_id FROM settled))
+         SELECT 'seat_confirmed_twice' AS check, o.show_id, s AS seat_id
+           FROM orders_view o, unnest(o.seat_ids) s
+          WHERE o.status = 'CONFIRMED'
+          GROUP BY o.show_id, s HAVING count(*) > 1
+         UNION ALL
+         SELECT 'sold_seat_order_mismatch', sold.show_id, sold.seat_id
+           FROM sold LEFT JOIN claims USING (show_id, seat_id)
+          WHERE claims.n IS DISTINCT FROM 1
+         UNION ALL
+         SELECT 'sold_seat_order_mismatch', claims.show_id, claims.seat_id
+           FROM claims LEFT JOIN sold USING (show_id, seat_id)
+          WHERE sold.seat_id IS NULL
+         UNION ALL
+         SELECT 'seat_ticketed_twice', show_id, seat_id
+           FROM tickets WHERE revoked_at IS NULL
+          GROUP BY show_id, seat_id HAVING count(*) > 1",
+    )
+    .fetch_all(pool)
+    .await?;
+    for c in CHECKS {
+        let n = violations.iter().filter(|v| v.check == c).count();
+        metrics::gauge!("onsale_invariant_violations", "check" => c).set(n as f64);
+    }
+    for v in &violations {
+        tracing::error!(check = %v.check, show = %v.show_id, seat = %v.seat_id, "INVARIANT VIOLATED");
+    }
+    Ok(violations)
+}

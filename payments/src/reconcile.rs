@@ -1,0 +1,216 @@
+//! Settlement reconciliation: the processor's settlement file against the orders, in both
+//! directions. A capture for an order we failed goes through the late-capture policy (reinstate
+//! or refund and make-good), one for an order still pending resolves it, one for no order at
+//! all is refunded; an order we confirmed (or refunded) with no matching line is reported for a
+//! human, as is everything else that could not be resolved.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{Duration, NaiveDate, Utc};
+use onsale_command::owner::Answer;
+use onsale_command::Shows;
+use onsale_domain::{OrderId, OrderStatus, ShowCommand, ShowError};
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::client::ProcessorClient;
+
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Finding {
+    /// `late_capture_reinstated`, `late_capture_make_good`, `pending_resolved`,
+    /// `charge_without_order_refunded`, `order_without_charge`, `refund_without_settlement`,
+    /// `unresolved`.
+    pub kind: String,
+    pub reference: String,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub day: Option<NaiveDate>,
+    pub captures: usize,
+    pub refunds: usize,
+    pub matched: usize,
+    pub resolved: Vec<Finding>,
+    pub unresolved: Vec<Finding>,
+}
+
+fn finding(kind: &str, reference: &str, detail: impl Into<String>) -> Finding {
+    Finding {
+        kind: kind.to_owned(),
+        reference: reference.to_owned(),
+        detail: detail.into(),
+    }
+}
+
+async fn order_state(shows: &Shows, order: OrderId) -> Result<Option<OrderStatus>, String> {
+    let answer = shows
+        .read(order.show(), move |show| {
+            Ok(Answer::Doc(serde_json::json!(show
+                .order(&order)
+                .map(|o| o.state))))
+        })
+        .await;
+    match answer {
+        Ok(Answer::Doc(v)) => serde_json::from_value(v).map_err(|e| e.to_string()),
+        Ok(_) => Err("unexpected answer".into()),
+        Err(onsale_command::owner::CommandError::Domain(ShowError::ShowNotFound)) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Reconciles `day`'s settlement file (captures and refunds of that day; the neighbouring days'
+/// files are read too, so a charge that settled across midnight is not a mismatch).
+pub async fn reconcile(
+    pool: &PgPool,
+    shows: &Shows,
+    client: &ProcessorClient,
+    day: NaiveDate,
+) -> anyhow::Result<Report> {
+    let lines = client.settlement(day).await?;
+    let today = Utc::now().date_naive();
+    let mut nearby = Vec::new();
+    for d in [day - Duration::days(1), day + Duration::days(1)] {
+        if d <= today {
+            nearby.extend(client.settlement(d).await?);
+        }
+    }
+    let mut report = Report {
+        day: Some(day),
+        ..Report::default()
+    };
+    let captured: BTreeSet<&str> = lines
+        .iter()
+        .chain(&nearby)
+        .filter(|l| l.kind == "capture")
+        .map(|l| l.reference.as_str())
+        .collect();
+    let refunded: BTreeSet<&str> = lines
+        .iter()
+        .chain(&nearby)
+        .filter(|l| l.kind == "refund")
+        .map(|l| l.reference.as_str())
+        .collect();
+    let refunded_cents: BTreeMap<&str, i64> =
+        lines
+            .iter()
+            .chain(&nearby)
+            .filter(|l| l.kind == "refund")
+            .fold(BTreeMap::new(), |mut m, l| {
+                *m.entry(l.reference.as_str()).or_insert(0) += l.amount_cents;
+                m
+            });
+    // Direction one: every capture has an order that kept the money.
+    for line in lines.iter().filter(|l| l.kind == "capture") {
+        report.captures += 1;
+        let order = line.reference.parse::<OrderId>().ok();
+        let state = match order {
+            Some(o) => order_state(shows, o).await,
+            None => Ok(None),
+        };
+        let reference = line.reference.as_str();
+        match (order, state) {
+            (_, Err(e)) => report
+                .unresolved
+                .push(finding("unresolved", reference, format!("could not read the order: {e}"))),
+            (Some(o), Ok(Some(OrderStatus::PendingPayment))) => {
+                match record_capture(shows, o).await {
+                    Ok(_) => report.resolved.push(finding("pending_resolved", reference, "capture recorded")),
+                    Err(e) => report.unresolved.push(finding("unresolved", reference, e)),
+                }
+            }
+            (Some(o), Ok(Some(OrderStatus::PaymentFailed | OrderStatus::Failed))) => {
+                match record_capture(shows, o).await {
+                    Ok(Some(OrderStatus::Confirmed)) => report.resolved.push(finding(
+                        "late_capture_reinstated",
+                        reference,
+                        "captured after it failed; its seats were free, so it is confirmed",
+                    )),
+                    Ok(_) => report.resolved.push(finding(
+                        "late_capture_make_good",
+                        reference,
+                        "captured after it failed and its seats were resold: refund issued, make-good owed",
+                    )),
+                    Err(e) => report.unresolved.push(finding("unresolved", reference, e)),
+                }
+            }
+            (_, Ok(Some(_))) => report.matched += 1,
+            (_, Ok(None)) => {
+                if refunded_cents.get(reference).copied().unwrap_or(0) >= line.amount_cents {
+                    report.matched += 1;
+                    continue;
+                }
+                let key = format!("refund-orphan-{}", line.charge_key);
+                match client.refund(&key, &line.charge_key, line.amount_cents).await {
+                    Ok(r) => report.resolved.push(finding(
+                        "charge_without_order_refunded",
+                        reference,
+                        format!("no such order; refunded as {}", r.refund_id),
+                    )),
+                    Err(e) => report.unresolved.push(finding(
+                        "charge_without_order",
+                        reference,
+                        format!("no such order; refund failed: {e:#}"),
+                    )),
+                }
+            }
+        }
+    }
+    report.refunds = lines.iter().filter(|l| l.kind == "refund").count();
+    // Direction two: every order whose payment we settled that day has its money at the
+    // processor, and every refund we recorded is in a file.
+    let paid: Vec<(String, String)> = sqlx::query_as(
+        "SELECT p.order_id, o.status FROM payments p JOIN orders_view o USING (order_id)
+          WHERE p.resolved_at::date = $1 AND o.status IN ('CONFIRMED', 'CANCELLED', 'REFUNDED')",
+    )
+    .bind(day)
+    .fetch_all(pool)
+    .await?;
+    for (order, status) in paid {
+        if !captured.contains(order.as_str()) {
+            report.unresolved.push(finding(
+                "order_without_charge",
+                &order,
+                format!("{status} but no capture in the settlement files"),
+            ));
+        }
+    }
+    let refunds: Vec<String> = sqlx::query_scalar(
+        "SELECT order_id FROM refunds WHERE state = 'done' AND resolved_at::date = $1",
+    )
+    .bind(day)
+    .fetch_all(pool)
+    .await?;
+    for order in refunds {
+        if !refunded.contains(order.as_str()) {
+            report.unresolved.push(finding(
+                "refund_without_settlement",
+                &order,
+                "refunded but not in the settlement files",
+            ));
+        }
+    }
+    sqlx::query("INSERT INTO reconciliation_runs (day, mismatches, report) VALUES ($1, $2, $3)")
+        .bind(day)
+        .bind(report.unresolved.len() as i32)
+        .bind(serde_json::to_value(&report)?)
+        .execute(pool)
+        .await?;
+    metrics::gauge!("onsale_reconciliation_mismatches").set(report.unresolved.len() as f64);
+    metrics::counter!("onsale_reconciliation_resolved_total").increment(report.resolved.len() as u64);
+    for f in &report.unresolved {
+        tracing::error!(kind = %f.kind, reference = %f.reference, detail = %f.detail, "settlement mismatch");
+    }
+    Ok(report)
+}
+
+/// Records a capture the settlement file showed, answering the order's state after it.
+async fn record_capture(shows: &Shows, order: OrderId) -> Result<Option<OrderStatus>, String> {
+    shows
+        .execute(order.show(), ShowCommand::RecordPaymentSucceeded { order_id: order })
+        .await
+        .map_err(|e| e.to_string())?;
+    order_state(shows, order).await
+}

@@ -1,0 +1,360 @@
+//! Tickets: issued once per (order, seat) from the payment's event, barcodes that rotate, the
+//! gate's scan, and the revocation a cancellation starts with.
+//!
+//! The store enforces "one ticket per (order, seat)" (a unique key), and a per-order row in
+//! `ticket_orders` serializes issuance against cancellation: both lock it first, so a ticket is
+//! never issued for an order whose cancellation has begun, and a scan and a revocation of the
+//! same ticket cannot both win (they update the same row under a guard).
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use chrono::{DateTime, TimeZone, Utc};
+use hmac::{Hmac, KeyInit, Mac};
+use onsale_domain::{Show, ShowEvent};
+use onsale_projections::{EventCtx, Projection};
+use rand::RngCore;
+use sha2::Sha256;
+use sqlx::postgres::PgConnection;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// A barcode is good for one step of this many seconds (and the one before, for clock skew).
+pub const STEP_SECS: i64 = 15;
+const MAC_LEN: usize = 12;
+
+#[derive(Debug)]
+enum Change {
+    Issue {
+        order_id: String,
+        show_id: String,
+        account_id: String,
+        seats: Vec<String>,
+        at: DateTime<Utc>,
+    },
+    Revoke {
+        order_id: String,
+        show_id: String,
+    },
+}
+
+/// The ticket issuer, a consumer of the log.
+#[derive(Debug, Default)]
+pub struct TicketIssuer {
+    changes: Vec<Change>,
+}
+
+impl Projection for TicketIssuer {
+    const NAME: &'static str = "tickets";
+
+    fn loaded(&mut self, _show_id: &str, _show: &Show) {}
+
+    fn event(&mut self, ctx: &EventCtx<'_>) {
+        let Some(order_id) = ctx.log.event.order_id() else {
+            return;
+        };
+        let Some(order) = ctx.after.order(&order_id) else {
+            return;
+        };
+        match &ctx.log.event {
+            ShowEvent::PaymentSucceeded { .. } | ShowEvent::OrderReinstated { .. } => {
+                self.changes.push(Change::Issue {
+                    order_id: order_id.to_string(),
+                    show_id: ctx.log.show_id.clone(),
+                    account_id: order.account.to_string(),
+                    seats: ctx.after.seat_names(&order.seats),
+                    at: ctx.log.at,
+                });
+            }
+            ShowEvent::OrderCancelled { .. } => self.changes.push(Change::Revoke {
+                order_id: order_id.to_string(),
+                show_id: ctx.log.show_id.clone(),
+            }),
+            _ => {}
+        }
+    }
+
+    async fn flush(&mut self, tx: &mut PgConnection) -> anyhow::Result<()> {
+        for change in self.changes.drain(..) {
+            match change {
+                Change::Issue {
+                    order_id,
+                    show_id,
+                    account_id,
+                    seats,
+                    at,
+                } => {
+                    let cancelled: Option<DateTime<Utc>> = lock_order(tx, &order_id, &show_id).await?;
+                    if cancelled.is_some() {
+                        continue;
+                    }
+                    for seat in seats {
+                        let mut secret = [0u8; 32];
+                        rand::rng().fill_bytes(&mut secret);
+                        sqlx::query(
+                            "INSERT INTO tickets (ticket_id, order_id, show_id, seat_id, account_id, secret, issued_at)
+                             VALUES ($1, $2, $3, $4, $5, $6, $7)
+                             ON CONFLICT (order_id, seat_id) DO NOTHING",
+                        )
+                        .bind(Uuid::new_v4())
+                        .bind(&order_id)
+                        .bind(&show_id)
+                        .bind(seat)
+                        .bind(&account_id)
+                        .bind(&secret[..])
+                        .bind(at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    metrics::counter!("onsale_tickets_issued_orders_total").increment(1);
+                }
+                Change::Revoke { order_id, show_id } => {
+                    revoke_locked(tx, &order_id, &show_id).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Tickets are what fans hold, not a view: a rebuild must not mint new ones.
+    async fn reset(_tx: &mut PgConnection) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// Locks the order's ticketing row (creating it), answering when its cancellation began.
+async fn lock_order(
+    tx: &mut PgConnection,
+    order_id: &str,
+    show_id: &str,
+) -> sqlx::Result<Option<DateTime<Utc>>> {
+    sqlx::query_scalar(
+        "INSERT INTO ticket_orders (order_id, show_id) VALUES ($1, $2)
+         ON CONFLICT (order_id) DO UPDATE SET order_id = EXCLUDED.order_id
+         RETURNING cancelled_at",
+    )
+    .bind(order_id)
+    .bind(show_id)
+    .fetch_one(&mut *tx)
+    .await
+}
+
+/// Marks the order cancelled for ticketing and revokes its unscanned tickets.
+async fn revoke_locked(tx: &mut PgConnection, order_id: &str, show_id: &str) -> sqlx::Result<u64> {
+    sqlx::query(
+        "INSERT INTO ticket_orders (order_id, show_id, cancelled_at) VALUES ($1, $2, now())
+         ON CONFLICT (order_id) DO UPDATE SET cancelled_at = COALESCE(ticket_orders.cancelled_at, now())",
+    )
+    .bind(order_id)
+    .bind(show_id)
+    .execute(&mut *tx)
+    .await?;
+    Ok(sqlx::query(
+        "UPDATE tickets SET revoked_at = now()
+          WHERE order_id = $1 AND revoked_at IS NULL AND scanned_at IS NULL",
+    )
+    .bind(order_id)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected())
+}
+
+/// What revoking an order's tickets for its cancellation found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Revocation {
+    /// Every ticket (if any was issued) is revoked, and none will be issued.
+    Revoked,
+    /// A ticket was already used at the gate: the cancellation is refused, nothing changed.
+    AlreadyScanned { ticket_id: Uuid, seat_id: String },
+}
+
+/// The first guarantee of a cancellation: its tickets stop working before its seats go back on
+/// sale. One transaction: lock the order's ticketing row, refuse if a ticket was scanned, else
+/// revoke them all.
+pub async fn revoke_for_cancel(pool: &PgPool, order_id: &str, show_id: &str) -> sqlx::Result<Revocation> {
+    let mut tx = pool.begin().await?;
+    lock_order(&mut tx, order_id, show_id).await?;
+    let scanned: Option<(Uuid, String)> = sqlx::query_as(
+        "SELECT ticket_id, seat_id FROM tickets WHERE order_id = $1 AND scanned_at IS NOT NULL
+          ORDER BY seat_id LIMIT 1 FOR UPDATE",
+    )
+    .bind(order_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let Some((ticket_id, seat_id)) = scanned {
+        tx.rollback().await?;
+        return Ok(Revocation::AlreadyScanned { ticket_id, seat_id });
+    }
+    revoke_locked(&mut tx, order_id, show_id).await?;
+    tx.commit().await?;
+    Ok(Revocation::Revoked)
+}
+
+fn step_mac(secret: &[u8], ticket: Uuid, step: i64) -> [u8; MAC_LEN] {
+    let mut m =
+        <Hmac<Sha256> as KeyInit>::new_from_slice(secret).expect("HMAC takes keys of any length");
+    m.update(ticket.as_bytes());
+    m.update(&step.to_be_bytes());
+    let full = m.finalize().into_bytes();
+    let mut out = [0u8; MAC_LEN];
+    out.copy_from_slice(&full[..MAC_LEN]);
+    out
+}
+
+pub fn step_of(at: DateTime<Utc>) -> i64 {
+    at.timestamp().div_euclid(STEP_SECS)
+}
+
+/// The barcode of `ticket` for the step containing `at`, and when it stops being current.
+pub fn barcode(secret: &[u8], ticket: Uuid, at: DateTime<Utc>) -> (String, DateTime<Utc>) {
+    let step = step_of(at);
+    let mut raw = Vec::with_capacity(16 + 8 + MAC_LEN);
+    raw.extend_from_slice(ticket.as_bytes());
+    raw.extend_from_slice(&step.to_be_bytes());
+    raw.extend_from_slice(&step_mac(secret, ticket, step));
+    let valid_until = Utc
+        .timestamp_opt((step + 1) * STEP_SECS, 0)
+        .single()
+        .unwrap_or(at);
+    (URL_SAFE_NO_PAD.encode(raw), valid_until)
+}
+
+/// A code as the scanner read it: the ticket it names and its step (not yet verified).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Code {
+    pub ticket: Uuid,
+    pub step: i64,
+    mac: [u8; MAC_LEN],
+}
+
+impl Code {
+    pub fn parse(code: &str) -> Option<Self> {
+        let raw = URL_SAFE_NO_PAD.decode(code.trim()).ok()?;
+        if raw.len() != 16 + 8 + MAC_LEN {
+            return None;
+        }
+        let ticket = Uuid::from_slice(&raw[..16]).ok()?;
+        let step = i64::from_be_bytes(raw[16..24].try_into().ok()?);
+        let mac = raw[24..].try_into().ok()?;
+        Some(Self { ticket, step, mac })
+    }
+
+    /// The MAC is the ticket's own, compared in constant time.
+    pub fn signed_by(&self, secret: &[u8]) -> bool {
+        let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(secret)
+            .expect("HMAC takes keys of any length");
+        m.update(self.ticket.as_bytes());
+        m.update(&self.step.to_be_bytes());
+        m.verify_truncated_left(&self.mac).is_ok()
+    }
+}
+
+/// Why the gate refuses a code (API.md's codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanRefusal {
+    InvalidCode,
+    ExpiredCode,
+    Revoked,
+    AlreadyScanned,
+}
+
+impl ScanRefusal {
+    pub fn code(self) -> &'static str {
+        match self {
+            Self::InvalidCode => "INVALID_CODE",
+            Self::ExpiredCode => "EXPIRED_CODE",
+            Self::Revoked => "TICKET_REVOKED",
+            Self::AlreadyScanned => "ALREADY_SCANNED",
+        }
+    }
+}
+
+/// Admits the ticket a code names, once: the code must be the ticket's own MAC for the current
+/// step or the one before, for this show; then one guarded update marks it used, which a
+/// concurrent scan or revocation of the same ticket cannot also pass.
+pub async fn scan(
+    pool: &PgPool,
+    show_id: &str,
+    code: &str,
+    now: DateTime<Utc>,
+) -> sqlx::Result<Result<(Uuid, String), ScanRefusal>> {
+    let Some(code) = Code::parse(code) else {
+        return Ok(Err(ScanRefusal::InvalidCode));
+    };
+    let row: Option<(String, Vec<u8>)> =
+        sqlx::query_as("SELECT show_id, secret FROM tickets WHERE ticket_id = $1")
+            .bind(code.ticket)
+            .fetch_optional(pool)
+            .await?;
+    let Some((ticket_show, secret)) = row else {
+        return Ok(Err(ScanRefusal::InvalidCode));
+    };
+    if ticket_show != show_id || !code.signed_by(&secret) {
+        return Ok(Err(ScanRefusal::InvalidCode));
+    }
+    let current = step_of(now);
+    if code.step > current {
+        return Ok(Err(ScanRefusal::InvalidCode));
+    }
+    if code.step < current - 1 {
+        return Ok(Err(ScanRefusal::ExpiredCode));
+    }
+    let admitted: Option<String> = sqlx::query_scalar(
+        "UPDATE tickets SET scanned_at = $2
+          WHERE ticket_id = $1 AND scanned_at IS NULL AND revoked_at IS NULL
+          RETURNING seat_id",
+    )
+    .bind(code.ticket)
+    .bind(now)
+    .fetch_optional(pool)
+    .await?;
+    if let Some(seat) = admitted {
+        return Ok(Ok((code.ticket, seat)));
+    }
+    let (revoked, scanned): (bool, bool) = sqlx::query_as(
+        "SELECT revoked_at IS NOT NULL, scanned_at IS NOT NULL FROM tickets WHERE ticket_id = $1",
+    )
+    .bind(code.ticket)
+    .fetch_one(pool)
+    .await?;
+    Ok(Err(if revoked {
+        ScanRefusal::Revoked
+    } else if scanned {
+        ScanRefusal::AlreadyScanned
+    } else {
+        ScanRefusal::InvalidCode
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_800_000_000 + s, 0).single().expect("time")
+    }
+
+    #[test]
+    fn a_code_names_its_ticket_and_step_and_only_its_secret_signs_it() {
+        let t = Uuid::new_v4();
+        let (code, valid_until) = barcode(b"secret-1", t, at(7));
+        let parsed = Code::parse(&code).expect("parses");
+        assert_eq!(parsed.ticket, t);
+        assert_eq!(parsed.step, step_of(at(7)));
+        assert!(parsed.signed_by(b"secret-1"));
+        assert!(!parsed.signed_by(b"secret-2"));
+        assert!(valid_until > at(7) && valid_until <= at(7) + chrono::Duration::seconds(STEP_SECS));
+    }
+
+    #[test]
+    fn the_code_rotates_every_step_and_a_tampered_one_fails() {
+        let t = Uuid::new_v4();
+        let (a, _) = barcode(b"k", t, at(0));
+        let (b, _) = barcode(b"k", t, at(STEP_SECS * 3));
+        assert_ne!(a, b);
+        let mut raw = URL_SAFE_NO_PAD.decode(&a).expect("b64");
+        raw[20] ^= 1; // move the step
+        let forged = Code::parse(&URL_SAFE_NO_PAD.encode(raw)).expect("parses");
+        assert!(!forged.signed_by(b"k"));
+        assert!(Code::parse("not a code").is_none());
+    }
+}

@@ -1,0 +1,331 @@
+//! The payment worker: charges after the commit, records each definitive outcome as a command
+//! on the show, and never guesses.
+//!
+//! Work comes from `payments` and `refunds` (filled from the log by [`crate::intake`]). A row is
+//! claimed with a lease, so a worker that dies mid-call leaves it to be claimed again: the
+//! charge is retried with the same key (the order id) and the processor answers with the
+//! original charge, never a second one. A timeout is unknown, not failed: the order stays
+//! PENDING_PAYMENT while the worker asks the status endpoint with backoff, up to the ambiguity
+//! bound; past it the order is failed (its seats go back) and the charge voided, and a capture
+//! that beat the void goes through the late-capture policy (ADR 006).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use onsale_command::owner::CommandError;
+use onsale_command::Shows;
+use onsale_domain::{OrderId, ShowCommand, ShowError};
+use onsale_processor_sim::ChargeRequest;
+use sqlx::PgPool;
+
+use crate::client::{ProcessorClient, Verdict};
+use crate::PaymentsConfig;
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+struct PaymentRow {
+    order_id: String,
+    amount_cents: i64,
+    token: String,
+    state: String,
+    placed_at: DateTime<Utc>,
+    attempts: i32,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+struct RefundRow {
+    order_id: String,
+    amount_cents: i64,
+    attempts: i32,
+}
+
+/// What recording an outcome on the show came to.
+enum Recorded {
+    /// In the log (or it was already: a duplicate or a state the table keeps).
+    Done,
+    /// The event store could not take it now; try again.
+    Later(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct Worker {
+    pool: PgPool,
+    shows: Shows,
+    client: ProcessorClient,
+    config: PaymentsConfig,
+}
+
+impl Worker {
+    pub fn new(pool: PgPool, shows: Shows, config: PaymentsConfig) -> anyhow::Result<Self> {
+        let client = ProcessorClient::new(
+            &config.processor_url,
+            Duration::from_millis(config.charge_timeout_ms),
+        )?;
+        Ok(Self {
+            pool,
+            shows,
+            client,
+            config,
+        })
+    }
+
+    /// Works until aborted; a failed round (database away) is logged and retried.
+    pub async fn run(self) {
+        let mut tick = tokio::time::interval(Duration::from_millis(self.config.poll_ms));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = self.round().await {
+                metrics::counter!("onsale_payment_worker_errors_total").increment(1);
+                tracing::warn!(error = %format!("{e:#}"), "payment round failed");
+            }
+        }
+    }
+
+    /// One pass: claim what is due and work it, concurrently.
+    pub async fn round(&self) -> anyhow::Result<()> {
+        let lease = (self.config.charge_timeout_ms / 1000 + 1) * 3 + 5;
+        let payments: Vec<PaymentRow> = sqlx::query_as(
+            "UPDATE payments SET lease_until = now() + make_interval(secs => $1::double precision),
+                                 attempts = attempts + 1
+              WHERE order_id IN (SELECT order_id FROM payments
+                                  WHERE state <> 'done' AND due_at <= now()
+                                    AND (lease_until IS NULL OR lease_until < now())
+                                  ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+              RETURNING order_id, amount_cents, token, state, placed_at, attempts",
+        )
+        .bind(lease as f64)
+        .bind(self.config.batch as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        let refunds: Vec<RefundRow> = sqlx::query_as(
+            "UPDATE refunds SET lease_until = now() + make_interval(secs => $1::double precision),
+                                attempts = attempts + 1
+              WHERE order_id IN (SELECT order_id FROM refunds
+                                  WHERE state <> 'done' AND due_at <= now()
+                                    AND (lease_until IS NULL OR lease_until < now())
+                                  ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+              RETURNING order_id, amount_cents, attempts",
+        )
+        .bind(lease as f64)
+        .bind(self.config.batch as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        let pay = futures::future::join_all(payments.into_iter().map(|p| self.pay(p)));
+        let refund = futures::future::join_all(refunds.into_iter().map(|r| self.refund(r)));
+        let (pay, refund) = tokio::join!(pay, refund);
+        for r in pay.into_iter().chain(refund) {
+            r?;
+        }
+        self.export_gauges().await
+    }
+
+    async fn pay(&self, p: PaymentRow) -> anyhow::Result<()> {
+        let order: OrderId = p.order_id.parse()?;
+        let verdict = match p.state.as_str() {
+            "charge" => {
+                let request = ChargeRequest {
+                    amount_cents: p.amount_cents,
+                    token: p.token.clone(),
+                    reference: p.order_id.clone(),
+                };
+                metrics::counter!("onsale_payment_charge_calls_total").increment(1);
+                self.client.charge(&p.order_id, &request).await
+            }
+            "unknown" => self.client.status(&p.order_id).await,
+            "void" => self.client.void(&p.order_id).await,
+            other => anyhow::bail!("payment {} in unknown state {other}", p.order_id),
+        };
+        let recorded = match (&verdict, p.state.as_str()) {
+            (Verdict::Captured { .. }, _) => {
+                self.record(order, ShowCommand::RecordPaymentSucceeded { order_id: order })
+                    .await
+            }
+            (Verdict::Declined { reason }, _) => {
+                self.record(
+                    order,
+                    ShowCommand::RecordPaymentFailed {
+                        order_id: order,
+                        reason: reason.clone(),
+                    },
+                )
+                .await
+            }
+            (Verdict::Voided, _) | (Verdict::NoCharge, "void") => {
+                self.record(
+                    order,
+                    ShowCommand::RecordPaymentFailed {
+                        order_id: order,
+                        reason: "the payment did not resolve in time; the charge was voided".into(),
+                    },
+                )
+                .await
+            }
+            (Verdict::NoCharge, _) => {
+                // The first attempt never reached the processor: charge (same key) now.
+                return self.reschedule(&p.order_id, "charge", Duration::ZERO, "no charge yet").await;
+            }
+            (Verdict::Unknown { why }, state) => {
+                let pending_for = Utc::now() - p.placed_at;
+                if state != "void" && pending_for.num_seconds() >= self.config.max_pending_secs as i64 {
+                    return self.force_failure(order, &p.order_id, why).await;
+                }
+                if state == "charge" {
+                    self.record(
+                        order,
+                        ShowCommand::RecordPaymentAmbiguous {
+                            order_id: order,
+                            reason: why.clone(),
+                        },
+                    )
+                    .await;
+                }
+                metrics::counter!("onsale_payment_unknown_total").increment(1);
+                let next = if state == "void" { "void" } else { "unknown" };
+                return self
+                    .reschedule(&p.order_id, next, backoff(p.attempts), why)
+                    .await;
+            }
+        };
+        match recorded {
+            Recorded::Done => self.close(&p.order_id).await,
+            Recorded::Later(why) => {
+                // The outcome is known but not in the log yet: keep the row where it is (the
+                // processor answers the same way next time).
+                self.reschedule(&p.order_id, &p.state, backoff(p.attempts), &why)
+                    .await
+            }
+        }
+    }
+
+    /// The ambiguity bound passed: the order fails (seats back on sale) and the void is owed.
+    /// The row moves first, so a crash in between still ends in a void.
+    async fn force_failure(&self, order: OrderId, id: &str, why: &str) -> anyhow::Result<()> {
+        sqlx::query(
+            "UPDATE payments SET state = 'void', forced_at = COALESCE(forced_at, now()),
+                                 due_at = now(), lease_until = NULL, last_error = $2
+              WHERE order_id = $1",
+        )
+        .bind(id)
+        .bind(why)
+        .execute(&self.pool)
+        .await?;
+        metrics::counter!("onsale_payment_forced_resolutions_total").increment(1);
+        tracing::warn!(order = %id, why, "payment unresolved past the bound: failing the order, voiding the charge");
+        self.record(
+            order,
+            ShowCommand::RecordPaymentFailed {
+                order_id: order,
+                reason: format!("the payment did not resolve within {} s", self.config.max_pending_secs),
+            },
+        )
+        .await;
+        Ok(())
+    }
+
+    async fn refund(&self, r: RefundRow) -> anyhow::Result<()> {
+        let order: OrderId = r.order_id.parse()?;
+        let key = format!("refund-{}", r.order_id);
+        match self.client.refund(&key, &r.order_id, r.amount_cents).await {
+            Ok(refund) => {
+                let recorded = self
+                    .record(
+                        order,
+                        ShowCommand::RecordRefund {
+                            order_id: order,
+                            refund_id: refund.refund_id.clone(),
+                        },
+                    )
+                    .await;
+                match recorded {
+                    Recorded::Done => {
+                        sqlx::query(
+                            "UPDATE refunds SET state = 'done', refund_id = $2, resolved_at = now(), lease_until = NULL
+                              WHERE order_id = $1",
+                        )
+                        .bind(&r.order_id)
+                        .bind(&refund.refund_id)
+                        .execute(&self.pool)
+                        .await?;
+                        metrics::counter!("onsale_refunds_total").increment(1);
+                    }
+                    Recorded::Later(why) => self.refund_later(&r, &why).await?,
+                }
+            }
+            Err(e) => self.refund_later(&r, &format!("{e:#}")).await?,
+        }
+        Ok(())
+    }
+
+    async fn refund_later(&self, r: &RefundRow, why: &str) -> anyhow::Result<()> {
+        sqlx::query(
+            "UPDATE refunds SET due_at = now() + make_interval(secs => $2::double precision),
+                                lease_until = NULL, last_error = $3
+              WHERE order_id = $1",
+        )
+        .bind(&r.order_id)
+        .bind(backoff(r.attempts).as_secs_f64())
+        .bind(why)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Runs an outcome on the show. A refusal by the state table means the order already moved
+    /// (a webhook or reconciliation recorded it, or a terminal state keeps it): that is done,
+    /// and counted, never forced.
+    async fn record(&self, order: OrderId, command: ShowCommand) -> Recorded {
+        match self.shows.execute(order.show(), command).await {
+            Ok(_) => Recorded::Done,
+            Err(CommandError::Domain(ShowError::InvalidTransition { from, by, .. })) => {
+                metrics::counter!("onsale_payment_outcomes_refused_total").increment(1);
+                tracing::info!(order = %order, from, by, "outcome refused by the state table; the order already moved");
+                Recorded::Done
+            }
+            Err(e) => Recorded::Later(e.to_string()),
+        }
+    }
+
+    async fn close(&self, id: &str) -> anyhow::Result<()> {
+        sqlx::query(
+            "UPDATE payments SET state = 'done', resolved_at = now(), lease_until = NULL WHERE order_id = $1",
+        )
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn reschedule(&self, id: &str, state: &str, after: Duration, why: &str) -> anyhow::Result<()> {
+        sqlx::query(
+            "UPDATE payments SET state = $2, due_at = now() + make_interval(secs => $3::double precision),
+                                 lease_until = NULL, last_error = $4
+              WHERE order_id = $1 AND state <> 'done'",
+        )
+        .bind(id)
+        .bind(state)
+        .bind(after.as_secs_f64())
+        .bind(why)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The payment SLO's gauges: the oldest unresolved payment and refund.
+    async fn export_gauges(&self) -> anyhow::Result<()> {
+        let (payment, refund): (Option<f64>, Option<f64>) = sqlx::query_as(
+            "SELECT (SELECT extract(epoch FROM now() - min(placed_at))::float8 FROM payments WHERE state <> 'done'),
+                    (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM refunds WHERE state <> 'done')",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        metrics::gauge!("onsale_payment_oldest_pending_seconds").set(payment.unwrap_or(0.0));
+        metrics::gauge!("onsale_refund_oldest_pending_seconds").set(refund.unwrap_or(0.0));
+        Ok(())
+    }
+}
+
+/// 0.2 s doubling to 10 s.
+fn backoff(attempts: i32) -> Duration {
+    let exp = attempts.clamp(0, 6) as u32;
+    Duration::from_millis((200u64 << exp).min(10_000))
+}
