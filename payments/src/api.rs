@@ -86,14 +86,19 @@ async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: B
             .into_response();
     }
     let Ok(event) = serde_json::from_slice::<WebhookEvent>(&body) else {
-        return ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", "not a webhook event")
-            .into_response();
+        return ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "INVALID_REQUEST",
+            "not a webhook event",
+        )
+        .into_response();
     };
-    let seen: Result<bool, sqlx::Error> =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE delivery_id = $1)")
-            .bind(&event.id)
-            .fetch_one(&state.pool)
-            .await;
+    let seen: Result<bool, sqlx::Error> = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE delivery_id = $1)",
+    )
+    .bind(&event.id)
+    .fetch_one(&state.pool)
+    .await;
     match seen {
         Ok(true) => {
             metrics::counter!("onsale_webhooks_duplicate_total").increment(1);
@@ -120,7 +125,9 @@ async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: B
         match state.shows.execute(order.show(), command).await {
             Ok(_) => {}
             Err(CommandError::Domain(
-                ShowError::InvalidTransition { .. } | ShowError::OrderNotFound | ShowError::ShowNotFound,
+                ShowError::InvalidTransition { .. }
+                | ShowError::OrderNotFound
+                | ShowError::ShowNotFound,
             )) => {
                 // A stale or foreign event: the state table keeps what is there.
                 metrics::counter!("onsale_webhooks_refused_total").increment(1);
@@ -226,7 +233,11 @@ async fn scan(
             } else {
                 StatusCode::FORBIDDEN
             };
-            Err(ApiError::new(status, refusal.code(), "the ticket is not admitted"))
+            Err(ApiError::new(
+                status,
+                refusal.code(),
+                "the ticket is not admitted",
+            ))
         }
     }
 }
@@ -305,7 +316,11 @@ async fn cancel_order(
     metrics::counter!("onsale_orders_cancelled_total").increment(1);
     let body = Cancelled {
         order_id: order.to_string(),
-        status: if status == "REFUNDED" { status } else { "CANCELLED".into() },
+        status: if status == "REFUNDED" {
+            status
+        } else {
+            "CANCELLED".into()
+        },
     };
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }

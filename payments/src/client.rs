@@ -10,12 +10,18 @@ use reqwest::StatusCode;
 /// What a processor call says about a charge.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    Captured { charge_id: String },
-    Declined { reason: String },
+    Captured {
+        charge_id: String,
+    },
+    Declined {
+        reason: String,
+    },
     /// Voided before it captured: it never will.
     Voided,
     /// Not known yet: ask again (same key), or ask the status endpoint.
-    Unknown { why: String },
+    Unknown {
+        why: String,
+    },
     /// The processor has no charge under this key: the first attempt never reached it.
     NoCharge,
 }
@@ -130,7 +136,10 @@ impl ProcessorClient {
             .await?;
         let status = r.status();
         if !status.is_success() {
-            anyhow::bail!("refund refused ({status}): {}", r.text().await.unwrap_or_default());
+            anyhow::bail!(
+                "refund refused ({status}): {}",
+                r.text().await.unwrap_or_default()
+            );
         }
         Ok(r.json().await?)
     }

@@ -33,10 +33,18 @@ pub use worker::Worker;
 #[derive(Debug, Clone, clap::Args)]
 pub struct PaymentsConfig {
     /// The card processor (the local stack's simulator by default).
-    #[arg(long, env = "ONSALE_PROCESSOR_URL", default_value = "http://127.0.0.1:8090")]
+    #[arg(
+        long,
+        env = "ONSALE_PROCESSOR_URL",
+        default_value = "http://127.0.0.1:8090"
+    )]
     pub processor_url: String,
     /// The secret the processor signs its webhooks with.
-    #[arg(long, env = "ONSALE_WEBHOOK_SECRET", default_value = "onsale-dev-webhook-secret")]
+    #[arg(
+        long,
+        env = "ONSALE_WEBHOOK_SECRET",
+        default_value = "onsale-dev-webhook-secret"
+    )]
     pub webhook_secret: String,
     /// A processor call not answered in this long is "unknown" (never "failed").
     #[arg(long, env = "ONSALE_CHARGE_TIMEOUT_MS", default_value_t = 2_000)]
@@ -97,22 +105,35 @@ pub fn spawn_consumers(
     let forever = std::future::pending::<()>;
     vec![
         tokio::spawn(
-            Runner::new(pool.clone(), PaymentIntake::default(), kafka.clone(), runner.clone())
-                .run(forever()),
+            Runner::new(
+                pool.clone(),
+                PaymentIntake::default(),
+                kafka.clone(),
+                runner.clone(),
+            )
+            .run(forever()),
         ),
         tokio::spawn(Runner::new(pool, TicketIssuer::default(), kafka, runner).run(forever())),
     ]
 }
 
 /// The payment worker, as a task; abort the handle to kill it mid-call.
-pub fn spawn_worker(pool: PgPool, shows: Shows, config: PaymentsConfig) -> anyhow::Result<JoinHandle<()>> {
+pub fn spawn_worker(
+    pool: PgPool,
+    shows: Shows,
+    config: PaymentsConfig,
+) -> anyhow::Result<JoinHandle<()>> {
     let worker = Worker::new(pool, shows, config)?;
     Ok(tokio::spawn(worker.run()))
 }
 
 /// The scheduled jobs: settlement reconciliation of yesterday and today, and the invariant
 /// monitor. Failures are logged and retried on the next turn.
-pub fn spawn_jobs(pool: PgPool, shows: Shows, config: PaymentsConfig) -> anyhow::Result<JoinHandle<()>> {
+pub fn spawn_jobs(
+    pool: PgPool,
+    shows: Shows,
+    config: PaymentsConfig,
+) -> anyhow::Result<JoinHandle<()>> {
     let client = ProcessorClient::new(&config.processor_url, Duration::from_secs(10))?;
     Ok(tokio::spawn(async move {
         let mut reconcile_tick =

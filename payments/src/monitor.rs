@@ -16,7 +16,11 @@ pub struct Violation {
     pub seat_id: String,
 }
 
-pub const CHECKS: [&str; 3] = ["seat_confirmed_twice", "sold_seat_order_mismatch", "seat_ticketed_twice"];
+pub const CHECKS: [&str; 3] = [
+    "seat_confirmed_twice",
+    "sold_seat_order_mismatch",
+    "seat_ticketed_twice",
+];
 
 pub async fn check(pool: &PgPool) -> anyhow::Result<Vec<Violation>> {
     let violations: Vec<Violation> = sqlx::query_as(

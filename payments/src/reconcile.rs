@@ -93,15 +93,14 @@ pub async fn reconcile(
         .filter(|l| l.kind == "refund")
         .map(|l| l.reference.as_str())
         .collect();
-    let refunded_cents: BTreeMap<&str, i64> =
-        lines
-            .iter()
-            .chain(&nearby)
-            .filter(|l| l.kind == "refund")
-            .fold(BTreeMap::new(), |mut m, l| {
-                *m.entry(l.reference.as_str()).or_insert(0) += l.amount_cents;
-                m
-            });
+    let refunded_cents: BTreeMap<&str, i64> = lines
+        .iter()
+        .chain(&nearby)
+        .filter(|l| l.kind == "refund")
+        .fold(BTreeMap::new(), |mut m, l| {
+            *m.entry(l.reference.as_str()).or_insert(0) += l.amount_cents;
+            m
+        });
     // Direction one: every capture has an order that kept the money.
     for line in lines.iter().filter(|l| l.kind == "capture") {
         report.captures += 1;
@@ -199,7 +198,8 @@ pub async fn reconcile(
         .execute(pool)
         .await?;
     metrics::gauge!("onsale_reconciliation_mismatches").set(report.unresolved.len() as f64);
-    metrics::counter!("onsale_reconciliation_resolved_total").increment(report.resolved.len() as u64);
+    metrics::counter!("onsale_reconciliation_resolved_total")
+        .increment(report.resolved.len() as u64);
     for f in &report.unresolved {
         tracing::error!(kind = %f.kind, reference = %f.reference, detail = %f.detail, "settlement mismatch");
     }
@@ -209,7 +209,10 @@ pub async fn reconcile(
 /// Records a capture the settlement file showed, answering the order's state after it.
 async fn record_capture(shows: &Shows, order: OrderId) -> Result<Option<OrderStatus>, String> {
     shows
-        .execute(order.show(), ShowCommand::RecordPaymentSucceeded { order_id: order })
+        .execute(
+            order.show(),
+            ShowCommand::RecordPaymentSucceeded { order_id: order },
+        )
         .await
         .map_err(|e| e.to_string())?;
     order_state(shows, order).await

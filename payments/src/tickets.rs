@@ -83,7 +83,8 @@ impl Projection for TicketIssuer {
                     seats,
                     at,
                 } => {
-                    let cancelled: Option<DateTime<Utc>> = lock_order(tx, &order_id, &show_id).await?;
+                    let cancelled: Option<DateTime<Utc>> =
+                        lock_order(tx, &order_id, &show_id).await?;
                     if cancelled.is_some() {
                         continue;
                     }
@@ -170,7 +171,11 @@ pub enum Revocation {
 /// The first guarantee of a cancellation: its tickets stop working before its seats go back on
 /// sale. One transaction: lock the order's ticketing row, refuse if a ticket was scanned, else
 /// revoke them all.
-pub async fn revoke_for_cancel(pool: &PgPool, order_id: &str, show_id: &str) -> sqlx::Result<Revocation> {
+pub async fn revoke_for_cancel(
+    pool: &PgPool,
+    order_id: &str,
+    show_id: &str,
+) -> sqlx::Result<Revocation> {
     let mut tx = pool.begin().await?;
     lock_order(&mut tx, order_id, show_id).await?;
     let scanned: Option<(Uuid, String)> = sqlx::query_as(
@@ -330,7 +335,9 @@ mod tests {
     use super::*;
 
     fn at(s: i64) -> DateTime<Utc> {
-        Utc.timestamp_opt(1_800_000_000 + s, 0).single().expect("time")
+        Utc.timestamp_opt(1_800_000_000 + s, 0)
+            .single()
+            .expect("time")
     }
 
     #[test]

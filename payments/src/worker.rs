@@ -137,8 +137,11 @@ impl Worker {
         };
         let recorded = match (&verdict, p.state.as_str()) {
             (Verdict::Captured { .. }, _) => {
-                self.record(order, ShowCommand::RecordPaymentSucceeded { order_id: order })
-                    .await
+                self.record(
+                    order,
+                    ShowCommand::RecordPaymentSucceeded { order_id: order },
+                )
+                .await
             }
             (Verdict::Declined { reason }, _) => {
                 self.record(
@@ -162,11 +165,15 @@ impl Worker {
             }
             (Verdict::NoCharge, _) => {
                 // The first attempt never reached the processor: charge (same key) now.
-                return self.reschedule(&p.order_id, "charge", Duration::ZERO, "no charge yet").await;
+                return self
+                    .reschedule(&p.order_id, "charge", Duration::ZERO, "no charge yet")
+                    .await;
             }
             (Verdict::Unknown { why }, state) => {
                 let pending_for = Utc::now() - p.placed_at;
-                if state != "void" && pending_for.num_seconds() >= self.config.max_pending_secs as i64 {
+                if state != "void"
+                    && pending_for.num_seconds() >= self.config.max_pending_secs as i64
+                {
                     return self.force_failure(order, &p.order_id, why).await;
                 }
                 if state == "charge" {
@@ -215,7 +222,10 @@ impl Worker {
             order,
             ShowCommand::RecordPaymentFailed {
                 order_id: order,
-                reason: format!("the payment did not resolve within {} s", self.config.max_pending_secs),
+                reason: format!(
+                    "the payment did not resolve within {} s",
+                    self.config.max_pending_secs
+                ),
             },
         )
         .await;
@@ -295,7 +305,13 @@ impl Worker {
         Ok(())
     }
 
-    async fn reschedule(&self, id: &str, state: &str, after: Duration, why: &str) -> anyhow::Result<()> {
+    async fn reschedule(
+        &self,
+        id: &str,
+        state: &str,
+        after: Duration,
+        why: &str,
+    ) -> anyhow::Result<()> {
         sqlx::query(
             "UPDATE payments SET state = $2, due_at = now() + make_interval(secs => $3::double precision),
                                  lease_until = NULL, last_error = $4

@@ -11,8 +11,8 @@ use onsale_command::store::EventStore;
 use onsale_command::{telemetry, App, Config};
 use onsale_domain::ShowId;
 use onsale_kafka::{KafkaConfig, Relay, RelayConfig};
-use onsale_projections::RunnerConfig;
 use onsale_payments::PaymentsConfig;
+use onsale_projections::RunnerConfig;
 use onsale_query::QueryConfig;
 use sqlx::postgres::PgPoolOptions;
 
@@ -180,7 +180,11 @@ async fn main() -> anyhow::Result<()> {
                 .acquire_timeout(std::time::Duration::from_secs(2))
                 .connect_lazy(&config.database_url)?;
             onsale_payments::mount(&mut app, payments_pool.clone(), &payments);
-            onsale_payments::spawn_worker(payments_pool.clone(), app.state.shows.clone(), payments.clone())?;
+            onsale_payments::spawn_worker(
+                payments_pool.clone(),
+                app.state.shows.clone(),
+                payments.clone(),
+            )?;
             onsale_payments::spawn_jobs(payments_pool, app.state.shows.clone(), payments)?;
             // The query side gets a pool of its own on purpose: a burst of seat-map misses or
             // SSE resumes must not take the connections the owners' appends are waiting for.
@@ -266,7 +270,8 @@ async fn main() -> anyhow::Result<()> {
             let day = day.unwrap_or_else(|| chrono::Utc::now().date_naive());
             let pool = app.state.shows.store().pool().clone();
             let report =
-                onsale_payments::reconcile::reconcile(&pool, &app.state.shows, &client, day).await?;
+                onsale_payments::reconcile::reconcile(&pool, &app.state.shows, &client, day)
+                    .await?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(())
         }

@@ -12,6 +12,7 @@ use onsale_command::{App, Config};
 use onsale_domain::Clock;
 use serde_json::{json, Value};
 
+pub mod payments;
 pub mod read_path;
 
 pub const SECRET: &str = "onsale-test-secret";

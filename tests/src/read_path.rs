@@ -107,8 +107,18 @@ pub struct ReadPath {
 impl ReadPath {
     /// Everything, against `brokers`.
     pub async fn spawn(db: &TestDb, brokers: &str) -> anyhow::Result<Self> {
+        Self::spawn_with(db, brokers, |_| {}).await
+    }
+
+    /// Everything, with `mount` adding to the app before it serves.
+    pub async fn spawn_with(
+        db: &TestDb,
+        brokers: &str,
+        mount: impl FnOnce(&mut App),
+    ) -> anyhow::Result<Self> {
         let cfg = config(db);
         let mut app = App::build(&cfg, Arc::new(SystemClock)).await?;
+        mount(&mut app);
         let pool = db.pool().await?;
         let query = QueryConfig {
             relay_slot: format!("slot_{}", db.name),

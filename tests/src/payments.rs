@@ -1,0 +1,160 @@
+//! The payment path for integration tests: the read path (real PostgreSQL and broker), the
+//! processor simulator in-process on an ephemeral port, the payment worker, the intake and
+//! ticket consumers and the payment routes. The worker and the consumers can be killed and
+//! started again.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use onsale_payments::PaymentsConfig;
+use onsale_processor_sim::{Settings, Sim};
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+
+use crate::read_path::{shared_brokers, ReadPath};
+use crate::TestDb;
+
+#[derive(Debug)]
+pub struct PaymentPath {
+    pub rp: ReadPath,
+    pub sim: Sim,
+    pub config: PaymentsConfig,
+    worker: Option<JoinHandle<()>>,
+    consumers: Vec<JoinHandle<()>>,
+    sim_task: JoinHandle<()>,
+}
+
+impl PaymentPath {
+    /// A fresh database, the read path on the shared broker, and payments; `tweak` adjusts the
+    /// worker's configuration (timeouts, the ambiguity bound) before it starts.
+    pub async fn start(tweak: impl FnOnce(&mut PaymentsConfig)) -> anyhow::Result<(TestDb, Self)> {
+        let db = TestDb::new().await?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let sim_url = format!("http://{}", listener.local_addr()?);
+        let sim = Sim::new(Settings {
+            hang_ms: 1_500,
+            settle_ms: 1_000,
+            webhook_jitter_ms: 200,
+            ..Settings::default()
+        });
+        let server = sim.clone();
+        let sim_task = tokio::spawn(async move {
+            let _ = server.run(listener, std::future::pending()).await;
+        });
+        let mut config = PaymentsConfig {
+            processor_url: sim_url,
+            charge_timeout_ms: 500,
+            max_pending_secs: 60,
+            poll_ms: 100,
+            reconcile_every_secs: 3_600,
+            monitor_every_secs: 3_600,
+            ..PaymentsConfig::default()
+        };
+        tweak(&mut config);
+        let pool = db.pool().await?;
+        let cfg = config.clone();
+        let rp = ReadPath::spawn_with(&db, &shared_brokers()?, |app| {
+            onsale_payments::mount(app, pool, &cfg);
+        })
+        .await?;
+        let hook = format!("{}/v1/webhooks/processor", rp.app.base);
+        sim.update(|s| s.webhook_url = Some(hook));
+        let mut me = Self {
+            rp,
+            sim,
+            config,
+            worker: None,
+            consumers: Vec::new(),
+            sim_task,
+        };
+        me.start_worker()?;
+        me.start_consumers();
+        Ok((db, me))
+    }
+
+    pub fn start_worker(&mut self) -> anyhow::Result<()> {
+        self.worker = Some(onsale_payments::spawn_worker(
+            self.rp.pool.clone(),
+            self.rp.app.app.state.shows.clone(),
+            self.config.clone(),
+        )?);
+        Ok(())
+    }
+
+    /// Kills the worker where it stands, mid-call if it is in one.
+    pub fn kill_worker(&mut self) {
+        if let Some(w) = self.worker.take() {
+            w.abort();
+        }
+    }
+
+    pub fn start_consumers(&mut self) {
+        self.consumers = onsale_payments::spawn_consumers(
+            self.rp.pool.clone(),
+            self.rp.kafka.clone(),
+            self.rp.runner.clone(),
+        );
+    }
+
+    /// Places an order for `seats` of `event` by `fan`, paying with `token`; returns its id.
+    pub async fn buy(&self, event: &str, fan: &str, seats: &[&str], token: &str) -> String {
+        let app = &self.rp.app;
+        let t = app.fan(fan);
+        let (status, hold) = app
+            .post(
+                &format!("/v1/events/{event}/holds"),
+                &t,
+                json!({"seatIds": seats}),
+                None,
+            )
+            .await;
+        assert_eq!(status, 201, "{hold}");
+        let (status, order) = app
+            .post(
+                "/v1/orders",
+                &t,
+                json!({"holdId": hold["holdId"], "paymentToken": token}),
+                Some(&format!("buy-{}", uuid::Uuid::new_v4())),
+            )
+            .await;
+        assert_eq!(status, 202, "{order}");
+        order["orderId"].as_str().expect("order id").to_owned()
+    }
+
+    /// Waits (up to `secs`) until the order's status is `want`; returns the order.
+    pub async fn order_becomes(&self, order: &str, fan: &str, want: &str, secs: u64) -> Value {
+        let t = self.rp.app.fan(fan);
+        let mut last = Value::Null;
+        for _ in 0..secs * 10 {
+            let (status, body) = self.rp.app.get(&format!("/v1/orders/{order}"), &t).await;
+            if status == 200 && body["status"] == want {
+                return body;
+            }
+            last = body;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("order {order} never became {want}; last {last}");
+    }
+
+    /// Captured charges per order, from the simulator's books (the witness).
+    pub fn captures(&self) -> BTreeMap<String, u32> {
+        self.sim.ledger().captures_per_reference()
+    }
+
+    /// Payments the worker has not finished.
+    pub async fn open_payments(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM payments WHERE state <> 'done'")
+            .fetch_one(&self.rp.pool)
+            .await
+            .expect("count payments")
+    }
+
+    pub async fn stop(mut self) {
+        self.kill_worker();
+        for c in self.consumers.drain(..) {
+            c.abort();
+        }
+        self.sim_task.abort();
+        self.rp.stop().await;
+    }
+}

@@ -1,0 +1,541 @@
+//! Payments after the commit, against real PostgreSQL, the real broker and the processor
+//! simulator, whose books are the witness: no order is ever captured twice.
+
+use std::time::Duration;
+
+use onsale_command::api::auth::Role;
+use onsale_payments::tickets;
+use onsale_tests::payments::PaymentPath;
+use serde_json::{json, Value};
+
+/// Every order of `orders` is captured at most once (the simulator's books).
+fn at_most_one_capture(p: &PaymentPath) {
+    for (order, n) in p.captures() {
+        assert!(n <= 1, "order {order} captured {n} times");
+    }
+}
+
+fn seat_status(map: &Value, seat: &str) -> String {
+    map["seats"]
+        .as_array()
+        .and_then(|s| s.iter().find(|x| x["seatId"] == seat))
+        .map(|x| x["status"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn every_payment_token_resolves_end_to_end() {
+    let (_db, p) = PaymentPath::start(|_| {}).await.expect("payment path");
+    let event = p.rp.show_on_map(1, 2, 10).await;
+    let ok = p
+        .buy(&event, "ann", &["S1-R1-1", "S1-R1-2"], "tok_ok")
+        .await;
+    let decline = p.buy(&event, "bob", &["S1-R1-3"], "tok_decline").await;
+    let slow_ok = p
+        .buy(&event, "cat", &["S1-R1-4"], "tok_timeout_then_ok")
+        .await;
+    let slow_fail = p
+        .buy(&event, "dan", &["S1-R1-5"], "tok_timeout_then_fail")
+        .await;
+
+    let confirmed = p.order_becomes(&ok, "ann", "CONFIRMED", 20).await;
+    assert_eq!(
+        confirmed["tickets"].as_array().map(Vec::len),
+        Some(2),
+        "{confirmed}"
+    );
+    p.order_becomes(&decline, "bob", "FAILED", 20).await;
+    // A timeout is not a failure: the order waits, then resolves to what the processor did.
+    p.order_becomes(&slow_ok, "cat", "CONFIRMED", 20).await;
+    p.order_becomes(&slow_fail, "dan", "FAILED", 20).await;
+
+    // A declined order's seat is on sale again, and the map says so.
+    let map =
+        p.rp.eventually(
+            &format!("/v1/events/{event}/seats?section=S1"),
+            "",
+            |s, m| {
+                s == 200
+                    && seat_status(m, "S1-R1-3") == "AVAILABLE"
+                    && seat_status(m, "S1-R1-1") == "SOLD"
+            },
+        )
+        .await;
+    assert_eq!(seat_status(&map, "S1-R1-5"), "AVAILABLE");
+    let captures = p.captures();
+    assert_eq!(captures.get(&ok), Some(&1));
+    assert_eq!(captures.get(&slow_ok), Some(&1));
+    assert_eq!(captures.get(&decline), None);
+    assert_eq!(captures.get(&slow_fail), None);
+    at_most_one_capture(&p);
+    for _ in 0..50 {
+        if p.open_payments().await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(p.open_payments().await, 0, "every payment is closed");
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn a_worker_killed_between_charge_and_record_charges_once() {
+    let (_db, mut p) = PaymentPath::start(|c| c.charge_timeout_ms = 5_000)
+        .await
+        .expect("payment path");
+    // Only the worker may resolve this order: no webhooks. The processor records the charge
+    // and then takes 3 s to answer, and the worker dies in that window.
+    p.sim.update(|s| {
+        s.webhook_url = None;
+        s.respond_delay_ms = 3_000;
+    });
+    let event = p.rp.show_on_map(1, 1, 5).await;
+    let order = p.buy(&event, "ann", &["S1-R1-1"], "tok_ok").await;
+    for _ in 0..100 {
+        if p.captures().contains_key(&order) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        p.captures().get(&order),
+        Some(&1),
+        "the charge reached the processor"
+    );
+    p.kill_worker();
+    p.sim.update(|s| s.respond_delay_ms = 0);
+    let (_, pending) =
+        p.rp.app
+            .get(&format!("/v1/orders/{order}"), &p.rp.app.fan("ann"))
+            .await;
+    assert_eq!(
+        pending["status"], "PENDING_PAYMENT",
+        "nothing recorded yet: {pending}"
+    );
+    p.start_worker().expect("worker");
+    // The claim's lease runs out, the new worker charges again with the same key and gets the
+    // original charge back.
+    p.order_becomes(&order, "ann", "CONFIRMED", 40).await;
+    let ledger = p.sim.ledger();
+    assert_eq!(ledger.charges().filter(|c| c.reference == order).count(), 1);
+    at_most_one_capture(&p);
+    p.stop().await;
+}
+
+/// A webhook body signed as the processor would (or with the wrong secret).
+async fn post_webhook(p: &PaymentPath, event: &Value, secret: &str) -> (u16, Value) {
+    let body = serde_json::to_vec(event).expect("json");
+    let sig = onsale_processor_sim::signature::sign(secret, chrono::Utc::now().timestamp(), &body);
+    let r =
+        p.rp.app
+            .http
+            .post(format!("{}/v1/webhooks/processor", p.rp.app.base))
+            .header(onsale_processor_sim::signature::HEADER, sig)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("answer");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn duplicate_forged_and_out_of_order_webhooks_change_nothing() {
+    let (_db, mut p) = PaymentPath::start(|_| {}).await.expect("payment path");
+    // Webhooks alone resolve this order: the worker charges, then dies before recording.
+    p.sim.update(|s| {
+        s.webhook_duplicates = 3;
+        s.webhook_jitter_ms = 400;
+    });
+    let event = p.rp.show_on_map(1, 1, 5).await;
+    let order = p
+        .buy(&event, "ann", &["S1-R1-1", "S1-R1-2"], "tok_ok")
+        .await;
+    let confirmed = p.order_becomes(&order, "ann", "CONFIRMED", 20).await;
+    tokio::time::sleep(Duration::from_millis(800)).await; // every duplicate delivered
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries")
+        .fetch_one(&p.rp.pool)
+        .await
+        .expect("count");
+    assert_eq!(applied, 1, "four deliveries of one event are one delivery");
+    assert_eq!(confirmed["tickets"].as_array().map(Vec::len), Some(2));
+    p.kill_worker();
+
+    let charge = p
+        .sim
+        .ledger()
+        .charges()
+        .find(|c| c.reference == order)
+        .cloned()
+        .expect("charge");
+    let stale = json!({
+        "id": "evt_stale_1", "type": "charge.failed", "created": chrono::Utc::now(),
+        "chargeKey": charge.key, "chargeId": charge.charge_id, "reference": order,
+        "status": "failed", "amountCents": charge.amount_cents,
+    });
+    // Forged: refused, nothing applied.
+    let (status, body) = post_webhook(&p, &stale, "not-the-secret").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["code"], "INVALID_SIGNATURE");
+    // Genuine but stale: acknowledged, and the confirmed order does not regress.
+    let (status, _) = post_webhook(&p, &stale, &p.config.webhook_secret).await;
+    assert_eq!(status, 200);
+    let (status, again) = post_webhook(&p, &stale, &p.config.webhook_secret).await;
+    assert_eq!((status, again["duplicate"].clone()), (200, json!(true)));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, now) =
+        p.rp.app
+            .get(&format!("/v1/orders/{order}"), &p.rp.app.fan("ann"))
+            .await;
+    assert_eq!(now["status"], "CONFIRMED", "{now}");
+    let tickets: i64 = sqlx::query_scalar("SELECT count(*) FROM tickets WHERE order_id = $1")
+        .bind(&order)
+        .fetch_one(&p.rp.pool)
+        .await
+        .expect("count");
+    assert_eq!(
+        tickets, 2,
+        "one ticket per seat, however often the success arrived"
+    );
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn a_processor_outage_keeps_orders_pending_and_they_resolve_after() {
+    let (_db, p) = PaymentPath::start(|_| {}).await.expect("payment path");
+    let event = p.rp.show_on_map(1, 1, 10).await;
+    p.sim.update(|s| s.outage = true);
+    let mut orders = Vec::new();
+    for (i, fan) in ["ann", "bob", "cat"].iter().enumerate() {
+        let seat = format!("S1-R1-{}", i + 1);
+        orders.push((p.buy(&event, fan, &[seat.as_str()], "tok_ok").await, *fan));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (order, fan) in &orders {
+        let (_, o) =
+            p.rp.app
+                .get(&format!("/v1/orders/{order}"), &p.rp.app.fan(fan))
+                .await;
+        assert_eq!(
+            o["status"], "PENDING_PAYMENT",
+            "an outage is not a decline: {o}"
+        );
+    }
+    assert!(p.captures().is_empty());
+    p.sim.update(|s| s.outage = false);
+    for (order, fan) in &orders {
+        p.order_becomes(order, fan, "CONFIRMED", 30).await;
+        assert_eq!(p.captures().get(order), Some(&1));
+    }
+    at_most_one_capture(&p);
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn late_settlement_reinstates_a_free_seat_and_refunds_with_a_make_good_when_resold() {
+    let (_db, p) = PaymentPath::start(|_| {}).await.expect("payment path");
+    let event = p.rp.show_on_map(1, 1, 10).await;
+    let resold = p.buy(&event, "ann", &["S1-R1-1"], "tok_late_settle").await;
+    let free = p.buy(&event, "bob", &["S1-R1-2"], "tok_late_settle").await;
+    p.order_becomes(&resold, "ann", "FAILED", 20).await;
+    p.order_becomes(&free, "bob", "FAILED", 20).await;
+    // Ann's seat goes to Cat, who pays.
+    let cat = p.buy(&event, "cat", &["S1-R1-1"], "tok_ok").await;
+    p.order_becomes(&cat, "cat", "CONFIRMED", 20).await;
+    // The processor settles both "failed" charges after all (no webhook says so).
+    for _ in 0..50 {
+        let c = p.captures();
+        if c.contains_key(&resold) && c.contains_key(&free) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let client =
+        onsale_payments::ProcessorClient::new(&p.config.processor_url, Duration::from_secs(5))
+            .expect("client");
+    let report = onsale_payments::reconcile::reconcile(
+        &p.rp.pool,
+        &p.rp.app.app.state.shows,
+        &client,
+        chrono::Utc::now().date_naive(),
+    )
+    .await
+    .expect("reconcile");
+    let kinds: Vec<(&str, &str)> = report
+        .resolved
+        .iter()
+        .map(|f| (f.kind.as_str(), f.reference.as_str()))
+        .collect();
+    assert!(
+        kinds.contains(&("late_capture_make_good", resold.as_str())),
+        "{report:?}"
+    );
+    assert!(
+        kinds.contains(&("late_capture_reinstated", free.as_str())),
+        "{report:?}"
+    );
+    // Ann is refunded and owed a make-good; Cat keeps the seat; Bob gets his seat and tickets.
+    let ann = p.order_becomes(&resold, "ann", "REFUNDED", 20).await;
+    assert_eq!(ann["makeGood"], true);
+    p.order_becomes(&cat, "cat", "CONFIRMED", 1).await;
+    let bob = p.order_becomes(&free, "bob", "CONFIRMED", 20).await;
+    for _ in 0..50 {
+        let (_, b) =
+            p.rp.app
+                .get(&format!("/v1/orders/{free}"), &p.rp.app.fan("bob"))
+                .await;
+        if b["tickets"].as_array().map(Vec::len) == Some(1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ledger = p.sim.ledger();
+    assert_eq!(
+        ledger.refunds().filter(|r| r.reference == resold).count(),
+        1,
+        "{bob}"
+    );
+    assert_eq!(
+        ledger.refunds().count(),
+        1,
+        "only the make-good is refunded"
+    );
+    at_most_one_capture(&p);
+    // A second run finds nothing new to resolve.
+    let again = onsale_payments::reconcile::reconcile(
+        &p.rp.pool,
+        &p.rp.app.app.state.shows,
+        &client,
+        chrono::Utc::now().date_naive(),
+    )
+    .await
+    .expect("reconcile");
+    assert!(again.resolved.is_empty(), "{again:?}");
+    assert!(again.unresolved.is_empty(), "{again:?}");
+    p.stop().await;
+}
+
+async fn tickets_of(p: &PaymentPath, order: &str, fan: &str) -> Vec<Value> {
+    for _ in 0..100 {
+        let (_, o) =
+            p.rp.app
+                .get(&format!("/v1/orders/{order}"), &p.rp.app.fan(fan))
+                .await;
+        if let Some(t) = o["tickets"].as_array().filter(|t| !t.is_empty()) {
+            return t.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no tickets for {order}");
+}
+
+async fn barcode(p: &PaymentPath, ticket: &Value, fan: &str) -> (u16, Value) {
+    let id = ticket["ticketId"].as_str().expect("ticket id");
+    p.rp.app
+        .get(&format!("/v1/tickets/{id}/barcode"), &p.rp.app.fan(fan))
+        .await
+}
+
+async fn scan(p: &PaymentPath, event: &str, code: &str) -> (u16, Value) {
+    let scanner = p.rp.app.token("gate-7", Role::Scanner);
+    p.rp.app
+        .post(
+            "/v1/scans",
+            &scanner,
+            json!({"eventId": event, "code": code}),
+            None,
+        )
+        .await
+}
+
+#[tokio::test]
+async fn tickets_scan_once_and_a_cancellation_revokes_refunds_and_returns_the_seats() {
+    let (_db, p) = PaymentPath::start(|_| {}).await.expect("payment path");
+    let event = p.rp.show_on_map(1, 1, 10).await;
+    let used = p.buy(&event, "ann", &["S1-R1-1"], "tok_ok").await;
+    p.order_becomes(&used, "ann", "CONFIRMED", 20).await;
+    let ticket = tickets_of(&p, &used, "ann").await.remove(0);
+    let (status, code) = barcode(&p, &ticket, "ann").await;
+    assert_eq!(status, 200, "{code}");
+    assert_eq!(
+        barcode(&p, &ticket, "bob").await.0,
+        404,
+        "someone else's ticket"
+    );
+    let code = code["code"].as_str().expect("code").to_owned();
+
+    // A forged code and an old one (a screenshot) are refused; the real one admits once.
+    let (status, body) = scan(&p, &event, "AAAAforged").await;
+    assert_eq!((status, body["code"].clone()), (403, json!("INVALID_CODE")));
+    let id: uuid::Uuid = ticket["ticketId"]
+        .as_str()
+        .expect("id")
+        .parse()
+        .expect("uuid");
+    let secret: Vec<u8> = sqlx::query_scalar("SELECT secret FROM tickets WHERE ticket_id = $1")
+        .bind(id)
+        .fetch_one(&p.rp.pool)
+        .await
+        .expect("secret");
+    let (old, _) = tickets::barcode(
+        &secret,
+        id,
+        chrono::Utc::now() - chrono::Duration::seconds(60),
+    );
+    let (status, body) = scan(&p, &event, &old).await;
+    assert_eq!((status, body["code"].clone()), (403, json!("EXPIRED_CODE")));
+    let (forged, _) = tickets::barcode(b"a guessed secret", id, chrono::Utc::now());
+    assert_eq!(scan(&p, &event, &forged).await.1["code"], "INVALID_CODE");
+    let (status, admitted) = scan(&p, &event, &code).await;
+    assert_eq!(status, 200, "{admitted}");
+    assert_eq!(admitted["seatId"], "S1-R1-1");
+    let (status, body) = scan(&p, &event, &code).await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (409, json!("ALREADY_SCANNED"))
+    );
+    // A scanned ticket's order is not cancelled automatically.
+    let (status, body) =
+        p.rp.app
+            .post(
+                &format!("/v1/orders/{used}/cancel"),
+                &p.rp.app.fan("ann"),
+                json!({}),
+                None,
+            )
+            .await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (409, json!("TICKET_USED")),
+        "{body}"
+    );
+
+    // A second order: cancelled before the show.
+    let order = p
+        .buy(&event, "bob", &["S1-R1-2", "S1-R1-3"], "tok_ok")
+        .await;
+    p.order_becomes(&order, "bob", "CONFIRMED", 20).await;
+    let bob_tickets = tickets_of(&p, &order, "bob").await;
+    let (_, code) = barcode(&p, &bob_tickets[0], "bob").await;
+    let code = code["code"].as_str().expect("code").to_owned();
+    let (status, body) =
+        p.rp.app
+            .post(
+                &format!("/v1/orders/{order}/cancel"),
+                &p.rp.app.fan("cat"),
+                json!({}),
+                None,
+            )
+            .await;
+    assert_eq!(status, 404, "someone else's order: {body}");
+    let (status, body) =
+        p.rp.app
+            .post(
+                &format!("/v1/orders/{order}/cancel"),
+                &p.rp.app.fan("bob"),
+                json!({}),
+                None,
+            )
+            .await;
+    assert_eq!(status, 202, "{body}");
+    let (status, body) = scan(&p, &event, &code).await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (403, json!("TICKET_REVOKED"))
+    );
+    let refunded = p.order_becomes(&order, "bob", "REFUNDED", 20).await;
+    assert!(refunded["tickets"]
+        .as_array()
+        .expect("tickets")
+        .iter()
+        .all(|t| t["revoked"] == true));
+    // Cancelling again is answered the same and refunds nothing more.
+    let (status, _) =
+        p.rp.app
+            .post(
+                &format!("/v1/orders/{order}/cancel"),
+                &p.rp.app.fan("bob"),
+                json!({}),
+                None,
+            )
+            .await;
+    assert_eq!(status, 202);
+    let ledger = p.sim.ledger();
+    assert_eq!(ledger.refunds().filter(|r| r.reference == order).count(), 1);
+    // The seats are on sale again.
+    let (status, hold) =
+        p.rp.app
+            .post(
+                &format!("/v1/events/{event}/holds"),
+                &p.rp.app.fan("dan"),
+                json!({"seatIds": ["S1-R1-2", "S1-R1-3"]}),
+                None,
+            )
+            .await;
+    assert_eq!(status, 201, "{hold}");
+    // A pending order cannot be cancelled (its payment is in flight).
+    p.sim.update(|s| s.outage = true);
+    let pending = p.buy(&event, "eve", &["S1-R1-9"], "tok_ok").await;
+    let (status, body) =
+        p.rp.app
+            .post(
+                &format!("/v1/orders/{pending}/cancel"),
+                &p.rp.app.fan("eve"),
+                json!({}),
+                None,
+            )
+            .await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (409, json!("ORDER_NOT_CANCELLABLE"))
+    );
+    p.sim.update(|s| s.outage = false);
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn the_invariant_monitor_alarms_on_a_seat_confirmed_twice() {
+    let (_db, p) = PaymentPath::start(|_| {}).await.expect("payment path");
+    let event = p.rp.show_on_map(1, 1, 5).await;
+    let order = p.buy(&event, "ann", &["S1-R1-1"], "tok_ok").await;
+    p.order_becomes(&order, "ann", "CONFIRMED", 20).await;
+    let mut clean = false;
+    for _ in 0..50 {
+        if onsale_payments::monitor::check(&p.rp.pool)
+            .await
+            .expect("check")
+            .is_empty()
+        {
+            clean = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(clean, "a healthy show has no violation");
+    // Plant a second confirmed order for the same seat, as a bug elsewhere would.
+    sqlx::query(
+        "INSERT INTO orders_view (order_id, show_id, hold_id, account_id, status, seat_ids, total_cents,
+                                  placed_at, updated_at, sequence)
+         SELECT order_id || 'x', show_id, hold_id, 'mallory', 'CONFIRMED', seat_ids, total_cents,
+                placed_at, updated_at, sequence FROM orders_view WHERE order_id = $1",
+    )
+    .bind(&order)
+    .execute(&p.rp.pool)
+    .await
+    .expect("plant");
+    let found = onsale_payments::monitor::check(&p.rp.pool)
+        .await
+        .expect("check");
+    assert!(
+        found
+            .iter()
+            .any(|v| v.check == "seat_confirmed_twice" && v.seat_id == "S1-R1-1"),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|v| v.check == "sold_seat_order_mismatch"),
+        "{found:?}"
+    );
+    p.stop().await;
+}
