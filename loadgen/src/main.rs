@@ -46,6 +46,9 @@ enum Command {
         concurrency: usize,
         #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "onsale-dev-secret")]
         secret: String,
+        /// The card-processor simulator, whose books count the charges per order.
+        #[arg(long, default_value = "http://127.0.0.1:8090")]
+        processor: String,
     },
     /// Create the benchmark show over HTTP and write fan tokens for wrk.
     Setup {
@@ -118,7 +121,8 @@ async fn main() -> anyhow::Result<()> {
             fans,
             concurrency,
             secret,
-        } => demo(&base, &database_url, fans, concurrency, &secret).await,
+            processor,
+        } => demo(&base, &database_url, fans, concurrency, &secret, &processor).await,
         Command::Setup {
             base,
             ttl,
@@ -274,6 +278,7 @@ async fn demo(
     fans: u32,
     concurrency: usize,
     secret: &str,
+    processor: &str,
 ) -> anyhow::Result<()> {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
@@ -352,7 +357,15 @@ async fn demo(
                     let hold_id = hold["holdId"].as_str().unwrap_or_default().to_owned();
                     if roll < 0.75 {
                         let key = uuid::Uuid::new_v4().to_string();
-                        let body = json!({"holdId": hold_id, "paymentToken": "tok_ok"});
+                        // Most cards work; some are declined, some time out and settle later.
+                        let token_roll: f64 = rand::rng().random();
+                        let payment = match token_roll {
+                            r if r < 0.84 => "tok_ok",
+                            r if r < 0.92 => "tok_decline",
+                            r if r < 0.97 => "tok_timeout_then_ok",
+                            _ => "tok_timeout_then_fail",
+                        };
+                        let body = json!({"holdId": hold_id, "paymentToken": payment});
                         let orders_url = format!("{base}/v1/orders");
                         let place = || post(&http, &orders_url, &token, &body, Some(&key));
                         let t = Instant::now();
@@ -401,10 +414,56 @@ async fn demo(
     bar.finish();
     let elapsed = started.elapsed().as_secs_f64();
 
-    // The check: every order the API accepted, as the API reports it (from the orders
-    // projection, waited for), and as the log replays.
+    // Payments: every order resolves (paid through the processor simulator).
     let read_path_started = Instant::now();
     let orders = orders.lock().await.clone();
+    let pool = sqlx::PgPool::connect(database_url)
+        .await
+        .context("connect to the event store")?;
+    let payments_started = Instant::now();
+    let mut by_status: Vec<(String, i64)> = Vec::new();
+    for _ in 0..1_200 {
+        by_status = sqlx::query_as(
+            "SELECT status, count(*) FROM orders_view WHERE show_id = $1 GROUP BY status ORDER BY status",
+        )
+        .bind(&event)
+        .fetch_all(&pool)
+        .await?;
+        let total: i64 = by_status.iter().map(|(_, n)| n).sum();
+        let pending: i64 = by_status
+            .iter()
+            .filter(|(s, _)| s == "PENDING_PAYMENT")
+            .map(|(_, n)| n)
+            .sum();
+        if total as usize == orders.len() && pending == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let count = |status: &str| {
+        by_status
+            .iter()
+            .find(|(s, _)| s == status)
+            .map_or(0, |(_, n)| *n)
+    };
+    let ledger: Value = http
+        .get(format!("{processor}/v1/ledger"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let captures = ledger["capturesPerReference"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let most_charges = captures
+        .values()
+        .filter_map(Value::as_u64)
+        .max()
+        .unwrap_or(0);
+
+    // The check: every paid order, as the API reports it (from the orders projection), and as
+    // the log replays.
     let mut seat_owner: HashMap<String, String> = HashMap::new();
     let mut sold_twice = 0u64;
     for (order_id, token) in &orders {
@@ -424,6 +483,9 @@ async fn demo(
         if view.is_null() {
             bail!("order {order_id} never reached the orders projection");
         }
+        if view["status"] != "CONFIRMED" {
+            continue;
+        }
         for seat in view["seatIds"].as_array().into_iter().flatten() {
             let seat = seat.as_str().unwrap_or_default().to_owned();
             if seat_owner.insert(seat, order_id.clone()).is_some() {
@@ -431,15 +493,13 @@ async fn demo(
             }
         }
     }
-    let pool = sqlx::PgPool::connect(database_url)
-        .await
-        .context("connect to the event store")?;
     let show: ShowId = event.parse()?;
     let replayed = EventStore::new(pool).replay(show).await?;
     let mut log_mismatch = 0u64;
     let mut log_claimed = 0u64;
     for (seat, state) in replayed.show.seats() {
         if let Seat::PendingPayment(o) | Seat::Sold(o) = state {
+            // Every payment resolved above: a pending seat here is a mismatch.
             log_claimed += 1;
             if seat_owner.get(seat) != Some(&o.to_string()) {
                 log_mismatch += 1;
@@ -525,6 +585,20 @@ async fn demo(
         read_path_started.elapsed().as_secs_f64()
     );
     if map_sold != log_claimed {
+        log_mismatch += 1;
+    }
+    println!(
+        "payments ({:.1} s to resolve after the last fan): {} confirmed, {} failed (declined or timed out and failed); charges per order: {} orders charged, at most {most_charges} each; orders still pending: {}",
+        payments_started.elapsed().as_secs_f64(),
+        count("CONFIRMED"),
+        count("FAILED"),
+        captures.len(),
+        count("PENDING_PAYMENT"),
+    );
+    if most_charges > 1
+        || count("PENDING_PAYMENT") > 0
+        || captures.len() as i64 != count("CONFIRMED")
+    {
         log_mismatch += 1;
     }
     println!("seats sold twice: {sold_twice}; API vs log mismatches: {log_mismatch}");

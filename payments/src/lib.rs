@@ -56,8 +56,8 @@ pub struct PaymentsConfig {
     /// How often the worker looks for due work.
     #[arg(long, env = "ONSALE_PAYMENT_POLL_MS", default_value_t = 200)]
     pub poll_ms: u64,
-    /// Most payments (and refunds) worked at once.
-    #[arg(long, env = "ONSALE_PAYMENT_BATCH", default_value_t = 64)]
+    /// Most payments (and refunds) in flight at once.
+    #[arg(long, env = "ONSALE_PAYMENT_BATCH", default_value_t = 256)]
     pub batch: usize,
     /// How often today's (and yesterday's) settlement is reconciled.
     #[arg(long, env = "ONSALE_RECONCILE_EVERY_SECS", default_value_t = 900)]
@@ -75,7 +75,7 @@ impl Default for PaymentsConfig {
             charge_timeout_ms: 2_000,
             max_pending_secs: 180,
             poll_ms: 200,
-            batch: 64,
+            batch: 256,
             reconcile_every_secs: 900,
             monitor_every_secs: 10,
         }

@@ -9,6 +9,7 @@
 //! bound; past it the order is failed (its seats go back) and the charge voided, and a capture
 //! that beat the void goes through the late-capture policy (ADR 006).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -17,6 +18,7 @@ use onsale_command::Shows;
 use onsale_domain::{OrderId, ShowCommand, ShowError};
 use onsale_processor_sim::ChargeRequest;
 use sqlx::PgPool;
+use tokio::sync::Semaphore;
 
 use crate::client::{ProcessorClient, Verdict};
 use crate::PaymentsConfig;
@@ -68,21 +70,29 @@ impl Worker {
         })
     }
 
-    /// Works until aborted; a failed round (database away) is logged and retried.
+    /// Works until aborted; a failed round (database away) is logged and retried. Up to
+    /// `batch` payments and refunds are in flight at once, each in its own task, so a charge
+    /// that hangs until its timeout does not hold up the others.
     pub async fn run(self) {
+        let slots = Arc::new(Semaphore::new(self.config.batch.max(1)));
         let mut tick = tokio::time::interval(Duration::from_millis(self.config.poll_ms));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if let Err(e) = self.round().await {
+            if let Err(e) = self.round(&slots).await {
                 metrics::counter!("onsale_payment_worker_errors_total").increment(1);
                 tracing::warn!(error = %format!("{e:#}"), "payment round failed");
             }
         }
     }
 
-    /// One pass: claim what is due and work it, concurrently.
-    pub async fn round(&self) -> anyhow::Result<()> {
+    /// One pass: claim as much due work as there are free slots and start it.
+    async fn round(&self, slots: &Arc<Semaphore>) -> anyhow::Result<()> {
+        self.export_gauges().await?;
+        let free = slots.available_permits();
+        if free == 0 {
+            return Ok(());
+        }
         let lease = (self.config.charge_timeout_ms / 1000 + 1) * 3 + 5;
         let payments: Vec<PaymentRow> = sqlx::query_as(
             "UPDATE payments SET lease_until = now() + make_interval(secs => $1::double precision),
@@ -94,9 +104,10 @@ impl Worker {
               RETURNING order_id, amount_cents, token, state, placed_at, attempts",
         )
         .bind(lease as f64)
-        .bind(self.config.batch as i64)
+        .bind(free as i64)
         .fetch_all(&self.pool)
         .await?;
+        let free = free.saturating_sub(payments.len());
         let refunds: Vec<RefundRow> = sqlx::query_as(
             "UPDATE refunds SET lease_until = now() + make_interval(secs => $1::double precision),
                                 attempts = attempts + 1
@@ -107,16 +118,28 @@ impl Worker {
               RETURNING order_id, amount_cents, attempts",
         )
         .bind(lease as f64)
-        .bind(self.config.batch as i64)
+        .bind(free as i64)
         .fetch_all(&self.pool)
         .await?;
-        let pay = futures::future::join_all(payments.into_iter().map(|p| self.pay(p)));
-        let refund = futures::future::join_all(refunds.into_iter().map(|r| self.refund(r)));
-        let (pay, refund) = tokio::join!(pay, refund);
-        for r in pay.into_iter().chain(refund) {
-            r?;
+        for p in payments {
+            let (me, permit) = (self.clone(), slots.clone().acquire_owned().await?);
+            tokio::spawn(async move {
+                if let Err(e) = me.pay(p).await {
+                    tracing::warn!(error = %format!("{e:#}"), "payment step failed; its lease will expire");
+                }
+                drop(permit);
+            });
         }
-        self.export_gauges().await
+        for r in refunds {
+            let (me, permit) = (self.clone(), slots.clone().acquire_owned().await?);
+            tokio::spawn(async move {
+                if let Err(e) = me.refund(r).await {
+                    tracing::warn!(error = %format!("{e:#}"), "refund step failed; its lease will expire");
+                }
+                drop(permit);
+            });
+        }
+        Ok(())
     }
 
     async fn pay(&self, p: PaymentRow) -> anyhow::Result<()> {

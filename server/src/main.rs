@@ -176,7 +176,7 @@ async fn main() -> anyhow::Result<()> {
             let mut app = App::build(&config, Arc::new(SystemClock)).await?;
             // Payments run where the shows are owned: outcomes are commands on them.
             let payments_pool = PgPoolOptions::new()
-                .max_connections(8)
+                .max_connections(16)
                 .acquire_timeout(std::time::Duration::from_secs(2))
                 .connect_lazy(&config.database_url)?;
             onsale_payments::mount(&mut app, payments_pool.clone(), &payments);
