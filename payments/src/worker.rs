@@ -158,48 +158,27 @@ impl Worker {
             "void" => self.client.void(&p.order_id).await,
             other => anyhow::bail!("payment {} in unknown state {other}", p.order_id),
         };
-        let recorded = match (&verdict, p.state.as_str()) {
-            (Verdict::Captured { .. }, _) => {
-                self.record(
-                    order,
-                    ShowCommand::RecordPaymentSucceeded { order_id: order },
-                )
-                .await
-            }
-            (Verdict::Declined { reason }, _) => {
-                self.record(
-                    order,
-                    ShowCommand::RecordPaymentFailed {
-                        order_id: order,
-                        reason: reason.clone(),
-                    },
-                )
-                .await
-            }
-            (Verdict::Voided, _) | (Verdict::NoCharge, "void") => {
-                self.record(
-                    order,
-                    ShowCommand::RecordPaymentFailed {
-                        order_id: order,
-                        reason: "the payment did not resolve in time; the charge was voided".into(),
-                    },
-                )
-                .await
-            }
-            (Verdict::NoCharge, _) => {
+        let pending_secs = (Utc::now() - p.placed_at).num_seconds();
+        let recorded = match next_step(
+            &p.state,
+            &verdict,
+            pending_secs,
+            self.config.max_pending_secs,
+        ) {
+            Step::Record(command) => self.record(order, command.into_command(order)).await,
+            Step::Charge => {
                 // The first attempt never reached the processor: charge (same key) now.
                 return self
                     .reschedule(&p.order_id, "charge", Duration::ZERO, "no charge yet")
                     .await;
             }
-            (Verdict::Unknown { why }, state) => {
-                let pending_for = Utc::now() - p.placed_at;
-                if state != "void"
-                    && pending_for.num_seconds() >= self.config.max_pending_secs as i64
-                {
-                    return self.force_failure(order, &p.order_id, why).await;
-                }
-                if state == "charge" {
+            Step::Force { why } => return self.force_failure(order, &p.order_id, &why).await,
+            Step::Wait {
+                state,
+                why,
+                ambiguous,
+            } => {
+                if ambiguous {
                     self.record(
                         order,
                         ShowCommand::RecordPaymentAmbiguous {
@@ -210,9 +189,8 @@ impl Worker {
                     .await;
                 }
                 metrics::counter!("onsale_payment_unknown_total").increment(1);
-                let next = if state == "void" { "void" } else { "unknown" };
                 return self
-                    .reschedule(&p.order_id, next, backoff(p.attempts), why)
+                    .reschedule(&p.order_id, state, backoff(p.attempts), &why)
                     .await;
             }
         };
@@ -360,6 +338,70 @@ impl Worker {
         metrics::gauge!("onsale_payment_oldest_pending_seconds").set(payment.unwrap_or(0.0));
         metrics::gauge!("onsale_refund_oldest_pending_seconds").set(refund.unwrap_or(0.0));
         Ok(())
+    }
+}
+
+/// An outcome to record on the show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Succeeded,
+    Failed(String),
+}
+
+impl Outcome {
+    pub fn into_command(self, order_id: OrderId) -> ShowCommand {
+        match self {
+            Self::Succeeded => ShowCommand::RecordPaymentSucceeded { order_id },
+            Self::Failed(reason) => ShowCommand::RecordPaymentFailed { order_id, reason },
+        }
+    }
+}
+
+/// What the worker does next with a payment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// A definitive answer: record it.
+    Record(Outcome),
+    /// The processor never saw the charge: send it (same key).
+    Charge,
+    /// Not known: ask again later, in `state` (`unknown`: the status endpoint; `void`: the
+    /// void). `ambiguous`: say so in the log (the first timeout of a charge).
+    Wait {
+        state: &'static str,
+        why: String,
+        ambiguous: bool,
+    },
+    /// The ambiguity bound passed: fail the order and owe the void.
+    Force { why: String },
+}
+
+/// The worker's rules, as a pure function of the row's state, the processor's verdict and
+/// how long the order has waited: only a definitive answer is recorded, an unknown one is
+/// asked again until the bound, and after the bound only the void is left to do.
+pub fn next_step(state: &str, verdict: &Verdict, pending_secs: i64, bound_secs: u64) -> Step {
+    match (verdict, state) {
+        (Verdict::Captured { .. }, _) => Step::Record(Outcome::Succeeded),
+        (Verdict::Declined { reason }, _) => Step::Record(Outcome::Failed(reason.clone())),
+        (Verdict::Voided, _) | (Verdict::NoCharge, "void") => Step::Record(Outcome::Failed(
+            "the payment did not resolve in time; the charge was voided".into(),
+        )),
+        (Verdict::NoCharge, _) => Step::Charge,
+        (Verdict::Unknown { why }, "void") => Step::Wait {
+            state: "void",
+            why: why.clone(),
+            ambiguous: false,
+        },
+        (Verdict::Unknown { why }, state) => {
+            if pending_secs >= bound_secs as i64 {
+                Step::Force { why: why.clone() }
+            } else {
+                Step::Wait {
+                    state: "unknown",
+                    why: why.clone(),
+                    ambiguous: state == "charge",
+                }
+            }
+        }
     }
 }
 
