@@ -178,6 +178,10 @@ pub enum ShowEvent {
     MakeGoodOwed {
         order_id: OrderId,
         taken_seat_ids: Vec<String>,
+        /// Why the seats could not go back to the order: taken by others, or the buyer's
+        /// per-account cap is full with what they bought since.
+        #[serde(default)]
+        reason: String,
         at: DateTime<Utc>,
     },
     OrderCancelled {
@@ -933,8 +937,8 @@ impl Show {
 
     /// The late-success policy (ADR 006): a capture for an order that already failed. Its seats
     /// are sold to it again if every one is still free (lapsed holds on them end first);
-    /// otherwise nobody loses a seat they now hold or bought: the order owes a refund and a
-    /// make-good.
+    /// otherwise nobody loses a seat they now hold or bought (and nobody ends up above the
+    /// per-account cap): the order owes a refund and a make-good.
     fn late_capture(&self, order_id: OrderId, order: &Order, now: DateTime<Utc>) -> Vec<ShowEvent> {
         let mut lapsed = BTreeSet::new();
         let mut taken = Vec::new();
@@ -952,6 +956,23 @@ impl Show {
             return vec![ShowEvent::MakeGoodOwed {
                 order_id,
                 taken_seat_ids: self.seat_names(&taken),
+                reason: "its seats went to somebody else".into(),
+                at: now,
+            }];
+        }
+        // The cap holds for reinstated orders too: a fan who bought other seats since is not
+        // handed more than the cap allows.
+        let own = if order.state.claims_seats() {
+            order.seats.len()
+        } else {
+            0
+        };
+        let claimed = self.seats_claimed_by(&order.account, now) as usize - own;
+        if claimed + order.seats.len() > MAX_SEATS_PER_ACCOUNT as usize {
+            return vec![ShowEvent::MakeGoodOwed {
+                order_id,
+                taken_seat_ids: Vec::new(),
+                reason: "the buyer's per-account limit is full with seats bought since".into(),
                 at: now,
             }];
         }

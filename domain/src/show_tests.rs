@@ -577,6 +577,7 @@ fn a_capture_after_failure_never_takes_a_seat_from_its_new_holder() {
     let taken = ShowEvent::MakeGoodOwed {
         order_id: order_id(1),
         taken_seat_ids: seats(&["A-1-2"]),
+        reason: "its seats went to somebody else".into(),
         at: t0() + Duration::seconds(1),
     };
     at(1)
@@ -599,6 +600,26 @@ fn a_capture_after_failure_never_takes_a_seat_from_its_new_holder() {
         .and(vec![held(2, "bob", &["A-1-2"], 600), taken])
         .when(place_cmd(2, 2, "bob", "k-order", "fp-order"))
         .then_expect_events(vec![placed(2, 2, "bob", &["A-1-2"], 12_000)]);
+}
+
+#[test]
+fn a_capture_after_failure_never_lifts_the_buyer_above_the_cap() {
+    // Ann's failed order had 2 seats; since then she holds 7 others: 9 would pass the cap of 8.
+    let others = [
+        "B-1-1", "B-1-2", "B-1-3", "B-1-4", "B-1-5", "B-1-6", "B-1-7",
+    ];
+    at(1)
+        .given(failed_order())
+        .and(vec![held(2, "ann", &others, 600)])
+        .when(ShowCommand::RecordPaymentSucceeded {
+            order_id: order_id(1),
+        })
+        .then_expect_events(vec![ShowEvent::MakeGoodOwed {
+            order_id: order_id(1),
+            taken_seat_ids: Vec::new(),
+            reason: "the buyer's per-account limit is full with seats bought since".into(),
+            at: t0() + Duration::seconds(1),
+        }]);
 }
 
 fn confirmed_order() -> Vec<ShowEvent> {

@@ -337,6 +337,13 @@ async fn barcode(p: &PaymentPath, ticket: &Value, fan: &str) -> (u16, Value) {
         .await
 }
 
+async fn cancel(p: &PaymentPath, order: &str, fan: &str) -> (u16, Value) {
+    let path = format!("/v1/orders/{order}/cancel");
+    p.rp.app
+        .post(&path, &p.rp.app.fan(fan), json!({}), None)
+        .await
+}
+
 async fn scan(p: &PaymentPath, event: &str, code: &str) -> (u16, Value) {
     let scanner = p.rp.app.token("gate-7", Role::Scanner);
     p.rp.app
@@ -396,15 +403,7 @@ async fn tickets_scan_once_and_a_cancellation_revokes_refunds_and_returns_the_se
         (409, json!("ALREADY_SCANNED"))
     );
     // A scanned ticket's order is not cancelled automatically.
-    let (status, body) =
-        p.rp.app
-            .post(
-                &format!("/v1/orders/{used}/cancel"),
-                &p.rp.app.fan("ann"),
-                json!({}),
-                None,
-            )
-            .await;
+    let (status, body) = cancel(&p, &used, "ann").await;
     assert_eq!(
         (status, body["code"].clone()),
         (409, json!("TICKET_USED")),
@@ -419,25 +418,9 @@ async fn tickets_scan_once_and_a_cancellation_revokes_refunds_and_returns_the_se
     let bob_tickets = tickets_of(&p, &order, "bob").await;
     let (_, code) = barcode(&p, &bob_tickets[0], "bob").await;
     let code = code["code"].as_str().expect("code").to_owned();
-    let (status, body) =
-        p.rp.app
-            .post(
-                &format!("/v1/orders/{order}/cancel"),
-                &p.rp.app.fan("cat"),
-                json!({}),
-                None,
-            )
-            .await;
+    let (status, body) = cancel(&p, &order, "cat").await;
     assert_eq!(status, 404, "someone else's order: {body}");
-    let (status, body) =
-        p.rp.app
-            .post(
-                &format!("/v1/orders/{order}/cancel"),
-                &p.rp.app.fan("bob"),
-                json!({}),
-                None,
-            )
-            .await;
+    let (status, body) = cancel(&p, &order, "bob").await;
     assert_eq!(status, 202, "{body}");
     let (status, body) = scan(&p, &event, &code).await;
     assert_eq!(
@@ -451,15 +434,7 @@ async fn tickets_scan_once_and_a_cancellation_revokes_refunds_and_returns_the_se
         .iter()
         .all(|t| t["revoked"] == true));
     // Cancelling again is answered the same and refunds nothing more.
-    let (status, _) =
-        p.rp.app
-            .post(
-                &format!("/v1/orders/{order}/cancel"),
-                &p.rp.app.fan("bob"),
-                json!({}),
-                None,
-            )
-            .await;
+    let (status, _) = cancel(&p, &order, "bob").await;
     assert_eq!(status, 202);
     let ledger = p.sim.ledger();
     assert_eq!(ledger.refunds().filter(|r| r.reference == order).count(), 1);
@@ -477,15 +452,7 @@ async fn tickets_scan_once_and_a_cancellation_revokes_refunds_and_returns_the_se
     // A pending order cannot be cancelled (its payment is in flight).
     p.sim.update(|s| s.outage = true);
     let pending = p.buy(&event, "eve", &["S1-R1-9"], "tok_ok").await;
-    let (status, body) =
-        p.rp.app
-            .post(
-                &format!("/v1/orders/{pending}/cancel"),
-                &p.rp.app.fan("eve"),
-                json!({}),
-                None,
-            )
-            .await;
+    let (status, body) = cancel(&p, &pending, "eve").await;
     assert_eq!(
         (status, body["code"].clone()),
         (409, json!("ORDER_NOT_CANCELLABLE"))
