@@ -21,6 +21,7 @@ LISTEN=${ONSALE_LISTEN:-127.0.0.1:8080}
 GRPC_LISTEN=${ONSALE_GRPC_LISTEN:-127.0.0.1:50051}
 KAFKA_PORT=${ONSALE_KAFKA_PORT:-19092}
 PROCESSOR_LISTEN=${ONSALE_PROCESSOR_LISTEN:-127.0.0.1:8090}
+REDIS_PORT=${ONSALE_REDIS_PORT:-16379}
 PG_BIN=/usr/lib/postgresql/15/bin
 CACHE=${ONSALE_CACHE:-$HOME/.cache/onsale}
 # The broker and the Python gRPC tools of the tests live in one venv outside the repo.
@@ -36,6 +37,8 @@ ensure_packages() {
   # Logical decoding plugin of the CDC relay.
   [ -f /usr/lib/postgresql/15/lib/wal2json.so ] || missing+=(postgresql-15-wal2json)
   python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+  # The waiting room's store.
+  command -v redis-server >/dev/null || missing+=(redis-server)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -145,11 +148,42 @@ broker_down() {
   fi
 }
 
+# A throwaway Redis (no persistence: the waiting room's state is soft and rebuilt by joins).
+redis_up() {
+  local dir=$1 port=$2
+  ensure_packages
+  mkdir -p "$dir"
+  if redis-cli -p "$port" ping >/dev/null 2>&1; then
+    echo "port $port already answers Redis; refusing to share it" >&2
+    return 1
+  fi
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+    --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" >/dev/null
+  for _ in $(seq 1 50); do
+    if redis-cli -p "$port" ping >/dev/null 2>&1; then
+      echo "redis on 127.0.0.1:$port"
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "redis did not start; see $dir/redis.log" >&2
+  return 1
+}
+
+redis_down() {
+  local dir=$1
+  if [ -f "$dir/redis.pid" ]; then
+    kill "$(cat "$dir/redis.pid")" 2>/dev/null || true
+    rm -f "$dir/redis.pid"
+  fi
+}
+
 # Starts one onsale process in the background: NAME ARGS...
 start_onsale() {
   local name=$1
   shift
   DATABASE_URL="postgres://onsale@127.0.0.1:$PG_PORT/onsale" ONSALE_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
+    ONSALE_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/" \
     ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=$GRPC_LISTEN RUST_LOG=${RUST_LOG:-warn} \
     nohup "$ROOT/target/release/onsale" "$@" >"$STACK_DIR/$name.log" 2>&1 &
   echo $! >"$STACK_DIR/$name.pid"
@@ -159,6 +193,7 @@ up() {
   if [ -d "$STACK_DIR" ]; then down; fi
   pg_up "$STACK_DIR" "$PG_PORT"
   broker_up "$STACK_DIR" "$KAFKA_PORT"
+  redis_up "$STACK_DIR" "$REDIS_PORT"
   (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim)
   # The card-processor simulator (the one simulated part), webhooks to the service.
   PROCESSOR_LISTEN=$PROCESSOR_LISTEN PROCESSOR_WEBHOOK_URL="http://$LISTEN/v1/webhooks/processor" \
@@ -185,6 +220,7 @@ down() {
   done
   sleep 0.5
   broker_down "$STACK_DIR"
+  redis_down "$STACK_DIR"
   # The relay's slot goes with the cluster.
   pg_down "$STACK_DIR"
   echo "stack stopped"
@@ -197,8 +233,10 @@ case "${1:-}" in
   broker-up) broker_up "$2" "$3" ;;
   broker-down) broker_down "$2" ;;
   broker-bin) broker_bin ;;
+  redis-up) redis_up "$2" "$3" ;;
+  redis-down) redis_down "$2" ;;
   py-tools) py_tools ;;
   up) up ;;
   down) down ;;
-  *) echo "usage: $0 pg-up DIR PORT | pg-down DIR | pg-restart DIR | broker-up DIR PORT | broker-down DIR | broker-bin | py-tools | up | down" >&2; exit 2 ;;
+  *) echo "usage: $0 pg-up DIR PORT | pg-down DIR | pg-restart DIR | broker-up DIR PORT | broker-down DIR | broker-bin | redis-up DIR PORT | redis-down DIR | py-tools | up | down" >&2; exit 2 ;;
 esac

@@ -7,12 +7,15 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-test.XXXXXX)
 PORT=${ONSALE_TEST_PG_PORT:-54339}
 KAFKA_PORT=${ONSALE_TEST_KAFKA_PORT:-19392}
+REDIS_PORT=${ONSALE_TEST_REDIS_PORT:-16399}
 # A test binary killed mid-run leaves its private brokers (tagged by cluster id) behind.
-trap '"$ROOT/scripts/stack.sh" broker-down "$DIR"; "$ROOT/scripts/stack.sh" pg-down "$DIR"; pkill -f "cluster-id onsale-test-private" || true' EXIT
+trap '"$ROOT/scripts/stack.sh" redis-down "$DIR"; "$ROOT/scripts/stack.sh" broker-down "$DIR"; "$ROOT/scripts/stack.sh" pg-down "$DIR"; pkill -f "cluster-id onsale-test-private" || true' EXIT
 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
 "$ROOT/scripts/stack.sh" broker-up "$DIR" "$KAFKA_PORT"
 export ONSALE_TEST_DATABASE_URL="postgres://onsale@127.0.0.1:$PORT/postgres"
 export ONSALE_TEST_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT"
+"$ROOT/scripts/stack.sh" redis-up "$DIR" "$REDIS_PORT"
+export ONSALE_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/"
 # Tests that restart a broker start their own from the same binary.
 ONSALE_TANSU_BIN=$("$ROOT/scripts/stack.sh" broker-bin)
 export ONSALE_TANSU_BIN

@@ -89,6 +89,8 @@ impl App {
                 decoding_key: auth::decoding_key(&config.jwt_secret),
                 metrics: crate::telemetry::metrics(),
                 ready: None,
+                gate: None,
+                health: Arc::new(crate::admission::BookingHealth::default()),
                 openapi: Arc::new(<api::ApiDoc as utoipa::OpenApi>::openapi()),
             },
             extra_routes: Vec::new(),

@@ -5,6 +5,7 @@
 //! answers from a show's committed in-memory state is what a command needs next: a hold
 //! (`GET /v1/holds/{id}`) and the event page.
 
+pub mod admission;
 pub mod api;
 pub mod app;
 pub mod owner;

@@ -103,6 +103,8 @@ struct Inner {
     clock: Arc<dyn Clock>,
     config: OwnerConfig,
     owners: Mutex<HashMap<ShowId, mpsc::Sender<Job>>>,
+    /// Whether a show has a waiting room: fixed when it is scheduled, so cached for good.
+    waiting_rooms: Mutex<HashMap<ShowId, bool>>,
 }
 
 impl Shows {
@@ -113,6 +115,7 @@ impl Shows {
                 clock,
                 config,
                 owners: Mutex::new(HashMap::new()),
+                waiting_rooms: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -132,6 +135,35 @@ impl Shows {
         command: ShowCommand,
     ) -> Result<Answer, CommandError> {
         self.submit(show, Work::Command(command)).await
+    }
+
+    /// Whether the show has a waiting room (read through its owner once, then from memory).
+    pub async fn waiting_room(&self, show: ShowId) -> Result<bool, CommandError> {
+        if let Some(&w) = self
+            .inner
+            .waiting_rooms
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&show)
+        {
+            return Ok(w);
+        }
+        let answer = self
+            .read(show, |s| {
+                Ok(Answer::Doc(serde_json::json!(s
+                    .info()
+                    .map(|i| i.waiting_room))))
+            })
+            .await?;
+        let Answer::Doc(serde_json::Value::Bool(w)) = answer else {
+            return Err(ShowError::ShowNotFound.into());
+        };
+        self.inner
+            .waiting_rooms
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(show, w);
+        Ok(w)
     }
 
     /// Reads the committed state of a show through its owner.

@@ -38,6 +38,10 @@ pub struct AppState {
     pub decoding_key: DecodingKey,
     pub metrics: Option<PrometheusHandle>,
     pub ready: Option<ReadyCheck>,
+    /// The waiting room's session check; `None`: this deployment has no waiting room.
+    pub gate: Option<std::sync::Arc<dyn crate::admission::SessionGate>>,
+    /// The hold path's recent latencies and failures (the admission controller's input).
+    pub health: std::sync::Arc<crate::admission::BookingHealth>,
     /// The OpenAPI document served at `/openapi.json`: [`ApiDoc`], plus the query side's paths
     /// when it is served by the same process.
     pub openapi: std::sync::Arc<utoipa::openapi::OpenApi>,
@@ -233,11 +237,11 @@ async fn create_event(
     ApiJson(body): ApiJson<NewEvent>,
 ) -> Result<Response, ApiError> {
     caller.require(&[Role::Admin])?;
-    if body.waiting_room {
+    if body.waiting_room && state.gate.is_none() {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "WAITING_ROOM_UNAVAILABLE",
-            "this deployment has no waiting room yet; create the event with waitingRoom: false",
+            "this deployment runs without a waiting room (no Redis configured); create the event with waitingRoom: false",
         ));
     }
     let venue_id: VenueId = body.venue_id.parse()?;
@@ -270,7 +274,7 @@ async fn create_event(
         starts_at: body.starts_at,
         on_sale_at: body.on_sale_at,
         prices: body.prices,
-        waiting_room: false,
+        waiting_room: body.waiting_room,
         hold_ttl_seconds: body.hold_ttl_seconds.unwrap_or(DEFAULT_HOLD_TTL_SECONDS),
     };
     state
@@ -444,6 +448,7 @@ async fn create_hold(
     caller.require(&[Role::Fan, Role::Admin])?;
     let show_id: ShowId = id.parse()?;
     let request: HoldRequest = parse_body(&body)?;
+    admitted(&state, show_id, &caller, &headers).await?;
     let idempotency = idempotency_key(&headers)?.map(|key| Idempotency {
         key,
         fingerprint: fingerprint(&format!("POST /v1/events/{show_id}/holds"), &body),
@@ -484,7 +489,15 @@ async fn create_hold(
     };
     let started = std::time::Instant::now();
     let result = state.shows.execute(show_id, command).await;
-    metrics::histogram!("onsale_hold_seconds").record(started.elapsed().as_secs_f64());
+    let secs = started.elapsed().as_secs_f64();
+    metrics::histogram!("onsale_hold_seconds").record(secs);
+    let served = !matches!(
+        result,
+        Err(crate::owner::CommandError::Unavailable
+            | crate::owner::CommandError::Overloaded
+            | crate::owner::CommandError::Internal(_))
+    );
+    state.health.record(secs, served);
     let outcome = match &result {
         Ok(_) => "held",
         Err(crate::owner::CommandError::Domain(e)) => e.code(),
@@ -595,6 +608,7 @@ async fn place_order(
         )
     })?;
     let hold_id: HoldId = request.hold_id.parse()?;
+    admitted(&state, hold_id.show(), &caller, &headers).await?;
     let token = request.payment_token.trim();
     if token.is_empty() || token.len() > 128 {
         return Err(ShowError::Invalid("paymentToken must be 1 to 128 characters".into()).into());
@@ -623,6 +637,31 @@ async fn place_order(
             Err(crate::owner::CommandError::Internal(format!("order answered {other:?}")).into())
         }
     }
+}
+
+/// A show with a waiting room takes holds and orders only from a live session of the caller
+/// (`X-Onsale-Session`); admins (the box office) pass. Nothing below changes: the session only
+/// decides who may ask, the seat rules still decide what they get.
+async fn admitted(
+    state: &AppState,
+    show: ShowId,
+    caller: &Caller,
+    headers: &HeaderMap,
+) -> Result<(), ApiError> {
+    if caller.role == Role::Admin || !state.shows.waiting_room(show).await? {
+        return Ok(());
+    }
+    let Some(gate) = &state.gate else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "WAITING_ROOM_UNAVAILABLE",
+            "this show sells through a waiting room, which this process does not run",
+        ));
+    };
+    let session = headers
+        .get("x-onsale-session")
+        .and_then(|v| v.to_str().ok());
+    gate.check(show, &caller.account, session).await
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {

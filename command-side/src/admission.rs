@@ -1,0 +1,115 @@
+//! What the waiting room plugs into the booking path: the session gate that holds and orders of
+//! a show with a waiting room must pass, and the booking path's health as the admission
+//! controller reads it. The booking rules underneath are unchanged: the gate only decides who
+//! may ask.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use onsale_domain::{AccountId, ShowId};
+
+use crate::api::error::ApiError;
+
+pub type GateFuture<'a> = Pin<Box<dyn Future<Output = Result<(), ApiError>> + Send + 'a>>;
+
+/// Checks that `account` holds a live session of `show`'s waiting room (`session` is the
+/// `X-Onsale-Session` header), without a database round trip.
+pub trait SessionGate: Send + Sync + std::fmt::Debug {
+    fn check<'a>(
+        &'a self,
+        show: ShowId,
+        account: &'a AccountId,
+        session: Option<&'a str>,
+    ) -> GateFuture<'a>;
+}
+
+/// The hold path's recent latencies and failures (a failure is the service's: 5xx, not a 409).
+#[derive(Debug, Default)]
+pub struct BookingHealth {
+    window: Mutex<VecDeque<(Instant, f64, bool)>>,
+}
+
+/// The hold path over a recent window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HealthSample {
+    pub requests: usize,
+    pub p99_secs: f64,
+    pub error_rate: f64,
+}
+
+impl BookingHealth {
+    const KEEP: Duration = Duration::from_secs(30);
+
+    pub fn record(&self, secs: f64, ok: bool) {
+        let now = Instant::now();
+        let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
+        w.push_back((now, secs, ok));
+        while w
+            .front()
+            .is_some_and(|(t, _, _)| now.duration_since(*t) > Self::KEEP)
+        {
+            w.pop_front();
+        }
+        // Bounded whatever the rate: the newest 50,000 are plenty for a p99.
+        while w.len() > 50_000 {
+            w.pop_front();
+        }
+    }
+
+    /// Requests of the last `over`, their p99 and the share that failed.
+    pub fn sample(&self, over: Duration) -> HealthSample {
+        let now = Instant::now();
+        let w = self.window.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lat: Vec<f64> = Vec::new();
+        let mut failed = 0usize;
+        for (t, secs, ok) in w.iter().rev() {
+            if now.duration_since(*t) > over {
+                break;
+            }
+            lat.push(*secs);
+            if !ok {
+                failed += 1;
+            }
+        }
+        if lat.is_empty() {
+            return HealthSample {
+                requests: 0,
+                p99_secs: 0.0,
+                error_rate: 0.0,
+            };
+        }
+        lat.sort_by(f64::total_cmp);
+        let idx = ((lat.len() as f64) * 0.99).ceil() as usize;
+        HealthSample {
+            requests: lat.len(),
+            p99_secs: lat[idx.saturating_sub(1).min(lat.len() - 1)],
+            error_rate: failed as f64 / lat.len() as f64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sample_reports_the_p99_and_the_failure_share() {
+        let h = BookingHealth::default();
+        for i in 0..100 {
+            h.record(f64::from(i) / 1000.0, i % 10 != 0);
+        }
+        let s = h.sample(Duration::from_secs(5));
+        assert_eq!(s.requests, 100);
+        assert!((s.p99_secs - 0.098).abs() < 1e-9, "{s:?}");
+        assert!((s.error_rate - 0.1).abs() < 1e-9);
+        assert_eq!(
+            BookingHealth::default()
+                .sample(Duration::from_secs(5))
+                .requests,
+            0
+        );
+    }
+}
