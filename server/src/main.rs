@@ -14,6 +14,7 @@ use onsale_kafka::{KafkaConfig, Relay, RelayConfig};
 use onsale_payments::PaymentsConfig;
 use onsale_projections::RunnerConfig;
 use onsale_query::QueryConfig;
+use onsale_waiting_room::{WaitingRoom, WaitingRoomConfig};
 use sqlx::postgres::PgPoolOptions;
 
 #[derive(Debug, Parser)]
@@ -70,6 +71,8 @@ enum Command {
         grpc_listen: String,
         #[command(flatten)]
         payments: PaymentsConfig,
+        #[command(flatten)]
+        waiting_room: WaitingRoomConfig,
     },
     /// Relay the events table into Kafka through a logical replication slot.
     Relay {
@@ -171,9 +174,14 @@ async fn main() -> anyhow::Result<()> {
             listen,
             grpc_listen,
             payments,
+            waiting_room,
         } => {
             telemetry::init_tracing();
             let mut app = App::build(&config, Arc::new(SystemClock)).await?;
+            if let Some(room) = WaitingRoom::connect(waiting_room, app.state.shows.clone()).await? {
+                room.mount(&mut app);
+                room.spawn_admitter(app.state.health.clone());
+            }
             // Payments run where the shows are owned: outcomes are commands on them.
             let payments_pool = PgPoolOptions::new()
                 .max_connections(16)

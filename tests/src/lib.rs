@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 pub mod payments;
 pub mod read_path;
+pub mod waiting_room;
 
 pub const SECRET: &str = "onsale-test-secret";
 

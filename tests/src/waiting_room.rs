@@ -1,0 +1,223 @@
+//! The waiting room for integration tests: the app with a waiting room on the test run's real
+//! Redis (a logical database of its own per test, flushed first), admitter replicas that can be
+//! started and killed, and the fan's steps.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use onsale_command::app::SystemClock;
+use onsale_command::App;
+use onsale_waiting_room::{WaitingRoom, WaitingRoomConfig};
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+
+use crate::{config, TestApp, TestDb};
+
+static NEXT_DB: AtomicU32 = AtomicU32::new(1);
+
+/// A Redis URL on a logical database of this test's own, emptied.
+pub async fn redis_url() -> anyhow::Result<String> {
+    let base = std::env::var("ONSALE_TEST_REDIS_URL").map_err(|_| {
+        anyhow::anyhow!("ONSALE_TEST_REDIS_URL is not set: run the tests with `make test`")
+    })?;
+    let n = NEXT_DB.fetch_add(1, Ordering::Relaxed) % 15 + 1;
+    let url = format!("{}{n}", base.trim_end_matches('/').to_owned() + "/");
+    let client = redis::Client::open(url.as_str())?;
+    let mut c = client.get_multiplexed_async_connection().await?;
+    let _: () = redis::cmd("FLUSHDB").query_async(&mut c).await?;
+    Ok(url)
+}
+
+#[derive(Debug)]
+pub struct Room {
+    pub app: TestApp,
+    pub room: WaitingRoom,
+    pub redis: redis::aio::MultiplexedConnection,
+    admitters: Vec<JoinHandle<()>>,
+}
+
+impl Room {
+    pub async fn start(
+        db: &TestDb,
+        tweak: impl FnOnce(&mut WaitingRoomConfig),
+    ) -> anyhow::Result<Self> {
+        let url = redis_url().await?;
+        let mut cfg = WaitingRoomConfig {
+            redis_url: Some(url.clone()),
+            tick_ms: 100,
+            ..WaitingRoomConfig::default()
+        };
+        tweak(&mut cfg);
+        let mut app = App::build(&config(db), Arc::new(SystemClock)).await?;
+        let room = WaitingRoom::connect(cfg, app.state.shows.clone())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("no redis url"))?;
+        room.mount(&mut app);
+        let app = TestApp::serve(app).await?;
+        let redis = redis::Client::open(url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        Ok(Self {
+            app,
+            room,
+            redis,
+            admitters: Vec::new(),
+        })
+    }
+
+    /// One more admitter replica (and its watchdog).
+    pub fn start_admitter(&mut self) {
+        self.admitters
+            .extend(self.room.spawn_admitter(self.app.app.state.health.clone()));
+    }
+
+    pub fn kill_admitters(&mut self) {
+        for a in self.admitters.drain(..) {
+            a.abort();
+        }
+    }
+
+    /// A show with a waiting room of `sections` x `rows` x `seats`, on sale `opens_in` from now.
+    pub async fn show(
+        &self,
+        sections: u32,
+        rows: u32,
+        seats: u32,
+        opens_in: chrono::Duration,
+    ) -> String {
+        let admin = self.app.admin();
+        let sections: Vec<Value> = (1..=sections)
+            .map(|s| json!({"section": format!("S{s}"), "priceTier": "A",
+                "rows": (1..=rows).map(|r| json!({"row": format!("R{r}"), "seats": seats})).collect::<Vec<_>>()}))
+            .collect();
+        let (status, venue) = self
+            .app
+            .post(
+                "/v1/venues",
+                &admin,
+                json!({"name": "Arena", "city": "Oslo", "sections": sections}),
+                None,
+            )
+            .await;
+        assert_eq!(status, 201, "{venue}");
+        let now = chrono::Utc::now();
+        let (status, event) = self
+            .app
+            .post(
+                "/v1/events",
+                &admin,
+                json!({"name": "Night", "performer": "Band", "venueId": venue["venueId"],
+                    "startsAt": now + chrono::Duration::days(30), "onSaleAt": now + opens_in,
+                    "prices": {"A": 5000}, "waitingRoom": true}),
+                None,
+            )
+            .await;
+        assert_eq!(status, 201, "{event}");
+        event["eventId"].as_str().expect("event id").to_owned()
+    }
+
+    pub async fn join(&self, event: &str, fan: &str) -> Value {
+        let (status, body) = self
+            .app
+            .post(
+                &format!("/v1/events/{event}/waiting-room"),
+                &self.app.fan(fan),
+                json!({}),
+                None,
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        body
+    }
+
+    pub async fn view(&self, event: &str, fan: &str, queue_token: &str) -> (u16, Value) {
+        let r = self
+            .app
+            .http
+            .get(format!("{}/v1/events/{event}/waiting-room", self.app.base))
+            .bearer_auth(self.app.fan(fan))
+            .header("x-onsale-queue-token", queue_token)
+            .send()
+            .await
+            .expect("answer");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Polls until the fan is admitted; returns the admission token.
+    pub async fn admitted(&self, event: &str, fan: &str, queue_token: &str, secs: u64) -> String {
+        let mut last = Value::Null;
+        for _ in 0..secs * 20 {
+            let (_, v) = self.view(event, fan, queue_token).await;
+            if let Some(t) = v["admissionToken"].as_str() {
+                return t.to_owned();
+            }
+            last = v;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{fan} never admitted; last {last}");
+    }
+
+    pub async fn enter(&self, event: &str, fan: &str, admission: &str) -> (u16, Value) {
+        self.app
+            .post(
+                &format!("/v1/events/{event}/enter"),
+                &self.app.fan(fan),
+                json!({"admissionToken": admission}),
+                None,
+            )
+            .await
+    }
+
+    /// Holds `body` with the session header.
+    pub async fn hold(
+        &self,
+        event: &str,
+        fan: &str,
+        session: Option<&str>,
+        body: Value,
+    ) -> (u16, Value) {
+        let mut req = self
+            .app
+            .http
+            .post(format!("{}/v1/events/{event}/holds", self.app.base))
+            .bearer_auth(self.app.fan(fan))
+            .json(&body);
+        if let Some(s) = session {
+            req = req.header("x-onsale-session", s);
+        }
+        let r = req.send().await.expect("answer");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Live sessions of a show, straight from Redis.
+    pub async fn live(&self, event: &str) -> i64 {
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut c = self.redis.clone();
+        redis::cmd("ZCOUNT")
+            .arg(onsale_waiting_room::store::key(event, "leases"))
+            .arg(now)
+            .arg("+inf")
+            .query_async(&mut c)
+            .await
+            .expect("zcount")
+    }
+
+    pub async fn get_int(&self, event: &str, part: &str) -> i64 {
+        let mut c = self.redis.clone();
+        let v: Option<i64> = redis::cmd("GET")
+            .arg(onsale_waiting_room::store::key(event, part))
+            .query_async(&mut c)
+            .await
+            .expect("get");
+        v.unwrap_or(0)
+    }
+}
+
+impl Drop for Room {
+    fn drop(&mut self) {
+        self.kill_admitters();
+    }
+}

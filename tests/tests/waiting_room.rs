@@ -1,0 +1,392 @@
+//! The waiting room against the real Redis and PostgreSQL that `make test` starts.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use onsale_tests::waiting_room::Room;
+use onsale_tests::TestDb;
+use onsale_waiting_room::tokens::{self, AdmissionClaims, Signer};
+use serde_json::{json, Value};
+
+fn qt(v: &Value) -> String {
+    v["queueToken"].as_str().expect("queue token").to_owned()
+}
+
+#[tokio::test]
+async fn positions_are_one_per_account_in_join_order_and_bound_to_it() {
+    let db = TestDb::new().await.expect("db");
+    let room = Room::start(&db, |_| {}).await.expect("room");
+    let event = room.show(1, 2, 10, chrono::Duration::seconds(-60)).await;
+    let mut last = 0;
+    let mut tokens = HashMap::new();
+    for i in 0..40 {
+        let fan = format!("fan{i}");
+        let j = room.join(&event, &fan).await;
+        let pos = j["position"]
+            .as_i64()
+            .expect("a position once the sale is open");
+        assert!(
+            pos > last,
+            "positions grow in join order: {pos} after {last}"
+        );
+        last = pos;
+        tokens.insert(fan, (pos, qt(&j)));
+    }
+    // Joining again answers the same place.
+    let again = room.join(&event, "fan7").await;
+    assert_eq!(again["position"].as_i64(), Some(tokens["fan7"].0));
+    // A queue token works for its own account only.
+    let (status, v) = room.view(&event, "fan7", &tokens["fan7"].1).await;
+    assert_eq!(
+        (status, v["position"].as_i64()),
+        (200, Some(tokens["fan7"].0)),
+        "{v}"
+    );
+    let (status, v) = room.view(&event, "fan8", &tokens["fan7"].1).await;
+    assert_eq!(
+        (status, v["code"].clone()),
+        (403, json!("INVALID_QUEUE_TOKEN"))
+    );
+    let (status, _) = room.view(&event, "fan7", "forged.token.here").await;
+    assert_eq!(status, 403);
+}
+
+#[tokio::test]
+async fn a_pre_queue_is_drawn_in_random_order_at_the_opening() {
+    let db = TestDb::new().await.expect("db");
+    let mut room = Room::start(&db, |_| {}).await.expect("room");
+    let event = room.show(1, 2, 10, chrono::Duration::seconds(3)).await;
+    let mut fans = Vec::new();
+    for i in 0..30 {
+        let fan = format!("early{i:02}");
+        let j = room.join(&event, &fan).await;
+        assert_eq!(j["status"], "PRE_QUEUE", "{j}");
+        assert!(j["position"].is_null());
+        fans.push((fan, qt(&j)));
+    }
+    room.start_admitter();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut order = Vec::new();
+    for (fan, token) in &fans {
+        let (_, v) = room.view(&event, fan, token).await;
+        order.push(
+            v["position"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("{fan} drawn: {v}")),
+        );
+    }
+    let drawn: BTreeSet<i64> = order.iter().copied().collect();
+    assert_eq!(
+        drawn,
+        (1..=30).collect(),
+        "the pre-queue takes positions 1..30"
+    );
+    assert_ne!(order, (1..=30).collect::<Vec<_>>(), "and not in join order");
+    let late = room.join(&event, "late").await;
+    assert_eq!(late["position"].as_i64(), Some(31), "{late}");
+}
+
+#[tokio::test]
+async fn two_admitters_never_let_live_sessions_exceed_n_and_lapsed_leases_free_slots() {
+    const N: i64 = 15;
+    let db = TestDb::new().await.expect("db");
+    let mut room = Room::start(&db, |c| {
+        c.target = N as u64;
+        c.tick_ms = 40;
+        c.lease_secs = 1;
+    })
+    .await
+    .expect("room");
+    let event = room.show(1, 2, 10, chrono::Duration::seconds(-60)).await;
+    let mut fans = Vec::new();
+    for i in 0..120 {
+        let fan = format!("fan{i}");
+        let j = room.join(&event, &fan).await;
+        fans.push((fan, qt(&j)));
+    }
+    room.start_admitter();
+    room.start_admitter();
+    let room = Arc::new(room);
+    let peak = Arc::new(AtomicI64::new(0));
+    let watcher = {
+        let (room, peak, event) = (room.clone(), peak.clone(), event.clone());
+        tokio::spawn(async move {
+            loop {
+                let live = room.live(&event).await;
+                peak.fetch_max(live, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    // Every fan waits, enters, and walks away without a word: only the lease frees the slot.
+    let mut tasks = Vec::new();
+    for (fan, token) in fans {
+        let (room, event) = (room.clone(), event.clone());
+        tasks.push(tokio::spawn(async move {
+            let admission = room.admitted(&event, &fan, &token, 60).await;
+            loop {
+                let (status, body) = room.enter(&event, &fan, &admission).await;
+                match status {
+                    200 => break,
+                    429 => tokio::time::sleep(Duration::from_millis(100)).await,
+                    _ => panic!("{fan} could not enter: {status} {body}"),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("fan");
+    }
+    watcher.abort();
+    let peak = peak.load(Ordering::Relaxed);
+    assert!(peak <= N, "live sessions peaked at {peak} > N = {N}");
+    assert!(peak >= N - 3, "the zone was kept full ({peak} of {N})");
+}
+
+#[tokio::test]
+async fn replayed_expired_forged_and_foreign_tokens_and_sessions_are_refused() {
+    let db = TestDb::new().await.expect("db");
+    let mut room = Room::start(&db, |c| c.target = 5).await.expect("room");
+    let event = room.show(1, 2, 10, chrono::Duration::seconds(-60)).await;
+    let ann = room.join(&event, "ann").await;
+    room.join(&event, "bob").await;
+    room.start_admitter();
+    let admission = room.admitted(&event, "ann", &qt(&ann), 10).await;
+    // Someone else's admission is refused; so is a forged one.
+    let (status, body) = room.enter(&event, "bob", &admission).await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (403, json!("INVALID_ADMISSION"))
+    );
+    let forged = Signer::new("not-the-secret").sign(&AdmissionClaims {
+        aud: tokens::ADMISSION.into(),
+        sub: "ann".into(),
+        show: event.clone(),
+        pos: 1,
+        jti: "ann:1".into(),
+        exp_ms: chrono::Utc::now().timestamp_millis() + 60_000,
+        paused_ms: 0,
+        exp: chrono::Utc::now().timestamp() + 3600,
+    });
+    assert_eq!(
+        room.enter(&event, "ann", &forged).await.1["code"],
+        "INVALID_ADMISSION"
+    );
+    // An admission whose grace window passed.
+    let expired = room.room.signer.sign(&AdmissionClaims {
+        aud: tokens::ADMISSION.into(),
+        sub: "ann".into(),
+        show: event.clone(),
+        pos: 1,
+        jti: "ann:old".into(),
+        exp_ms: chrono::Utc::now().timestamp_millis() - 1_000,
+        paused_ms: 0,
+        exp: chrono::Utc::now().timestamp() + 3600,
+    });
+    assert_eq!(
+        room.enter(&event, "ann", &expired).await.1["code"],
+        "ADMISSION_EXPIRED"
+    );
+    // The real one, once.
+    let (status, entry) = room.enter(&event, "ann", &admission).await;
+    assert_eq!(status, 200, "{entry}");
+    let (status, body) = room.enter(&event, "ann", &admission).await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (403, json!("ADMISSION_USED"))
+    );
+    let session = entry["sessionId"].as_str().expect("session").to_owned();
+    // Holds need the caller's own live session; the seat rules still apply underneath.
+    let (status, body) = room
+        .hold(&event, "ann", None, json!({"seatIds": ["S1-R1-1"]}))
+        .await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (403, json!("ADMISSION_REQUIRED"))
+    );
+    let (status, body) = room
+        .hold(
+            &event,
+            "bob",
+            Some(&session),
+            json!({"seatIds": ["S1-R1-1"]}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (403, json!("ADMISSION_REQUIRED")),
+        "a session replayed by another account"
+    );
+    let (status, hold) = room
+        .hold(
+            &event,
+            "ann",
+            Some(&session),
+            json!({"seatIds": ["S1-R1-1"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{hold}");
+    let (status, body) = room
+        .hold(&event, "ann", Some(&session), json!({"seatIds": ["S1-R1-2", "S1-R1-3", "S1-R1-4", "S1-R1-5", "S1-R1-6", "S1-R1-7", "S1-R1-8", "S1-R1-9"]}))
+        .await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (429, json!("HOLD_LIMIT")),
+        "the cap holds inside a session"
+    );
+    // A heartbeat renews the lease; an order goes through with the session too.
+    let (status, beat) = room
+        .app
+        .post(
+            &format!("/v1/events/{event}/heartbeat"),
+            &room.app.fan("ann"),
+            json!({"sessionId": session}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{beat}");
+    let r = room
+        .app
+        .http
+        .post(format!("{}/v1/orders", room.app.base))
+        .bearer_auth(room.app.fan("ann"))
+        .header("idempotency-key", "wr-order-1")
+        .header(
+            "x-onsale-session",
+            beat["sessionId"].as_str().expect("session"),
+        )
+        .json(&json!({"holdId": hold["holdId"], "paymentToken": "tok_ok"}))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(r.status().as_u16(), 202);
+}
+
+#[tokio::test]
+async fn admission_pauses_when_the_hold_path_fails_resumes_after_and_extends_the_grace() {
+    let db = TestDb::new().await.expect("db");
+    let mut room = Room::start(&db, |c| {
+        c.target = 3;
+        c.grace_secs = 2;
+        c.lease_secs = 60;
+    })
+    .await
+    .expect("room");
+    let event = room.show(1, 2, 10, chrono::Duration::seconds(-60)).await;
+    let mut fans = Vec::new();
+    for i in 0..10 {
+        let j = room.join(&event, &format!("fan{i}")).await;
+        fans.push(qt(&j));
+    }
+    room.start_admitter();
+    // fan0 is admitted (its 2 s grace starts); then the event store goes away.
+    let admission = room.admitted(&event, "fan0", &fans[0], 10).await;
+    db.close().await.expect("close");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = room.get_int(&event, "admitted").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        room.get_int(&event, "admitted").await,
+        before,
+        "nothing admitted while the store is away"
+    );
+    let paused = room.get_int(&event, "paused").await;
+    assert!(paused >= 2_500, "the pause is published: {paused} ms");
+    db.reopen().await.expect("reopen");
+    // fan0's 2 s window passed during the 3 s pause, but the pause extends it.
+    let (status, body) = room.enter(&event, "fan0", &admission).await;
+    assert_eq!(status, 200, "the pause extended the grace window: {body}");
+    // Admission resumes by itself once the store answers.
+    let mut resumed = false;
+    for _ in 0..100 {
+        if room.get_int(&event, "admitted").await > before {
+            resumed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(resumed, "admission resumed after the store came back");
+}
+
+#[tokio::test]
+async fn an_on_sale_of_thousands_of_fans_through_the_queue_sells_no_seat_twice() {
+    const FANS: usize = 1_500;
+    let db = TestDb::new().await.expect("db");
+    let mut room = Room::start(&db, |c| {
+        c.target = 150;
+        c.tick_ms = 50;
+        c.lease_secs = 2;
+    })
+    .await
+    .expect("room");
+    let event = room.show(2, 10, 25, chrono::Duration::seconds(2)).await; // 500 seats
+    let (room_, event_) = (&room, &event);
+    let joined: Vec<(String, String)> = futures::future::join_all((0..FANS).map(|i| async move {
+        let fan = format!("fan{i}");
+        let j = room_.join(event_, &fan).await;
+        (fan, qt(&j))
+    }))
+    .await;
+    room.start_admitter();
+    let room = Arc::new(room);
+    let orders = Arc::new(tokio::sync::Mutex::new(Vec::<(String, String)>::new()));
+    let mut tasks = Vec::new();
+    for (i, (fan, token)) in joined.into_iter().enumerate() {
+        let (room, event, orders) = (room.clone(), event.clone(), orders.clone());
+        tasks.push(tokio::spawn(async move {
+            let admission = room.admitted(&event, &fan, &token, 120).await;
+            let session = loop {
+                let (status, body) = room.enter(&event, &fan, &admission).await;
+                match status {
+                    200 => break body["sessionId"].as_str().expect("session").to_owned(),
+                    429 => tokio::time::sleep(Duration::from_millis(100)).await,
+                    _ => panic!("{fan}: {status} {body}"),
+                }
+            };
+            let want = if i % 3 == 0 {
+                json!({"quantity": 2})
+            } else {
+                json!({"quantity": 1, "section": "S1"})
+            };
+            let (status, hold) = room.hold(&event, &fan, Some(&session), want).await;
+            if status != 201 {
+                assert!(status == 409, "{fan}: {status} {hold}");
+                return;
+            }
+            let r = room
+                .app
+                .http
+                .post(format!("{}/v1/orders", room.app.base))
+                .bearer_auth(room.app.fan(&fan))
+                .header("idempotency-key", format!("o-{fan}"))
+                .header("x-onsale-session", &session)
+                .json(&json!({"holdId": hold["holdId"], "paymentToken": "tok_ok"}))
+                .send()
+                .await
+                .expect("answer");
+            assert_eq!(r.status().as_u16(), 202, "{fan}");
+            let o: Value = r.json().await.expect("json");
+            orders
+                .lock()
+                .await
+                .push((fan, o["orderId"].as_str().expect("order").to_owned()));
+        }));
+    }
+    for t in tasks {
+        t.await.expect("fan");
+    }
+    // Every seat in at most one order, by a replay of the log.
+    let replayed = room.app.replay(&event).await;
+    let mut seen = BTreeSet::new();
+    let mut ordered = 0;
+    for (_, order) in replayed.show.orders() {
+        for &s in &order.seats {
+            assert!(seen.insert(s), "seat {s} in two orders");
+        }
+        ordered += 1;
+    }
+    assert_eq!(ordered, orders.lock().await.len());
+    assert!(ordered > 100, "the sale sold: {ordered} orders");
+}

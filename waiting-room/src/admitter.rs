@@ -1,0 +1,128 @@
+//! The admitter: every tick, for every show with a line, one script moves `admitted_through` by
+//! the free slots (N scaled by the controller) divided by the claim rate. Several replicas may
+//! run; the script's read and advance are one atomic step, so they never both spend the same
+//! free capacity. The watchdog raises the alarm nobody else would: nothing admitted for 30 s
+//! while people wait and admission is not paused.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use onsale_command::admission::BookingHealth;
+
+use crate::controller::{Controller, ControllerConfig};
+use crate::{now_ms, WaitingRoom};
+
+/// One admitter replica.
+#[derive(Debug)]
+pub struct Admitter {
+    room: WaitingRoom,
+    health: Arc<BookingHealth>,
+    controller: Controller,
+}
+
+impl Admitter {
+    pub fn new(room: WaitingRoom, health: Arc<BookingHealth>) -> Self {
+        let controller = Controller::new(ControllerConfig {
+            target_p99: Duration::from_millis(room.config.hold_p99_ms),
+            ..ControllerConfig::default()
+        });
+        Self {
+            room,
+            health,
+            controller,
+        }
+    }
+
+    /// Ticks until aborted.
+    pub async fn run(mut self) {
+        let period = Duration::from_millis(self.room.config.tick_ms.max(10));
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last = Instant::now();
+        loop {
+            tick.tick().await;
+            let dt = last.elapsed();
+            last = Instant::now();
+            if let Err(e) = self.tick(dt).await {
+                metrics::counter!("onsale_admitter_errors_total").increment(1);
+                tracing::warn!(error = %format!("{e:#}"), "admitter tick failed");
+            }
+        }
+    }
+
+    /// One tick over every show: the controller reads the booking path, then each show's line
+    /// moves in one round trip.
+    pub async fn tick(&mut self, dt: Duration) -> anyhow::Result<()> {
+        let store_ok = self.room.shows.store().ping().await.is_ok();
+        let sample = self.health.sample(Duration::from_secs(5));
+        let factor = self.controller.step(sample, store_ok, dt);
+        metrics::gauge!("onsale_admission_factor").set(factor);
+        let target = self.controller.target(self.room.config.target);
+        let paused = self.controller.paused();
+        for (show, opens) in self.room.store.shows().await? {
+            let started = Instant::now();
+            let t = self
+                .room
+                .store
+                .tick(
+                    &show,
+                    now_ms(),
+                    opens,
+                    target,
+                    self.room.grace().as_millis() as i64,
+                    paused,
+                )
+                .await?;
+            metrics::histogram!("onsale_admitter_tick_seconds")
+                .record(started.elapsed().as_secs_f64());
+            let labels = [("show", show.clone())];
+            metrics::gauge!("onsale_queue_depth", &labels)
+                .set((t.tail - t.admitted_through).max(0) as f64);
+            metrics::gauge!("onsale_live_sessions", &labels).set(t.live as f64);
+            metrics::gauge!("onsale_admission_claim_rate", &labels).set(t.claim_rate);
+            metrics::gauge!("onsale_admitted_through", &labels).set(t.admitted_through as f64);
+            metrics::counter!("onsale_admitted_positions_total", &labels)
+                .increment(t.advanced.max(0) as u64);
+        }
+        Ok(())
+    }
+}
+
+/// The stall alarm, for one show: positions admitted in the last 30 s is zero while the queue
+/// is not empty, the sale is open and admission is not deliberately paused.
+pub async fn stalled(room: &WaitingRoom, show: &str, paused: bool) -> redis::RedisResult<bool> {
+    let now = now_ms();
+    let (passed, depth, newest_tick) = room.store.recent(show, now, 30_000).await?;
+    // A tick loop that stopped leaves the history frozen: that is a stall too.
+    let frozen = newest_tick > 0 && now - newest_tick > 30_000;
+    Ok(!paused && depth > 0 && (passed == 0 || frozen))
+}
+
+/// Watches every show for a stalled admitter; sets `onsale_admission_stalled{show}`.
+pub async fn watchdog(room: WaitingRoom, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    let mut paused_seen: std::collections::HashMap<String, i64> = Default::default();
+    loop {
+        tick.tick().await;
+        let Ok(shows) = room.store.shows().await else {
+            continue;
+        };
+        for (show, opens) in shows {
+            if now_ms() < opens + 30_000 {
+                continue;
+            }
+            // A deliberate pause (the controller) is not a stall: its total grows.
+            let total = room.store.paused_ms(&show).await.unwrap_or(0);
+            let paused = paused_seen
+                .insert(show.clone(), total)
+                .is_some_and(|p| total > p);
+            if let Ok(stalled) = stalled(&room, &show, paused).await {
+                metrics::gauge!("onsale_admission_stalled", "show" => show.clone())
+                    .set(f64::from(u8::from(stalled)));
+                if stalled {
+                    tracing::error!(%show, "ADMISSION STALLED: nobody admitted for 30 s while fans wait");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,530 @@
+//! The waiting room's routes (API.md, "Waiting room"): join, the fan's view (JSON or SSE),
+//! enter, heartbeat.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{FromRef, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use chrono::{DateTime, TimeZone, Utc};
+use jsonwebtoken::DecodingKey;
+use onsale_command::api::auth::{Caller, Role};
+use onsale_command::api::error::ApiError;
+use onsale_command::api::ApiJson;
+use onsale_domain::ShowId;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::{OpenApi, ToSchema};
+
+use crate::store::Entered;
+use crate::tokens::{self, AdmissionClaims, QueueClaims, SessionClaims};
+use crate::{eta, now_ms, WaitingRoom};
+
+#[derive(Clone)]
+pub struct RoomState {
+    pub room: WaitingRoom,
+    pub decoding_key: DecodingKey,
+    availability: moka::future::Cache<String, &'static str>,
+}
+
+impl std::fmt::Debug for RoomState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RoomState")
+    }
+}
+
+impl FromRef<RoomState> for DecodingKey {
+    fn from_ref(s: &RoomState) -> Self {
+        s.decoding_key.clone()
+    }
+}
+
+pub fn router(room: WaitingRoom, decoding_key: DecodingKey) -> Router {
+    let availability = moka::future::Cache::builder()
+        .time_to_live(Duration::from_secs(1))
+        .max_capacity(10_000)
+        .build();
+    Router::new()
+        .route("/v1/events/{id}/waiting-room", post(join).get(view))
+        .route("/v1/events/{id}/enter", post(enter))
+        .route("/v1/events/{id}/heartbeat", post(heartbeat))
+        .with_state(RoomState {
+            room,
+            decoding_key,
+            availability,
+        })
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(join, view, enter, heartbeat),
+    components(schemas(Joined, EnterRequest, Entry, HeartbeatRequest))
+)]
+#[derive(Debug)]
+pub struct WaitingRoomDoc;
+
+fn err(status: StatusCode, code: &'static str, detail: &str) -> ApiError {
+    ApiError::new(status, code, detail)
+}
+
+fn redis_down(e: &redis::RedisError) {
+    metrics::counter!("onsale_waiting_room_redis_errors_total").increment(1);
+    tracing::warn!(error = %e, "redis unreachable: the waiting room runs in fallback");
+}
+
+async fn show_with_room(
+    state: &RoomState,
+    id: &str,
+) -> Result<(ShowId, crate::ShowFacts), ApiError> {
+    let show: ShowId = id.parse()?;
+    let facts = state.room.facts(show).await?;
+    if !facts.waiting_room {
+        return Err(err(
+            StatusCode::NOT_FOUND,
+            "NO_WAITING_ROOM",
+            "this event sells without a waiting room",
+        ));
+    }
+    if Utc::now() >= facts.starts_at {
+        return Err(err(
+            StatusCode::CONFLICT,
+            "SALE_CLOSED",
+            "the show has started",
+        ));
+    }
+    Ok((show, facts))
+}
+
+fn ms_to_time(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .unwrap_or_else(Utc::now)
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Joined {
+    /// `null` in the pre-queue (positions are drawn at random at the opening) and in fallback.
+    pub position: Option<i64>,
+    pub queue_token: String,
+    /// Seconds, approximate; `null` when unknown.
+    pub eta: Option<f64>,
+    /// `PRE_QUEUE`, `WAITING`, or `FALLBACK` (Redis away: admission at a fixed pace).
+    pub status: &'static str,
+}
+
+/// Join the line: one position per account (joining again answers the same one).
+#[utoipa::path(post, path = "/v1/events/{id}/waiting-room", params(("id" = String, Path)),
+    security(("bearer" = [])), responses((status = 201, body = Joined), (status = 404), (status = 409)))]
+async fn join(
+    State(state): State<RoomState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    caller.require(&[Role::Fan, Role::Admin])?;
+    let (show, facts) = show_with_room(&state, &id).await?;
+    let show_s = show.to_string();
+    let account = caller.account.to_string();
+    let queue_token = state.room.signer.sign(&QueueClaims {
+        aud: tokens::QUEUE.into(),
+        sub: account.clone(),
+        show: show_s.clone(),
+        iat: Utc::now().timestamp(),
+        exp: facts.starts_at.timestamp(),
+    });
+    let joined = join_line(&state, &show_s, &account, facts).await;
+    let (position, eta, status) = match joined {
+        Ok((pos, eta)) => (
+            pos,
+            eta,
+            if pos.is_some() {
+                "WAITING"
+            } else {
+                "PRE_QUEUE"
+            },
+        ),
+        Err(e) => {
+            redis_down(&e);
+            (None, None, "FALLBACK")
+        }
+    };
+    metrics::counter!("onsale_waiting_room_joins_total").increment(1);
+    Ok((
+        StatusCode::CREATED,
+        Json(Joined {
+            position,
+            queue_token,
+            eta,
+            status,
+        }),
+    )
+        .into_response())
+}
+
+async fn join_line(
+    state: &RoomState,
+    show: &str,
+    account: &str,
+    facts: crate::ShowFacts,
+) -> redis::RedisResult<(Option<i64>, Option<f64>)> {
+    let room = &state.room;
+    room.store
+        .register(show, facts.on_sale_at.timestamp_millis())
+        .await?;
+    // An admission whose window lapsed is void: the fan goes to the back (A2).
+    let standing = room.store.standing(show, account).await?;
+    let paused = standing.paused_ms;
+    let requeue = standing.passed_at_ms.is_some_and(|t| {
+        now_ms() > t + room.grace().as_millis() as i64 + (paused - standing.paused_at_pass_ms)
+    });
+    if standing.position.is_some() && !requeue {
+        return Ok((standing.position, fan_eta(&standing)));
+    }
+    let candidate = room
+        .candidate(show, facts.on_sale_at.timestamp_millis())
+        .await?;
+    let lottery: u64 = rand::rng().random_range(0..(1u64 << 52));
+    let pos = room
+        .store
+        .join(show, account, candidate, lottery, requeue)
+        .await?;
+    let standing = room.store.standing(show, account).await?;
+    Ok(((pos > 0).then_some(pos), fan_eta(&standing)))
+}
+
+fn fan_eta(s: &crate::store::Standing) -> Option<f64> {
+    let pos = s.position?;
+    let ahead = (pos - s.admitted_through).max(0) as u64;
+    let last = s
+        .last_eta
+        .map(|(told, at)| (told, (now_ms() - at) as f64 / 1000.0));
+    eta::eta(ahead, s.rate, last).map(|e| (e * 10.0).round() / 10.0)
+}
+
+/// "no seats and no live holds" versus "seats may come back" (002, sold-out signals).
+async fn availability(state: &RoomState, show: &str) -> &'static str {
+    let pool = state.room.shows.store().pool().clone();
+    let show = show.to_owned();
+    state
+        .availability
+        .get_with(show.clone(), async move {
+            let row: Result<(Option<i64>, Option<i64>), sqlx::Error> = sqlx::query_as(
+                "SELECT sum(available)::bigint, sum(held)::bigint FROM seat_map_sections WHERE show_id = $1",
+            )
+            .bind(&show)
+            .fetch_one(&pool)
+            .await;
+            match row {
+                Ok((Some(a), _)) if a > 0 => "AVAILABLE",
+                Ok((Some(_), Some(h))) if h > 0 => "SEATS_MAY_RETURN",
+                Ok((Some(_), _)) => "SOLD_OUT",
+                _ => "UNKNOWN",
+            }
+        })
+        .await
+}
+
+/// The fan's view: position, the line, an ETA that never grows, and the admission token once
+/// the line has passed the position.
+async fn status(state: &RoomState, show: &str, account: &str) -> Result<Value, ApiError> {
+    let room = &state.room;
+    let availability = availability(state, show).await;
+    let standing = match room.store.standing(show, account).await {
+        Ok(s) => s,
+        Err(e) => {
+            redis_down(&e);
+            if room.fallback_permit() {
+                let now = now_ms();
+                let token = room.signer.sign(&AdmissionClaims {
+                    aud: tokens::ADMISSION.into(),
+                    sub: account.to_owned(),
+                    show: show.to_owned(),
+                    pos: 0,
+                    jti: format!("fb:{}", uuid::Uuid::new_v4()),
+                    exp_ms: now + room.grace().as_millis() as i64,
+                    paused_ms: 0,
+                    exp: Utc::now().timestamp() + 24 * 3600,
+                });
+                return Ok(
+                    json!({"status": "ADMITTED", "mode": "FALLBACK", "position": null,
+                    "admissionToken": token, "enterBy": ms_to_time(now + room.grace().as_millis() as i64),
+                    "availability": availability}),
+                );
+            }
+            return Ok(
+                json!({"status": "WAITING", "mode": "FALLBACK", "position": null,
+                "admittedThrough": null, "eta": null, "availability": availability}),
+            );
+        }
+    };
+    let Some(position) = standing.position else {
+        return Ok(json!({"status": "PRE_QUEUE", "position": null,
+            "admittedThrough": standing.admitted_through, "eta": null, "availability": availability}));
+    };
+    if let Some(passed) = standing.passed_at_ms {
+        let grace = room.grace().as_millis() as i64;
+        let deadline = passed + grace + (standing.paused_ms - standing.paused_at_pass_ms);
+        if now_ms() > deadline {
+            return Ok(json!({"status": "EXPIRED", "position": position,
+                "admittedThrough": standing.admitted_through,
+                "detail": "the grace window passed; join again to go to the back of the line",
+                "availability": availability}));
+        }
+        let token = room.signer.sign(&AdmissionClaims {
+            aud: tokens::ADMISSION.into(),
+            sub: account.to_owned(),
+            show: show.to_owned(),
+            pos: position as u64,
+            jti: format!("{account}:{position}"),
+            exp_ms: passed + grace,
+            paused_ms: standing.paused_at_pass_ms,
+            exp: Utc::now().timestamp() + 24 * 3600,
+        });
+        return Ok(json!({"status": "ADMITTED", "position": position,
+            "admittedThrough": standing.admitted_through, "admissionToken": token,
+            "enterBy": ms_to_time(deadline), "availability": availability}));
+    }
+    let eta = fan_eta(&standing);
+    if let Some(e) = eta {
+        if let Err(err) = room.store.remember_eta(show, account, e, now_ms()).await {
+            redis_down(&err);
+        }
+    }
+    Ok(
+        json!({"status": "WAITING", "position": position, "admittedThrough": standing.admitted_through,
+        "eta": eta, "availability": availability}),
+    )
+}
+
+/// Where the caller stands (the queue token in `X-Onsale-Queue-Token`); `Accept:
+/// text/event-stream` streams it every second until admitted.
+#[utoipa::path(get, path = "/v1/events/{id}/waiting-room", params(("id" = String, Path),
+    ("X-Onsale-Queue-Token" = String, Header)), security(("bearer" = [])),
+    responses((status = 200, description = "{position, admittedThrough, eta} or {admissionToken}"), (status = 403)))]
+async fn view(
+    State(state): State<RoomState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let (show, _) = show_with_room(&state, &id).await?;
+    let show = show.to_string();
+    let account = caller.account.to_string();
+    let token = headers
+        .get("x-onsale-queue-token")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    state
+        .room
+        .signer
+        .verify::<QueueClaims>(token, tokens::QUEUE, &account, &show)
+        .map_err(|_| {
+            err(
+                StatusCode::FORBIDDEN,
+                "INVALID_QUEUE_TOKEN",
+                "the queue token is missing, not yours or not valid",
+            )
+        })?;
+    let sse = headers
+        .get("accept")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/event-stream"));
+    if !sse {
+        return Ok(Json(status(&state, &show, &account).await?).into_response());
+    }
+    let stream = futures::stream::unfold(
+        (state, show, account, false),
+        |(state, show, account, done)| async move {
+            if done {
+                return None;
+            }
+            let v = status(&state, &show, &account)
+                .await
+                .unwrap_or_else(|e| json!({"status": "ERROR", "code": e.code}));
+            let admitted = v["status"] == "ADMITTED" || v["status"] == "EXPIRED";
+            let event = Event::default()
+                .event(if admitted { "admitted" } else { "status" })
+                .data(v.to_string());
+            if !admitted {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Some((Ok::<_, Infallible>(event), (state, show, account, admitted)))
+        },
+    );
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnterRequest {
+    pub admission_token: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub session_id: String,
+    pub lease_expires_at: DateTime<Utc>,
+}
+
+fn session(room: &WaitingRoom, account: &str, show: &str, sid: &str, lease_ms: i64) -> String {
+    room.signer.sign(&SessionClaims {
+        aud: tokens::SESSION.into(),
+        sub: account.to_owned(),
+        show: show.to_owned(),
+        sid: sid.to_owned(),
+        lease_ms,
+        exp: Utc::now().timestamp() + 6 * 3600,
+    })
+}
+
+/// Trade an admission token for a session lease, once.
+#[utoipa::path(post, path = "/v1/events/{id}/enter", params(("id" = String, Path)), request_body = EnterRequest,
+    security(("bearer" = [])), responses((status = 200, body = Entry), (status = 403), (status = 429)))]
+async fn enter(
+    State(state): State<RoomState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<EnterRequest>,
+) -> Result<Response, ApiError> {
+    let (show, _) = show_with_room(&state, &id).await?;
+    let (show, account, room) = (show.to_string(), caller.account.to_string(), &state.room);
+    let refused = |code: &'static str, detail: &str| err(StatusCode::FORBIDDEN, code, detail);
+    let claims: AdmissionClaims = room
+        .signer
+        .verify(&body.admission_token, tokens::ADMISSION, &account, &show)
+        .map_err(|_| {
+            refused(
+                "INVALID_ADMISSION",
+                "the admission token is not yours, or not valid",
+            )
+        })?;
+    let now = now_ms();
+    let lease_ms = now + room.lease().as_millis() as i64;
+    let sid = uuid::Uuid::new_v4().to_string();
+    let fallback = claims.jti.starts_with("fb:");
+    let paused_now = if fallback {
+        Ok(0)
+    } else {
+        room.store.paused_ms(&show).await
+    };
+    let paused_now = match paused_now {
+        Ok(p) => p,
+        Err(e) => {
+            redis_down(&e);
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "WAITING_ROOM_UNAVAILABLE",
+                "the waiting room's store is unreachable; your admission stays good, retry shortly",
+            ));
+        }
+    };
+    if now > claims.exp_ms + (paused_now - claims.paused_ms) {
+        return Err(refused(
+            "ADMISSION_EXPIRED",
+            "the grace window passed; join the line again",
+        ));
+    }
+    let entered = if fallback {
+        Ok(Entered::Yes)
+    } else {
+        room.store
+            .enter(
+                &show,
+                &claims.jti,
+                &sid,
+                now,
+                room.lease().as_millis() as i64,
+                room.config.target,
+            )
+            .await
+    };
+    match entered {
+        Ok(Entered::Yes) => {
+            metrics::counter!("onsale_waiting_room_entries_total").increment(1);
+            Ok(Json(Entry {
+                session_id: session(room, &account, &show, &sid, lease_ms),
+                lease_expires_at: ms_to_time(lease_ms),
+            })
+            .into_response())
+        }
+        Ok(Entered::Replayed) => Err(refused("ADMISSION_USED", "this admission was already used")),
+        Ok(Entered::Full) => {
+            let mut r = err(
+                StatusCode::TOO_MANY_REQUESTS,
+                "ZONE_FULL",
+                "the sale is at capacity this second; your admission stays good, retry shortly",
+            )
+            .into_response();
+            r.headers_mut()
+                .insert("retry-after", axum::http::HeaderValue::from_static("2"));
+            Ok(r)
+        }
+        Err(e) => {
+            redis_down(&e);
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "WAITING_ROOM_UNAVAILABLE",
+                "the waiting room's store is unreachable; your admission stays good, retry shortly",
+            ))
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatRequest {
+    pub session_id: String,
+}
+
+/// Renew the session's lease (every ~30 s). The answer carries the session token to use from
+/// now on (the same session, its signed lease renewed).
+#[utoipa::path(post, path = "/v1/events/{id}/heartbeat", params(("id" = String, Path)), request_body = HeartbeatRequest,
+    security(("bearer" = [])), responses((status = 200, description = "{leaseExpiresAt, sessionId}"), (status = 403), (status = 410)))]
+async fn heartbeat(
+    State(state): State<RoomState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<HeartbeatRequest>,
+) -> Result<Response, ApiError> {
+    let (show, _) = show_with_room(&state, &id).await?;
+    let (show, account, room) = (show.to_string(), caller.account.to_string(), &state.room);
+    let claims: SessionClaims = room
+        .signer
+        .verify(&body.session_id, tokens::SESSION, &account, &show)
+        .map_err(|_| {
+            err(
+                StatusCode::FORBIDDEN,
+                "INVALID_SESSION",
+                "the session is not yours, or not valid",
+            )
+        })?;
+    let now = now_ms();
+    let until = now + room.lease().as_millis() as i64;
+    let live = match room.store.heartbeat(&show, &claims.sid, until, now).await {
+        Ok(live) => live,
+        Err(e) => {
+            redis_down(&e);
+            claims.lease_ms > now
+        }
+    };
+    if !live {
+        return Err(err(
+            StatusCode::GONE,
+            "SESSION_EXPIRED",
+            "the session's lease expired; join the line again",
+        ));
+    }
+    Ok(Json(json!({
+        "leaseExpiresAt": ms_to_time(until),
+        "sessionId": session(room, &account, &show, &claims.sid, until),
+    }))
+    .into_response())
+}

@@ -1,0 +1,276 @@
+//! The virtual waiting room (003 dive 4 and A1-A6, 000's admission controller): fans join a
+//! show's line and get a position and a signed queue token; an admitter moves one integer per
+//! show (`admitted_through`) so that live sessions stay at the concurrency target N; a fan the
+//! line has passed trades a signed, single-use admission token for a session lease, which holds
+//! and orders of the show require. N is pushed down to zero by the booking path's own health and
+//! ramps back when it recovers; the pause is published and extends admissions already given.
+//!
+//! State lives in Redis ([`store`]); every operation is one round trip. The queue is a
+//! concurrency limiter and a fairness promise, never a bypass: the booking rules underneath are
+//! unchanged. It does not decide anything about seats.
+
+pub mod admitter;
+pub mod api;
+pub mod controller;
+pub mod eta;
+pub mod store;
+pub mod tokens;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use onsale_command::admission::{GateFuture, SessionGate};
+use onsale_command::api::error::ApiError;
+use onsale_command::owner::Answer;
+use onsale_command::Shows;
+use onsale_domain::{AccountId, ShowError, ShowId};
+
+pub use store::Store;
+pub use tokens::Signer;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct WaitingRoomConfig {
+    /// Redis for the waiting room; without it shows with `waitingRoom: true` are refused.
+    #[arg(long, env = "ONSALE_REDIS_URL")]
+    pub redis_url: Option<String>,
+    /// The concurrency target N: live sessions the booking path is sized for (seed it from a
+    /// capacity test: Little's law on the hold pool and its p99; BENCHMARKS.md).
+    #[arg(long, env = "ONSALE_ADMISSION_TARGET", default_value_t = 2_000)]
+    pub target: u64,
+    #[arg(long, env = "ONSALE_ADMISSION_TICK_MS", default_value_t = 500)]
+    pub tick_ms: u64,
+    /// The grace window: how long an admitted fan has to enter.
+    #[arg(long, env = "ONSALE_ADMISSION_GRACE_SECS", default_value_t = 60)]
+    pub grace_secs: u64,
+    /// A session's lease; a heartbeat renews it.
+    #[arg(long, env = "ONSALE_SESSION_LEASE_SECS", default_value_t = 120)]
+    pub lease_secs: u64,
+    /// The hold p99 above which admission pauses.
+    #[arg(long, env = "ONSALE_ADMISSION_HOLD_P99_MS", default_value_t = 500)]
+    pub hold_p99_ms: u64,
+    /// Admissions per second per process while Redis is unreachable (no positions then).
+    #[arg(long, env = "ONSALE_ADMISSION_FALLBACK_PER_SEC", default_value_t = 5)]
+    pub fallback_per_sec: u32,
+    /// The key the waiting room's tokens are signed with.
+    #[arg(
+        long,
+        env = "ONSALE_ADMISSION_SECRET",
+        default_value = "onsale-dev-admission-secret"
+    )]
+    pub secret: String,
+}
+
+impl Default for WaitingRoomConfig {
+    fn default() -> Self {
+        Self {
+            redis_url: None,
+            target: 2_000,
+            tick_ms: 500,
+            grace_secs: 60,
+            lease_secs: 120,
+            hold_p99_ms: 500,
+            fallback_per_sec: 5,
+            secret: "onsale-dev-admission-secret".into(),
+        }
+    }
+}
+
+/// What the waiting room needs to know about a show.
+#[derive(Debug, Clone, Copy)]
+pub struct ShowFacts {
+    pub waiting_room: bool,
+    pub on_sale_at: DateTime<Utc>,
+    pub starts_at: DateTime<Utc>,
+}
+
+/// A process's waiting room: the store, the signer, its position blocks and the fallback pace.
+#[derive(Clone, Debug)]
+pub struct WaitingRoom {
+    pub store: Store,
+    pub signer: Signer,
+    pub config: WaitingRoomConfig,
+    pub shows: Shows,
+    blocks: Arc<Mutex<HashMap<String, (i64, i64)>>>,
+    facts: Arc<Mutex<HashMap<ShowId, ShowFacts>>>,
+    fallback: Arc<Mutex<(f64, std::time::Instant)>>,
+}
+
+pub fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+impl WaitingRoom {
+    pub async fn connect(config: WaitingRoomConfig, shows: Shows) -> anyhow::Result<Option<Self>> {
+        let Some(url) = config.redis_url.clone() else {
+            return Ok(None);
+        };
+        let store = Store::connect(&url).await?;
+        Ok(Some(Self {
+            store,
+            signer: Signer::new(&config.secret),
+            config,
+            shows,
+            blocks: Arc::default(),
+            facts: Arc::default(),
+            fallback: Arc::new(Mutex::new((0.0, std::time::Instant::now()))),
+        }))
+    }
+
+    /// Starts the admitter replica and the stall watchdog of this process.
+    pub fn spawn_admitter(
+        &self,
+        health: Arc<onsale_command::admission::BookingHealth>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        vec![
+            tokio::spawn(admitter::Admitter::new(self.clone(), health).run()),
+            tokio::spawn(admitter::watchdog(self.clone(), Duration::from_secs(5))),
+        ]
+    }
+
+    /// Plugs the session gate and the routes into the app.
+    pub fn mount(&self, app: &mut onsale_command::App) {
+        use utoipa::OpenApi;
+        app.state.gate = Some(Arc::new(self.clone()));
+        app.add_routes(api::router(self.clone(), app.state.decoding_key.clone()));
+        let mut doc = app.state.openapi.as_ref().clone();
+        doc.merge(api::WaitingRoomDoc::openapi());
+        app.state.openapi = Arc::new(doc);
+    }
+
+    /// The show's facts (read through its owner once).
+    pub async fn facts(&self, show: ShowId) -> Result<ShowFacts, ApiError> {
+        if let Some(f) = self
+            .facts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&show)
+        {
+            return Ok(*f);
+        }
+        let answer = self
+            .shows
+            .read(show, |s| {
+                let info = s.info().ok_or(ShowError::ShowNotFound)?;
+                Ok(Answer::Doc(serde_json::json!({
+                    "waitingRoom": info.waiting_room,
+                    "onSaleAt": info.on_sale_at,
+                    "startsAt": info.starts_at,
+                })))
+            })
+            .await?;
+        let Answer::Doc(doc) = answer else {
+            return Err(ShowError::ShowNotFound.into());
+        };
+        let parse = |k: &str| {
+            doc[k]
+                .as_str()
+                .and_then(|v| v.parse::<DateTime<Utc>>().ok())
+        };
+        let facts = ShowFacts {
+            waiting_room: doc["waitingRoom"].as_bool().unwrap_or(false),
+            on_sale_at: parse("onSaleAt").ok_or(ShowError::ShowNotFound)?,
+            starts_at: parse("startsAt").ok_or(ShowError::ShowNotFound)?,
+        };
+        self.facts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(show, facts);
+        Ok(facts)
+    }
+
+    /// The next position from this process's block (a new block from Redis when it runs out):
+    /// the counter is touched once per 100 joins, not on every one.
+    pub async fn candidate(&self, show: &str, opens_at_ms: i64) -> redis::RedisResult<i64> {
+        {
+            let mut blocks = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((next, end)) = blocks.get_mut(show) {
+                if *next <= *end {
+                    *next += 1;
+                    return Ok(*next - 1);
+                }
+            }
+        }
+        let Some(end) = self.store.take_block(show, now_ms(), opens_at_ms).await? else {
+            return Ok(0);
+        };
+        let start = end - store::BLOCK + 1;
+        self.blocks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(show.to_owned(), (start + 1, end));
+        Ok(start)
+    }
+
+    /// While Redis is away: one admission per `1/fallback_per_sec` seconds per process, no
+    /// positions. A fixed, conservative pace: never an open gate.
+    pub fn fallback_permit(&self) -> bool {
+        let mut b = self.fallback.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        let rate = f64::from(self.config.fallback_per_sec);
+        b.0 = (b.0 + now.duration_since(b.1).as_secs_f64() * rate).min(rate.max(1.0));
+        b.1 = now;
+        if b.0 >= 1.0 {
+            b.0 -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn grace(&self) -> Duration {
+        Duration::from_secs(self.config.grace_secs)
+    }
+
+    pub fn lease(&self) -> Duration {
+        Duration::from_secs(self.config.lease_secs)
+    }
+}
+
+fn admission_required(detail: &str) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::FORBIDDEN,
+        "ADMISSION_REQUIRED",
+        detail,
+    )
+}
+
+impl SessionGate for WaitingRoom {
+    /// A live session of this account for this show: the token's MAC, then its lease in Redis.
+    /// Redis away: the lease signed into the token stands in (a session that was admitted keeps
+    /// going; nobody new gets in except at the fallback pace).
+    fn check<'a>(
+        &'a self,
+        show: ShowId,
+        account: &'a AccountId,
+        session: Option<&'a str>,
+    ) -> GateFuture<'a> {
+        Box::pin(async move {
+            let Some(token) = session else {
+                return Err(admission_required(
+                    "this show sells through its waiting room: send X-Onsale-Session",
+                ));
+            };
+            let claims: tokens::SessionClaims = self
+                .signer
+                .verify(token, tokens::SESSION, account.as_str(), &show.to_string())
+                .map_err(|_| admission_required("the session is not yours, or not valid"))?;
+            let now = now_ms();
+            let live = match self.store.lease(&claims.show, &claims.sid).await {
+                Ok(lease) => lease.is_some_and(|l| l > now),
+                Err(e) => {
+                    tracing::warn!(error = %e, "redis unreachable; checking the signed lease");
+                    claims.lease_ms > now
+                }
+            };
+            if live {
+                Ok(())
+            } else {
+                Err(admission_required(
+                    "the session's lease has expired: rejoin the line",
+                ))
+            }
+        })
+    }
+}

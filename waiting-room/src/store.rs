@@ -1,0 +1,534 @@
+//! The waiting room's state in Redis, one hash-tagged key family per show (a show's keys live on
+//! one shard of a Redis cluster), and the Lua scripts that change it atomically. Every call is
+//! one round trip.
+//!
+//! Keys of show S (prefix `wr:{S}:`): `pos` (hash account -> position), `pre` (sorted set of the
+//! pre-queue, scored by a random draw), `open` (set once the pre-queue was drawn), `next` (the
+//! position counter, taken in blocks), `tail` (the highest position handed out), `admitted`
+//! (admitted_through), `leases` (sorted set session -> lease expiry ms), `reserved` (sorted set
+//! of slots kept for admitted fans during their grace window), `claimed` (admissions traded for a
+//! session), `passes` (sorted set: when the line reached each admitted_through), `hist` (recent
+//! ticks, for the claim rate), `paused` (total paused ms), `last` (last tick ms), `rate` (EWMA of
+//! positions admitted per second), `eta` (hash account -> last ETA told), `used:<jti>`
+//! (admission tokens already traded). `wr:shows` is the set of shows with a line.
+
+use redis::aio::ConnectionManager;
+use redis::{AsyncCommands, Script};
+
+pub fn key(show: &str, part: &str) -> String {
+    format!("wr:{{{show}}}:{part}")
+}
+
+const SHOWS: &str = "wr:shows";
+
+/// The positions one process takes from the counter at a time.
+pub const BLOCK: i64 = 100;
+
+/// What a tick did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tick {
+    pub admitted_through: i64,
+    pub live: i64,
+    pub reserved: i64,
+    pub advanced: i64,
+    pub claim_rate: f64,
+    pub tail: i64,
+    pub drawn: i64,
+}
+
+/// Where a fan stands.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Standing {
+    /// `None`: in the pre-queue, not drawn yet.
+    pub position: Option<i64>,
+    pub admitted_through: i64,
+    /// When the line reached the position (ms), once it has, and the show's paused total then.
+    pub passed_at_ms: Option<i64>,
+    pub paused_at_pass_ms: i64,
+    pub rate: f64,
+    pub paused_ms: i64,
+    /// The last ETA told to this fan and when (s, ms).
+    pub last_eta: Option<(f64, i64)>,
+    pub tail: i64,
+}
+
+/// The outcome of trading an admission for a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entered {
+    Yes,
+    /// This admission was already traded.
+    Replayed,
+    /// The zone is full (more fans claimed than expected): try again shortly; the admission
+    /// stays good until its window closes.
+    Full,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    conn: ConnectionManager,
+    join: Script,
+    block: Script,
+    tick: Script,
+    enter: Script,
+    standing: Script,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Store")
+    }
+}
+
+impl Store {
+    pub async fn connect(url: &str) -> redis::RedisResult<Self> {
+        let client = redis::Client::open(url)?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(std::time::Duration::from_millis(500)))
+            .set_response_timeout(Some(std::time::Duration::from_millis(500)))
+            .set_number_of_retries(1);
+        let conn = ConnectionManager::new_with_config(client, config).await?;
+        Ok(Self {
+            conn,
+            join: Script::new(JOIN),
+            block: Script::new(BLOCK_SCRIPT),
+            tick: Script::new(TICK),
+            enter: Script::new(ENTER),
+            standing: Script::new(STANDING),
+        })
+    }
+
+    pub fn conn(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// Registers the show's line (the admitter ticks every show in `wr:shows`).
+    pub async fn register(&self, show: &str, opens_at_ms: i64) -> redis::RedisResult<()> {
+        let mut c = self.conn.clone();
+        redis::pipe()
+            .sadd(SHOWS, show)
+            .ignore()
+            .set_nx(key(show, "opens"), opens_at_ms)
+            .ignore()
+            .query_async(&mut c)
+            .await
+    }
+
+    pub async fn shows(&self) -> redis::RedisResult<Vec<(String, i64)>> {
+        let mut c = self.conn.clone();
+        let shows: Vec<String> = c.smembers(SHOWS).await?;
+        let mut out = Vec::with_capacity(shows.len());
+        for s in shows {
+            let opens: Option<i64> = c.get(key(&s, "opens")).await?;
+            out.push((s, opens.unwrap_or(0)));
+        }
+        Ok(out)
+    }
+
+    /// Takes a block of positions for this process: `None` before the opening draw.
+    pub async fn take_block(
+        &self,
+        show: &str,
+        now_ms: i64,
+        opens_at_ms: i64,
+    ) -> redis::RedisResult<Option<i64>> {
+        let mut c = self.conn.clone();
+        let end: i64 = self
+            .block
+            .key(key(show, "open"))
+            .key(key(show, "next"))
+            .key(key(show, "pre"))
+            .arg(BLOCK)
+            .arg(now_ms)
+            .arg(opens_at_ms)
+            .invoke_async(&mut c)
+            .await?;
+        Ok((end >= 0).then_some(end))
+    }
+
+    /// One place per account: the existing one, else `candidate` (after the opening), else a
+    /// place in the pre-queue (`-1`). `requeue`: the fan's admission lapsed, so they go to the
+    /// back with `candidate`.
+    pub async fn join(
+        &self,
+        show: &str,
+        account: &str,
+        candidate: i64,
+        lottery: u64,
+        requeue: bool,
+    ) -> redis::RedisResult<i64> {
+        let mut c = self.conn.clone();
+        self.join
+            .key(key(show, "pos"))
+            .key(key(show, "pre"))
+            .key(key(show, "open"))
+            .key(key(show, "tail"))
+            .arg(account)
+            .arg(candidate)
+            .arg(lottery)
+            .arg(i32::from(requeue))
+            .invoke_async(&mut c)
+            .await
+    }
+
+    /// One admitter tick for a show: draw the pre-queue if it is time, sweep expired leases and
+    /// reservations, count live sessions, and move `admitted_through` by the free slots divided
+    /// by the claim rate, reserving the slots the newly admitted are expected to take.
+    pub async fn tick(
+        &self,
+        show: &str,
+        now_ms: i64,
+        opens_at_ms: i64,
+        target: u64,
+        grace_ms: i64,
+        paused: bool,
+    ) -> redis::RedisResult<Tick> {
+        let mut c = self.conn.clone();
+        let (admitted_through, live, reserved, advanced, rate, tail, drawn): (
+            i64,
+            i64,
+            i64,
+            i64,
+            String,
+            i64,
+            i64,
+        ) = self
+            .tick
+            .key(key(show, "admitted"))
+            .key(key(show, "leases"))
+            .key(key(show, "reserved"))
+            .key(key(show, "claimed"))
+            .key(key(show, "hist"))
+            .key(key(show, "tail"))
+            .key(key(show, "passes"))
+            .key(key(show, "paused"))
+            .key(key(show, "last"))
+            .key(key(show, "pre"))
+            .key(key(show, "open"))
+            .key(key(show, "pos"))
+            .key(key(show, "next"))
+            .key(key(show, "rate"))
+            .arg(now_ms)
+            .arg(target)
+            .arg(grace_ms)
+            .arg(i32::from(paused))
+            .arg(opens_at_ms)
+            .invoke_async(&mut c)
+            .await?;
+        Ok(Tick {
+            admitted_through,
+            live,
+            reserved,
+            advanced,
+            claim_rate: rate.parse().unwrap_or(1.0),
+            tail,
+            drawn,
+        })
+    }
+
+    pub async fn standing(&self, show: &str, account: &str) -> redis::RedisResult<Standing> {
+        let mut c = self.conn.clone();
+        let (pos, admitted, passed, rate, paused, eta, eta_at, tail, paused_at): (
+            i64,
+            i64,
+            i64,
+            String,
+            i64,
+            String,
+            i64,
+            i64,
+            i64,
+        ) = self
+            .standing
+            .key(key(show, "pos"))
+            .key(key(show, "admitted"))
+            .key(key(show, "passes"))
+            .key(key(show, "rate"))
+            .key(key(show, "paused"))
+            .key(key(show, "eta"))
+            .key(key(show, "tail"))
+            .arg(account)
+            .invoke_async(&mut c)
+            .await?;
+        Ok(Standing {
+            position: (pos > 0).then_some(pos),
+            admitted_through: admitted,
+            passed_at_ms: (passed >= 0).then_some(passed),
+            paused_at_pass_ms: paused_at,
+            rate: rate.parse().unwrap_or(0.0),
+            paused_ms: paused,
+            last_eta: (eta_at > 0).then(|| (eta.parse().unwrap_or(0.0), eta_at)),
+            tail,
+        })
+    }
+
+    /// The show's total paused time (ms).
+    pub async fn paused_ms(&self, show: &str) -> redis::RedisResult<i64> {
+        let mut c = self.conn.clone();
+        let v: Option<i64> = c.get(key(show, "paused")).await?;
+        Ok(v.unwrap_or(0))
+    }
+
+    pub async fn remember_eta(
+        &self,
+        show: &str,
+        account: &str,
+        eta: f64,
+        now_ms: i64,
+    ) -> redis::RedisResult<()> {
+        let mut c = self.conn.clone();
+        c.hset(key(show, "eta"), account, format!("{eta}:{now_ms}"))
+            .await
+    }
+
+    /// Trades an admission (`jti`) for a session lease, once.
+    pub async fn enter(
+        &self,
+        show: &str,
+        jti: &str,
+        sid: &str,
+        now_ms: i64,
+        lease_ms: i64,
+        target: u64,
+    ) -> redis::RedisResult<Entered> {
+        // A traded admission is remembered for a day, far past any grace window.
+        const REMEMBER_MS: i64 = 24 * 3600 * 1000;
+        let mut c = self.conn.clone();
+        let r: i64 = self
+            .enter
+            .key(key(show, &format!("used:{jti}")))
+            .key(key(show, "leases"))
+            .key(key(show, "reserved"))
+            .key(key(show, "claimed"))
+            .arg(now_ms)
+            .arg(lease_ms)
+            .arg(sid)
+            .arg(target)
+            .arg(REMEMBER_MS)
+            .invoke_async(&mut c)
+            .await?;
+        Ok(match r {
+            1 => Entered::Yes,
+            -1 => Entered::Replayed,
+            _ => Entered::Full,
+        })
+    }
+
+    /// Renews a live lease; `false` if it had already expired (or never existed).
+    pub async fn heartbeat(
+        &self,
+        show: &str,
+        sid: &str,
+        until_ms: i64,
+        now_ms: i64,
+    ) -> redis::RedisResult<bool> {
+        let mut c = self.conn.clone();
+        let live: Option<f64> = c.zscore(key(show, "leases"), sid).await?;
+        if live.is_none_or(|exp| exp as i64 <= now_ms) {
+            return Ok(false);
+        }
+        let _: i64 = redis::cmd("ZADD")
+            .arg(key(show, "leases"))
+            .arg("XX")
+            .arg(until_ms)
+            .arg(sid)
+            .query_async(&mut c)
+            .await?;
+        Ok(true)
+    }
+
+    /// The session's lease expiry (ms), if it has one.
+    pub async fn lease(&self, show: &str, sid: &str) -> redis::RedisResult<Option<i64>> {
+        let mut c = self.conn.clone();
+        let s: Option<f64> = c.zscore(key(show, "leases"), sid).await?;
+        Ok(s.map(|v| v as i64))
+    }
+
+    /// Positions the line passed in the last `window_ms` (from the tick history) and the depth.
+    pub async fn recent(
+        &self,
+        show: &str,
+        now_ms: i64,
+        window_ms: i64,
+    ) -> redis::RedisResult<(i64, i64, i64)> {
+        let mut c = self.conn.clone();
+        let hist: Vec<String> = c.lrange(key(show, "hist"), 0, -1).await?;
+        let admitted: Option<i64> = c.get(key(show, "admitted")).await?;
+        let tail: Option<i64> = c.get(key(show, "tail")).await?;
+        let admitted = admitted.unwrap_or(0);
+        let mut oldest = admitted;
+        let mut newest_ms = 0;
+        for h in &hist {
+            let mut f = h.split(':');
+            let t: i64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+            let a: i64 = f.next().and_then(|v| v.parse().ok()).unwrap_or(admitted);
+            newest_ms = newest_ms.max(t);
+            if now_ms - t <= window_ms {
+                oldest = oldest.min(a);
+            }
+        }
+        Ok((admitted - oldest, tail.unwrap_or(0) - admitted, newest_ms))
+    }
+}
+
+/// KEYS: open, next, pre. ARGV: block size, now ms, opens-at ms. A block of positions, or -1
+/// before the opening. The first block after the opening opens the line (as the tick does):
+/// joins are numbered after everyone in the pre-queue, whom the tick draws.
+const BLOCK_SCRIPT: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if tonumber(ARGV[2]) < tonumber(ARGV[3]) then return -1 end
+  local k = redis.call('ZCARD', KEYS[3])
+  local nx = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if nx < k then redis.call('SET', KEYS[2], k) end
+  redis.call('SET', KEYS[1], '0')
+end
+return redis.call('INCRBY', KEYS[2], ARGV[1])
+";
+
+/// KEYS: pos, pre, open, tail. ARGV: account, candidate, lottery, requeue.
+const JOIN: &str = r"
+local p = redis.call('HGET', KEYS[1], ARGV[1])
+if p and ARGV[4] ~= '1' then return tonumber(p) end
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('ZADD', KEYS[2], 'NX', ARGV[3], ARGV[1])
+  return -1
+end
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end
+local c = tonumber(ARGV[2])
+if c <= 0 then return -1 end
+redis.call('HSET', KEYS[1], ARGV[1], c)
+local t = tonumber(redis.call('GET', KEYS[4]) or '0')
+if c > t then redis.call('SET', KEYS[4], c) end
+return c
+";
+
+/// KEYS: admitted, leases, reserved, claimed, hist, tail, passes, paused, last, pre, open, pos,
+/// next, rate. ARGV: now ms, target N, grace ms, paused (0/1), opens-at ms.
+const TICK: &str = r"
+local now = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local grace = tonumber(ARGV[3])
+local paused = ARGV[4] == '1'
+local opens = tonumber(ARGV[5])
+local drawn = 0
+-- The opening draw: the pre-queue, in the order of its random scores, becomes positions 1..k;
+-- later joins are numbered after it. In chunks, so one tick stays short.
+if now >= opens then
+  if redis.call('EXISTS', KEYS[11]) == 0 then
+    local k = redis.call('ZCARD', KEYS[10])
+    local nx = tonumber(redis.call('GET', KEYS[13]) or '0')
+    if nx < k then redis.call('SET', KEYS[13], k) end
+    redis.call('SET', KEYS[11], '0')
+  end
+  local chunk = redis.call('ZPOPMIN', KEYS[10], 5000)
+  if #chunk > 0 then
+    local base = tonumber(redis.call('GET', KEYS[11]) or '0')
+    for i = 1, #chunk, 2 do
+      base = base + 1
+      redis.call('HSET', KEYS[12], chunk[i], base)
+      drawn = drawn + 1
+    end
+    redis.call('SET', KEYS[11], base)
+    local t = tonumber(redis.call('GET', KEYS[6]) or '0')
+    if base > t then redis.call('SET', KEYS[6], base) end
+  end
+end
+-- The published pause: every paused tick adds the time since the last tick.
+local last = tonumber(redis.call('GET', KEYS[9]) or '0')
+local dt = 0
+if last > 0 and now > last then dt = now - last end
+if paused and dt > 0 then redis.call('INCRBY', KEYS[8], dt) end
+redis.call('SET', KEYS[9], now)
+-- The sweep, then the count.
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local live = redis.call('ZCARD', KEYS[2])
+local reserved = redis.call('ZCARD', KEYS[3])
+local admitted = tonumber(redis.call('GET', KEYS[1]) or '0')
+local claimed = tonumber(redis.call('GET', KEYS[4]) or '0')
+local tail = tonumber(redis.call('GET', KEYS[6]) or '0')
+-- The claim rate: of the positions passed in the window the history covers, the share that
+-- became sessions.
+local rate = 1.0
+local oldest = redis.call('LINDEX', KEYS[5], -1)
+if oldest then
+  local t0, a0, c0 = string.match(oldest, '(%d+):(%d+):(%d+)')
+  local passed = admitted - tonumber(a0)
+  if passed >= 20 then
+    rate = (claimed - tonumber(c0)) / passed
+    if rate < 0.1 then rate = 0.1 end
+    if rate > 1 then rate = 1 end
+  end
+end
+local adv = 0
+local slots = n - live - reserved
+if (not paused) and now >= opens and slots > 0 and admitted < tail then
+  adv = math.floor(slots / rate)
+  if adv > tail - admitted then adv = tail - admitted end
+  local expect = math.ceil(adv * rate)
+  if expect > slots then expect = slots end
+  for i = 1, expect do
+    redis.call('ZADD', KEYS[3], now + grace, now .. ':' .. admitted .. ':' .. i)
+  end
+  admitted = redis.call('INCRBY', KEYS[1], adv)
+  redis.call('ZADD', KEYS[7], admitted, now .. ':' .. admitted .. ':' .. (redis.call('GET', KEYS[8]) or '0'))
+  reserved = reserved + expect
+end
+local newest = redis.call('LINDEX', KEYS[5], 0)
+local newest_t = 0
+if newest then newest_t = tonumber(string.match(newest, '^(%d+)')) end
+if now - newest_t >= 400 then
+  redis.call('LPUSH', KEYS[5], now .. ':' .. admitted .. ':' .. claimed)
+  redis.call('LTRIM', KEYS[5], 0, 59)
+end
+-- The admission rate, an EWMA over 30 s.
+local r = tonumber(redis.call('GET', KEYS[14]) or '0')
+if dt > 0 then
+  local alpha = 1 - math.exp(-dt / 30000)
+  r = r + alpha * (adv * 1000 / dt - r)
+  redis.call('SET', KEYS[14], tostring(r))
+end
+return {admitted, live, reserved, adv, tostring(rate), tail, drawn}
+";
+
+/// KEYS: used:<jti>, leases, reserved, claimed. ARGV: now, lease ms, session id, target N,
+/// how long to remember the jti.
+const ENTER: &str = r"
+local now = tonumber(ARGV[1])
+if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[5]) then return -1 end
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local r = redis.call('ZPOPMIN', KEYS[3])
+if #r == 0 then
+  local live = redis.call('ZCOUNT', KEYS[2], now, '+inf') + redis.call('ZCARD', KEYS[3])
+  if live >= tonumber(ARGV[4]) then
+    redis.call('DEL', KEYS[1])
+    return -2
+  end
+end
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[3])
+redis.call('INCR', KEYS[4])
+return 1
+";
+
+/// KEYS: pos, admitted, passes, rate, paused, eta, tail. ARGV: account.
+const STANDING: &str = r"
+local p = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+local a = tonumber(redis.call('GET', KEYS[2]) or '0')
+local passed, paused_at = -1, 0
+if p > 0 and p <= a then
+  local first = redis.call('ZRANGEBYSCORE', KEYS[3], p, '+inf', 'LIMIT', 0, 1)
+  if #first > 0 then
+    local t, _, pa = string.match(first[1], '^(%d+):(%d+):(%d+)')
+    passed, paused_at = tonumber(t), tonumber(pa)
+  end
+end
+local rate = redis.call('GET', KEYS[4]) or '0'
+local paused = tonumber(redis.call('GET', KEYS[5]) or '0')
+local e = redis.call('HGET', KEYS[6], ARGV[1])
+local eta, eta_at = '0', 0
+if e then
+  local x, y = string.match(e, '([^:]+):(%d+)')
+  eta, eta_at = x, tonumber(y)
+end
+local tail = tonumber(redis.call('GET', KEYS[7]) or '0')
+return {p, a, passed, rate, paused, eta, eta_at, tail, paused_at}
+";
