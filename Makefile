@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test up down fmt lint bench bench-holds bench-reads
+.PHONY: demo test up down fmt lint bench bench-holds bench-reads bench-queue
 
 demo:
 	./scripts/demo.sh
@@ -19,10 +19,13 @@ fmt:
 lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
-bench: bench-holds bench-reads
+bench: bench-holds bench-reads bench-queue
 
 bench-holds:
 	./scripts/bench-holds.sh
 
 bench-reads:
 	./scripts/bench-reads.sh
+
+bench-queue:
+	./scripts/bench-queue.sh

@@ -1,5 +1,6 @@
 //! `onsale-loadgen`: simulated fans for `make demo`, and the hold benchmarks of `make bench-holds`.
 
+mod queue;
 mod reads;
 mod venue;
 
@@ -97,6 +98,24 @@ enum Command {
         #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "onsale-dev-secret")]
         secret: String,
     },
+    /// The waiting room: tick time against queue length, joins/s, live sessions against N.
+    BenchQueue {
+        #[arg(long)]
+        base: String,
+        #[arg(long)]
+        redis_url: String,
+        #[arg(long, default_value_t = 256)]
+        clients: usize,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        #[arg(long, default_value_t = 3_000)]
+        fans: usize,
+        /// The N the service runs with (ONSALE_ADMISSION_TARGET).
+        #[arg(long, default_value_t = 200)]
+        target: i64,
+        #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "onsale-dev-secret")]
+        secret: String,
+    },
     /// One-seat holds at a fixed rate (open loop), for the commit-to-projection lag.
     HoldRate {
         #[arg(long)]
@@ -176,6 +195,19 @@ async fn main() -> anyhow::Result<()> {
             .await?;
             println!("{r}");
             Ok(())
+        }
+        Command::BenchQueue {
+            base,
+            redis_url,
+            clients,
+            seconds,
+            fans,
+            target,
+            secret,
+        } => {
+            queue::bench_ticks(&redis_url).await?;
+            queue::bench_joins(&base, &redis_url, &secret, clients, seconds).await?;
+            queue::bench_onsale(&base, &redis_url, &secret, fans, target, 30).await
         }
         Command::HoldRate {
             base,
