@@ -150,7 +150,7 @@ async fn main() -> anyhow::Result<()> {
             secret,
         } => {
             let http = reqwest::Client::new();
-            let event = create_show(&http, &base, &secret, ttl).await?;
+            let event = create_show(&http, &base, &secret, ttl, false).await?;
             let lines: Vec<String> = (0..tokens)
                 .map(|i| mint(&secret, &format!("bench-{i}"), Role::Fan, 86_400))
                 .collect::<Result<_, _>>()?;
@@ -230,6 +230,7 @@ async fn create_show(
     base: &str,
     secret: &str,
     ttl: u32,
+    waiting_room: bool,
 ) -> anyhow::Result<String> {
     let admin = mint(secret, "admin", Role::Admin, 3600)?;
     let venue: Value = http
@@ -248,7 +249,7 @@ async fn create_show(
         .json(&json!({
             "name": "The Worst Minute Tour", "performer": "The Crowd", "venueId": venue["venueId"],
             "startsAt": now + chrono::Duration::days(60), "onSaleAt": now - chrono::Duration::seconds(1),
-            "prices": venue::prices(), "holdTtlSeconds": ttl,
+            "prices": venue::prices(), "holdTtlSeconds": ttl, "waitingRoom": waiting_room,
         }))
         .send()
         .await?
@@ -272,6 +273,68 @@ struct Tally {
     releases: AtomicU64,
     abandoned: AtomicU64,
     other: AtomicU64,
+    /// In the sale now (entered, not yet left), and the most at once.
+    in_zone: AtomicU64,
+    peak_in_zone: AtomicU64,
+    zone_full: AtomicU64,
+}
+
+/// A fan's way through the waiting room: join, wait for the line to pass, enter. Returns the
+/// session and how long the fan waited.
+async fn queue_in(
+    http: &reqwest::Client,
+    base: &str,
+    event: &str,
+    token: &str,
+    tally: &Tally,
+) -> Option<(String, Duration)> {
+    let started = Instant::now();
+    let room = format!("{base}/v1/events/{event}/waiting-room");
+    let (status, joined) = post(http, &room, token, &json!({}), None, None).await;
+    if status != 201 {
+        return None;
+    }
+    let queue_token = joined["queueToken"].as_str()?.to_owned();
+    let admission = loop {
+        let view: Value = http
+            .get(&room)
+            .bearer_auth(token)
+            .header("X-Onsale-Queue-Token", &queue_token)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        if let Some(a) = view["admissionToken"].as_str() {
+            break a.to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let enter = format!("{base}/v1/events/{event}/enter");
+    loop {
+        let (status, entry) = post(
+            http,
+            &enter,
+            token,
+            &json!({"admissionToken": admission}),
+            None,
+            None,
+        )
+        .await;
+        match status {
+            200 => {
+                let now = tally.in_zone.fetch_add(1, Ordering::Relaxed) + 1;
+                tally.peak_in_zone.fetch_max(now, Ordering::Relaxed);
+                return Some((entry["sessionId"].as_str()?.to_owned(), started.elapsed()));
+            }
+            429 => {
+                bump(&tally.zone_full);
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            _ => return None,
+        }
+    }
 }
 
 fn bump(c: &AtomicU64) {
@@ -284,12 +347,16 @@ async fn post(
     token: &str,
     body: &Value,
     key: Option<&str>,
+    session: Option<&str>,
 ) -> (u16, Value) {
     // A client's own retry loop: a 503 means "not committed, try again with the same key".
     for attempt in 0..20u64 {
         let mut req = http.post(url).bearer_auth(token).json(body);
         if let Some(k) = key {
             req = req.header("Idempotency-Key", k);
+        }
+        if let Some(s) = session {
+            req = req.header("X-Onsale-Session", s);
         }
         match req.send().await {
             Ok(res) if res.status().as_u16() == 503 => {}
@@ -315,7 +382,7 @@ async fn demo(
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
         .build()?;
-    let event = create_show(&http, base, secret, 120).await?;
+    let event = create_show(&http, base, secret, 120, true).await?;
     println!(
         "on sale: event {event}, {} seats, {fans} fans, {concurrency} at a time",
         venue::SEATS
@@ -323,6 +390,7 @@ async fn demo(
     let tally = Arc::new(Tally::default());
     let hold_latency = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
     let order_latency = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
+    let queue_wait = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
     let orders: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
     let bar = ProgressBar::new(u64::from(fans));
     bar.set_style(ProgressStyle::with_template(
@@ -340,6 +408,7 @@ async fn demo(
             orders.clone(),
         );
         let (hold_latency, order_latency) = (hold_latency.clone(), order_latency.clone());
+        let queue_wait = queue_wait.clone();
         let (base, event, secret) = (base.to_owned(), event.clone(), secret.to_owned());
         workers.push(tokio::spawn(async move {
             loop {
@@ -349,6 +418,13 @@ async fn demo(
                 }
                 let token =
                     mint(&secret, &format!("fan-{fan}"), Role::Fan, 3600).unwrap_or_default();
+                let Some((session, waited)) = queue_in(&http, &base, &event, &token, &tally).await
+                else {
+                    bump(&tally.other);
+                    bar.inc(1);
+                    continue;
+                };
+                let _ = queue_wait.lock().await.record(waited.as_micros() as u64);
                 let holds_url = format!("{base}/v1/events/{event}/holds");
                 let mut held: Option<Value> = None;
                 for attempt in 0..4 {
@@ -367,7 +443,8 @@ async fn demo(
                     };
                     let key = uuid::Uuid::new_v4().to_string();
                     let t = Instant::now();
-                    let (status, answer) = post(&http, &holds_url, &token, &body, Some(&key)).await;
+                    let (status, answer) =
+                        post(&http, &holds_url, &token, &body, Some(&key), Some(&session)).await;
                     let _ = hold_latency
                         .lock()
                         .await
@@ -399,7 +476,16 @@ async fn demo(
                         };
                         let body = json!({"holdId": hold_id, "paymentToken": payment});
                         let orders_url = format!("{base}/v1/orders");
-                        let place = || post(&http, &orders_url, &token, &body, Some(&key));
+                        let place = || {
+                            post(
+                                &http,
+                                &orders_url,
+                                &token,
+                                &body,
+                                Some(&key),
+                                Some(&session),
+                            )
+                        };
                         let t = Instant::now();
                         let (status, answer) = place().await;
                         let _ = order_latency
@@ -435,6 +521,22 @@ async fn demo(
                     } else {
                         bump(&tally.abandoned);
                     }
+                }
+                // Done (or given up): leave the sale so the next fan gets the slot now.
+                let leave = format!("{base}/v1/events/{event}/leave");
+                let (status, _) = post(
+                    &http,
+                    &leave,
+                    &token,
+                    &json!({"sessionId": session}),
+                    None,
+                    None,
+                )
+                .await;
+                if status == 204 {
+                    tally.in_zone.fetch_sub(1, Ordering::Relaxed);
+                } else {
+                    bump(&tally.other);
                 }
                 bar.inc(1);
             }
@@ -565,6 +667,14 @@ async fn demo(
         t(&tally.abandoned)
     );
     println!("unexpected answers {:>8}", t(&tally.other));
+    let qw = queue_wait.lock().await;
+    println!(
+        "waiting room: every fan joined, waited (p50 {:.2} s, p99 {:.2} s) and entered; at most {} in the sale at once; {} entries found it full and retried",
+        qw.value_at_quantile(0.5) as f64 / 1e6,
+        qw.value_at_quantile(0.99) as f64 / 1e6,
+        t(&tally.peak_in_zone),
+        t(&tally.zone_full),
+    );
     println!(
         "hold latency  p50 {:.1} ms  p90 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
         ms(&hl, 0.5),

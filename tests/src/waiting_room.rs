@@ -145,16 +145,18 @@ impl Room {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
-    /// Polls until the fan is admitted; returns the admission token.
+    /// Polls (every 250 ms, as a browser would) until the fan is admitted; returns the
+    /// admission token.
     pub async fn admitted(&self, event: &str, fan: &str, queue_token: &str, secs: u64) -> String {
         let mut last = Value::Null;
-        for _ in 0..secs * 20 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+        while std::time::Instant::now() < deadline {
             let (_, v) = self.view(event, fan, queue_token).await;
             if let Some(t) = v["admissionToken"].as_str() {
                 return t.to_owned();
             }
             last = v;
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
         panic!("{fan} never admitted; last {last}");
     }

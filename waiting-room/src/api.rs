@@ -53,6 +53,7 @@ pub fn router(room: WaitingRoom, decoding_key: DecodingKey) -> Router {
         .route("/v1/events/{id}/waiting-room", post(join).get(view))
         .route("/v1/events/{id}/enter", post(enter))
         .route("/v1/events/{id}/heartbeat", post(heartbeat))
+        .route("/v1/events/{id}/leave", post(leave))
         .with_state(RoomState {
             room,
             decoding_key,
@@ -385,7 +386,8 @@ fn session(room: &WaitingRoom, account: &str, show: &str, sid: &str, lease_ms: i
     })
 }
 
-/// Trade an admission token for a session lease, once.
+/// Trade an admission token for a session lease, once: a retry while that session lives gets
+/// the same session back (a lost answer costs nothing); after it ended, the admission is spent.
 #[utoipa::path(post, path = "/v1/events/{id}/enter", params(("id" = String, Path)), request_body = EnterRequest,
     security(("bearer" = [])), responses((status = 200, body = Entry), (status = 403), (status = 429)))]
 async fn enter(
@@ -433,7 +435,7 @@ async fn enter(
         ));
     }
     let entered = if fallback {
-        Ok(Entered::Yes)
+        Ok((Entered::Yes, sid.clone()))
     } else {
         room.store
             .enter(
@@ -447,7 +449,7 @@ async fn enter(
             .await
     };
     match entered {
-        Ok(Entered::Yes) => {
+        Ok((Entered::Yes | Entered::Again, sid)) => {
             metrics::counter!("onsale_waiting_room_entries_total").increment(1);
             Ok(Json(Entry {
                 session_id: session(room, &account, &show, &sid, lease_ms),
@@ -455,8 +457,10 @@ async fn enter(
             })
             .into_response())
         }
-        Ok(Entered::Replayed) => Err(refused("ADMISSION_USED", "this admission was already used")),
-        Ok(Entered::Full) => {
+        Ok((Entered::Replayed, _)) => {
+            Err(refused("ADMISSION_USED", "this admission was already used"))
+        }
+        Ok((Entered::Full, _)) => {
             let mut r = err(
                 StatusCode::TOO_MANY_REQUESTS,
                 "ZONE_FULL",
@@ -527,4 +531,37 @@ async fn heartbeat(
         "sessionId": session(room, &account, &show, &claims.sid, until),
     }))
     .into_response())
+}
+
+/// Leave the sale (checkout done, or the fan gives up): the session ends and its slot goes to
+/// the next fan at once instead of when the lease lapses. Idempotent.
+#[utoipa::path(post, path = "/v1/events/{id}/leave", params(("id" = String, Path)), request_body = HeartbeatRequest,
+    security(("bearer" = [])), responses((status = 204), (status = 403)))]
+async fn leave(
+    State(state): State<RoomState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<HeartbeatRequest>,
+) -> Result<Response, ApiError> {
+    let (show, _) = show_with_room(&state, &id).await?;
+    let (show, account, room) = (show.to_string(), caller.account.to_string(), &state.room);
+    let claims: SessionClaims = room
+        .signer
+        .verify(&body.session_id, tokens::SESSION, &account, &show)
+        .map_err(|_| {
+            err(
+                StatusCode::FORBIDDEN,
+                "INVALID_SESSION",
+                "the session is not yours, or not valid",
+            )
+        })?;
+    room.store.leave(&show, &claims.sid).await.map_err(|e| {
+        redis_down(&e);
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "WAITING_ROOM_UNAVAILABLE",
+            "the waiting room's store is unreachable; the session ends with its lease",
+        )
+    })?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -92,7 +92,10 @@ pub struct WaitingRoom {
     pub signer: Signer,
     pub config: WaitingRoomConfig,
     pub shows: Shows,
-    blocks: Arc<Mutex<HashMap<String, (i64, i64)>>>,
+    /// Per show, the next position of this process's block and the block's last. One lock for
+    /// the whole map, held while a new block is fetched: concurrent joins must not each fetch
+    /// a block and leave all but one of them as holes in the line.
+    blocks: Arc<tokio::sync::Mutex<HashMap<String, (i64, i64)>>>,
     facts: Arc<Mutex<HashMap<ShowId, ShowFacts>>>,
     fallback: Arc<Mutex<(f64, std::time::Instant)>>,
 }
@@ -183,23 +186,18 @@ impl WaitingRoom {
     /// The next position from this process's block (a new block from Redis when it runs out):
     /// the counter is touched once per 100 joins, not on every one.
     pub async fn candidate(&self, show: &str, opens_at_ms: i64) -> redis::RedisResult<i64> {
-        {
-            let mut blocks = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((next, end)) = blocks.get_mut(show) {
-                if *next <= *end {
-                    *next += 1;
-                    return Ok(*next - 1);
-                }
+        let mut blocks = self.blocks.lock().await;
+        if let Some((next, end)) = blocks.get_mut(show) {
+            if *next <= *end {
+                *next += 1;
+                return Ok(*next - 1);
             }
         }
         let Some(end) = self.store.take_block(show, now_ms(), opens_at_ms).await? else {
             return Ok(0);
         };
         let start = end - store::BLOCK + 1;
-        self.blocks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(show.to_owned(), (start + 1, end));
+        blocks.insert(show.to_owned(), (start + 1, end));
         Ok(start)
     }
 

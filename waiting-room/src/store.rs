@@ -56,7 +56,10 @@ pub struct Standing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entered {
     Yes,
-    /// This admission was already traded.
+    /// A retry of an admission already traded, whose session is still alive: the same session
+    /// (a lost answer must not cost the fan their turn, nor take a second slot).
+    Again,
+    /// This admission was already traded and its session has ended.
     Replayed,
     /// The zone is full (more fans claimed than expected): try again shortly; the admission
     /// stays good until its window closes.
@@ -84,7 +87,7 @@ impl Store {
         let client = redis::Client::open(url)?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(std::time::Duration::from_millis(500)))
-            .set_response_timeout(Some(std::time::Duration::from_millis(500)))
+            .set_response_timeout(Some(std::time::Duration::from_secs(2)))
             .set_number_of_retries(1);
         let conn = ConnectionManager::new_with_config(client, config).await?;
         Ok(Self {
@@ -289,11 +292,11 @@ impl Store {
         now_ms: i64,
         lease_ms: i64,
         target: u64,
-    ) -> redis::RedisResult<Entered> {
+    ) -> redis::RedisResult<(Entered, String)> {
         // A traded admission is remembered for a day, far past any grace window.
         const REMEMBER_MS: i64 = 24 * 3600 * 1000;
         let mut c = self.conn.clone();
-        let r: i64 = self
+        let (r, sid): (i64, String) = self
             .enter
             .key(key(show, &format!("used:{jti}")))
             .key(key(show, "leases"))
@@ -306,11 +309,13 @@ impl Store {
             .arg(REMEMBER_MS)
             .invoke_async(&mut c)
             .await?;
-        Ok(match r {
+        let outcome = match r {
             1 => Entered::Yes,
+            2 => Entered::Again,
             -1 => Entered::Replayed,
             _ => Entered::Full,
-        })
+        };
+        Ok((outcome, sid))
     }
 
     /// Renews a live lease; `false` if it had already expired (or never existed).
@@ -334,6 +339,12 @@ impl Store {
             .query_async(&mut c)
             .await?;
         Ok(true)
+    }
+
+    /// Ends a session now: its slot is free for the next fan (a clean exit, A3).
+    pub async fn leave(&self, show: &str, sid: &str) -> redis::RedisResult<()> {
+        let mut c = self.conn.clone();
+        c.zrem(key(show, "leases"), sid).await
     }
 
     /// The session's lease expiry (ms), if it has one.
@@ -494,19 +505,25 @@ return {admitted, live, reserved, adv, tostring(rate), tail, drawn}
 /// how long to remember the jti.
 const ENTER: &str = r"
 local now = tonumber(ARGV[1])
-if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[5]) then return -1 end
+local prev = redis.call('GET', KEYS[1])
+if prev then
+  local lease = redis.call('ZSCORE', KEYS[2], prev)
+  if lease and tonumber(lease) > now then return {2, prev} end
+  return {-1, ''}
+end
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[5])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local r = redis.call('ZPOPMIN', KEYS[3])
 if #r == 0 then
   local live = redis.call('ZCOUNT', KEYS[2], now, '+inf') + redis.call('ZCARD', KEYS[3])
   if live >= tonumber(ARGV[4]) then
     redis.call('DEL', KEYS[1])
-    return -2
+    return {-2, ''}
   end
 end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[3])
 redis.call('INCR', KEYS[4])
-return 1
+return {1, ARGV[3]}
 ";
 
 /// KEYS: pos, admitted, passes, rate, paused, eta, tail. ARGV: account.
