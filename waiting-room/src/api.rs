@@ -78,6 +78,19 @@ fn redis_down(e: &redis::RedisError) {
     tracing::warn!(error = %e, "redis unreachable: the waiting room runs in fallback");
 }
 
+/// Redis away where nothing can stand in for it: 503, and the caller keeps what it has.
+fn store_unavailable(e: &redis::RedisError, detail: &str) -> ApiError {
+    redis_down(e);
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "WAITING_ROOM_UNAVAILABLE",
+        detail,
+    )
+}
+
+const ADMISSION_KEPT: &str =
+    "the waiting room's store is unreachable; your admission stays good, retry shortly";
+
 async fn show_with_room(
     state: &RoomState,
     id: &str,
@@ -419,14 +432,7 @@ async fn enter(
     };
     let paused_now = match paused_now {
         Ok(p) => p,
-        Err(e) => {
-            redis_down(&e);
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "WAITING_ROOM_UNAVAILABLE",
-                "the waiting room's store is unreachable; your admission stays good, retry shortly",
-            ));
-        }
+        Err(e) => return Err(store_unavailable(&e, ADMISSION_KEPT)),
     };
     if now > claims.exp_ms + (paused_now - claims.paused_ms) {
         return Err(refused(
@@ -471,14 +477,7 @@ async fn enter(
                 .insert("retry-after", axum::http::HeaderValue::from_static("2"));
             Ok(r)
         }
-        Err(e) => {
-            redis_down(&e);
-            Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "WAITING_ROOM_UNAVAILABLE",
-                "the waiting room's store is unreachable; your admission stays good, retry shortly",
-            ))
-        }
+        Err(e) => Err(store_unavailable(&e, ADMISSION_KEPT)),
     }
 }
 
@@ -486,6 +485,29 @@ async fn enter(
 #[serde(rename_all = "camelCase")]
 pub struct HeartbeatRequest {
     pub session_id: String,
+}
+
+/// The caller's own session of this show's waiting room, from its token.
+async fn own_session(
+    state: &RoomState,
+    id: &str,
+    caller: &Caller,
+    token: &str,
+) -> Result<(String, String, SessionClaims), ApiError> {
+    let (show, _) = show_with_room(state, id).await?;
+    let (show, account) = (show.to_string(), caller.account.to_string());
+    let claims = state
+        .room
+        .signer
+        .verify(token, tokens::SESSION, &account, &show)
+        .map_err(|_| {
+            err(
+                StatusCode::FORBIDDEN,
+                "INVALID_SESSION",
+                "the session is not yours, or not valid",
+            )
+        })?;
+    Ok((show, account, claims))
 }
 
 /// Renew the session's lease (every ~30 s). The answer carries the session token to use from
@@ -498,18 +520,8 @@ async fn heartbeat(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<HeartbeatRequest>,
 ) -> Result<Response, ApiError> {
-    let (show, _) = show_with_room(&state, &id).await?;
-    let (show, account, room) = (show.to_string(), caller.account.to_string(), &state.room);
-    let claims: SessionClaims = room
-        .signer
-        .verify(&body.session_id, tokens::SESSION, &account, &show)
-        .map_err(|_| {
-            err(
-                StatusCode::FORBIDDEN,
-                "INVALID_SESSION",
-                "the session is not yours, or not valid",
-            )
-        })?;
+    let (show, account, claims) = own_session(&state, &id, &caller, &body.session_id).await?;
+    let room = &state.room;
     let now = now_ms();
     let until = now + room.lease().as_millis() as i64;
     let live = match room.store.heartbeat(&show, &claims.sid, until, now).await {
@@ -543,23 +555,11 @@ async fn leave(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<HeartbeatRequest>,
 ) -> Result<Response, ApiError> {
-    let (show, _) = show_with_room(&state, &id).await?;
-    let (show, account, room) = (show.to_string(), caller.account.to_string(), &state.room);
-    let claims: SessionClaims = room
-        .signer
-        .verify(&body.session_id, tokens::SESSION, &account, &show)
-        .map_err(|_| {
-            err(
-                StatusCode::FORBIDDEN,
-                "INVALID_SESSION",
-                "the session is not yours, or not valid",
-            )
-        })?;
+    let (show, _, claims) = own_session(&state, &id, &caller, &body.session_id).await?;
+    let room = &state.room;
     room.store.leave(&show, &claims.sid).await.map_err(|e| {
-        redis_down(&e);
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "WAITING_ROOM_UNAVAILABLE",
+        store_unavailable(
+            &e,
             "the waiting room's store is unreachable; the session ends with its lease",
         )
     })?;
