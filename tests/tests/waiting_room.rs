@@ -66,8 +66,44 @@ async fn a_pre_queue_is_drawn_in_random_order_at_the_opening() {
         assert!(j["position"].is_null());
         fans.push((fan, qt(&j)));
     }
+    // A browser's SSE stream: status events while it waits, then the admission.
+    let sse = {
+        let (http, base, token, qt) = (
+            room.app.http.clone(),
+            room.app.base.clone(),
+            room.app.fan(&fans[0].0),
+            fans[0].1.clone(),
+        );
+        let url = format!("{base}/v1/events/{event}/waiting-room");
+        tokio::spawn(async move {
+            let mut res = http
+                .get(url)
+                .bearer_auth(token)
+                .header("x-onsale-queue-token", qt)
+                .header("accept", "text/event-stream")
+                .send()
+                .await
+                .expect("stream");
+            let mut seen = String::new();
+            while !seen.contains("event: admitted") {
+                let chunk = tokio::time::timeout(Duration::from_secs(15), res.chunk())
+                    .await
+                    .expect("an event within 15 s")
+                    .expect("read")
+                    .expect("the stream stays open until the admission");
+                seen.push_str(&String::from_utf8_lossy(&chunk));
+            }
+            seen
+        })
+    };
     room.start_admitter();
     tokio::time::sleep(Duration::from_secs(4)).await;
+    let seen = sse.await.expect("sse");
+    assert!(
+        seen.contains("event: status") && seen.contains("PRE_QUEUE"),
+        "{seen}"
+    );
+    assert!(seen.contains("admissionToken"), "{seen}");
     let mut order = Vec::new();
     for (fan, token) in &fans {
         let (_, v) = room.view(&event, fan, token).await;
