@@ -52,7 +52,7 @@ fn ms(h: &Histogram<u64>, q: f64) -> f64 {
 /// 500 slots to admit and reserve), only the line behind it grows.
 pub(crate) async fn bench_ticks(redis_url: &str) -> anyhow::Result<()> {
     let store = Store::connect(redis_url).await?;
-    let mut conn = store.conn();
+    let mut conn = store.conn()?;
     println!("tick time (one Lua round trip), N = 1,000, 500 live sessions, 200 ticks per size:");
     println!(
         "{:>12} {:>10} {:>10} {:>10}",
@@ -161,7 +161,7 @@ pub(crate) async fn bench_joins(
         .build()?;
     let event = waiting_room_show(&http, base, secret, 1_000).await?;
     let store = Store::connect(redis_url).await?;
-    fill(&mut store.conn(), &event, 1_000_000).await?;
+    fill(&mut store.conn()?, &event, 1_000_000).await?;
     let count = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(seconds);
@@ -280,7 +280,7 @@ pub(crate) async fn bench_onsale(
         }));
     }
     let mut samples = Vec::new();
-    let mut conn = store.conn();
+    let mut conn = store.conn()?;
     while started.elapsed() < Duration::from_secs(seconds) {
         let now = chrono::Utc::now().timestamp_millis();
         let live: i64 = redis::cmd("ZCOUNT")

@@ -463,3 +463,76 @@ async fn an_on_sale_of_thousands_of_fans_through_the_queue_sells_no_seat_twice()
     assert_eq!(ordered, orders.lock().await.len());
     assert!(ordered > 100, "the sale sold: {ordered} orders");
 }
+
+#[tokio::test]
+async fn redis_away_falls_back_to_a_slow_pace_not_an_open_gate_and_recovers() {
+    // A port nobody answers on yet: the service starts anyway, in fallback.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+        l.local_addr().expect("addr").port()
+    };
+    let db = TestDb::new().await.expect("db");
+    let room = Room::start(&db, |c| {
+        c.redis_url = Some(format!("redis://127.0.0.1:{port}/"));
+        c.fallback_per_sec = 20;
+    })
+    .await
+    .expect("room starts with Redis away");
+    let event = room.show(1, 2, 10, chrono::Duration::seconds(-60)).await;
+    let joined = room.join(&event, "ann").await;
+    assert_eq!(
+        (joined["status"].clone(), joined["position"].clone()),
+        (json!("FALLBACK"), Value::Null)
+    );
+    // Admissions come at the fixed pace, without positions; the gate stays shut without one.
+    let admission = room.admitted(&event, "ann", &qt(&joined), 10).await;
+    let (status, body) = room
+        .hold(&event, "ann", None, json!({"seatIds": ["S1-R1-1"]}))
+        .await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (403, json!("ADMISSION_REQUIRED"))
+    );
+    let (status, entry) = room.enter(&event, "ann", &admission).await;
+    assert_eq!(status, 200, "{entry}");
+    let session = entry["sessionId"].as_str().expect("session");
+    let (status, hold) = room
+        .hold(
+            &event,
+            "ann",
+            Some(session),
+            json!({"seatIds": ["S1-R1-1"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{hold}");
+    // Redis comes up: positions come back.
+    let dir = std::env::temp_dir().join(format!("onsale-redis-{port}"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut redis = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let mut position = Value::Null;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let j = room.join(&event, "bob").await;
+        if j["position"].is_i64() {
+            position = j["position"].clone();
+            break;
+        }
+    }
+    let _ = redis.kill();
+    let _ = redis.wait();
+    assert!(position.is_i64(), "a position once Redis answers");
+}

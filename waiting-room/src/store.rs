@@ -68,7 +68,9 @@ pub enum Entered {
 
 #[derive(Clone)]
 pub struct Store {
-    conn: ConnectionManager,
+    /// Set once the first connection succeeds; until then every call fails like an outage
+    /// (the callers' fallback), so a Redis that is down at start-up does not stop the service.
+    conn: std::sync::Arc<tokio::sync::OnceCell<ConnectionManager>>,
     join: Script,
     block: Script,
     tick: Script,
@@ -83,13 +85,36 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
+    /// Connects, or (Redis unreachable) keeps trying once a second in the background while
+    /// every call answers as an outage. Only a malformed URL is an error.
     pub async fn connect(url: &str) -> redis::RedisResult<Self> {
         let client = redis::Client::open(url)?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(std::time::Duration::from_millis(500)))
             .set_response_timeout(Some(std::time::Duration::from_secs(2)))
             .set_number_of_retries(1);
-        let conn = ConnectionManager::new_with_config(client, config).await?;
+        let conn = std::sync::Arc::new(tokio::sync::OnceCell::new());
+        match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
+            Ok(c) => {
+                let _ = conn.set(c);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "redis unreachable at start; the waiting room runs in fallback until it answers");
+                let cell = conn.clone();
+                tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                        if let Ok(c) =
+                            ConnectionManager::new_with_config(client.clone(), config.clone()).await
+                        {
+                            let _ = cell.set(c);
+                            tracing::info!("redis reachable: the waiting room leaves fallback");
+                            return;
+                        }
+                    }
+                });
+            }
+        }
         Ok(Self {
             conn,
             join: Script::new(JOIN),
@@ -100,13 +125,18 @@ impl Store {
         })
     }
 
-    pub fn conn(&self) -> ConnectionManager {
-        self.conn.clone()
+    pub fn conn(&self) -> redis::RedisResult<ConnectionManager> {
+        self.conn.get().cloned().ok_or_else(|| {
+            redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "redis has not answered yet",
+            ))
+        })
     }
 
     /// Registers the show's line (the admitter ticks every show in `wr:shows`).
     pub async fn register(&self, show: &str, opens_at_ms: i64) -> redis::RedisResult<()> {
-        let mut c = self.conn.clone();
+        let mut c = self.conn()?;
         redis::pipe()
             .sadd(SHOWS, show)
             .ignore()
@@ -117,7 +147,7 @@ impl Store {
     }
 
     pub async fn shows(&self) -> redis::RedisResult<Vec<(String, i64)>> {
-        let mut c = self.conn.clone();
+        let mut c = self.conn()?;
         let shows: Vec<String> = c.smembers(SHOWS).await?;
         let mut out = Vec::with_capacity(shows.len());
         for s in shows {
@@ -134,7 +164,7 @@ impl Store {
         now_ms: i64,
         opens_at_ms: i64,
     ) -> redis::RedisResult<Option<i64>> {
-        let mut c = self.conn.clone();
+        let mut c = self.conn()?;
         let end: i64 = self
             .block
             .key(key(show, "open"))
@@ -159,7 +189,7 @@ impl Store {
         lottery: u64,
         requeue: bool,
     ) -> redis::RedisResult<i64> {
-        let mut c = self.conn.clone();
+        let mut c = self.conn()?;
         self.join
             .key(key(show, "pos"))
             .key(key(show, "pre"))
@@ -185,7 +215,7 @@ impl Store {
         grace_ms: i64,
         paused: bool,
     ) -> redis::RedisResult<Tick> {
-        let mut c = self.conn.clone();
+        let mut c = self.conn()?;
         let (admitted_through, live, reserved, advanced, rate, tail, drawn): (
             i64,
             i64,
@@ -229,7 +259,7 @@ impl Store {
     }
 
     pub async fn standing(&self, show: &str, account: &str) -> redis::RedisResult<Standing> {
-        let mut c = self.conn.clone();
+        let mut c = self.conn()?;
         let (pos, admitted, passed, rate, paused, eta, eta_at, tail, paused_at): (
             i64,
             i64,
@@ -266,7 +296,7 @@ impl Store {
 
     /// The show's total paused time (ms).
     pub async fn paused_ms(&self, show: &str) -> redis::RedisResult<i64> {
-        let mut c = self.conn.clone();
+        let mut c = self.conn()?;
         let v: Option<i64> = c.get(key(show, "paused")).await?;
         Ok(v.unwrap_or(0))
     }
@@ -278,7 +308,7 @@ impl Store {
         eta: f64,
         now_ms: i64,
     ) -> redis::RedisResult<()> {
-        let mut c = self.conn.clone();
+        let mut c = self.conn()?;
         c.hset(key(show, "eta"), account, format!("{eta}:{now_ms}"))
             .await
     }
@@ -295,7 +325,7 @@ impl Store {
     ) -> redis::RedisResult<(Entered, String)> {
         // A traded admission is remembered for a day, far past any grace window.
         const REMEMBER_MS: i64 = 24 * 3600 * 1000;
-        let mut c = self.conn.clone();
+        let mut c = self.conn()?;
         let (r, sid): (i64, String) = self
             .enter
             .key(key(show, &format!("used:{jti}")))
@@ -326,7 +356,7 @@ impl Store {
         until_ms: i64,
         now_ms: i64,
     ) -> redis::RedisResult<bool> {
-        let mut c = self.conn.clone();
+        let mut c = self.conn()?;
         let live: Option<f64> = c.zscore(key(show, "leases"), sid).await?;
         if live.is_none_or(|exp| exp as i64 <= now_ms) {
             return Ok(false);
@@ -343,13 +373,13 @@ impl Store {
 
     /// Ends a session now: its slot is free for the next fan (a clean exit, A3).
     pub async fn leave(&self, show: &str, sid: &str) -> redis::RedisResult<()> {
-        let mut c = self.conn.clone();
+        let mut c = self.conn()?;
         c.zrem(key(show, "leases"), sid).await
     }
 
     /// The session's lease expiry (ms), if it has one.
     pub async fn lease(&self, show: &str, sid: &str) -> redis::RedisResult<Option<i64>> {
-        let mut c = self.conn.clone();
+        let mut c = self.conn()?;
         let s: Option<f64> = c.zscore(key(show, "leases"), sid).await?;
         Ok(s.map(|v| v as i64))
     }
@@ -361,7 +391,7 @@ impl Store {
         now_ms: i64,
         window_ms: i64,
     ) -> redis::RedisResult<(i64, i64, i64)> {
-        let mut c = self.conn.clone();
+        let mut c = self.conn()?;
         let hist: Vec<String> = c.lrange(key(show, "hist"), 0, -1).await?;
         let admitted: Option<i64> = c.get(key(show, "admitted")).await?;
         let tail: Option<i64> = c.get(key(show, "tail")).await?;
