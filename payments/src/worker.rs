@@ -93,34 +93,17 @@ impl Worker {
         if free == 0 {
             return Ok(());
         }
-        let lease = (self.config.charge_timeout_ms / 1000 + 1) * 3 + 5;
-        let payments: Vec<PaymentRow> = sqlx::query_as(
-            "UPDATE payments SET lease_until = now() + make_interval(secs => $1::double precision),
-                                 attempts = attempts + 1
-              WHERE order_id IN (SELECT order_id FROM payments
-                                  WHERE state <> 'done' AND due_at <= now()
-                                    AND (lease_until IS NULL OR lease_until < now())
-                                  ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-              RETURNING order_id, amount_cents, token, state, placed_at, attempts",
-        )
-        .bind(lease as f64)
-        .bind(free as i64)
-        .fetch_all(&self.pool)
-        .await?;
+        let payments: Vec<PaymentRow> = self
+            .claim(
+                "payments",
+                "order_id, amount_cents, token, state, placed_at, attempts",
+                free,
+            )
+            .await?;
         let free = free.saturating_sub(payments.len());
-        let refunds: Vec<RefundRow> = sqlx::query_as(
-            "UPDATE refunds SET lease_until = now() + make_interval(secs => $1::double precision),
-                                attempts = attempts + 1
-              WHERE order_id IN (SELECT order_id FROM refunds
-                                  WHERE state <> 'done' AND due_at <= now()
-                                    AND (lease_until IS NULL OR lease_until < now())
-                                  ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-              RETURNING order_id, amount_cents, attempts",
-        )
-        .bind(lease as f64)
-        .bind(free as i64)
-        .fetch_all(&self.pool)
-        .await?;
+        let refunds: Vec<RefundRow> = self
+            .claim("refunds", "order_id, amount_cents, attempts", free)
+            .await?;
         for p in payments {
             let (me, permit) = (self.clone(), slots.clone().acquire_owned().await?);
             tokio::spawn(async move {
@@ -140,6 +123,30 @@ impl Worker {
             });
         }
         Ok(())
+    }
+
+    /// Leases up to `limit` due rows of a work list (`payments` or `refunds`, which share the
+    /// columns `state`, `due_at`, `lease_until`, `attempts`): a worker that dies mid-call leaves
+    /// them to be claimed again when the lease runs out.
+    async fn claim<T>(&self, table: &str, returning: &str, limit: usize) -> anyhow::Result<Vec<T>>
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+    {
+        let lease = (self.config.charge_timeout_ms / 1000 + 1) * 3 + 5;
+        let sql = format!(
+            "UPDATE {table} SET lease_until = now() + make_interval(secs => $1::double precision),
+                                attempts = attempts + 1
+              WHERE order_id IN (SELECT order_id FROM {table}
+                                  WHERE state <> 'done' AND due_at <= now()
+                                    AND (lease_until IS NULL OR lease_until < now())
+                                  ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+              RETURNING {returning}"
+        );
+        Ok(sqlx::query_as(&sql)
+            .bind(lease as f64)
+            .bind(limit as i64)
+            .fetch_all(&self.pool)
+            .await?)
     }
 
     async fn pay(&self, p: PaymentRow) -> anyhow::Result<()> {
