@@ -256,20 +256,29 @@ fn charge_answer(c: &Charge) -> Response {
     (status, Json(c)).into_response()
 }
 
+/// The checks every money-moving call starts with: the processor is up, and the call carries
+/// its Idempotency-Key.
+fn keyed_call(sim: &Sim, headers: &HeaderMap) -> Result<String, Response> {
+    if let Some(r) = outage(sim) {
+        return Err(r);
+    }
+    idempotency_key(headers).ok_or_else(|| {
+        problem(
+            StatusCode::BAD_REQUEST,
+            "idempotency_key_required",
+            "send an Idempotency-Key",
+        )
+    })
+}
+
 async fn create_charge(
     State(sim): State<Sim>,
     headers: HeaderMap,
     Json(req): Json<ChargeRequest>,
 ) -> Response {
-    if let Some(r) = outage(&sim) {
-        return r;
-    }
-    let Some(key) = idempotency_key(&headers) else {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            "idempotency_key_required",
-            "send an Idempotency-Key",
-        );
+    let key = match keyed_call(&sim, &headers) {
+        Ok(key) => key,
+        Err(r) => return r,
     };
     let (result, first, settings) = {
         let mut inner = sim.lock();
@@ -327,15 +336,9 @@ async fn create_refund(
     headers: HeaderMap,
     Json(req): Json<RefundRequest>,
 ) -> Response {
-    if let Some(r) = outage(&sim) {
-        return r;
-    }
-    let Some(key) = idempotency_key(&headers) else {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            "idempotency_key_required",
-            "send an Idempotency-Key",
-        );
+    let key = match keyed_call(&sim, &headers) {
+        Ok(key) => key,
+        Err(r) => return r,
     };
     let result = sim
         .lock()
