@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use hdrhistogram::Histogram;
 use onsale_command::api::auth::{mint, Role};
 use onsale_waiting_room::store::{key, Store};
@@ -113,41 +112,6 @@ pub(crate) async fn bench_ticks(redis_url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn waiting_room_show(
-    http: &reqwest::Client,
-    base: &str,
-    secret: &str,
-    seats: u32,
-) -> anyhow::Result<String> {
-    let admin = mint(secret, "bench-admin", Role::Admin, 3600)?;
-    let rows: Vec<Value> = (1..=seats.div_ceil(50))
-        .map(|r| json!({"row": format!("R{r}"), "seats": 50}))
-        .collect();
-    let venue: Value = http
-        .post(format!("{base}/v1/venues"))
-        .bearer_auth(&admin)
-        .json(&json!({"name": "Bench", "city": "Oslo", "sections": [{"section": "A", "priceTier": "A", "rows": rows}]}))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let now = chrono::Utc::now();
-    let event: Value = http
-        .post(format!("{base}/v1/events"))
-        .bearer_auth(&admin)
-        .json(&json!({"name": "Bench", "performer": "Bench", "venueId": venue["venueId"],
-            "startsAt": now + chrono::Duration::days(30), "onSaleAt": now - chrono::Duration::seconds(1),
-            "prices": {"A": 5000}, "waitingRoom": true}))
-        .send()
-        .await?
-        .json()
-        .await?;
-    event["eventId"]
-        .as_str()
-        .map(str::to_owned)
-        .with_context(|| format!("no event: {event}"))
-}
-
 /// Joins/s through the REST API into a line of 1,000,000.
 pub(crate) async fn bench_joins(
     base: &str,
@@ -159,7 +123,7 @@ pub(crate) async fn bench_joins(
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(clients)
         .build()?;
-    let event = waiting_room_show(&http, base, secret, 1_000).await?;
+    let event = crate::create_show(&http, base, secret, 600, true).await?;
     let store = Store::connect(redis_url).await?;
     fill(&mut store.conn()?, &event, 1_000_000).await?;
     let count = Arc::new(AtomicU64::new(0));
@@ -226,7 +190,7 @@ pub(crate) async fn bench_onsale(
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(512)
         .build()?;
-    let event = waiting_room_show(&http, base, secret, 1_000).await?;
+    let event = crate::create_show(&http, base, secret, 600, true).await?;
     let store = Store::connect(redis_url).await?;
     let started = Instant::now();
     let mut tasks = Vec::new();

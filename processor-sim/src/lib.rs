@@ -258,16 +258,16 @@ fn charge_answer(c: &Charge) -> Response {
 
 /// The checks every money-moving call starts with: the processor is up, and the call carries
 /// its Idempotency-Key.
-fn keyed_call(sim: &Sim, headers: &HeaderMap) -> Result<String, Response> {
+fn keyed_call(sim: &Sim, headers: &HeaderMap) -> Result<String, Box<Response>> {
     if let Some(r) = outage(sim) {
-        return Err(r);
+        return Err(Box::new(r));
     }
     idempotency_key(headers).ok_or_else(|| {
-        problem(
+        Box::new(problem(
             StatusCode::BAD_REQUEST,
             "idempotency_key_required",
             "send an Idempotency-Key",
-        )
+        ))
     })
 }
 
@@ -278,7 +278,7 @@ async fn create_charge(
 ) -> Response {
     let key = match keyed_call(&sim, &headers) {
         Ok(key) => key,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let (result, first, settings) = {
         let mut inner = sim.lock();
@@ -338,7 +338,7 @@ async fn create_refund(
 ) -> Response {
     let key = match keyed_call(&sim, &headers) {
         Ok(key) => key,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let result = sim
         .lock()
