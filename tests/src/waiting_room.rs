@@ -194,6 +194,29 @@ impl Room {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// Places an order on `hold_id` with the session header, paying with `tok_ok`.
+    pub async fn order(
+        &self,
+        fan: &str,
+        session: &str,
+        hold_id: &Value,
+        key: &str,
+    ) -> (u16, Value) {
+        let r = self
+            .app
+            .http
+            .post(format!("{}/v1/orders", self.app.base))
+            .bearer_auth(self.app.fan(fan))
+            .header("idempotency-key", key)
+            .header("x-onsale-session", session)
+            .json(&json!({"holdId": hold_id, "paymentToken": "tok_ok"}))
+            .send()
+            .await
+            .expect("answer");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
     /// Live sessions of a show, straight from Redis.
     pub async fn live(&self, event: &str) -> i64 {
         let now = chrono::Utc::now().timestamp_millis();

@@ -282,21 +282,11 @@ async fn replayed_expired_forged_and_foreign_tokens_and_sessions_are_refused() {
         )
         .await;
     assert_eq!(status, 200, "{beat}");
-    let r = room
-        .app
-        .http
-        .post(format!("{}/v1/orders", room.app.base))
-        .bearer_auth(room.app.fan("ann"))
-        .header("idempotency-key", "wr-order-1")
-        .header(
-            "x-onsale-session",
-            beat["sessionId"].as_str().expect("session"),
-        )
-        .json(&json!({"holdId": hold["holdId"], "paymentToken": "tok_ok"}))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(r.status().as_u16(), 202);
+    let renewed = beat["sessionId"].as_str().expect("session");
+    let (status, order) = room
+        .order("ann", renewed, &hold["holdId"], "wr-order-1")
+        .await;
+    assert_eq!(status, 202, "{order}");
     // Once the session ended, the admission is spent and the session opens nothing.
     let (status, _) = room
         .app
@@ -427,19 +417,10 @@ async fn an_on_sale_of_thousands_of_fans_through_the_queue_sells_no_seat_twice()
                 leave().await;
                 return;
             }
-            let r = room
-                .app
-                .http
-                .post(format!("{}/v1/orders", room.app.base))
-                .bearer_auth(room.app.fan(&fan))
-                .header("idempotency-key", format!("o-{fan}"))
-                .header("x-onsale-session", &session)
-                .json(&json!({"holdId": hold["holdId"], "paymentToken": "tok_ok"}))
-                .send()
-                .await
-                .expect("answer");
-            assert_eq!(r.status().as_u16(), 202, "{fan}");
-            let o: Value = r.json().await.expect("json");
+            let (status, o) = room
+                .order(&fan, &session, &hold["holdId"], &format!("o-{fan}"))
+                .await;
+            assert_eq!(status, 202, "{fan}: {o}");
             leave().await;
             orders
                 .lock()
