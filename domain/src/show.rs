@@ -368,6 +368,7 @@ struct Index {
     /// whose floor is in the future has no lapsed hold to reclaim, so best-available skips its
     /// held seats without looking at each (on a filling show, most rows are like that).
     row_hold_floor: Vec<Option<DateTime<Utc>>>,
+    /// Per account, its active holds (ended ones are dropped as they end).
     account_holds: HashMap<AccountId, Vec<HoldId>>,
     account_orders: HashMap<AccountId, Vec<OrderId>>,
     expiry: BTreeSet<(DateTime<Utc>, HoldId)>,
@@ -1143,6 +1144,13 @@ impl Show {
         hold.state = state;
         let (seats, expires_at) = (hold.seats.clone(), hold.expires_at);
         self.index.expiry.remove(&(expires_at, *hold_id));
+        // Only live holds count against the account's cap: keep its list to those.
+        if let Some(holds) = self.index.account_holds.get_mut(&hold.account) {
+            holds.retain(|h| h != hold_id);
+            if holds.is_empty() {
+                self.index.account_holds.remove(&hold.account);
+            }
+        }
         if by == HoldMove::Order {
             return;
         }
@@ -1206,11 +1214,11 @@ impl Show {
             }
         }
         for (id, hold) in &self.holds {
-            ix.account_holds
-                .entry(hold.account.clone())
-                .or_default()
-                .push(*id);
             if hold.state == HoldState::Active {
+                ix.account_holds
+                    .entry(hold.account.clone())
+                    .or_default()
+                    .push(*id);
                 ix.expiry.insert((hold.expires_at, *id));
             }
         }
