@@ -32,13 +32,26 @@ BIN=$ROOT/target/release
 # Each configuration gets a fresh service process, so one run's show (~125,000 events of lapsed
 # 1 s holds, and its snapshots) does not weigh on the next run's measurement (ADR 003).
 start_service() {
-  [ -f "$DIR/onsale.pid" ] && kill "$(cat "$DIR/onsale.pid")" 2>/dev/null && sleep 0.5
+  stop_service
   DATABASE_URL=$DB ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=${BENCH_GRPC_LISTEN:-127.0.0.1:50089} RUST_LOG=warn \
     "$BIN/onsale" serve >>"$DIR/onsale.log" 2>&1 &
   echo $! >"$DIR/onsale.pid"
   # /healthz: this benchmark runs no relay or projections, so /readyz would say the read path is missing.
   for _ in $(seq 1 100); do curl -fsS "http://$LISTEN/healthz" >/dev/null 2>&1 && return; sleep 0.2; done
   echo "onsale did not start" >&2; exit 1
+}
+stop_service() {
+  if [ -f "$DIR/onsale.pid" ]; then
+    kill "$(cat "$DIR/onsale.pid")" 2>/dev/null || true
+    rm -f "$DIR/onsale.pid"
+    sleep 0.5
+  fi
+}
+# Before each layer: the machine as quiet as for the others. The previous layer's writes are
+# vacuumed and checkpointed now, so autovacuum and a checkpoint do not land inside whichever
+# layer happens to run next, and only the layer measured is running.
+quiesce() {
+  psql -qc "VACUUM ANALYZE" -c "CHECKPOINT" "$DB" >/dev/null
 }
 psql -q "$DB" -f "$ROOT/scripts/bench/seats.sql" >/dev/null
 
@@ -51,15 +64,19 @@ for clients in $CLIENTS; do
   for seats in 1 4; do
     for dist in uniform skewed; do
       echo "== run $rep: $clients clients, $seats-seat holds, $dist"
+      quiesce
       start_service
       event=$("$BIN/onsale-loadgen" setup --base "http://$LISTEN" --ttl 1 --tokens 20000 --tokens-file "$DIR/tokens.txt")
       json=$(BENCH_EVENT=$event BENCH_SEATS=$seats BENCH_DIST=$dist BENCH_TOKENS=$DIR/tokens.txt \
         wrk -t2 -c"$clients" -d"${SECS}s" --timeout 10s -s "$ROOT/scripts/bench/hold.lua" "http://$LISTEN" | tail -1)
       record http "$clients" "$seats" "$dist" "$json"
+      stop_service
+      quiesce
 
       skew=""; [ "$dist" = skewed ] && skew=--skewed
       json=$("$BIN/onsale-loadgen" bench-command --database-url "$DB" --clients "$clients" --seats "$seats" $skew --seconds "$SECS" | tail -1)
       record command "$clients" "$seats" "$dist" "$json"
+      quiesce
 
       psql -qc "UPDATE seats SET status='AVAILABLE', hold_id=NULL, hold_expires=NULL, holds_won=0" "$DB" >/dev/null
       hot=0; [ "$dist" = skewed ] && hot=80

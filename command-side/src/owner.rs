@@ -1,13 +1,16 @@
 //! One owner task per show. It keeps the live aggregate in memory, serializes that show's
-//! commands, and commits the events of every command waiting in its queue in one append
-//! (group commit). A caller is answered only after the append committed, except for a refusal:
-//! while an append is in flight the owner keeps deciding newly arrived commands, answers the
-//! refused ones at once (a refusal writes nothing) and keeps the rest for the next batch.
+//! commands, and commits the events of many commands in one append (group commit). Each
+//! command is decided the moment it is taken in, against the state with every earlier decision
+//! applied: a refusal writes nothing and is answered at once; everything else joins the open
+//! batch, which is sent as soon as the append in flight has committed, and is answered only
+//! after its own append committed. So the owner decides the next batch while PostgreSQL writes
+//! the current one, and one append per show is in flight at a time (docs/adr/004).
 //!
 //! On a version conflict (another process wrote the show) the cached state is dropped, the show
-//! is reloaded from snapshot plus tail and the batch is decided again. When PostgreSQL fails the
-//! cached state is dropped too (it holds effects that may not have committed) and the callers
-//! get `Unavailable`: nothing is acknowledged that was not committed.
+//! is reloaded from snapshot plus tail and what was not committed is decided again. When
+//! PostgreSQL fails the cached state is dropped too (it holds effects that may not have
+//! committed) and the callers get `Unavailable`: nothing is acknowledged that was not
+//! committed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,7 +22,7 @@ use onsale_domain::{
     Clock, HoldView, OrderView, Show, ShowCommand, ShowError, ShowEvent, ShowId, ShowServices,
 };
 use tokio::sync::{mpsc, oneshot};
-use tracing::{info, instrument, warn};
+use tracing::{info, warn};
 
 use crate::store::{EventStore, StoreError};
 
@@ -78,7 +81,9 @@ pub enum Answer {
     Order(OrderView),
 }
 
-type Read = Box<dyn FnOnce(&Show) -> Result<Answer, CommandError> + Send + Sync>;
+/// A read runs against the live state and is answered once everything decided before it has
+/// committed; it may run again if that state is reloaded.
+type Read = Arc<dyn Fn(&Show) -> Result<Answer, CommandError> + Send + Sync>;
 
 enum Work {
     Command(ShowCommand),
@@ -89,6 +94,8 @@ enum Work {
 struct Job {
     work: Work,
     reply: Option<oneshot::Sender<Result<Answer, CommandError>>>,
+    /// How many times the job was decided again after a version conflict.
+    attempts: u32,
 }
 
 /// The registry of show owners in this process.
@@ -169,9 +176,9 @@ impl Shows {
     /// Reads the committed state of a show through its owner.
     pub async fn read<F>(&self, show: ShowId, f: F) -> Result<Answer, CommandError>
     where
-        F: FnOnce(&Show) -> Result<Answer, CommandError> + Send + Sync + 'static,
+        F: Fn(&Show) -> Result<Answer, CommandError> + Send + Sync + 'static,
     {
-        self.submit(show, Work::Read(Box::new(f))).await
+        self.submit(show, Work::Read(Arc::new(f))).await
     }
 
     async fn submit(&self, show: ShowId, work: Work) -> Result<Answer, CommandError> {
@@ -179,6 +186,7 @@ impl Shows {
         let mut job = Job {
             work,
             reply: Some(tx),
+            attempts: 0,
         };
         for _ in 0..2 {
             let sender = self.owner(show);
@@ -216,25 +224,39 @@ impl Shows {
         }
         let (tx, rx) = mpsc::channel(self.inner.config.max_queue);
         owners.insert(show, tx.clone());
-        let owner = Owner {
-            show_id: show,
-            shows: self.clone(),
-            state: None,
-            services: ShowServices {
-                clock: self.inner.clock.clone(),
-            },
-            carry: Vec::new(),
-        };
-        tokio::spawn(owner.run(rx));
+        tokio::spawn(Owner::new(show, self.clone()).run(rx));
         tx
     }
 }
 
 struct Loaded {
+    /// The committed state plus the batch in flight and the open batch.
     show: Show,
-    version: i64,
+    /// The sequence of the last committed event.
+    committed: i64,
     snapshot_version: i64,
     snapshot_at: Option<Instant>,
+}
+
+/// A job decided against the live state, answered once the batch it joined commits.
+struct Decided {
+    job: Job,
+    answer: Result<Answer, CommandError>,
+}
+
+/// The batch being decided while the one before it commits.
+#[derive(Default)]
+struct Batch {
+    events: Vec<ShowEvent>,
+    decided: Vec<Decided>,
+}
+
+/// The append in flight.
+struct InFlight {
+    id: u64,
+    decided: Vec<Decided>,
+    types: Vec<String>,
+    started: Instant,
 }
 
 struct Owner {
@@ -242,67 +264,93 @@ struct Owner {
     shows: Shows,
     state: Option<Loaded>,
     services: ShowServices,
-    /// Jobs taken in while an append was in flight that need the next batch (everything but
-    /// the refusals, which were answered at once).
-    carry: Vec<Job>,
+    open: Batch,
+    in_flight: Option<InFlight>,
+    next_id: u64,
+    done_tx: mpsc::UnboundedSender<(u64, Result<(), StoreError>)>,
+    done_rx: mpsc::UnboundedReceiver<(u64, Result<(), StoreError>)>,
+    /// An append failed: once it has settled the show is reloaded and `redo` (then the open
+    /// batch) decided again.
+    broken: bool,
+    redo: Vec<Job>,
+    snapshot_due: bool,
 }
 
 impl Owner {
+    fn new(show_id: ShowId, shows: Shows) -> Self {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        let services = ShowServices {
+            clock: shows.inner.clock.clone(),
+        };
+        Self {
+            show_id,
+            shows,
+            state: None,
+            services,
+            open: Batch::default(),
+            in_flight: None,
+            next_id: 0,
+            done_tx,
+            done_rx,
+            broken: false,
+            redo: Vec::new(),
+            snapshot_due: false,
+        }
+    }
+
     async fn run(mut self, mut rx: mpsc::Receiver<Job>) {
-        let sweep_every = self.shows.inner.config.sweep_every;
-        let mut sweep = tokio::time::interval(sweep_every);
+        let config = self.shows.inner.config.clone();
+        let mut sweep = tokio::time::interval(config.sweep_every);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_sweep = Instant::now();
+        let mut closed = false;
         loop {
-            let first = if self.carry.is_empty() {
-                tokio::select! {
-                    job = rx.recv() => match job {
-                        Some(job) => job,
-                        None => break,
-                    },
-                    _ = sweep.tick() => {
-                        if self.state.is_none() {
-                            continue;
-                        }
-                        last_sweep = Instant::now();
-                        Job { work: Work::Sweep, reply: None }
-                    }
+            if self.broken && self.in_flight.is_none() {
+                self.recover().await;
+            }
+            self.dispatch();
+            if self.in_flight.is_none() && self.open.events.is_empty() {
+                // Nothing uncommitted: answers that wrote nothing go out, and a due snapshot
+                // copies exactly the committed state.
+                self.release_open();
+                if self.snapshot_due {
+                    self.snapshot();
                 }
-            } else if self.state.is_some() && last_sweep.elapsed() >= sweep_every {
-                // Under a steady rush there is always carried work: the sweep must not wait
-                // for a quiet moment that never comes.
-                last_sweep = Instant::now();
-                Job {
-                    work: Work::Sweep,
-                    reply: None,
+                if closed {
+                    break;
                 }
-            } else {
-                self.carry.remove(0)
-            };
-            // Let the callers just woken by the last commit enqueue their next commands, so
-            // batches stay full instead of alternating between a few commands and many.
-            tokio::task::yield_now().await;
-            let mut batch = vec![first];
-            let carried = self.carry.len().min(self.shows.inner.config.max_batch - 1);
-            batch.extend(self.carry.drain(..carried));
-            while batch.len() < self.shows.inner.config.max_batch {
-                match rx.try_recv() {
-                    Ok(job) => batch.push(job),
-                    Err(_) => break,
+                if self.state.as_ref().is_some_and(|s| s.committed == 0) {
+                    // Nothing exists under this id: retire rather than keep an empty owner
+                    // around, after answering what is already queued.
+                    self.shows.lock().remove(&self.show_id);
+                    rx.close();
                 }
             }
-            self.process(batch, Some(&mut rx)).await;
-            if self.state.as_ref().is_some_and(|s| s.version == 0) {
-                // Nothing exists under this id: retire rather than keep an empty owner around.
-                self.shows.lock().remove(&self.show_id);
-                rx.close();
-                for job in std::mem::take(&mut self.carry) {
-                    self.process(vec![job], None).await;
+            let accepting = !closed
+                && !self.broken
+                && !self.snapshot_due
+                && self.open.decided.len() < config.max_batch;
+            tokio::select! {
+                biased;
+                Some((id, result)) = self.done_rx.recv(), if self.in_flight.is_some() => {
+                    self.settle(id, result);
                 }
-                while let Some(job) = rx.recv().await {
-                    self.process(vec![job], None).await;
+                job = rx.recv(), if accepting => match job {
+                    Some(job) => {
+                        self.take(job).await;
+                        // Whatever else is queued joins the same batch.
+                        while self.open.decided.len() < config.max_batch {
+                            match rx.try_recv() {
+                                Ok(job) => self.take(job).await,
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    None => closed = true,
+                },
+                _ = sweep.tick(), if accepting && self.state.is_some() => {
+                    self.take(Job { work: Work::Sweep, reply: None, attempts: 0 }).await;
                 }
-                break;
+                else => tokio::task::yield_now().await,
             }
         }
     }
@@ -321,147 +369,183 @@ impl Owner {
         metrics::histogram!("onsale_show_load_seconds").record(started.elapsed().as_secs_f64());
         self.state = Some(Loaded {
             show: loaded.show,
-            version: loaded.version,
+            committed: loaded.version,
             snapshot_version: loaded.snapshot_version,
             snapshot_at: None,
         });
         Ok(())
     }
 
-    #[instrument(skip_all, fields(show_id = %self.show_id, batch = batch.len()))]
-    async fn process(&mut self, batch: Vec<Job>, intake: Option<&mut mpsc::Receiver<Job>>) {
-        let mut replies: Vec<Option<oneshot::Sender<Result<Answer, CommandError>>>> = Vec::new();
-        let mut works = Vec::with_capacity(batch.len());
-        for job in batch {
-            replies.push(job.reply);
-            works.push(job.work);
+    /// Decides one job against the live state. A refusal writes nothing and is answered at
+    /// once (if a batch it was decided against then fails to commit, it was a stale read: the
+    /// caller tries again, and no seat is ever sold on it). Everything else joins the open
+    /// batch and is answered when that batch commits.
+    async fn take(&mut self, job: Job) {
+        if let Err(e) = self.ensure_loaded().await {
+            return reply(job, Err(e));
         }
-        let outcomes = self.decide_and_commit(&mut works, intake).await;
-        for ((reply, work), outcome) in replies.into_iter().zip(works).zip(outcomes) {
-            let answer = match (outcome, work, self.state.as_ref()) {
-                (Ok(()), Work::Command(cmd), Some(state)) => Ok(answer(&state.show, &cmd)),
-                (Ok(()), Work::Read(read), Some(state)) => read(&state.show),
-                (Ok(()), Work::Sweep, _) => Ok(Answer::Done),
-                (Ok(()), _, None) => Err(CommandError::Unavailable),
-                (Err(e), _, _) => Err(e),
-            };
-            if let Some(reply) = reply {
-                let _ = reply.send(answer);
+        let Some(state) = self.state.as_mut() else {
+            return reply(job, Err(CommandError::Unavailable));
+        };
+        let command = match &job.work {
+            Work::Read(read) => {
+                let answer = read(&state.show);
+                self.open.decided.push(Decided { job, answer });
+                return;
             }
-        }
-    }
-
-    /// Decides every command of the batch against the live state, appends all their events in
-    /// one statement, and retries the whole batch from a reload on a version conflict.
-    async fn decide_and_commit(
-        &mut self,
-        works: &mut [Work],
-        mut intake: Option<&mut mpsc::Receiver<Job>>,
-    ) -> Vec<Result<(), CommandError>> {
-        let config = self.shows.inner.config.clone();
-        let mut attempt = 0;
-        loop {
-            if let Err(e) = self.ensure_loaded().await {
-                return works.iter().map(|_| Err(e.clone())).collect();
+            Work::Command(command) => command.clone(),
+            Work::Sweep => {
+                let hold_ids = state.show.expired_holds(self.services.clock.now(), 500);
+                if hold_ids.is_empty() {
+                    return;
+                }
+                ShowCommand::ExpireHolds { hold_ids }
             }
-            let now = self.services.clock.now();
-            let Some(state) = self.state.as_mut() else {
-                return works
-                    .iter()
-                    .map(|_| Err(CommandError::Unavailable))
-                    .collect();
-            };
-            let mut outcomes = Vec::with_capacity(works.len());
-            let mut events: Vec<ShowEvent> = Vec::new();
-            for work in works.iter() {
-                let command = match work {
-                    Work::Command(c) => c.clone(),
-                    Work::Sweep => ShowCommand::ExpireHolds {
-                        hold_ids: state.show.expired_holds(now, 500),
-                    },
-                    Work::Read(_) => {
-                        outcomes.push(Ok(()));
-                        continue;
-                    }
+        };
+        let sink = EventSink::default();
+        match state.show.handle(command, &self.services, &sink).await {
+            Ok(()) => {
+                let answer = match &job.work {
+                    Work::Command(command) => Ok(answer(&state.show, command)),
+                    _ => Ok(Answer::Done),
                 };
-                let sink = EventSink::default();
-                match state.show.handle(command, &self.services, &sink).await {
-                    Ok(()) => {
-                        events.extend(sink.collect().await);
-                        outcomes.push(Ok(()));
+                self.open.events.extend(sink.collect().await);
+                self.open.decided.push(Decided { job, answer });
+            }
+            Err(e) => {
+                if job.reply.is_some() {
+                    metrics::counter!("onsale_refusals_total").increment(1);
+                }
+                reply(job, Err(CommandError::Domain(e)));
+            }
+        }
+    }
+
+    /// Sends the open batch when no append is in flight. Its events were decided while the
+    /// previous append was in flight; they are serialized and written by the append's task.
+    fn dispatch(&mut self) {
+        if self.broken || self.in_flight.is_some() || self.open.events.is_empty() {
+            return;
+        }
+        let Some(state) = self.state.as_ref() else {
+            return;
+        };
+        let Batch { events, decided } = std::mem::take(&mut self.open);
+        let after = state.committed;
+        let id = self.next_id;
+        self.next_id += 1;
+        let types = events.iter().map(DomainEvent::event_type).collect();
+        let (store, done) = (self.shows.store().clone(), self.done_tx.clone());
+        let (show, at) = (self.show_id, self.services.clock.now());
+        tokio::spawn(async move {
+            let _ = done.send((id, store.append(show, after, at, &events).await));
+        });
+        self.in_flight = Some(InFlight {
+            id,
+            decided,
+            types,
+            started: Instant::now(),
+        });
+    }
+
+    /// The append in flight finished. On success the next batch is sent before this one's
+    /// callers are answered, so answering overlaps PostgreSQL's work on the next append.
+    fn settle(&mut self, id: u64, result: Result<(), StoreError>) {
+        let Some(batch) = self.in_flight.take_if(|b| b.id == id) else {
+            return;
+        };
+        if let Err(e) = result {
+            self.broken = true;
+            return self.failed(batch.decided, e);
+        }
+        let config = &self.shows.inner.config;
+        metrics::histogram!("onsale_commit_seconds").record(batch.started.elapsed().as_secs_f64());
+        metrics::histogram!("onsale_commit_batch_commands").record(batch.decided.len() as f64);
+        for t in &batch.types {
+            // By type: OrderPlaced over SeatsHeld is the hold-to-purchase conversion.
+            metrics::counter!("onsale_events_committed_total", "type" => t.clone()).increment(1);
+        }
+        if let Some(state) = self.state.as_mut() {
+            state.committed += batch.types.len() as i64;
+            // A snapshot costs O(show) and saves replaying the tail, so the tail may grow as
+            // long as the show is big: the cost per event stays constant.
+            let tail = state.committed - state.snapshot_version;
+            let threshold = config.snapshot_every.max(state.show.history_len() as i64);
+            let due = state
+                .snapshot_at
+                .is_none_or(|at| at.elapsed() >= config.snapshot_min_interval);
+            if due && tail >= threshold {
+                self.snapshot_due = true;
+            }
+        }
+        self.dispatch();
+        for d in batch.decided {
+            reply(d.job, d.answer);
+        }
+    }
+
+    /// An append that did not commit, or whose commit went unanswered. On a version conflict
+    /// its jobs are decided again after the reload (a bounded number of times); otherwise
+    /// their callers hear that the store is unavailable: nothing is acknowledged that may not
+    /// have committed.
+    fn failed(&mut self, decided: Vec<Decided>, e: StoreError) {
+        let max = self.shows.inner.config.max_conflict_retries;
+        match e {
+            StoreError::Conflict => {
+                metrics::counter!("onsale_version_conflicts_total").increment(1);
+                warn!("version conflict: another writer appended to this show; reloading");
+                for d in decided {
+                    if d.job.attempts < max {
+                        self.redo.push(d.job);
+                    } else {
+                        reply(d.job, Err(CommandError::Unavailable));
                     }
-                    Err(e) => outcomes.push(Err(CommandError::Domain(e))),
                 }
             }
-            if events.is_empty() {
-                return outcomes;
-            }
-            let started = Instant::now();
-            let store = self.shows.store().clone();
-            let append = store.append(self.show_id, state.version, now, &events);
-            let appended = match intake.as_deref_mut() {
-                Some(rx) => {
-                    take_in_while(
-                        append,
-                        rx,
-                        &state.show,
-                        &mut self.carry,
-                        &self.services,
-                        config.max_batch,
-                    )
-                    .await
-                }
-                None => append.await,
-            };
-            match appended {
-                Ok(()) => {
-                    metrics::histogram!("onsale_commit_seconds")
-                        .record(started.elapsed().as_secs_f64());
-                    metrics::histogram!("onsale_commit_batch_commands").record(works.len() as f64);
-                    for e in &events {
-                        // By type: OrderPlaced over SeatsHeld is the hold-to-purchase conversion.
-                        metrics::counter!("onsale_events_committed_total", "type" => e.event_type())
-                            .increment(1);
-                    }
-                    state.version += events.len() as i64;
-                    // A snapshot costs O(show) and saves replaying the tail, so the tail may
-                    // grow as long as the show is big: the cost per event stays constant.
-                    let tail = state.version - state.snapshot_version;
-                    let threshold = config.snapshot_every.max(state.show.history_len() as i64);
-                    let due = state
-                        .snapshot_at
-                        .is_none_or(|at| at.elapsed() >= config.snapshot_min_interval);
-                    if due && tail >= threshold {
-                        self.snapshot();
-                    }
-                    return outcomes;
-                }
-                Err(StoreError::Conflict) if attempt < config.max_conflict_retries => {
-                    metrics::counter!("onsale_version_conflicts_total").increment(1);
-                    warn!(
-                        attempt,
-                        "version conflict: another writer owns a newer version; reloading"
-                    );
-                    self.state = None;
-                    attempt += 1;
-                }
-                Err(e) => {
-                    warn!(error = %e, "append failed; dropping the cached show");
-                    self.state = None;
-                    let e = store_error(e);
-                    return outcomes.iter().map(|_| Err(e.clone())).collect();
+            e => {
+                warn!(error = %e, "append failed; dropping the cached show");
+                let e = store_error(e);
+                for d in decided {
+                    reply(d.job, Err(e.clone()));
                 }
             }
         }
     }
 
-    /// Copies the committed state and serializes and writes it off the owner's path.
+    /// After a failed append: reload the show from the store and decide again what was not
+    /// committed (the conflicted batch, then the open one).
+    async fn recover(&mut self) {
+        self.broken = false;
+        self.state = None;
+        let mut jobs = std::mem::take(&mut self.redo);
+        jobs.extend(
+            std::mem::take(&mut self.open)
+                .decided
+                .into_iter()
+                .map(|d| d.job),
+        );
+        for mut job in jobs {
+            job.attempts += 1;
+            self.take(job).await;
+        }
+    }
+
+    /// Answers the open batch's jobs when it wrote nothing and nothing is in flight.
+    fn release_open(&mut self) {
+        for d in std::mem::take(&mut self.open.decided) {
+            reply(d.job, d.answer);
+        }
+    }
+
+    /// Copies the committed state (called only when nothing uncommitted is applied to it) and
+    /// serializes and writes it off the owner's path.
     fn snapshot(&mut self) {
+        self.snapshot_due = false;
         let Some(state) = self.state.as_mut() else {
             return;
         };
         let show = state.show.clone();
-        let version = state.version;
+        let version = state.committed;
         state.snapshot_version = version;
         state.snapshot_at = Some(Instant::now());
         let store = self.shows.store().clone();
@@ -483,42 +567,9 @@ impl Owner {
     }
 }
 
-/// Awaits `append` while taking in the next jobs: a command the state (with the batch in flight
-/// applied) refuses is answered at once, since a refusal writes nothing and needs no commit (if
-/// the batch then fails to commit, the refusal was a stale read, which costs the caller a retry
-/// and never correctness); every other job waits in `carry` for the next batch, where it is
-/// decided again and answered only after its own commit.
-async fn take_in_while<F: std::future::Future>(
-    append: F,
-    rx: &mut mpsc::Receiver<Job>,
-    show: &Show,
-    carry: &mut Vec<Job>,
-    services: &ShowServices,
-    max_carry: usize,
-) -> F::Output {
-    tokio::pin!(append);
-    loop {
-        if carry.len() >= max_carry {
-            return append.await;
-        }
-        tokio::select! {
-            biased;
-            done = &mut append => return done,
-            job = rx.recv() => {
-                let Some(job) = job else { return append.await };
-                let refusal = match &job.work {
-                    Work::Command(cmd) => show.decide(cmd.clone(), services.clock.now()).err(),
-                    Work::Read(_) | Work::Sweep => None,
-                };
-                match (refusal, job.reply) {
-                    (Some(e), Some(reply)) => {
-                        metrics::counter!("onsale_refusals_while_committing_total").increment(1);
-                        let _ = reply.send(Err(CommandError::Domain(e)));
-                    }
-                    (_, reply) => carry.push(Job { work: job.work, reply }),
-                }
-            }
-        }
+fn reply(job: Job, answer: Result<Answer, CommandError>) {
+    if let Some(reply) = job.reply {
+        let _ = reply.send(answer);
     }
 }
 
