@@ -25,6 +25,12 @@ async fn hold_with_retries(
     }
 }
 
+/// One fan's hold on one seat, without an Idempotency-Key.
+async fn hold_seat(app: &TestApp, event: &str, fan: &str, seat: &str) -> (u16, serde_json::Value) {
+    app.hold(event, &app.fan(fan), json!({"seatIds": [seat]}), None)
+        .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_writers_of_one_show_are_fenced_by_the_version_check_and_lose_nothing() {
     let db = TestDb::new().await.expect("db");
@@ -91,6 +97,31 @@ async fn two_writers_of_one_show_are_fenced_by_the_version_check_and_lose_nothin
             .expect("an acknowledged hold is in the log");
         assert_eq!(hold.state, onsale_domain::HoldStatus::Active);
     }
+}
+
+/// A process whose cached show is stale (another process appended since) must not answer from
+/// it: its append conflicts, and the command is decided again on the reloaded show and answered
+/// from that, without the caller seeing the conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_owner_decides_again_after_a_conflict_and_answers_from_the_log() {
+    let db = TestDb::new().await.expect("db");
+    let a = TestApp::spawn(&db).await.expect("app a");
+    let b = TestApp::spawn(&db).await.expect("app b");
+    let event = a.on_sale_event(1, 1, 10, None).await;
+    // b writes the show behind a's back; a's cached show is now one event behind.
+    assert_eq!(hold_seat(&b, &event, "bea", "S1-R1-1").await.0, 201);
+    let (status, body) = hold_seat(&a, &event, "ann", "S1-R1-2").await;
+    assert_eq!(
+        status, 201,
+        "a free seat, decided again after the conflict: {body}"
+    );
+    // Again behind a's back, then a asks for the very seat b took: a's stale state says it is
+    // free, but that decision never commits; decided again, it is refused.
+    assert_eq!(hold_seat(&b, &event, "bob", "S1-R1-3").await.0, 201);
+    let (status, body) = hold_seat(&a, &event, "amy", "S1-R1-3").await;
+    assert_eq!(status, 409, "a seat another process holds: {body}");
+    let holds = a.replay(&event).await.show.holds().count();
+    assert_eq!(holds, 3);
 }
 
 #[tokio::test]
