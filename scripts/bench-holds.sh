@@ -30,10 +30,12 @@ DB="postgres://onsale@127.0.0.1:$PORT/onsale"
 (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-loadgen)
 BIN=$ROOT/target/release
 # Each configuration gets a fresh service process, so one run's show (~125,000 events of lapsed
-# 1 s holds, and its snapshots) does not weigh on the next run's measurement (ADR 003).
+# 1 s holds, and its snapshots) does not weigh on the next run's measurement (ADR 003). It runs
+# BENCH_SERVICE_THREADS tokio workers (1): on two cores shared with wrk and PostgreSQL, a second
+# worker mostly adds cross-thread wake-ups (BENCHMARKS.md has both).
 start_service() {
   stop_service
-  DATABASE_URL=$DB ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=${BENCH_GRPC_LISTEN:-127.0.0.1:50089} RUST_LOG=warn \
+  TOKIO_WORKER_THREADS=${BENCH_SERVICE_THREADS:-1} DATABASE_URL=$DB ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=${BENCH_GRPC_LISTEN:-127.0.0.1:50089} RUST_LOG=warn \
     "$BIN/onsale" serve >>"$DIR/onsale.log" 2>&1 &
   echo $! >"$DIR/onsale.pid"
   # /healthz: this benchmark runs no relay or projections, so /readyz would say the read path is missing.
