@@ -302,7 +302,7 @@ impl Owner {
         let config = self.shows.inner.config.clone();
         let mut sweep = tokio::time::interval(config.sweep_every);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut closed = false;
+        let (mut retiring, mut closed) = (false, false);
         loop {
             if self.broken && self.in_flight.is_none() {
                 self.recover().await;
@@ -318,9 +318,11 @@ impl Owner {
                 if closed {
                     break;
                 }
-                if self.state.as_ref().is_some_and(|s| s.committed == 0) {
+                if !retiring && self.state.as_ref().is_some_and(|s| s.committed == 0) {
                     // Nothing exists under this id: retire rather than keep an empty owner
-                    // around, after answering what is already queued.
+                    // around, after answering what is already queued. (Once: a later command
+                    // for this id starts a fresh owner, whose entry must stay.)
+                    retiring = true;
                     self.shows.lock().remove(&self.show_id);
                     rx.close();
                 }
