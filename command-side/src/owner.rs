@@ -334,6 +334,13 @@ impl Owner {
             tokio::select! {
                 biased;
                 Some((id, result)) = self.done_rx.recv(), if self.in_flight.is_some() => {
+                    // What is already queued joins the batch about to be sent.
+                    while accepting && self.open.decided.len() < config.max_batch {
+                        match rx.try_recv() {
+                            Ok(job) => self.take(job).await,
+                            Err(_) => break,
+                        }
+                    }
                     self.settle(id, result);
                 }
                 job = rx.recv(), if accepting => match job {
