@@ -253,7 +253,6 @@ struct Batch {
 
 /// The append in flight.
 struct InFlight {
-    id: u64,
     decided: Vec<Decided>,
     types: Vec<String>,
     started: Instant,
@@ -266,9 +265,8 @@ struct Owner {
     services: ShowServices,
     open: Batch,
     in_flight: Option<InFlight>,
-    next_id: u64,
-    done_tx: mpsc::UnboundedSender<(u64, Result<(), StoreError>)>,
-    done_rx: mpsc::UnboundedReceiver<(u64, Result<(), StoreError>)>,
+    done_tx: mpsc::UnboundedSender<Result<(), StoreError>>,
+    done_rx: mpsc::UnboundedReceiver<Result<(), StoreError>>,
     /// An append failed: once it has settled the show is reloaded and `redo` (then the open
     /// batch) decided again.
     broken: bool,
@@ -289,7 +287,6 @@ impl Owner {
             services,
             open: Batch::default(),
             in_flight: None,
-            next_id: 0,
             done_tx,
             done_rx,
             broken: false,
@@ -333,26 +330,17 @@ impl Owner {
                 && self.open.decided.len() < config.max_batch;
             tokio::select! {
                 biased;
-                Some((id, result)) = self.done_rx.recv(), if self.in_flight.is_some() => {
+                Some(result) = self.done_rx.recv(), if self.in_flight.is_some() => {
                     // What is already queued joins the batch about to be sent.
-                    while accepting && self.open.decided.len() < config.max_batch {
-                        match rx.try_recv() {
-                            Ok(job) => self.take(job).await,
-                            Err(_) => break,
-                        }
+                    if accepting {
+                        self.take_queued(&mut rx).await;
                     }
-                    self.settle(id, result);
+                    self.settle(result);
                 }
                 job = rx.recv(), if accepting => match job {
                     Some(job) => {
                         self.take(job).await;
-                        // Whatever else is queued joins the same batch.
-                        while self.open.decided.len() < config.max_batch {
-                            match rx.try_recv() {
-                                Ok(job) => self.take(job).await,
-                                Err(_) => break,
-                            }
-                        }
+                        self.take_queued(&mut rx).await;
                     }
                     None => closed = true,
                 },
@@ -360,6 +348,16 @@ impl Owner {
                     self.take(Job { work: Work::Sweep, reply: None, attempts: 0 }).await;
                 }
                 else => tokio::task::yield_now().await,
+            }
+        }
+    }
+
+    /// Takes whatever is already queued into the open batch, up to the batch limit.
+    async fn take_queued(&mut self, rx: &mut mpsc::Receiver<Job>) {
+        while self.open.decided.len() < self.shows.inner.config.max_batch {
+            match rx.try_recv() {
+                Ok(job) => self.take(job).await,
+                Err(_) => break,
             }
         }
     }
@@ -441,16 +439,13 @@ impl Owner {
         };
         let Batch { events, decided } = std::mem::take(&mut self.open);
         let after = state.committed;
-        let id = self.next_id;
-        self.next_id += 1;
         let types = events.iter().map(DomainEvent::event_type).collect();
         let (store, done) = (self.shows.store().clone(), self.done_tx.clone());
         let (show, at) = (self.show_id, self.services.clock.now());
         tokio::spawn(async move {
-            let _ = done.send((id, store.append(show, after, at, &events).await));
+            let _ = done.send(store.append(show, after, at, &events).await);
         });
         self.in_flight = Some(InFlight {
-            id,
             decided,
             types,
             started: Instant::now(),
@@ -459,8 +454,8 @@ impl Owner {
 
     /// The append in flight finished. On success the next batch is sent before this one's
     /// callers are answered, so answering overlaps PostgreSQL's work on the next append.
-    fn settle(&mut self, id: u64, result: Result<(), StoreError>) {
-        let Some(batch) = self.in_flight.take_if(|b| b.id == id) else {
+    fn settle(&mut self, result: Result<(), StoreError>) {
+        let Some(batch) = self.in_flight.take() else {
             return;
         };
         if let Err(e) = result {
