@@ -279,6 +279,33 @@ struct Tally {
     zone_full: AtomicU64,
 }
 
+/// Polls the waiting room (`room`, its URL) with the fan's queue token every `every` until it
+/// hands out an admission token.
+pub(crate) async fn admission_token(
+    http: &reqwest::Client,
+    room: &str,
+    token: &str,
+    queue_token: &str,
+    every: Duration,
+) -> Option<String> {
+    loop {
+        let view: Value = http
+            .get(room)
+            .bearer_auth(token)
+            .header("X-Onsale-Queue-Token", queue_token)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        if let Some(a) = view["admissionToken"].as_str() {
+            return Some(a.to_owned());
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
 /// A fan's way through the waiting room: join, wait for the line to pass, enter. Returns the
 /// session and how long the fan waited.
 async fn queue_in(
@@ -294,23 +321,9 @@ async fn queue_in(
     if status != 201 {
         return None;
     }
-    let queue_token = joined["queueToken"].as_str()?.to_owned();
-    let admission = loop {
-        let view: Value = http
-            .get(&room)
-            .bearer_auth(token)
-            .header("X-Onsale-Queue-Token", &queue_token)
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        if let Some(a) = view["admissionToken"].as_str() {
-            break a.to_owned();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let queue_token = joined["queueToken"].as_str()?;
+    let admission =
+        admission_token(http, &room, token, queue_token, Duration::from_millis(100)).await?;
     let enter = format!("{base}/v1/events/{event}/enter");
     loop {
         let (status, entry) = post(

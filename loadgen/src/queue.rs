@@ -203,8 +203,9 @@ pub(crate) async fn bench_onsale(
         );
         tasks.push(tokio::spawn(async move {
             let token = mint(&secret, &format!("f{i}"), Role::Fan, 3600).expect("token");
+            let room = format!("{base}/v1/events/{event}/waiting-room");
             let joined: Value = http
-                .post(format!("{base}/v1/events/{event}/waiting-room"))
+                .post(&room)
                 .bearer_auth(&token)
                 .send()
                 .await
@@ -212,34 +213,21 @@ pub(crate) async fn bench_onsale(
                 .json()
                 .await
                 .ok()?;
-            let qt = joined["queueToken"].as_str()?.to_owned();
+            let qt = joined["queueToken"].as_str()?;
+            let adm = crate::admission_token(&http, &room, &token, qt, Duration::from_millis(500))
+                .await?;
             loop {
-                let v: Value = http
-                    .get(format!("{base}/v1/events/{event}/waiting-room"))
+                let r = http
+                    .post(format!("{base}/v1/events/{event}/enter"))
                     .bearer_auth(&token)
-                    .header("x-onsale-queue-token", &qt)
+                    .json(&json!({"admissionToken": adm}))
                     .send()
                     .await
-                    .ok()?
-                    .json()
-                    .await
                     .ok()?;
-                if let Some(adm) = v["admissionToken"].as_str() {
-                    loop {
-                        let r = http
-                            .post(format!("{base}/v1/events/{event}/enter"))
-                            .bearer_auth(&token)
-                            .json(&json!({"admissionToken": adm}))
-                            .send()
-                            .await
-                            .ok()?;
-                        if r.status().as_u16() != 429 {
-                            return Some(());
-                        }
-                        tokio::time::sleep(Duration::from_millis(250)).await;
-                    }
+                if r.status().as_u16() != 429 {
+                    return Some(());
                 }
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                tokio::time::sleep(Duration::from_millis(250)).await;
             }
         }));
     }
