@@ -12,6 +12,7 @@
 //! committed) and the callers get `Unavailable`: nothing is acknowledged that was not
 //! committed.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,37 +25,62 @@ use onsale_domain::{
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
-use crate::store::{EventStore, StoreError};
+use onsale_eventlog::{EventLog, StoreError};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Tuning of the owners.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct OwnerConfig {
     /// The most commands decided and committed together.
+    #[arg(
+        id = "max_batch",
+        long = "max-batch",
+        env = "ONSALE_MAX_BATCH",
+        default_value_t = 512
+    )]
     pub max_batch: usize,
     /// A snapshot is written after this many events since the last one, or as many as the show
     /// has holds and orders if that is more...
+    #[arg(
+        id = "snapshot_every",
+        long = "snapshot-every",
+        env = "ONSALE_SNAPSHOT_EVERY",
+        default_value_t = 10_000
+    )]
     pub snapshot_every: i64,
-    /// ...but not more often than this: a snapshot copies the whole show, so during a rush it
-    /// must not run on every few thousand events (BENCHMARKS.md shows what that costs).
+    /// ...but not more often than this (seconds): a snapshot copies the whole show, so during a
+    /// rush it must not run on every few thousand events (BENCHMARKS.md shows what that costs).
+    #[arg(long = "snapshot-min-secs", env = "ONSALE_SNAPSHOT_MIN_SECS", default_value = "10", value_parser = secs)]
     pub snapshot_min_interval: Duration,
-    /// How often the sweeper looks for lapsed holds.
+    /// How often (milliseconds) the sweeper looks for lapsed holds.
+    #[arg(long = "sweep-every-ms", env = "ONSALE_SWEEP_EVERY_MS", default_value = "1000", value_parser = millis)]
     pub sweep_every: Duration,
     /// How many reloads a batch may take on version conflicts before giving up.
+    #[arg(
+        id = "max_conflict_retries",
+        long = "max-conflict-retries",
+        env = "ONSALE_MAX_CONFLICT_RETRIES",
+        default_value_t = 5
+    )]
     pub max_conflict_retries: u32,
-    /// Commands waiting for one show beyond this are refused (503) instead of queued.
+    /// Commands waiting for one show beyond this are answered 503 OVERLOADED instead of queued.
+    #[arg(id = "max_queue", long = "max-queue", env = "ONSALE_MAX_QUEUE", default_value_t = 20_000, value_parser = at_least_one)]
     pub max_queue: usize,
 }
 
-impl Default for OwnerConfig {
-    fn default() -> Self {
-        Self {
-            max_batch: 512,
-            snapshot_every: 10_000,
-            snapshot_min_interval: Duration::from_secs(10),
-            sweep_every: Duration::from_secs(1),
-            max_conflict_retries: 5,
-            max_queue: 20_000,
-        }
+fn secs(s: &str) -> Result<Duration, std::num::ParseIntError> {
+    s.parse().map(Duration::from_secs)
+}
+
+fn millis(s: &str) -> Result<Duration, std::num::ParseIntError> {
+    s.parse().map(Duration::from_millis)
+}
+
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{s} is not a whole number of at least 1")),
     }
 }
 
@@ -71,19 +97,26 @@ pub enum CommandError {
     Internal(String),
 }
 
-/// What a command or read answers with, computed from the committed state.
+/// What a command answers with, computed from the committed state.
 #[derive(Debug, Clone)]
 pub enum Answer {
     Done,
-    /// A document read from the show (the event page).
-    Doc(serde_json::Value),
     Hold(HoldView),
     Order(OrderView),
 }
 
-/// A read runs against the live state and is answered once everything decided before it has
+/// A query's result on its way out of the owner, typed again by [`Shows::query`].
+type Value = Box<dyn Any + Send>;
+
+/// A query runs against the live state and is answered once everything decided before it has
 /// committed; it may run again if that state is reloaded.
-type Read = Arc<dyn Fn(&Show) -> Result<Answer, CommandError> + Send + Sync>;
+type Read = Arc<dyn Fn(&Show) -> Result<Value, CommandError> + Send + Sync>;
+
+/// What a job is answered with.
+enum Reply {
+    Answer(Answer),
+    Value(Value),
+}
 
 enum Work {
     Command(ShowCommand),
@@ -93,7 +126,7 @@ enum Work {
 
 struct Job {
     work: Work,
-    reply: Option<oneshot::Sender<Result<Answer, CommandError>>>,
+    reply: Option<oneshot::Sender<Result<Reply, CommandError>>>,
     /// How many times the job was decided again after a version conflict.
     attempts: u32,
 }
@@ -106,8 +139,12 @@ pub struct Shows {
 
 #[derive(Debug)]
 struct Inner {
-    store: EventStore,
+    log: Arc<dyn EventLog>,
     clock: Arc<dyn Clock>,
+    /// Cancelled: owners take no more commands, commit and answer what they took, and stop.
+    shutdown: CancellationToken,
+    /// Every owner and every append and snapshot they start: the server waits for them.
+    tasks: TaskTracker,
     config: OwnerConfig,
     owners: Mutex<HashMap<ShowId, mpsc::Sender<Job>>>,
     /// Whether a show has a waiting room: fixed when it is scheduled, so cached for good.
@@ -115,11 +152,19 @@ struct Inner {
 }
 
 impl Shows {
-    pub fn new(store: EventStore, clock: Arc<dyn Clock>, config: OwnerConfig) -> Self {
+    pub fn new(
+        log: Arc<dyn EventLog>,
+        clock: Arc<dyn Clock>,
+        config: OwnerConfig,
+        shutdown: CancellationToken,
+        tasks: TaskTracker,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
-                store,
+                log,
                 clock,
+                shutdown,
+                tasks,
                 config,
                 owners: Mutex::new(HashMap::new()),
                 waiting_rooms: Mutex::new(HashMap::new()),
@@ -127,8 +172,8 @@ impl Shows {
         }
     }
 
-    pub fn store(&self) -> &EventStore {
-        &self.inner.store
+    pub fn log(&self) -> &Arc<dyn EventLog> {
+        &self.inner.log
     }
 
     pub fn clock(&self) -> &Arc<dyn Clock> {
@@ -141,7 +186,10 @@ impl Shows {
         show: ShowId,
         command: ShowCommand,
     ) -> Result<Answer, CommandError> {
-        self.submit(show, Work::Command(command)).await
+        match self.submit(show, Work::Command(command)).await? {
+            Reply::Answer(a) => Ok(a),
+            Reply::Value(_) => Err(CommandError::Internal("a command answered a query".into())),
+        }
     }
 
     /// Whether the show has a waiting room (read through its owner once, then from memory).
@@ -155,16 +203,13 @@ impl Shows {
         {
             return Ok(w);
         }
-        let answer = self
-            .read(show, |s| {
-                Ok(Answer::Doc(serde_json::json!(s
-                    .info()
-                    .map(|i| i.waiting_room))))
+        let w = self
+            .query(show, |s| {
+                s.info()
+                    .map(|i| i.waiting_room)
+                    .ok_or(ShowError::ShowNotFound)
             })
             .await?;
-        let Answer::Doc(serde_json::Value::Bool(w)) = answer else {
-            return Err(ShowError::ShowNotFound.into());
-        };
         self.inner
             .waiting_rooms
             .lock()
@@ -173,15 +218,30 @@ impl Shows {
         Ok(w)
     }
 
-    /// Reads the committed state of a show through its owner.
-    pub async fn read<F>(&self, show: ShowId, f: F) -> Result<Answer, CommandError>
+    /// Asks the committed state of a show, through its owner, with the domain's own rules:
+    /// `f` runs once everything decided before it is committed (and again if the show is
+    /// reloaded meanwhile).
+    pub async fn query<T, F>(&self, show: ShowId, f: F) -> Result<T, CommandError>
     where
-        F: Fn(&Show) -> Result<Answer, CommandError> + Send + Sync + 'static,
+        T: Send + 'static,
+        F: Fn(&Show) -> Result<T, ShowError> + Send + Sync + 'static,
     {
-        self.submit(show, Work::Read(Arc::new(f))).await
+        let read: Read = Arc::new(move |s| Ok(Box::new(f(s)?) as Value));
+        match self.submit(show, Work::Read(read)).await? {
+            Reply::Value(v) => v
+                .downcast::<T>()
+                .map(|v| *v)
+                .map_err(|_| CommandError::Internal("a query answered another type".into())),
+            Reply::Answer(_) => Err(CommandError::Internal("a query answered a command".into())),
+        }
     }
 
-    async fn submit(&self, show: ShowId, work: Work) -> Result<Answer, CommandError> {
+    async fn submit(&self, show: ShowId, work: Work) -> Result<Reply, CommandError> {
+        if self.inner.shutdown.is_cancelled() {
+            // Shutting down: nothing new is taken (503 with Retry-After; another node or this
+            // one once restarted answers the retry).
+            return Err(CommandError::Unavailable);
+        }
         let (tx, rx) = oneshot::channel();
         let mut job = Job {
             work,
@@ -224,7 +284,9 @@ impl Shows {
         }
         let (tx, rx) = mpsc::channel(self.inner.config.max_queue);
         owners.insert(show, tx.clone());
-        tokio::spawn(Owner::new(show, self.clone()).run(rx));
+        self.inner
+            .tasks
+            .spawn(Owner::new(show, self.clone()).run(rx));
         tx
     }
 }
@@ -241,7 +303,7 @@ struct Loaded {
 /// A job decided against the live state, answered once the batch it joined commits.
 struct Decided {
     job: Job,
-    answer: Result<Answer, CommandError>,
+    answer: Result<Reply, CommandError>,
 }
 
 /// The batch being decided while the one before it commits.
@@ -299,7 +361,8 @@ impl Owner {
         let config = self.shows.inner.config.clone();
         let mut sweep = tokio::time::interval(config.sweep_every);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let (mut retiring, mut closed) = (false, false);
+        let (mut retiring, mut closed, mut stopping) = (false, false, false);
+        let shutdown = self.shows.inner.shutdown.clone();
         loop {
             if self.broken && self.in_flight.is_none() {
                 self.recover().await;
@@ -347,6 +410,11 @@ impl Owner {
                 _ = sweep.tick(), if accepting && self.state.is_some() => {
                     self.take(Job { work: Work::Sweep, reply: None, attempts: 0 }).await;
                 }
+                _ = shutdown.cancelled(), if !stopping => {
+                    // What is queued is still taken, committed and answered; then `closed`.
+                    stopping = true;
+                    rx.close();
+                }
                 else => tokio::task::yield_now().await,
             }
         }
@@ -369,7 +437,7 @@ impl Owner {
         let started = Instant::now();
         let loaded = self
             .shows
-            .store()
+            .log()
             .load(self.show_id)
             .await
             .map_err(store_error)?;
@@ -396,7 +464,7 @@ impl Owner {
         };
         let command = match &job.work {
             Work::Read(read) => {
-                let answer = read(&state.show);
+                let answer = read(&state.show).map(Reply::Value);
                 self.open.decided.push(Decided { job, answer });
                 return;
             }
@@ -413,8 +481,8 @@ impl Owner {
         match state.show.handle(command, &self.services, &sink).await {
             Ok(()) => {
                 let answer = match &job.work {
-                    Work::Command(command) => Ok(answer(&state.show, command)),
-                    _ => Ok(Answer::Done),
+                    Work::Command(command) => Ok(Reply::Answer(answer(&state.show, command))),
+                    _ => Ok(Reply::Answer(Answer::Done)),
                 };
                 self.open.events.extend(sink.collect().await);
                 self.open.decided.push(Decided { job, answer });
@@ -440,10 +508,10 @@ impl Owner {
         let Batch { events, decided } = std::mem::take(&mut self.open);
         let after = state.committed;
         let types = events.iter().map(DomainEvent::event_type).collect();
-        let (store, done) = (self.shows.store().clone(), self.done_tx.clone());
+        let (log, done) = (self.shows.log().clone(), self.done_tx.clone());
         let (show, at) = (self.show_id, self.services.clock.now());
-        tokio::spawn(async move {
-            let _ = done.send(store.append(show, after, at, &events).await);
+        self.shows.inner.tasks.spawn(async move {
+            let _ = done.send(log.append(show, after, at, &events).await);
         });
         self.in_flight = Some(InFlight {
             decided,
@@ -552,16 +620,16 @@ impl Owner {
         let version = state.committed;
         state.snapshot_version = version;
         state.snapshot_at = Some(Instant::now());
-        let store = self.shows.store().clone();
+        let log = self.shows.log().clone();
         let show_id = self.show_id;
-        tokio::spawn(async move {
+        self.shows.inner.tasks.spawn(async move {
             let payload =
                 match tokio::task::spawn_blocking(move || serde_json::to_string(&show)).await {
                     Ok(Ok(p)) => p,
                     Ok(Err(e)) => return warn!(error = %e, "snapshot did not serialize"),
                     Err(e) => return warn!(error = %e, "snapshot task failed"),
                 };
-            match store.save_snapshot(show_id, version, &payload).await {
+            match log.save_snapshot(show_id, version, &payload).await {
                 Ok(()) => info!(%show_id, version, bytes = payload.len(), "snapshot written"),
                 Err(e) => {
                     warn!(%show_id, version, error = %e, "snapshot not written; the log is still complete")
@@ -571,7 +639,7 @@ impl Owner {
     }
 }
 
-fn reply(job: Job, answer: Result<Answer, CommandError>) {
+fn reply(job: Job, answer: Result<Reply, CommandError>) {
     if let Some(reply) = job.reply {
         let _ = reply.send(answer);
     }

@@ -34,3 +34,13 @@ impl Clock for ManualClock {
         *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+/// The system clock, the production source of "now".
+#[derive(Debug)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}

@@ -18,7 +18,7 @@ pub mod show;
 pub mod transitions;
 pub mod venue;
 
-pub use clock::{Clock, ManualClock};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Result, ShowError};
 pub use ids::{AccountId, HoldId, IdempotencyKey, OrderId, ShowId, VenueId};
 pub use layout::{RowLayout, SectionLayout, VenueLayout};

@@ -511,6 +511,26 @@ impl Show {
         self.orders.get(id)
     }
 
+    /// The order `account` (or an admin) may cancel: `CancelOrder`'s rule, asked before any
+    /// side effect of a cancellation (revoking tickets) so a refusal changes nothing. A
+    /// cancelled or refunded order passes (cancelling it again is a no-op).
+    pub fn cancellable(
+        &self,
+        order_id: &OrderId,
+        account: &AccountId,
+        admin: bool,
+    ) -> Result<&Order, ShowError> {
+        let order = self
+            .orders
+            .get(order_id)
+            .filter(|o| admin || &o.account == account)
+            .ok_or(ShowError::OrderNotFound)?;
+        match order.state.verdict(OrderMove::Cancel) {
+            Verdict::Refused => Err(ShowError::NotCancellable(order.state.public_status())),
+            Verdict::To(_) | Verdict::Already => Ok(order),
+        }
+    }
+
     pub fn orders(&self) -> impl Iterator<Item = (&OrderId, &Order)> {
         self.orders.iter()
     }
@@ -796,11 +816,7 @@ impl Show {
                 account,
                 admin,
             } => {
-                let order = self
-                    .orders
-                    .get(&order_id)
-                    .filter(|o| admin || o.account == account)
-                    .ok_or(ShowError::OrderNotFound)?;
+                let order = self.cancellable(&order_id, &account, admin)?;
                 match order.state.verdict(OrderMove::Cancel) {
                     Verdict::To(_) => Ok(vec![ShowEvent::OrderCancelled {
                         order_id,
@@ -808,8 +824,7 @@ impl Show {
                         by: account,
                         at: now,
                     }]),
-                    Verdict::Already => Ok(Vec::new()),
-                    Verdict::Refused => Err(ShowError::NotCancellable(order.state.public_status())),
+                    Verdict::Already | Verdict::Refused => Ok(Vec::new()),
                 }
             }
             ShowCommand::RecordRefund {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures::future::try_join_all;
+use onsale_eventlog::{EventLog, PgEventLog};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::Value;
 use sqlx::postgres::PgPool;
@@ -16,22 +17,44 @@ use crate::topics::KafkaConfig;
 #[derive(Debug, Clone, clap::Args)]
 pub struct RelayConfig {
     /// The logical replication slot (wal2json) the relay reads and advances.
-    #[arg(long, env = "ONSALE_RELAY_SLOT", default_value = "onsale_relay")]
+    #[arg(
+        id = "relay_slot",
+        long = "relay-slot",
+        env = "ONSALE_RELAY_SLOT",
+        default_value = "onsale_relay"
+    )]
     pub slot: String,
     /// Most changes decoded per step (whole transactions, so a step may return a few more).
-    #[arg(long, env = "ONSALE_RELAY_BATCH", default_value_t = 5_000)]
+    #[arg(
+        id = "relay_batch",
+        long = "relay-batch",
+        env = "ONSALE_RELAY_BATCH",
+        default_value_t = 5_000
+    )]
     pub batch: i32,
     /// Pause between polls of an idle slot.
-    #[arg(long, env = "ONSALE_RELAY_IDLE_MS", default_value_t = 10)]
+    #[arg(
+        id = "relay_idle_ms",
+        long = "relay-idle-ms",
+        env = "ONSALE_RELAY_IDLE_MS",
+        default_value_t = 10
+    )]
     pub idle_ms: u64,
     /// How often a running-transactions record is forced into the WAL so the slot's restart
     /// point keeps up (0: never; PostgreSQL then writes one every 15 s).
-    #[arg(long, env = "ONSALE_RELAY_MARK_MS", default_value_t = 1_000)]
+    #[arg(
+        id = "relay_mark_ms",
+        long = "relay-mark-ms",
+        env = "ONSALE_RELAY_MARK_MS",
+        default_value_t = 1_000
+    )]
     pub mark_ms: u64,
 }
 
 pub struct Relay {
     pool: PgPool,
+    /// The event log on the same database: what a backfill republishes.
+    log: PgEventLog,
     producer: FutureProducer,
     kafka: KafkaConfig,
     config: RelayConfig,
@@ -90,6 +113,7 @@ impl Relay {
             tracing::info!(slot = %config.slot, "replication slot created");
         }
         Ok(Self {
+            log: PgEventLog::new(pool.clone()),
             pool,
             producer,
             kafka,
@@ -245,34 +269,20 @@ impl Relay {
         let mut after: (String, String, i64) = (String::new(), String::new(), 0);
         let mut total = 0;
         loop {
-            let rows = sqlx::query(
-                "SELECT aggregate_type, aggregate_id, sequence, event_type, event_version,
-                        payload::text AS payload, metadata::text AS metadata
-                   FROM events
-                  WHERE (aggregate_type, aggregate_id, sequence) > ($1, $2, $3)
-                    AND ($4::text IS NULL OR aggregate_id = $4)
-                  ORDER BY aggregate_type, aggregate_id, sequence
-                  LIMIT 5000",
-            )
-            .bind(&after.0)
-            .bind(&after.1)
-            .bind(after.2)
-            .bind(show)
-            .fetch_all(&self.pool)
-            .await?;
+            let rows = self.log.scan(&after, show, 5_000).await?;
             if rows.is_empty() {
                 return Ok(total);
             }
             let mut pending = Vec::with_capacity(rows.len());
-            for r in &rows {
+            for r in rows {
                 let row = EventRow {
-                    aggregate_type: r.try_get("aggregate_type")?,
-                    aggregate_id: r.try_get("aggregate_id")?,
-                    sequence: r.try_get("sequence")?,
-                    event_type: r.try_get("event_type")?,
-                    event_version: r.try_get("event_version")?,
-                    payload: serde_json::from_str(r.try_get("payload")?)?,
-                    metadata: serde_json::from_str(r.try_get("metadata")?)?,
+                    payload: serde_json::from_str(&r.payload)?,
+                    metadata: serde_json::from_str(&r.metadata)?,
+                    aggregate_type: r.aggregate_type,
+                    aggregate_id: r.aggregate_id,
+                    sequence: r.sequence,
+                    event_type: r.event_type,
+                    event_version: r.event_version,
                 };
                 after = (
                     row.aggregate_type.clone(),

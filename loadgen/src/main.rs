@@ -13,17 +13,20 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use onsale_command::api::auth::{mint, Role};
-use onsale_command::app::SystemClock;
 use onsale_command::owner::{CommandError, OwnerConfig, Shows};
-use onsale_command::store::EventStore;
 use onsale_domain::show::Seat;
 use onsale_domain::{
-    AccountId, HoldId, ShowCommand, ShowError, ShowId, ShowInfo, VenueId, VenueLayout,
+    AccountId, HoldId, ShowCommand, ShowError, ShowId, ShowInfo, SystemClock, VenueId, VenueLayout,
 };
+use onsale_edge::auth::{mint, Role};
+use onsale_edge::AuthSettings;
+use onsale_eventlog::{DatabaseSettings, EventLog, PgEventLog};
 use rand::Rng;
+use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 #[derive(Debug, Parser)]
 #[command(name = "onsale-loadgen")]
@@ -39,14 +42,14 @@ enum Command {
     Demo {
         #[arg(long, default_value = "http://127.0.0.1:8080")]
         base: String,
-        #[arg(long, env = "DATABASE_URL")]
-        database_url: String,
+        #[command(flatten)]
+        database: DatabaseSettings,
         #[arg(long, default_value_t = 20_000)]
         fans: u32,
         #[arg(long, default_value_t = 256)]
         concurrency: usize,
-        #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "onsale-dev-secret")]
-        secret: String,
+        #[command(flatten)]
+        auth: AuthSettings,
         /// The card-processor simulator, whose books count the charges per order.
         #[arg(long, default_value = "http://127.0.0.1:8090")]
         processor: String,
@@ -61,13 +64,13 @@ enum Command {
         tokens: u32,
         #[arg(long)]
         tokens_file: String,
-        #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "onsale-dev-secret")]
-        secret: String,
+        #[command(flatten)]
+        auth: AuthSettings,
     },
     /// Holds/s at the command layer: the owners and the event store, no HTTP.
     BenchCommand {
-        #[arg(long, env = "DATABASE_URL")]
-        database_url: String,
+        #[command(flatten)]
+        database: DatabaseSettings,
         #[arg(long, default_value_t = 64)]
         clients: usize,
         #[arg(long, default_value_t = 1)]
@@ -78,8 +81,8 @@ enum Command {
         seconds: u64,
         #[arg(long, default_value_t = 1)]
         ttl: u32,
-        #[arg(long, env = "ONSALE_SNAPSHOT_EVERY", default_value_t = 10_000)]
-        snapshot_every: i64,
+        #[command(flatten)]
+        owners: OwnerConfig,
     },
     /// SSE fan-out: many subscribers on one show, hold-to-delta latency per subscriber and hold.
     BenchSse {
@@ -95,8 +98,8 @@ enum Command {
         holds: usize,
         #[arg(long, default_value_t = 700)]
         interval_ms: u64,
-        #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "onsale-dev-secret")]
-        secret: String,
+        #[command(flatten)]
+        auth: AuthSettings,
     },
     /// The waiting room: tick time against queue length, joins/s, live sessions against N.
     BenchQueue {
@@ -113,8 +116,8 @@ enum Command {
         /// The N the service runs with (ONSALE_ADMISSION_TARGET).
         #[arg(long, default_value_t = 200)]
         target: i64,
-        #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "onsale-dev-secret")]
-        secret: String,
+        #[command(flatten)]
+        auth: AuthSettings,
     },
     /// One-seat holds at a fixed rate (open loop), for the commit-to-projection lag.
     HoldRate {
@@ -126,8 +129,8 @@ enum Command {
         rate: u32,
         #[arg(long, default_value_t = 20)]
         seconds: u64,
-        #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "onsale-dev-secret")]
-        secret: String,
+        #[command(flatten)]
+        auth: AuthSettings,
     },
 }
 
@@ -136,23 +139,34 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Demo {
             base,
-            database_url,
+            database,
             fans,
             concurrency,
-            secret,
+            auth,
             processor,
-        } => demo(&base, &database_url, fans, concurrency, &secret, &processor).await,
+        } => {
+            demo(
+                &base,
+                &database.database_url,
+                fans,
+                concurrency,
+                auth.jwt_secret.expose_secret(),
+                &processor,
+            )
+            .await
+        }
         Command::Setup {
             base,
             ttl,
             tokens,
             tokens_file,
-            secret,
+            auth,
         } => {
             let http = reqwest::Client::new();
-            let event = create_show(&http, &base, &secret, ttl, false).await?;
+            let secret = auth.jwt_secret.expose_secret();
+            let event = create_show(&http, &base, secret, ttl, false).await?;
             let lines: Vec<String> = (0..tokens)
-                .map(|i| mint(&secret, &format!("bench-{i}"), Role::Fan, 86_400))
+                .map(|i| mint(secret, &format!("bench-{i}"), Role::Fan, 86_400))
                 .collect::<Result<_, _>>()?;
             std::fs::write(&tokens_file, lines.join("\n") + "\n")
                 .with_context(|| format!("write {tokens_file}"))?;
@@ -160,20 +174,14 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::BenchCommand {
-            database_url,
+            database,
             clients,
             seats,
             skewed,
             seconds,
             ttl,
-            snapshot_every,
-        } => {
-            let config = OwnerConfig {
-                snapshot_every,
-                ..OwnerConfig::default()
-            };
-            bench_command(&database_url, config, clients, seats, skewed, seconds, ttl).await
-        }
+            owners,
+        } => bench_command(&database, owners, clients, seats, skewed, seconds, ttl).await,
         Command::BenchSse {
             base,
             event,
@@ -181,7 +189,7 @@ async fn main() -> anyhow::Result<()> {
             subscribers,
             holds,
             interval_ms,
-            secret,
+            auth,
         } => {
             let r = reads::bench_sse(
                 &base,
@@ -190,7 +198,7 @@ async fn main() -> anyhow::Result<()> {
                 subscribers,
                 holds,
                 Duration::from_millis(interval_ms),
-                &secret,
+                auth.jwt_secret.expose_secret(),
             )
             .await?;
             println!("{r}");
@@ -203,22 +211,44 @@ async fn main() -> anyhow::Result<()> {
             seconds,
             fans,
             target,
-            secret,
+            auth,
         } => {
             queue::bench_ticks(&redis_url).await?;
-            queue::bench_joins(&base, &redis_url, &secret, clients, seconds).await?;
-            queue::bench_onsale(&base, &redis_url, &secret, fans, target, 30).await
+            queue::bench_joins(
+                &base,
+                &redis_url,
+                auth.jwt_secret.expose_secret(),
+                clients,
+                seconds,
+            )
+            .await?;
+            queue::bench_onsale(
+                &base,
+                &redis_url,
+                auth.jwt_secret.expose_secret(),
+                fans,
+                target,
+                30,
+            )
+            .await
         }
         Command::HoldRate {
             base,
             event,
             rate,
             seconds,
-            secret,
+            auth,
         } => {
             println!(
                 "{}",
-                reads::hold_rate(&base, &event, rate, seconds, &secret).await?
+                reads::hold_rate(
+                    &base,
+                    &event,
+                    rate,
+                    seconds,
+                    auth.jwt_secret.expose_secret()
+                )
+                .await?
             );
             Ok(())
         }
@@ -641,7 +671,7 @@ async fn demo(
         }
     }
     let show: ShowId = event.parse()?;
-    let replayed = EventStore::new(pool).replay(show).await?;
+    let replayed = PgEventLog::new(pool).replay(show).await?;
     let mut log_mismatch = 0u64;
     let mut log_claimed = 0u64;
     for (seat, state) in replayed.show.seats() {
@@ -764,7 +794,7 @@ async fn demo(
 }
 
 async fn bench_command(
-    database_url: &str,
+    database: &DatabaseSettings,
     config: OwnerConfig,
     clients: usize,
     seats: u32,
@@ -772,12 +802,16 @@ async fn bench_command(
     seconds: u64,
     ttl: u32,
 ) -> anyhow::Result<()> {
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(16)
-        .connect(database_url)
-        .await?;
-    sqlx::migrate!("../migrations").run(&pool).await?;
-    let shows = Shows::new(EventStore::new(pool), Arc::new(SystemClock), config);
+    // The pool and the owners as `onsale serve` builds them.
+    let pool = database.pool(database.pool_size, false)?;
+    onsale_eventlog::migrate(&pool).await?;
+    let shows = Shows::new(
+        Arc::new(PgEventLog::new(pool)),
+        Arc::new(SystemClock),
+        config,
+        CancellationToken::new(),
+        TaskTracker::new(),
+    );
     let show = ShowId::random();
     let layout: VenueLayout = serde_json::from_value(venue::venue_body()["sections"].clone())?;
     let now = chrono::Utc::now();

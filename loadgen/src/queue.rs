@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use onsale_command::api::auth::{mint, Role};
+use onsale_edge::auth::{mint, Role};
 use onsale_waiting_room::store::{key, Store};
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
 /// Puts `size` accounts in a show's line (positions 1..size), in chunks so Redis never blocks
 /// for long.
@@ -50,7 +51,7 @@ fn ms(h: &Histogram<u64>, q: f64) -> f64 {
 /// Tick time against queue length: the same work per tick (N = 1,000, 500 live sessions, so
 /// 500 slots to admit and reserve), only the line behind it grows.
 pub(crate) async fn bench_ticks(redis_url: &str) -> anyhow::Result<()> {
-    let store = Store::connect(redis_url).await?;
+    let store = Store::connect(redis_url, &CancellationToken::new()).await?;
     let mut conn = store.conn()?;
     println!("tick time (one Lua round trip), N = 1,000, 500 live sessions, 200 ticks per size:");
     println!(
@@ -124,7 +125,7 @@ pub(crate) async fn bench_joins(
         .pool_max_idle_per_host(clients)
         .build()?;
     let event = crate::create_show(&http, base, secret, 600, true).await?;
-    let store = Store::connect(redis_url).await?;
+    let store = Store::connect(redis_url, &CancellationToken::new()).await?;
     fill(&mut store.conn()?, &event, 1_000_000).await?;
     let count = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
@@ -191,7 +192,7 @@ pub(crate) async fn bench_onsale(
         .pool_max_idle_per_host(512)
         .build()?;
     let event = crate::create_show(&http, base, secret, 600, true).await?;
-    let store = Store::connect(redis_url).await?;
+    let store = Store::connect(redis_url, &CancellationToken::new()).await?;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..fans {

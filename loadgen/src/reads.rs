@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use onsale_command::api::auth::{mint, Role};
+use onsale_edge::auth::{mint, Role};
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 

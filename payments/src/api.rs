@@ -9,12 +9,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use jsonwebtoken::DecodingKey;
-use onsale_command::api::auth::{Caller, Role};
-use onsale_command::api::error::ApiError;
-use onsale_command::api::ApiJson;
-use onsale_command::owner::{Answer, CommandError};
+use onsale_command::owner::CommandError;
 use onsale_command::Shows;
-use onsale_domain::{OrderId, ShowCommand, ShowError, ShowId};
+use onsale_domain::{OrderId, OrderStatus, ShowCommand, ShowError, ShowId};
+use onsale_edge::auth::{Caller, Role};
+use onsale_edge::ApiError;
+use onsale_edge::ApiJson;
 use onsale_processor_sim::signature;
 use onsale_processor_sim::WebhookEvent;
 use serde::{Deserialize, Serialize};
@@ -29,7 +29,7 @@ pub struct PaymentsState {
     pub shows: Shows,
     pub pool: PgPool,
     pub decoding_key: DecodingKey,
-    pub webhook_secret: String,
+    pub webhook_secret: secrecy::SecretString,
 }
 
 impl std::fmt::Debug for PaymentsState {
@@ -75,7 +75,7 @@ async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: B
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     if let Err(e) = signature::verify(
-        &state.webhook_secret,
+        secrecy::ExposeSecret::expose_secret(&state.webhook_secret),
         header,
         &body,
         Utc::now().timestamp(),
@@ -265,28 +265,14 @@ async fn cancel_order(
     let order: OrderId = id.parse()?;
     let admin = caller.role == Role::Admin;
     let account = caller.account.clone();
-    // Check first, so a refusal changes nothing (no ticket revoked for an order that stays).
-    let status = state
+    // Check first, with the domain's rule, so a refusal changes nothing (no ticket revoked for
+    // an order that stays).
+    let before = state
         .shows
-        .read(order.show(), move |show| {
-            let o = show
-                .order(&order)
-                .filter(|o| admin || o.account == account)
-                .ok_or(ShowError::OrderNotFound)?;
-            Ok(Answer::Doc(serde_json::json!(o.state.public_status())))
+        .query(order.show(), move |show| {
+            show.cancellable(&order, &account, admin).map(|o| o.state)
         })
         .await?;
-    let status = match status {
-        Answer::Doc(v) => v.as_str().unwrap_or_default().to_owned(),
-        _ => String::new(),
-    };
-    if !matches!(status.as_str(), "CONFIRMED" | "CANCELLED" | "REFUNDED") {
-        return Err(ShowError::NotCancellable(match status.as_str() {
-            "PENDING_PAYMENT" => "PENDING_PAYMENT",
-            _ => "FAILED",
-        })
-        .into());
-    }
     match tickets::revoke_for_cancel(&state.pool, &order.to_string(), &order.show().to_string())
         .await
         .map_err(db_unavailable)?
@@ -316,10 +302,10 @@ async fn cancel_order(
     metrics::counter!("onsale_orders_cancelled_total").increment(1);
     let body = Cancelled {
         order_id: order.to_string(),
-        status: if status == "REFUNDED" {
-            status
-        } else {
-            "CANCELLED".into()
+        // Cancelling again answers where the order stands; a first cancellation, CANCELLED.
+        status: match before {
+            OrderStatus::Refunded => before.public_status().to_owned(),
+            _ => OrderStatus::Cancelled.public_status().to_owned(),
         },
     };
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())

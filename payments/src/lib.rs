@@ -21,8 +21,10 @@ use std::time::Duration;
 use onsale_command::Shows;
 use onsale_kafka::KafkaConfig;
 use onsale_projections::{Runner, RunnerConfig};
+use secrecy::SecretString;
 use sqlx::PgPool;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 pub use api::{router, PaymentsDoc, PaymentsState};
 pub use client::ProcessorClient;
@@ -34,75 +36,80 @@ pub use worker::Worker;
 pub struct PaymentsConfig {
     /// The card processor (the local stack's simulator by default).
     #[arg(
-        long,
+        id = "processor_url",
+        long = "processor-url",
         env = "ONSALE_PROCESSOR_URL",
         default_value = "http://127.0.0.1:8090"
     )]
     pub processor_url: String,
     /// The secret the processor signs its webhooks with.
     #[arg(
-        long,
+        id = "webhook_secret",
+        long = "webhook-secret",
         env = "ONSALE_WEBHOOK_SECRET",
-        default_value = "onsale-dev-webhook-secret"
+        default_value = "onsale-dev-webhook-secret",
+        value_parser = onsale_edge::auth::secret
     )]
-    pub webhook_secret: String,
+    pub webhook_secret: SecretString,
     /// A processor call not answered in this long is "unknown" (never "failed").
-    #[arg(long, env = "ONSALE_CHARGE_TIMEOUT_MS", default_value_t = 2_000)]
+    #[arg(
+        id = "charge_timeout_ms",
+        long = "charge-timeout-ms",
+        env = "ONSALE_CHARGE_TIMEOUT_MS",
+        default_value_t = 2_000
+    )]
     pub charge_timeout_ms: u64,
     /// The ambiguity bound: an order unresolved this long after it was placed is failed (its
     /// seats go back) and its charge voided.
-    #[arg(long, env = "ONSALE_MAX_PENDING_SECS", default_value_t = 180)]
+    #[arg(
+        id = "max_pending_secs",
+        long = "max-pending-secs",
+        env = "ONSALE_MAX_PENDING_SECS",
+        default_value_t = 180
+    )]
     pub max_pending_secs: u64,
     /// How often the worker looks for due work.
-    #[arg(long, env = "ONSALE_PAYMENT_POLL_MS", default_value_t = 200)]
+    #[arg(
+        id = "payment_poll_ms",
+        long = "payment-poll-ms",
+        env = "ONSALE_PAYMENT_POLL_MS",
+        default_value_t = 200
+    )]
     pub poll_ms: u64,
     /// Most payments (and refunds) in flight at once.
-    #[arg(long, env = "ONSALE_PAYMENT_BATCH", default_value_t = 256)]
+    #[arg(
+        id = "payment_batch",
+        long = "payment-batch",
+        env = "ONSALE_PAYMENT_BATCH",
+        default_value_t = 256
+    )]
     pub batch: usize,
     /// How often today's (and yesterday's) settlement is reconciled.
-    #[arg(long, env = "ONSALE_RECONCILE_EVERY_SECS", default_value_t = 900)]
+    #[arg(
+        id = "reconcile_every_secs",
+        long = "reconcile-every-secs",
+        env = "ONSALE_RECONCILE_EVERY_SECS",
+        default_value_t = 900
+    )]
     pub reconcile_every_secs: u64,
     /// How often the invariant is checked.
-    #[arg(long, env = "ONSALE_MONITOR_EVERY_SECS", default_value_t = 10)]
+    #[arg(
+        id = "monitor_every_secs",
+        long = "monitor-every-secs",
+        env = "ONSALE_MONITOR_EVERY_SECS",
+        default_value_t = 10
+    )]
     pub monitor_every_secs: u64,
 }
 
-impl Default for PaymentsConfig {
-    fn default() -> Self {
-        Self {
-            processor_url: "http://127.0.0.1:8090".into(),
-            webhook_secret: "onsale-dev-webhook-secret".into(),
-            charge_timeout_ms: 2_000,
-            max_pending_secs: 180,
-            poll_ms: 200,
-            batch: 256,
-            reconcile_every_secs: 900,
-            monitor_every_secs: 10,
-        }
-    }
-}
-
-/// Serves this crate's routes from `app` (one base URL) and adds them to its OpenAPI document.
-pub fn mount(app: &mut onsale_command::App, pool: PgPool, config: &PaymentsConfig) {
-    use utoipa::OpenApi;
-    app.add_routes(router(PaymentsState {
-        shows: app.state.shows.clone(),
-        pool,
-        decoding_key: app.state.decoding_key.clone(),
-        webhook_secret: config.webhook_secret.clone(),
-    }));
-    let mut doc = app.state.openapi.as_ref().clone();
-    doc.merge(PaymentsDoc::openapi());
-    app.state.openapi = std::sync::Arc::new(doc);
-}
-
-/// The log consumers that feed payments and tickets; abort a handle to kill one.
+/// The log consumers that feed payments and tickets, until `shutdown` is cancelled; abort a
+/// handle to kill one where it stands.
 pub fn spawn_consumers(
     pool: PgPool,
     kafka: KafkaConfig,
     runner: RunnerConfig,
+    shutdown: &CancellationToken,
 ) -> Vec<JoinHandle<()>> {
-    let forever = std::future::pending::<()>;
     vec![
         tokio::spawn(
             Runner::new(
@@ -111,20 +118,25 @@ pub fn spawn_consumers(
                 kafka.clone(),
                 runner.clone(),
             )
-            .run(forever()),
+            .run(shutdown.clone().cancelled_owned()),
         ),
-        tokio::spawn(Runner::new(pool, TicketIssuer::default(), kafka, runner).run(forever())),
+        tokio::spawn(
+            Runner::new(pool, TicketIssuer::default(), kafka, runner)
+                .run(shutdown.clone().cancelled_owned()),
+        ),
     ]
 }
 
-/// The payment worker, as a task; abort the handle to kill it mid-call.
+/// The payment worker, as a task that stops after its calls in flight once `shutdown` is
+/// cancelled; abort the handle to kill it mid-call.
 pub fn spawn_worker(
     pool: PgPool,
     shows: Shows,
     config: PaymentsConfig,
+    shutdown: &CancellationToken,
 ) -> anyhow::Result<JoinHandle<()>> {
     let worker = Worker::new(pool, shows, config)?;
-    Ok(tokio::spawn(worker.run()))
+    Ok(tokio::spawn(worker.run(shutdown.clone())))
 }
 
 /// The scheduled jobs: settlement reconciliation of yesterday and today, and the invariant
@@ -133,7 +145,9 @@ pub fn spawn_jobs(
     pool: PgPool,
     shows: Shows,
     config: PaymentsConfig,
+    shutdown: &CancellationToken,
 ) -> anyhow::Result<JoinHandle<()>> {
+    let shutdown = shutdown.clone();
     let client = ProcessorClient::new(&config.processor_url, Duration::from_secs(10))?;
     Ok(tokio::spawn(async move {
         let mut reconcile_tick =
@@ -142,6 +156,7 @@ pub fn spawn_jobs(
             tokio::time::interval(Duration::from_secs(config.monitor_every_secs.max(1)));
         loop {
             tokio::select! {
+                _ = shutdown.cancelled() => return,
                 _ = reconcile_tick.tick() => {
                     let today = chrono::Utc::now().date_naive();
                     for day in [today - chrono::Duration::days(1), today] {

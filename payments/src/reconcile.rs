@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{Duration, NaiveDate, Utc};
-use onsale_command::owner::Answer;
+use onsale_command::owner::CommandError;
 use onsale_command::Shows;
 use onsale_domain::{OrderId, OrderStatus, ShowCommand, ShowError};
 use serde::Serialize;
@@ -46,17 +46,14 @@ fn finding(kind: &str, reference: &str, detail: impl Into<String>) -> Finding {
 }
 
 async fn order_state(shows: &Shows, order: OrderId) -> Result<Option<OrderStatus>, String> {
-    let answer = shows
-        .read(order.show(), move |show| {
-            Ok(Answer::Doc(serde_json::json!(show
-                .order(&order)
-                .map(|o| o.state))))
+    let state = shows
+        .query(order.show(), move |show| {
+            Ok(show.order(&order).map(|o| o.state))
         })
         .await;
-    match answer {
-        Ok(Answer::Doc(v)) => serde_json::from_value(v).map_err(|e| e.to_string()),
-        Ok(_) => Err("unexpected answer".into()),
-        Err(onsale_command::owner::CommandError::Domain(ShowError::ShowNotFound)) => Ok(None),
+    match state {
+        Ok(s) => Ok(s),
+        Err(CommandError::Domain(ShowError::ShowNotFound)) => Ok(None),
         Err(e) => Err(e.to_string()),
     }
 }

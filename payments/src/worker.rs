@@ -19,6 +19,7 @@ use onsale_domain::{OrderId, ShowCommand, ShowError};
 use onsale_processor_sim::ChargeRequest;
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
 use crate::client::{ProcessorClient, Verdict};
 use crate::PaymentsConfig;
@@ -73,17 +74,25 @@ impl Worker {
     /// Works until aborted; a failed round (database away) is logged and retried. Up to
     /// `batch` payments and refunds are in flight at once, each in its own task, so a charge
     /// that hangs until its timeout does not hold up the others.
-    pub async fn run(self) {
-        let slots = Arc::new(Semaphore::new(self.config.batch.max(1)));
+    ///
+    /// When `shutdown` is cancelled it claims nothing more and returns once the calls in
+    /// flight have finished and recorded their outcomes (what it never claimed stays due for
+    /// the next worker; a call cut short by a kill is retried under its lease with the same key).
+    pub async fn run(self, shutdown: CancellationToken) {
+        let batch = self.config.batch.max(1);
+        let slots = Arc::new(Semaphore::new(batch));
         let mut tick = tokio::time::interval(Duration::from_millis(self.config.poll_ms));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
+        while shutdown.run_until_cancelled(tick.tick()).await.is_some() {
             if let Err(e) = self.round(&slots).await {
                 metrics::counter!("onsale_payment_worker_errors_total").increment(1);
                 tracing::warn!(error = %format!("{e:#}"), "payment round failed");
             }
         }
+        // Every slot back means every call in flight has finished.
+        let _ = slots
+            .acquire_many(u32::try_from(batch).unwrap_or(u32::MAX))
+            .await;
     }
 
     /// One pass: claim as much due work as there are free slots and start it.

@@ -23,13 +23,14 @@ pub use orders::Orders;
 pub use runner::{reset, Projection, Runner, RunnerConfig};
 pub use seat_map::SeatMap;
 
-/// Starts the three projections as tasks on `pool`; abort a handle to kill its projection.
+/// The three projections, each running until `shutdown` is cancelled; abort a handle to kill
+/// its projection where it stands.
 pub fn spawn_all(
     pool: sqlx::PgPool,
     kafka: onsale_kafka::KafkaConfig,
     config: RunnerConfig,
+    shutdown: &tokio_util::sync::CancellationToken,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let forever = std::future::pending::<()>;
     vec![
         tokio::spawn(
             Runner::new(
@@ -38,7 +39,7 @@ pub fn spawn_all(
                 kafka.clone(),
                 config.clone(),
             )
-            .run(forever()),
+            .run(shutdown.clone().cancelled_owned()),
         ),
         tokio::spawn(
             Runner::new(
@@ -47,9 +48,12 @@ pub fn spawn_all(
                 kafka.clone(),
                 config.clone(),
             )
-            .run(forever()),
+            .run(shutdown.clone().cancelled_owned()),
         ),
-        tokio::spawn(Runner::new(pool, SeatHistory::default(), kafka, config).run(forever())),
+        tokio::spawn(
+            Runner::new(pool, SeatHistory::default(), kafka, config)
+                .run(shutdown.clone().cancelled_owned()),
+        ),
     ]
 }
 

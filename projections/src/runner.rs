@@ -9,12 +9,12 @@ use anyhow::Context;
 use chrono::Utc;
 use cqrs_es::Aggregate;
 use onsale_domain::Show;
+use onsale_eventlog::{EventLog, PgEventLog};
 use onsale_kafka::{Envelope, KafkaConfig};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::TopicPartitionList;
 use sqlx::postgres::{PgConnection, PgPool};
-use sqlx::Row;
 
 use crate::fold::{self, EventCtx, LogEvent};
 
@@ -44,29 +44,38 @@ pub trait Projection: Send + 'static {
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunnerConfig {
     /// Most messages folded into one transaction.
-    #[arg(long, env = "ONSALE_PROJECTION_BATCH", default_value_t = 2_000)]
+    #[arg(
+        id = "projection_batch",
+        long = "projection-batch",
+        env = "ONSALE_PROJECTION_BATCH",
+        default_value_t = 2_000
+    )]
     pub batch: usize,
     /// How long a batch waits to fill once it has a message.
-    #[arg(long, env = "ONSALE_PROJECTION_LINGER_MS", default_value_t = 5)]
+    #[arg(
+        id = "projection_linger_ms",
+        long = "projection-linger-ms",
+        env = "ONSALE_PROJECTION_LINGER_MS",
+        default_value_t = 5
+    )]
     pub linger_ms: u64,
     /// The delta tick of the seat map.
-    #[arg(long, env = "ONSALE_PROJECTION_TICK_MS", default_value_t = 1_000)]
+    #[arg(
+        id = "projection_tick_ms",
+        long = "projection-tick-ms",
+        env = "ONSALE_PROJECTION_TICK_MS",
+        default_value_t = 1_000
+    )]
     pub tick_ms: u64,
     /// How often shows are compared with the events table (a show with more events there and
     /// no progress since the last check is filled from the table).
-    #[arg(long, env = "ONSALE_PROJECTION_CHECK_MS", default_value_t = 3_000)]
+    #[arg(
+        id = "projection_check_ms",
+        long = "projection-check-ms",
+        env = "ONSALE_PROJECTION_CHECK_MS",
+        default_value_t = 3_000
+    )]
     pub check_ms: u64,
-}
-
-impl Default for RunnerConfig {
-    fn default() -> Self {
-        Self {
-            batch: 2_000,
-            linger_ms: 5,
-            tick_ms: 1_000,
-            check_ms: 3_000,
-        }
-    }
 }
 
 struct Folded {
@@ -80,6 +89,8 @@ struct Folded {
 
 pub struct Runner<P: Projection> {
     pool: PgPool,
+    /// The event log on the same database: gaps and stalls are filled from it.
+    log: PgEventLog,
     projection: P,
     kafka: KafkaConfig,
     config: RunnerConfig,
@@ -121,6 +132,7 @@ pub async fn reset<P: Projection>(pool: &PgPool) -> anyhow::Result<()> {
 impl<P: Projection> Runner<P> {
     pub fn new(pool: PgPool, projection: P, kafka: KafkaConfig, config: RunnerConfig) -> Self {
         Self {
+            log: PgEventLog::new(pool.clone()),
             pool,
             projection,
             kafka,
@@ -249,7 +261,7 @@ impl<P: Projection> Runner<P> {
                 let mut after = last;
                 while after < log.sequence - 1 {
                     let chunk =
-                        read_events(&self.pool, &log.show_id, after, log.sequence - 1).await?;
+                        read_events(&self.log, &log.show_id, after, log.sequence - 1).await?;
                     let Some(end) = chunk.last().map(|l| l.sequence) else {
                         anyhow::bail!(
                             "{}@{} is on the topic but not in the table",
@@ -368,18 +380,7 @@ impl<P: Projection> Runner<P> {
     /// Compares every show with the table; fills a show that is behind and (unless `all`) made
     /// no progress since the last check: Kafka lost or has not delivered its events.
     pub async fn check_table(&mut self, all: bool) -> anyhow::Result<()> {
-        let heads: Vec<(String, i64)> = sqlx::query_as(
-            "WITH RECURSIVE s(id) AS (
-               (SELECT aggregate_id FROM events WHERE aggregate_type = $1 ORDER BY aggregate_id LIMIT 1)
-               UNION ALL
-               SELECT (SELECT aggregate_id FROM events WHERE aggregate_type = $1 AND aggregate_id > s.id
-                        ORDER BY aggregate_id LIMIT 1) FROM s WHERE s.id IS NOT NULL)
-             SELECT id, (SELECT max(sequence) FROM events WHERE aggregate_type = $1 AND aggregate_id = s.id)
-               FROM s WHERE id IS NOT NULL",
-        )
-        .bind(Show::TYPE)
-        .fetch_all(&self.pool)
-        .await?;
+        let heads = self.log.heads().await?;
         for (show_id, head) in heads {
             self.ensure_loaded(&show_id).await?;
             let f = self.shows.get_mut(&show_id).expect("loaded");
@@ -393,7 +394,7 @@ impl<P: Projection> Runner<P> {
                 }
                 let mut after = from;
                 loop {
-                    let chunk = read_events(&self.pool, &show_id, after, head).await?;
+                    let chunk = read_events(&self.log, &show_id, after, head).await?;
                     let Some(last) = chunk.last().map(|l| l.sequence) else {
                         break;
                     };
@@ -424,7 +425,7 @@ impl<P: Projection> Runner<P> {
         let mut show = Show::default();
         let mut after = 0;
         while after < position {
-            let chunk = read_events(&self.pool, show_id, after, position).await?;
+            let chunk = read_events(&self.log, show_id, after, position).await?;
             let Some(last) = chunk.last().map(|l| l.sequence) else {
                 anyhow::bail!(
                     "{} is at {show_id}@{position} but the table ends at {after}",
@@ -450,37 +451,16 @@ impl<P: Projection> Runner<P> {
     }
 }
 
-/// Events `after + 1 ..= upto` of a show from the table, at most 5,000.
+/// Events `after + 1 ..= upto` of a show from the event log, at most 5,000.
 pub async fn read_events(
-    pool: &PgPool,
+    log: &PgEventLog,
     show_id: &str,
     after: i64,
     upto: i64,
 ) -> anyhow::Result<Vec<LogEvent>> {
-    let rows = sqlx::query(
-        "SELECT sequence, payload::text AS payload, metadata::text AS metadata FROM events
-          WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence > $3 AND sequence <= $4
-          ORDER BY sequence LIMIT 5000",
-    )
-    .bind(Show::TYPE)
-    .bind(show_id)
-    .bind(after)
-    .bind(upto)
-    .fetch_all(pool)
-    .await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for (expect, r) in (after + 1..).zip(rows) {
-        let seq: i64 = r.try_get("sequence")?;
-        anyhow::ensure!(
-            seq == expect,
-            "events table has a hole at {show_id}@{expect}"
-        );
-        out.push(LogEvent::from_row(
-            show_id,
-            seq,
-            r.try_get("payload")?,
-            r.try_get("metadata")?,
-        )?);
-    }
-    Ok(out)
+    log.read_range(show_id, after, upto, 5_000)
+        .await?
+        .iter()
+        .map(|r| LogEvent::from_row(show_id, r.sequence, &r.payload, &r.metadata))
+        .collect()
 }

@@ -4,8 +4,8 @@ use std::pin::Pin;
 
 use axum::http::StatusCode;
 use futures::{Stream, StreamExt};
-use onsale_command::api::auth::{self, Caller};
-use onsale_command::api::error::ApiError;
+use onsale_edge::auth::{self, Caller};
+use onsale_edge::ApiError;
 use onsale_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 use tower::Layer;
@@ -32,22 +32,15 @@ pub fn router(state: QueryState) -> axum::Router {
 #[derive(Debug, Clone)]
 pub struct Grpc(QueryState);
 
-/// The API's error as a gRPC status: the code of API.md leads the message and rides in the
-/// `onsale-code` metadata.
-fn status(e: ApiError) -> Status {
-    let code = match e.status {
-        StatusCode::NOT_FOUND => tonic::Code::NotFound,
-        StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => tonic::Code::InvalidArgument,
-        StatusCode::UNAUTHORIZED => tonic::Code::Unauthenticated,
-        StatusCode::FORBIDDEN => tonic::Code::PermissionDenied,
-        StatusCode::CONFLICT => tonic::Code::FailedPrecondition,
-        StatusCode::SERVICE_UNAVAILABLE => tonic::Code::Unavailable,
-        _ => tonic::Code::Internal,
-    };
-    let mut s = Status::new(code, format!("{}: {}", e.code, e.detail));
-    if let Ok(v) = e.code.parse() {
-        s.metadata_mut().insert("onsale-code", v);
-    }
+/// The end of a stream when the server shuts down: UNAVAILABLE with a retry hint, so the
+/// client resumes from its last `seq`.
+fn closing() -> Status {
+    let mut s =
+        Status::unavailable("SHUTTING_DOWN: the server is shutting down; resume with after_seq");
+    s.metadata_mut().insert(
+        "retry-after",
+        tonic::metadata::MetadataValue::from_static("1"),
+    );
     s
 }
 
@@ -58,13 +51,13 @@ fn caller<T>(state: &QueryState, req: &Request<T>) -> Result<Caller, Status> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or_else(|| {
-            status(ApiError::new(
+            ApiError::into_status(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "UNAUTHENTICATED",
                 "authorization: Bearer metadata is required",
             ))
         })?;
-    auth::verify(token, &state.decoding_key).map_err(status)
+    auth::verify(token, &state.decoding_key).map_err(ApiError::into_status)
 }
 
 fn section(s: &str) -> Option<&str> {
@@ -82,7 +75,7 @@ fn counts(c: &crate::hub::SectionCounts) -> pb::SectionCounts {
 }
 
 fn bad(detail: &str) -> Status {
-    status(ApiError::new(
+    ApiError::into_status(ApiError::new(
         StatusCode::BAD_REQUEST,
         "INVALID_REQUEST",
         detail,
@@ -101,22 +94,22 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
         let show = r
             .event_id
             .parse::<onsale_domain::ShowId>()
-            .map_err(|e| status(e.into()))?
+            .map_err(|e| ApiError::into_status(e.into()))?
             .to_string();
         let snap = match self.0.snapshots.get(&show, section(&r.section)).await {
             Read::Fresh(s) | Read::Stale(s) => s,
             Read::Missing(Missing::Show) => {
-                return Err(status(onsale_domain::ShowError::ShowNotFound.into()))
+                return Err(ApiError::from(onsale_domain::ShowError::ShowNotFound).into_status())
             }
             Read::Missing(Missing::Section) => {
-                return Err(status(ApiError::new(
+                return Err(ApiError::into_status(ApiError::new(
                     StatusCode::NOT_FOUND,
                     "UNKNOWN_SECTION",
                     "the show has no such section",
                 )))
             }
             Read::Unavailable => {
-                return Err(status(ApiError::new(
+                return Err(ApiError::into_status(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "UNAVAILABLE",
                     "the seat map is unreachable; retry shortly",
@@ -152,7 +145,7 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
         let show = r
             .event_id
             .parse::<onsale_domain::ShowId>()
-            .map_err(|e| status(e.into()))?
+            .map_err(|e| ApiError::into_status(e.into()))?
             .to_string();
         let after = i64::try_from(r.after_seq).map_err(|_| bad("after_seq is too large"))?;
         let sec = section(&r.section).map(str::to_owned);
@@ -162,13 +155,13 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
             .subscribe(&show, (after > 0).then_some(after))
             .await
             .map_err(|e| {
-                status(ApiError::new(
+                ApiError::into_status(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "UNAVAILABLE",
                     e.to_string(),
                 ))
             })?
-            .ok_or_else(|| status(onsale_domain::ShowError::ShowNotFound.into()))?;
+            .ok_or_else(|| ApiError::from(onsale_domain::ShowError::ShowNotFound).into_status())?;
         let out = stream.map(move |u| {
             Ok(pb::SeatMapUpdate {
                 update: Some(match u {
@@ -192,6 +185,7 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
                             reason: reason.to_owned(),
                         })
                     }
+                    Update::Closing => return Err(closing()),
                 }),
             })
         });
@@ -208,7 +202,7 @@ impl pb::orders_server::Orders for Grpc {
         let who = caller(&self.0, &req)?;
         let r = rest::find_order(&self.0, &who, &req.get_ref().order_id)
             .await
-            .map_err(status)?;
+            .map_err(ApiError::into_status)?;
         Ok(Response::new(pb::Order {
             order_id: r.order_id,
             event_id: r.show_id,
@@ -232,7 +226,7 @@ impl pb::audit_server::Audit for Grpc {
         let r = req.get_ref();
         let h = rest::find_history(&self.0, &who, &r.event_id, &r.seat_id)
             .await
-            .map_err(status)?;
+            .map_err(ApiError::into_status)?;
         Ok(Response::new(pb::SeatHistory {
             seat_id: h.seat_id,
             entries: h

@@ -5,6 +5,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use sqlx::postgres::PgPool;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::QueryConfig;
 
@@ -17,22 +19,32 @@ pub struct Health {
 }
 
 impl Health {
-    pub fn start(pool: PgPool, config: QueryConfig) -> Self {
+    /// Checks the read path every second until `shutdown` is cancelled.
+    pub fn start(
+        pool: PgPool,
+        config: QueryConfig,
+        relay_slot: String,
+        shutdown: CancellationToken,
+        tasks: &TaskTracker,
+    ) -> Self {
         let health = Self {
             verdict: Arc::new(RwLock::new(Err(
                 "the read path has not been checked yet".into()
             ))),
         };
         let verdict = health.verdict.clone();
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             loop {
-                let v = check(&pool, &config)
+                let v = check(&pool, &config, &relay_slot)
                     .await
                     .unwrap_or_else(|e| Err(format!("read path unreachable: {e}")));
                 if let Ok(mut slot) = verdict.write() {
                     *slot = v;
                 }
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                let pause = tokio::time::sleep(Duration::from_secs(1));
+                if shutdown.run_until_cancelled(pause).await.is_none() {
+                    break;
+                }
             }
         });
         health
@@ -46,13 +58,17 @@ impl Health {
     }
 }
 
-async fn check(pool: &PgPool, config: &QueryConfig) -> anyhow::Result<Result<(), String>> {
+async fn check(
+    pool: &PgPool,
+    config: &QueryConfig,
+    relay_slot: &str,
+) -> anyhow::Result<Result<(), String>> {
     let mut problems = Vec::new();
     let relay: Option<i64> = sqlx::query_scalar(
         "SELECT COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
            FROM pg_replication_slots WHERE slot_name = $1",
     )
-    .bind(&config.relay_slot)
+    .bind(relay_slot)
     .fetch_optional(pool)
     .await?;
     match relay {
@@ -62,10 +78,7 @@ async fn check(pool: &PgPool, config: &QueryConfig) -> anyhow::Result<Result<(),
                 problems.push(format!("the relay is {lag} bytes of WAL behind"));
             }
         }
-        None => problems.push(format!(
-            "the relay's slot {} does not exist",
-            config.relay_slot
-        )),
+        None => problems.push(format!("the relay's slot {} does not exist", relay_slot)),
     }
     let rows: Vec<(String, i64, f64)> = sqlx::query_as(
         "SELECT projection, lag_ms, EXTRACT(EPOCH FROM now() - heartbeat_at)::float8 * 1000 FROM projection_status",

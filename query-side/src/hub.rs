@@ -1,8 +1,8 @@
-//! Deltas to subscribers: one PostgreSQL listener per process, per show a broadcast channel and
-//! a short backlog. A subscriber that resumes, lags or sees a gap is filled from the deltas
+//! Deltas to subscribers: one PostgreSQL listener per process, per show a broadcast channel. A
+//! subscriber that resumes, lags or sees a gap is filled from the deltas
 //! table; what the table no longer has is a `Resync`, never a silent gap.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,8 +12,8 @@ use serde_json::Value;
 use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
-
-const BACKLOG: usize = 256;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// A changed seat in a delta.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
@@ -108,13 +108,16 @@ pub enum Update {
         seq: i64,
         reason: &'static str,
     },
+    /// This process is shutting down: reconnect (to another node, or this one once it is back)
+    /// and resume from the last `seq`.
+    Closing,
 }
 
 #[derive(Debug)]
 struct ShowHub {
     tx: broadcast::Sender<Arc<Delta>>,
-    /// Last seq broadcast, and the recent deltas.
-    state: tokio::sync::Mutex<(i64, VecDeque<Arc<Delta>>)>,
+    /// The last seq broadcast.
+    last: tokio::sync::Mutex<i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -123,17 +126,24 @@ pub struct Hub {
     shows: Arc<Mutex<HashMap<String, Arc<ShowHub>>>>,
     /// The newest seq seen per show: the seat-map cache is keyed by it.
     seqs: Arc<Mutex<HashMap<String, i64>>>,
+    shutdown: CancellationToken,
+    /// The listener, the poll and every subscription: the server waits for them.
+    tasks: TaskTracker,
 }
 
 impl Hub {
-    pub fn start(pool: PgPool) -> Self {
+    /// Starts the listener and the poll; they stop, and every subscription is closed with
+    /// [`Update::Closing`], when `shutdown` is cancelled.
+    pub fn start(pool: PgPool, shutdown: CancellationToken, tasks: TaskTracker) -> Self {
         let hub = Self {
             pool,
             shows: Arc::default(),
             seqs: Arc::default(),
+            shutdown,
+            tasks,
         };
-        tokio::spawn(hub.clone().listen());
-        tokio::spawn(hub.clone().poll());
+        hub.tasks.spawn(hub.clone().listen());
+        hub.tasks.spawn(hub.clone().poll());
         hub
     }
 
@@ -150,11 +160,18 @@ impl Hub {
     }
 
     async fn listen(self) {
-        loop {
-            if let Err(e) = self.listen_once().await {
+        let shutdown = self.shutdown.clone();
+        while let Some(result) = shutdown.run_until_cancelled(self.listen_once()).await {
+            if let Err(e) = result {
                 tracing::warn!(error = %e, "seat-map listener lost; reconnecting");
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            if shutdown
+                .run_until_cancelled(tokio::time::sleep(Duration::from_millis(500)))
+                .await
+                .is_none()
+            {
+                break;
+            }
         }
     }
 
@@ -183,8 +200,12 @@ impl Hub {
 
     /// A backstop for a missed notification: each show with subscribers is checked every second.
     async fn poll(self) {
-        loop {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+        let shutdown = self.shutdown.clone();
+        while shutdown
+            .run_until_cancelled(tokio::time::sleep(Duration::from_secs(1)))
+            .await
+            .is_some()
+        {
             if let Err(e) = self.refresh_all().await {
                 tracing::debug!(error = %e, "delta poll failed");
             }
@@ -211,22 +232,18 @@ impl Hub {
 
     /// Reads and broadcasts the deltas after the hub's last seq.
     async fn advance(&self, show: &str, hub: &ShowHub) -> anyhow::Result<()> {
-        let mut state = hub.state.lock().await;
+        let mut current = hub.last.lock().await;
         loop {
-            let deltas = self.read(show, state.0, 500).await?;
+            let deltas = self.read(show, *current, 500).await?;
             let Some(last) = deltas.last().map(|d| d.seq) else {
                 return Ok(());
             };
             for d in deltas {
-                if d.seq != state.0 + 1 {
+                if d.seq != *current + 1 {
                     // Older deltas were pruned: subscribers resync when they see the jump.
-                    tracing::warn!(show, from = state.0, to = d.seq, "delta gap in the table");
+                    tracing::warn!(show, from = *current, to = d.seq, "delta gap in the table");
                 }
-                state.0 = d.seq;
-                state.1.push_back(d.clone());
-                if state.1.len() > BACKLOG {
-                    state.1.pop_front();
-                }
+                *current = d.seq;
                 let _ = hub.tx.send(d);
             }
             self.note_seq(show, last);
@@ -270,7 +287,7 @@ impl Hub {
             .or_insert_with(|| {
                 Arc::new(ShowHub {
                     tx: broadcast::channel(1024).0,
-                    state: tokio::sync::Mutex::new((seq, VecDeque::new())),
+                    last: tokio::sync::Mutex::new(seq),
                 })
             })
             .clone();
@@ -288,12 +305,12 @@ impl Hub {
             return Ok(None);
         };
         let mut rx = hub.tx.subscribe();
-        let current = hub.state.lock().await.0;
+        let current = *hub.last.lock().await;
         let (out, stream) = mpsc::channel(64);
         let this = self.clone();
         let show = show.to_owned();
         metrics::gauge!("onsale_stream_subscribers").increment(1.0);
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let mut last = after.unwrap_or(current).min(current);
             if after.is_some_and(|a| a > current) {
                 // A seq from the future (another deployment, a stale client): start over.
@@ -346,6 +363,10 @@ impl Hub {
                         Err(broadcast::error::RecvError::Closed) => break,
                     },
                     _ = out.closed() => break,
+                    _ = this.shutdown.cancelled() => {
+                        let _ = out.send(Update::Closing).await;
+                        break;
+                    }
                 }
             }
             metrics::gauge!("onsale_stream_subscribers").decrement(1.0);

@@ -10,9 +10,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use futures::{Stream, StreamExt};
-use onsale_command::api::auth::{Caller, Role};
-use onsale_command::api::error::ApiError;
 use onsale_domain::{OrderId, ShowError, ShowId};
+use onsale_edge::auth::{Caller, Role};
+use onsale_edge::ApiError;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
@@ -197,6 +197,10 @@ async fn updates(
             Update::Resync { seq, reason } => Event::default()
                 .event("resync")
                 .data(serde_json::json!({ "seq": seq, "reason": reason }).to_string()),
+            Update::Closing => Event::default()
+                .event("closing")
+                .retry(jitter)
+                .data(serde_json::json!({ "reason": "the server is shutting down; reconnect with Last-Event-ID" }).to_string()),
         })
     });
     Ok(

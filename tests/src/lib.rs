@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use onsale_command::api::auth::{mint, Role};
-use onsale_command::app::SystemClock;
-use onsale_command::{App, Config};
-use onsale_domain::Clock;
+use onsale_command::Shows;
+use onsale_domain::{Clock, SystemClock};
+use onsale_edge::auth::{mint, Role};
+use onsale_server::{Part, Server, Settings};
 use serde_json::{json, Value};
 
 pub mod payments;
@@ -85,63 +85,119 @@ impl TestDb {
     }
 }
 
-/// The service, listening on an ephemeral port.
+/// The service, listening on an ephemeral port: a [`Server`] built by the production
+/// composition root with the parts a test asks for.
 #[derive(Debug)]
 pub struct TestApp {
+    pub api: Api,
+    pub server: Server,
+}
+
+/// A client of onsale's HTTP API at `base`, as fans and admins call it (for an in-process
+/// [`TestApp`] or an `onsale` process of the test's own).
+#[derive(Debug, Clone)]
+pub struct Api {
     pub base: String,
-    pub app: App,
     pub http: reqwest::Client,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
-impl Drop for TestApp {
-    fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
+impl std::ops::Deref for TestApp {
+    type Target = Api;
+
+    fn deref(&self) -> &Api {
+        &self.api
     }
 }
 
-pub fn config(db: &TestDb) -> Config {
-    Config {
-        database_url: db.url.clone(),
-        jwt_secret: SECRET.into(),
-        pool_size: 10,
-        max_batch: 512,
-        snapshot_every: 1000,
-        snapshot_min_secs: 0,
-        max_queue: 20_000,
-    }
+/// The settings of a test's processes: `make test`'s servers, this test's database (and its
+/// own slot and topic), ephemeral ports, short timers.
+pub fn settings(db: &TestDb) -> Settings {
+    let slot = format!("slot_{}", db.name);
+    let topic = format!("onsale.events.{}", db.name);
+    let brokers = std::env::var("ONSALE_TEST_KAFKA_BROKERS").unwrap_or_default();
+    Settings::try_parse_from([
+        "onsale",
+        "--database-url",
+        &db.url,
+        "--jwt-secret",
+        SECRET,
+        "--pool-size",
+        "10",
+        "--snapshot-every",
+        "1000",
+        "--snapshot-min-secs",
+        "0",
+        "--listen",
+        "127.0.0.1:0",
+        "--grpc-listen",
+        "127.0.0.1:0",
+        "--ready-max-silence-ms",
+        "3000",
+        "--relay-slot",
+        &slot,
+        "--events-topic",
+        &topic,
+        "--brokers",
+        &brokers,
+        "--partitions",
+        "3",
+        "--projection-tick-ms",
+        "250",
+        "--projection-check-ms",
+        "1000",
+        "--shutdown-timeout-secs",
+        "10",
+    ])
+    .expect("the test settings parse")
 }
 
 impl TestApp {
+    /// The API on a fresh database.
     pub async fn spawn(db: &TestDb) -> anyhow::Result<Self> {
-        Self::spawn_with(config(db), Arc::new(SystemClock)).await
+        Self::spawn_with(settings(db), Arc::new(SystemClock)).await
     }
 
-    pub async fn spawn_with(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<Self> {
-        Self::serve(App::build(&config, clock).await?).await
+    /// The API with these settings and clock.
+    pub async fn spawn_with(settings: Settings, clock: Arc<dyn Clock>) -> anyhow::Result<Self> {
+        Self::start(settings, &[Part::Api], clock).await
     }
 
-    /// Serves a built app on an ephemeral port.
-    pub async fn serve(app: App) -> anyhow::Result<Self> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let base = format!("http://{}", listener.local_addr()?);
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let server = app.clone();
-        tokio::spawn(async move {
-            let _ = server
-                .run(listener, async {
-                    let _ = rx.await;
-                })
-                .await;
-        });
+    /// `parts` of a process, built as `onsale` builds them.
+    pub async fn start(
+        settings: Settings,
+        parts: &[Part],
+        clock: Arc<dyn Clock>,
+    ) -> anyhow::Result<Self> {
+        let server = Server::build_with_clock(settings, parts, clock).await?;
+        let addr = server.http_addr().context("the API part serves HTTP")?;
         Ok(Self {
-            base,
-            app,
-            http: reqwest::Client::new(),
-            shutdown: Some(tx),
+            api: Api::new(&format!("http://{addr}")),
+            server,
         })
+    }
+
+    /// The owners of this process's shows.
+    pub fn shows(&self) -> &Shows {
+        &self.server.shows
+    }
+
+    /// The show rebuilt from its events alone (no snapshot): what the log says happened.
+    pub async fn replay(&self, event: &str) -> onsale_eventlog::LoadedShow {
+        let show: onsale_domain::ShowId = event.parse().expect("a show id");
+        self.shows()
+            .log()
+            .replay(show)
+            .await
+            .expect("the log replays")
+    }
+}
+
+impl Api {
+    pub fn new(base: &str) -> Self {
+        Self {
+            base: base.to_owned(),
+            http: reqwest::Client::new(),
+        }
     }
 
     pub fn token(&self, sub: &str, role: Role) -> String {
@@ -172,18 +228,6 @@ impl TestApp {
             req = req.header("Idempotency-Key", k);
         }
         send(req).await
-    }
-
-    /// The show rebuilt from its events alone (no snapshot): what the log says happened.
-    pub async fn replay(&self, event: &str) -> onsale_command::store::LoadedShow {
-        let show: onsale_domain::ShowId = event.parse().expect("a show id");
-        self.app
-            .state
-            .shows
-            .store()
-            .replay(show)
-            .await
-            .expect("the log replays")
     }
 
     /// `POST /v1/events/{event}/holds`.

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use onsale_payments::PaymentsConfig;
 use onsale_processor_sim::{Settings, Sim};
+use onsale_server::Part;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
@@ -16,11 +17,10 @@ use crate::TestDb;
 
 #[derive(Debug)]
 pub struct PaymentPath {
+    /// The read path with the payment worker and the payment consumers.
     pub rp: ReadPath,
     pub sim: Sim,
     pub config: PaymentsConfig,
-    worker: Option<JoinHandle<()>>,
-    consumers: Vec<JoinHandle<()>>,
     sim_task: JoinHandle<()>,
 }
 
@@ -41,59 +41,43 @@ impl PaymentPath {
         let sim_task = tokio::spawn(async move {
             let _ = server.run(listener, std::future::pending()).await;
         });
-        let mut config = PaymentsConfig {
-            processor_url: sim_url,
-            charge_timeout_ms: 500,
-            max_pending_secs: 60,
-            poll_ms: 100,
-            reconcile_every_secs: 3_600,
-            monitor_every_secs: 3_600,
-            ..PaymentsConfig::default()
-        };
-        tweak(&mut config);
-        let pool = db.pool().await?;
-        let cfg = config.clone();
-        let rp = ReadPath::spawn_with(&db, &shared_brokers()?, |app| {
-            onsale_payments::mount(app, pool, &cfg);
-        })
+        let rp = ReadPath::spawn_parts(
+            &db,
+            &shared_brokers()?,
+            |s| {
+                let p = &mut s.payments;
+                p.processor_url = sim_url;
+                p.charge_timeout_ms = 500;
+                p.max_pending_secs = 60;
+                p.poll_ms = 100;
+                p.reconcile_every_secs = 3_600;
+                p.monitor_every_secs = 3_600;
+                tweak(p);
+            },
+            &[Part::Worker, Part::PaymentConsumers],
+        )
         .await?;
+        let config = rp.app.server.settings().payments.clone();
         let hook = format!("{}/v1/webhooks/processor", rp.app.base);
         sim.update(|s| s.webhook_url = Some(hook));
-        let mut me = Self {
-            rp,
-            sim,
-            config,
-            worker: None,
-            consumers: Vec::new(),
-            sim_task,
-        };
-        me.start_worker()?;
-        me.start_consumers();
-        Ok((db, me))
+        Ok((
+            db,
+            Self {
+                rp,
+                sim,
+                config,
+                sim_task,
+            },
+        ))
     }
 
-    pub fn start_worker(&mut self) -> anyhow::Result<()> {
-        self.worker = Some(onsale_payments::spawn_worker(
-            self.rp.pool.clone(),
-            self.rp.app.app.state.shows.clone(),
-            self.config.clone(),
-        )?);
-        Ok(())
+    pub async fn start_worker(&mut self) -> anyhow::Result<()> {
+        self.rp.app.server.start(Part::Worker).await
     }
 
     /// Kills the worker where it stands, mid-call if it is in one.
     pub fn kill_worker(&mut self) {
-        if let Some(w) = self.worker.take() {
-            w.abort();
-        }
-    }
-
-    pub fn start_consumers(&mut self) {
-        self.consumers = onsale_payments::spawn_consumers(
-            self.rp.pool.clone(),
-            self.rp.kafka.clone(),
-            self.rp.runner.clone(),
-        );
+        self.rp.app.server.kill(Part::Worker);
     }
 
     /// Places an order for `seats` of `event` by `fan`, paying with `token`; returns its id.
@@ -149,11 +133,7 @@ impl PaymentPath {
             .expect("count payments")
     }
 
-    pub async fn stop(mut self) {
-        self.kill_worker();
-        for c in self.consumers.drain(..) {
-            c.abort();
-        }
+    pub async fn stop(self) {
         self.sim_task.abort();
         self.rp.stop().await;
     }

@@ -7,15 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use onsale_command::app::SystemClock;
-use onsale_command::App;
-use onsale_kafka::{KafkaConfig, Relay, RelayConfig};
+use onsale_domain::SystemClock;
+use onsale_kafka::{KafkaConfig, RelayConfig};
 use onsale_projections::RunnerConfig;
-use onsale_query::{QueryConfig, QueryState};
+use onsale_query::QueryState;
+use onsale_server::{Part, Settings};
 use serde_json::Value;
-use tokio::task::JoinHandle;
 
-use crate::{config, TestApp, TestDb};
+use crate::{settings, TestApp, TestDb};
 
 /// A broker of the test's own (for tests that restart it), from the binary `make test` found.
 #[derive(Debug)]
@@ -92,6 +91,7 @@ pub fn shared_brokers() -> anyhow::Result<String> {
 
 #[derive(Debug)]
 pub struct ReadPath {
+    /// The process: the API, the relay and the projections (and what a caller adds).
     pub app: TestApp,
     pub grpc: String,
     pub kafka: KafkaConfig,
@@ -99,105 +99,65 @@ pub struct ReadPath {
     pub runner: RunnerConfig,
     pub pool: sqlx::PgPool,
     pub reads: QueryState,
-    relay: Option<JoinHandle<()>>,
-    projections: Vec<JoinHandle<()>>,
-    grpc_task: JoinHandle<()>,
 }
 
 impl ReadPath {
     /// Everything, against `brokers`.
     pub async fn spawn(db: &TestDb, brokers: &str) -> anyhow::Result<Self> {
-        Self::spawn_with(db, brokers, |_| {}).await
+        Self::spawn_parts(db, brokers, |_| {}, &[]).await
     }
 
-    /// Everything, with `mount` adding to the app before it serves.
-    pub async fn spawn_with(
+    /// The API, the relay and the projections, plus `more` parts, with `tweak` applied to the
+    /// settings first.
+    pub async fn spawn_parts(
         db: &TestDb,
         brokers: &str,
-        mount: impl FnOnce(&mut App),
+        tweak: impl FnOnce(&mut Settings),
+        more: &[Part],
     ) -> anyhow::Result<Self> {
-        let cfg = config(db);
-        let mut app = App::build(&cfg, Arc::new(SystemClock)).await?;
-        mount(&mut app);
-        let pool = db.pool().await?;
-        let query = QueryConfig {
-            relay_slot: format!("slot_{}", db.name),
-            ready_max_silence_ms: 3_000,
-            ..QueryConfig::default()
-        };
-        let reads = QueryState::start(pool.clone(), &query, &cfg.jwt_secret);
-        reads.mount(&mut app);
-        let grpc_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let grpc = format!("http://{}", grpc_listener.local_addr()?);
-        let router = onsale_query::grpc::router(reads.clone());
-        let grpc_task = tokio::spawn(async move {
-            let _ = axum::serve(grpc_listener, router).await;
-        });
-        let app = TestApp::serve(app).await?;
-        let mut me = Self {
+        let mut settings = settings(db);
+        settings.kafka.brokers = brokers.to_owned();
+        tweak(&mut settings);
+        let parts: Vec<Part> = [Part::Api, Part::Relay, Part::Projections]
+            .into_iter()
+            .chain(more.iter().copied())
+            .collect();
+        let app = TestApp::start(settings.clone(), &parts, Arc::new(SystemClock)).await?;
+        let grpc = format!(
+            "http://{}",
+            app.server.grpc_addr().context("the API serves gRPC")?
+        );
+        let reads = app
+            .server
+            .query
+            .clone()
+            .context("the API runs the query side")?;
+        Ok(Self {
+            pool: app.server.pool.clone(),
             app,
             grpc,
-            kafka: KafkaConfig {
-                brokers: brokers.to_owned(),
-                events_topic: format!("onsale.events.{}", db.name),
-                partitions: 3,
-                replication: 1,
-            },
-            relay_config: RelayConfig {
-                slot: query.relay_slot.clone(),
-                batch: 5_000,
-                idle_ms: 10,
-                mark_ms: 1_000,
-            },
-            runner: RunnerConfig {
-                batch: 2_000,
-                linger_ms: 5,
-                tick_ms: 250,
-                check_ms: 1_000,
-            },
-            pool,
+            kafka: settings.kafka,
+            relay_config: settings.relay,
+            runner: settings.runner,
             reads,
-            relay: None,
-            projections: Vec::new(),
-            grpc_task,
-        };
-        me.start_relay().await?;
-        me.start_projections();
-        Ok(me)
+        })
     }
 
     pub async fn start_relay(&mut self) -> anyhow::Result<()> {
-        let relay = Relay::start(
-            self.pool.clone(),
-            self.kafka.clone(),
-            self.relay_config.clone(),
-        )
-        .await?;
-        self.relay = Some(tokio::spawn(async move {
-            relay.run(std::future::pending()).await
-        }));
-        Ok(())
+        self.app.server.start(Part::Relay).await
     }
 
     /// Kills the relay where it stands (no shutdown path runs).
     pub fn kill_relay(&mut self) {
-        if let Some(r) = self.relay.take() {
-            r.abort();
-        }
+        self.app.server.kill(Part::Relay);
     }
 
-    pub fn start_projections(&mut self) {
-        self.projections = onsale_projections::spawn_all(
-            self.pool.clone(),
-            self.kafka.clone(),
-            self.runner.clone(),
-        );
+    pub async fn start_projections(&mut self) -> anyhow::Result<()> {
+        self.app.server.start(Part::Projections).await
     }
 
     pub fn kill_projections(&mut self) {
-        for p in self.projections.drain(..) {
-            p.abort();
-        }
+        self.app.server.kill(Part::Projections);
     }
 
     /// A fresh database and the whole read path on the test run's shared broker.
@@ -233,15 +193,18 @@ impl ReadPath {
         panic!("{path} never matched; last answer {} {}", last.0, last.1);
     }
 
-    /// Stops every task and drops the relay's slot (a slot left behind pins WAL).
-    pub async fn stop(mut self) {
-        self.kill_relay();
-        self.kill_projections();
-        self.grpc_task.abort();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    /// Shuts the process down (as SIGTERM would) and drops the relay's slot (a slot left
+    /// behind pins WAL).
+    pub async fn stop(self) {
+        let (pool, slot) = (self.pool.clone(), self.relay_config.slot.clone());
+        self.app
+            .server
+            .shutdown()
+            .await
+            .expect("the read path shuts down in time");
         let _ = sqlx::query("SELECT pg_drop_replication_slot($1)")
-            .bind(&self.relay_config.slot)
-            .execute(&self.pool)
+            .bind(&slot)
+            .execute(&pool)
             .await;
     }
 }

@@ -6,13 +6,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use onsale_command::app::SystemClock;
-use onsale_command::App;
+use onsale_domain::SystemClock;
+use onsale_server::Part;
 use onsale_waiting_room::{WaitingRoom, WaitingRoomConfig};
 use serde_json::{json, Value};
-use tokio::task::JoinHandle;
 
-use crate::{config, TestApp, TestDb};
+use crate::{settings, TestApp, TestDb};
 
 static NEXT_DB: AtomicU32 = AtomicU32::new(1);
 
@@ -34,7 +33,6 @@ pub struct Room {
     pub app: TestApp,
     pub room: WaitingRoom,
     pub redis: redis::aio::MultiplexedConnection,
-    admitters: Vec<JoinHandle<()>>,
 }
 
 impl Room {
@@ -43,39 +41,34 @@ impl Room {
         tweak: impl FnOnce(&mut WaitingRoomConfig),
     ) -> anyhow::Result<Self> {
         let url = redis_url().await?;
-        let mut cfg = WaitingRoomConfig {
-            redis_url: Some(url.clone()),
-            tick_ms: 100,
-            ..WaitingRoomConfig::default()
-        };
-        tweak(&mut cfg);
-        let mut app = App::build(&config(db), Arc::new(SystemClock)).await?;
-        let room = WaitingRoom::connect(cfg, app.state.shows.clone())
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("no redis url"))?;
-        room.mount(&mut app);
-        let app = TestApp::serve(app).await?;
+        let mut settings = settings(db);
+        let cfg = &mut settings.waiting_room;
+        cfg.redis_url = Some(url.clone());
+        cfg.tick_ms = 100;
+        tweak(cfg);
+        let app = TestApp::spawn_with(settings, Arc::new(SystemClock)).await?;
+        let room = app
+            .server
+            .room
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("no waiting room"))?;
         let redis = redis::Client::open(url.as_str())?
             .get_multiplexed_async_connection()
             .await?;
-        Ok(Self {
-            app,
-            room,
-            redis,
-            admitters: Vec::new(),
-        })
+        Ok(Self { app, room, redis })
     }
 
     /// One more admitter replica (and its watchdog).
-    pub fn start_admitter(&mut self) {
-        self.admitters
-            .extend(self.room.spawn_admitter(self.app.app.state.health.clone()));
+    pub async fn start_admitter(&mut self) {
+        self.app
+            .server
+            .start(Part::Admitter)
+            .await
+            .expect("an admitter starts");
     }
 
     pub fn kill_admitters(&mut self) {
-        for a in self.admitters.drain(..) {
-            a.abort();
-        }
+        self.app.server.kill(Part::Admitter);
     }
 
     /// A show with a waiting room of `sections` x `rows` x `seats`, on sale `opens_in` from now.
@@ -238,11 +231,5 @@ impl Room {
             .await
             .expect("get");
         v.unwrap_or(0)
-    }
-}
-
-impl Drop for Room {
-    fn drop(&mut self) {
-        self.kill_admitters();
     }
 }

@@ -118,7 +118,7 @@ async fn a_fan_holds_orders_and_retries_as_the_contract_says() {
     let (status, _) = app
         .get(
             &format!("/v1/orders/{order_id}"),
-            &app.token("audit", onsale_command::api::auth::Role::Auditor),
+            &app.token("audit", onsale_edge::auth::Role::Auditor),
         )
         .await;
     assert_eq!(status, 200, "auditors see every order");

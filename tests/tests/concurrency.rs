@@ -75,10 +75,10 @@ async fn two_hundred_clients_get_exactly_one_winner_per_seat() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_sheds_with_503_and_acknowledges_only_what_committed() {
     let db = TestDb::new().await.expect("db");
-    let mut config = onsale_tests::config(&db);
-    config.max_queue = 2;
+    let mut settings = onsale_tests::settings(&db);
+    settings.owners.max_queue = 2;
     let app = Arc::new(
-        TestApp::spawn_with(config, Arc::new(onsale_command::app::SystemClock))
+        TestApp::spawn_with(settings, Arc::new(onsale_domain::SystemClock))
             .await
             .expect("app"),
     );

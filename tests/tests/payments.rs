@@ -1,9 +1,10 @@
 //! Payments after the commit, against real PostgreSQL, the real broker and the processor
 //! simulator, whose books are the witness: no order is ever captured twice.
 
+use secrecy::ExposeSecret;
 use std::time::Duration;
 
-use onsale_command::api::auth::Role;
+use onsale_edge::auth::Role;
 use onsale_payments::tickets;
 use onsale_tests::payments::PaymentPath;
 use serde_json::{json, Value};
@@ -112,7 +113,7 @@ async fn a_worker_killed_between_charge_and_record_charges_once() {
         pending["status"], "PENDING_PAYMENT",
         "nothing recorded yet: {pending}"
     );
-    p.start_worker().expect("worker");
+    p.start_worker().await.expect("worker");
     // The claim's lease runs out, the new worker charges again with the same key and gets the
     // original charge back.
     p.order_becomes(&order, "ann", "CONFIRMED", 40).await;
@@ -179,9 +180,9 @@ async fn duplicate_forged_and_out_of_order_webhooks_change_nothing() {
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["code"], "INVALID_SIGNATURE");
     // Genuine but stale: acknowledged, and the confirmed order does not regress.
-    let (status, _) = post_webhook(&p, &stale, &p.config.webhook_secret).await;
+    let (status, _) = post_webhook(&p, &stale, p.config.webhook_secret.expose_secret()).await;
     assert_eq!(status, 200);
-    let (status, again) = post_webhook(&p, &stale, &p.config.webhook_secret).await;
+    let (status, again) = post_webhook(&p, &stale, p.config.webhook_secret.expose_secret()).await;
     assert_eq!((status, again["duplicate"].clone()), (200, json!(true)));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (_, now) =
@@ -256,7 +257,7 @@ async fn late_settlement_reinstates_a_free_seat_and_refunds_with_a_make_good_whe
             .expect("client");
     let report = onsale_payments::reconcile::reconcile(
         &p.rp.pool,
-        &p.rp.app.app.state.shows,
+        p.rp.app.shows(),
         &client,
         chrono::Utc::now().date_naive(),
     )
@@ -305,7 +306,7 @@ async fn late_settlement_reinstates_a_free_seat_and_refunds_with_a_make_good_whe
     // A second run finds nothing new to resolve.
     let again = onsale_payments::reconcile::reconcile(
         &p.rp.pool,
-        &p.rp.app.app.state.shows,
+        p.rp.app.shows(),
         &client,
         chrono::Utc::now().date_naive(),
     )

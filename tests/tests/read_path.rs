@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use onsale_command::api::auth::Role;
+use onsale_edge::auth::Role;
 use onsale_kafka::envelope::parse_lsn;
 use onsale_proto::v1 as pb;
 use onsale_tests::read_path::{Broker, ReadPath};
@@ -17,6 +17,8 @@ struct Sse {
     id: Option<i64>,
     event: String,
     data: Value,
+    /// The reconnection delay the server asks for, in milliseconds.
+    retry: Option<u64>,
 }
 
 /// Reads SSE events from a streaming response.
@@ -45,8 +47,11 @@ impl SseReader {
             if let Some(end) = self.buf.find("\n\n") {
                 let block: String = self.buf.drain(..end + 2).collect();
                 let (mut id, mut event, mut data) = (None, String::from("message"), String::new());
+                let mut retry = None;
                 for line in block.lines() {
-                    if let Some(v) = line.strip_prefix("id: ") {
+                    if let Some(v) = line.strip_prefix("retry: ") {
+                        retry = v.parse().ok();
+                    } else if let Some(v) = line.strip_prefix("id: ") {
                         id = v.parse().ok();
                     } else if let Some(v) = line.strip_prefix("event: ") {
                         event = v.to_owned();
@@ -61,6 +66,7 @@ impl SseReader {
                     id,
                     event,
                     data: serde_json::from_str(&data).expect("json data"),
+                    retry,
                 };
             }
             let chunk = tokio::time::timeout(Duration::from_secs(20), self.res.chunk())
@@ -69,6 +75,17 @@ impl SseReader {
                 .expect("the stream reads")
                 .expect("the stream stays open");
             self.buf.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+
+    /// Whether the server ends the stream within 20 s (after what is still buffered).
+    async fn ends(&mut self) -> bool {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(20), self.res.chunk()).await {
+                Ok(Ok(Some(chunk))) => self.buf.push_str(&String::from_utf8_lossy(&chunk)),
+                Ok(Ok(None)) => return true,
+                Ok(Err(_)) | Err(_) => return false,
+            }
         }
     }
 
@@ -105,6 +122,51 @@ async fn grpc_client(
     pb::seat_maps_client::SeatMapsClient::connect(rp.grpc.clone())
         .await
         .expect("gRPC connects")
+}
+
+#[tokio::test]
+async fn a_shutdown_ends_sse_and_grpc_streams_with_a_retry_hint() {
+    let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
+    let event = rp.show_on_map(1, 1, 10).await;
+    let mut sse = SseReader::open(&rp, &format!("/v1/events/{event}/updates"), None).await;
+    let mut grpc = grpc_client(&rp)
+        .await
+        .stream_deltas(pb::StreamDeltasRequest {
+            event_id: event.clone(),
+            section: String::new(),
+            after_seq: 0,
+        })
+        .await
+        .expect("stream")
+        .into_inner();
+    // As SIGTERM would: the process shuts down with both streams open.
+    let stopped = tokio::spawn(rp.stop());
+    let closing = sse.next().await;
+    assert_eq!(closing.event, "closing", "{closing:?}");
+    assert!(
+        closing.retry.is_some(),
+        "the client is told when to reconnect"
+    );
+    assert!(
+        sse.ends().await,
+        "the SSE stream ends after its closing event"
+    );
+    let status = tokio::time::timeout(Duration::from_secs(20), grpc.message())
+        .await
+        .expect("the gRPC stream answers in time")
+        .expect_err("the gRPC stream ends with a status");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert_eq!(
+        status
+            .metadata()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    tokio::time::timeout(Duration::from_secs(20), stopped)
+        .await
+        .expect("the server stops within its bound")
+        .expect("stop");
 }
 
 #[tokio::test]
@@ -343,7 +405,7 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
     tokio::time::sleep(Duration::from_millis(300)).await;
     rp.kill_projections();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    rp.start_projections();
+    rp.start_projections().await.expect("projections");
     load.await.expect("the load ran");
 
     // Every projection reaches the head of the log...
@@ -410,7 +472,7 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
     onsale_projections::reset_all(&rp.pool)
         .await
         .expect("reset");
-    rp.start_projections();
+    rp.start_projections().await.expect("projections");
     let mut after = Value::Null;
     for _ in 0..300 {
         after = read_models(&rp.pool).await;
@@ -596,7 +658,7 @@ async fn readyz_reports_a_projection_that_stopped_and_recovers_with_it() {
         body["detail"].as_str().expect("detail").contains("silent"),
         "{body}"
     );
-    rp.start_projections();
+    rp.start_projections().await.expect("projections");
     rp.eventually("/readyz", "", |s, _| s == 200).await;
     rp.stop().await;
 }

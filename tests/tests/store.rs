@@ -3,9 +3,9 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use onsale_command::app::SystemClock;
 use onsale_domain::ShowId;
-use onsale_tests::{config, TestApp, TestDb};
+use onsale_domain::SystemClock;
+use onsale_tests::{settings, TestApp, TestDb};
 use serde_json::json;
 
 /// Retries a request after a 503 with the same Idempotency-Key, as a client would.
@@ -183,8 +183,8 @@ async fn an_outage_answers_503_with_retry_after_and_acknowledges_nothing() {
 #[tokio::test]
 async fn snapshots_plus_tail_equal_a_full_replay_and_a_restart_resumes_from_them() {
     let db = TestDb::new().await.expect("db");
-    let mut cfg = config(&db);
-    cfg.snapshot_every = 10;
+    let mut cfg = settings(&db);
+    cfg.owners.snapshot_every = 10;
     let app = TestApp::spawn_with(cfg.clone(), Arc::new(SystemClock))
         .await
         .expect("app");
@@ -211,11 +211,11 @@ async fn snapshots_plus_tail_equal_a_full_replay_and_a_restart_resumes_from_them
         }
     }
     let show: ShowId = event.parse().expect("id");
-    let store = app.app.state.shows.store().clone();
+    let store = app.shows().log().clone();
     let mut snapshots = 0;
     for _ in 0..50 {
         let row: (i64,) = sqlx::query_as("SELECT count(*) FROM snapshots")
-            .fetch_one(store.pool())
+            .fetch_one(&app.server.pool)
             .await
             .expect("count");
         snapshots = row.0;
@@ -296,7 +296,7 @@ async fn the_sweeper_expires_a_lapsed_hold_by_its_identity() {
         .parse()
         .expect("hold id");
     let show: ShowId = event.parse().expect("id");
-    let store = app.app.state.shows.store().clone();
+    let store = app.shows().log().clone();
     // No command touches the show again: only the sweeper can end the hold.
     let mut expired = false;
     for _ in 0..40 {

@@ -96,7 +96,7 @@ async fn a_pre_queue_is_drawn_in_random_order_at_the_opening() {
             seen
         })
     };
-    room.start_admitter();
+    room.start_admitter().await;
     tokio::time::sleep(Duration::from_secs(4)).await;
     let seen = sse.await.expect("sse");
     assert!(
@@ -142,8 +142,8 @@ async fn two_admitters_never_let_live_sessions_exceed_n_and_lapsed_leases_free_s
         let j = room.join(&event, &fan).await;
         fans.push((fan, qt(&j)));
     }
-    room.start_admitter();
-    room.start_admitter();
+    room.start_admitter().await;
+    room.start_admitter().await;
     let room = Arc::new(room);
     let peak = Arc::new(AtomicI64::new(0));
     let watcher = {
@@ -189,7 +189,7 @@ async fn replayed_expired_forged_and_foreign_tokens_and_sessions_are_refused() {
     let event = room.show(1, 2, 10, chrono::Duration::seconds(-60)).await;
     let ann = room.join(&event, "ann").await;
     room.join(&event, "bob").await;
-    room.start_admitter();
+    room.start_admitter().await;
     let admission = room.admitted(&event, "ann", &qt(&ann), 10).await;
     // Someone else's admission is refused; so is a forged one.
     let (status, body) = room.enter(&event, "bob", &admission).await;
@@ -334,7 +334,7 @@ async fn admission_pauses_when_the_hold_path_fails_resumes_after_and_extends_the
         let j = room.join(&event, &format!("fan{i}")).await;
         fans.push(qt(&j));
     }
-    room.start_admitter();
+    room.start_admitter().await;
     // fan0 is admitted (its 2 s grace starts); then the event store goes away.
     let admission = room.admitted(&event, "fan0", &fans[0], 10).await;
     db.close().await.expect("close");
@@ -382,7 +382,7 @@ async fn an_on_sale_of_thousands_of_fans_through_the_queue_sells_no_seat_twice()
         (fan, qt(&j))
     }))
     .await;
-    room.start_admitter();
+    room.start_admitter().await;
     let room = Arc::new(room);
     let orders = Arc::new(tokio::sync::Mutex::new(Vec::<(String, String)>::new()));
     let mut tasks = Vec::new();

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use onsale_command::admission::BookingHealth;
+use onsale_edge::admission::BookingHealth;
+use tokio_util::sync::CancellationToken;
 
 use crate::controller::{Controller, ControllerConfig};
 use crate::{now_ms, WaitingRoom};
@@ -33,14 +34,13 @@ impl Admitter {
         }
     }
 
-    /// Ticks until aborted.
-    pub async fn run(mut self) {
+    /// Ticks until `shutdown` is cancelled.
+    pub async fn run(mut self, shutdown: CancellationToken) {
         let period = Duration::from_millis(self.room.config.tick_ms.max(10));
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last = Instant::now();
-        loop {
-            tick.tick().await;
+        while shutdown.run_until_cancelled(tick.tick()).await.is_some() {
             let dt = last.elapsed();
             last = Instant::now();
             if let Err(e) = self.tick(dt).await {
@@ -53,7 +53,10 @@ impl Admitter {
     /// One tick over every show: the controller reads the booking path, then each show's line
     /// moves in one round trip.
     pub async fn tick(&mut self, dt: Duration) -> anyhow::Result<()> {
-        let store_ok = self.room.shows.store().ping().await.is_ok();
+        let store_ok = sqlx::query("SELECT 1")
+            .execute(&self.room.pool)
+            .await
+            .is_ok();
         let sample = self.health.sample(Duration::from_secs(5));
         let factor = self.controller.step(sample, store_ok, dt);
         metrics::gauge!("onsale_admission_factor").set(factor);
@@ -99,11 +102,10 @@ pub async fn stalled(room: &WaitingRoom, show: &str, paused: bool) -> redis::Red
 }
 
 /// Watches every show for a stalled admitter; sets `onsale_admission_stalled{show}`.
-pub async fn watchdog(room: WaitingRoom, every: Duration) {
+pub async fn watchdog(room: WaitingRoom, every: Duration, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(every);
     let mut paused_seen: std::collections::HashMap<String, i64> = Default::default();
-    loop {
-        tick.tick().await;
+    while shutdown.run_until_cancelled(tick.tick()).await.is_some() {
         let Ok(shows) = room.store.shows().await else {
             continue;
         };

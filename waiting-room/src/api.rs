@@ -12,10 +12,10 @@ use axum::routing::post;
 use axum::{Json, Router};
 use chrono::{DateTime, TimeZone, Utc};
 use jsonwebtoken::DecodingKey;
-use onsale_command::api::auth::{Caller, Role};
-use onsale_command::api::error::ApiError;
-use onsale_command::api::ApiJson;
 use onsale_domain::ShowId;
+use onsale_edge::auth::{Caller, Role};
+use onsale_edge::ApiError;
+use onsale_edge::ApiJson;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -222,7 +222,7 @@ fn fan_eta(s: &crate::store::Standing) -> Option<f64> {
 
 /// "no seats and no live holds" versus "seats may come back" (002, sold-out signals).
 async fn availability(state: &RoomState, show: &str) -> &'static str {
-    let pool = state.room.shows.store().pool().clone();
+    let pool = state.room.pool.clone();
     let show = show.to_owned();
     state
         .availability
@@ -357,6 +357,14 @@ async fn view(
             if done {
                 return None;
             }
+            if state.room.shutdown.is_cancelled() {
+                // This process is going away: reconnect (the place in line is kept in Redis).
+                let event = Event::default()
+                    .event("closing")
+                    .retry(Duration::from_secs(1))
+                    .data(json!({"reason": "the server is shutting down; reconnect"}).to_string());
+                return Some((Ok(event), (state, show, account, true)));
+            }
             let v = status(&state, &show, &account)
                 .await
                 .unwrap_or_else(|e| json!({"status": "ERROR", "code": e.code}));
@@ -365,7 +373,8 @@ async fn view(
                 .event(if admitted { "admitted" } else { "status" })
                 .data(v.to_string());
             if !admitted {
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                let pause = tokio::time::sleep(Duration::from_secs(1));
+                state.room.shutdown.run_until_cancelled(pause).await;
             }
             Some((Ok::<_, Infallible>(event), (state, show, account, admitted)))
         },

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use onsale_command::admission::HealthSample;
+use onsale_edge::admission::HealthSample;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ControllerConfig {

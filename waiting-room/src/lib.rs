@@ -21,11 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use onsale_command::admission::{GateFuture, SessionGate};
-use onsale_command::api::error::ApiError;
-use onsale_command::owner::Answer;
-use onsale_command::Shows;
-use onsale_domain::{AccountId, ShowError, ShowId};
+use onsale_domain::{AccountId, ShowId};
+use onsale_edge::admission::{GateFuture, GateRefusal, SessionGate};
+use onsale_edge::ApiError;
+use secrecy::{ExposeSecret, SecretString};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
 
 pub use store::Store;
 pub use tokens::Signer;
@@ -33,52 +34,70 @@ pub use tokens::Signer;
 #[derive(Debug, Clone, clap::Args)]
 pub struct WaitingRoomConfig {
     /// Redis for the waiting room; without it shows with `waitingRoom: true` are refused.
-    #[arg(long, env = "ONSALE_REDIS_URL")]
+    #[arg(id = "redis_url", long = "redis-url", env = "ONSALE_REDIS_URL")]
     pub redis_url: Option<String>,
     /// The concurrency target N: live sessions the booking path is sized for (seed it from a
     /// capacity test: Little's law on the hold pool and its p99; BENCHMARKS.md).
-    #[arg(long, env = "ONSALE_ADMISSION_TARGET", default_value_t = 2_000)]
+    #[arg(
+        id = "admission_target",
+        long = "admission-target",
+        env = "ONSALE_ADMISSION_TARGET",
+        default_value_t = 2_000
+    )]
     pub target: u64,
-    #[arg(long, env = "ONSALE_ADMISSION_TICK_MS", default_value_t = 500)]
+    #[arg(
+        id = "admission_tick_ms",
+        long = "admission-tick-ms",
+        env = "ONSALE_ADMISSION_TICK_MS",
+        default_value_t = 500
+    )]
     pub tick_ms: u64,
     /// The grace window: how long an admitted fan has to enter.
-    #[arg(long, env = "ONSALE_ADMISSION_GRACE_SECS", default_value_t = 60)]
+    #[arg(
+        id = "admission_grace_secs",
+        long = "admission-grace-secs",
+        env = "ONSALE_ADMISSION_GRACE_SECS",
+        default_value_t = 60
+    )]
     pub grace_secs: u64,
     /// A session's lease; a heartbeat renews it.
-    #[arg(long, env = "ONSALE_SESSION_LEASE_SECS", default_value_t = 120)]
+    #[arg(
+        id = "session_lease_secs",
+        long = "session-lease-secs",
+        env = "ONSALE_SESSION_LEASE_SECS",
+        default_value_t = 120
+    )]
     pub lease_secs: u64,
     /// The hold p99 above which admission pauses.
-    #[arg(long, env = "ONSALE_ADMISSION_HOLD_P99_MS", default_value_t = 500)]
+    #[arg(
+        id = "admission_hold_p99_ms",
+        long = "admission-hold-p99-ms",
+        env = "ONSALE_ADMISSION_HOLD_P99_MS",
+        default_value_t = 500
+    )]
     pub hold_p99_ms: u64,
     /// Admissions per second per process while Redis is unreachable (no positions then).
-    #[arg(long, env = "ONSALE_ADMISSION_FALLBACK_PER_SEC", default_value_t = 5)]
+    #[arg(
+        id = "admission_fallback_per_sec",
+        long = "admission-fallback-per-sec",
+        env = "ONSALE_ADMISSION_FALLBACK_PER_SEC",
+        default_value_t = 5
+    )]
     pub fallback_per_sec: u32,
     /// The key the waiting room's tokens are signed with.
     #[arg(
-        long,
+        id = "admission_secret",
+        long = "admission-secret",
         env = "ONSALE_ADMISSION_SECRET",
-        default_value = "onsale-dev-admission-secret"
+        default_value = "onsale-dev-admission-secret",
+        value_parser = onsale_edge::auth::secret
     )]
-    pub secret: String,
-}
-
-impl Default for WaitingRoomConfig {
-    fn default() -> Self {
-        Self {
-            redis_url: None,
-            target: 2_000,
-            tick_ms: 500,
-            grace_secs: 60,
-            lease_secs: 120,
-            hold_p99_ms: 500,
-            fallback_per_sec: 5,
-            secret: "onsale-dev-admission-secret".into(),
-        }
-    }
+    pub secret: SecretString,
 }
 
 /// What the waiting room needs to know about a show.
-#[derive(Debug, Clone, Copy)]
+/// What the waiting room needs to know of a show's schedule. Fixed when the show is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShowFacts {
     pub waiting_room: bool,
     pub on_sale_at: DateTime<Utc>,
@@ -86,12 +105,26 @@ pub struct ShowFacts {
 }
 
 /// A process's waiting room: the store, the signer, its position blocks and the fallback pace.
+pub type FactsFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<ShowFacts, ApiError>> + Send + 'a>>;
+
+/// Where the waiting room learns a show's [`ShowFacts`] (the server wires the shows' owners in;
+/// this crate knows nothing of the command side).
+pub trait ShowSchedule: Send + Sync + std::fmt::Debug {
+    /// The show's facts: 404 `SHOW_NOT_FOUND` for an unknown show, 503 when they cannot be read.
+    fn facts(&self, show: ShowId) -> FactsFuture<'_>;
+}
+
 #[derive(Clone, Debug)]
 pub struct WaitingRoom {
     pub store: Store,
     pub signer: Signer,
     pub config: WaitingRoomConfig,
-    pub shows: Shows,
+    /// The read models (the seat map's counts) and the database's health.
+    pub pool: PgPool,
+    pub schedule: Arc<dyn ShowSchedule>,
+    /// Cancelled when the process shuts down: the admitter stops, status streams end.
+    pub shutdown: CancellationToken,
     /// Per show, the next position of this process's block and the block's last. One lock for
     /// the whole map, held while a new block is fetched: concurrent joins must not each fetch
     /// a block and leave all but one of them as holes in the line.
@@ -105,16 +138,23 @@ pub fn now_ms() -> i64 {
 }
 
 impl WaitingRoom {
-    pub async fn connect(config: WaitingRoomConfig, shows: Shows) -> anyhow::Result<Option<Self>> {
+    pub async fn connect(
+        config: WaitingRoomConfig,
+        pool: PgPool,
+        schedule: Arc<dyn ShowSchedule>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<Option<Self>> {
         let Some(url) = config.redis_url.clone() else {
             return Ok(None);
         };
-        let store = Store::connect(&url).await?;
+        let store = Store::connect(&url, &shutdown).await?;
         Ok(Some(Self {
             store,
-            signer: Signer::new(&config.secret),
+            signer: Signer::new(config.secret.expose_secret()),
             config,
-            shows,
+            pool,
+            schedule,
+            shutdown,
             blocks: Arc::default(),
             facts: Arc::default(),
             fallback: Arc::new(Mutex::new((0.0, std::time::Instant::now()))),
@@ -124,25 +164,20 @@ impl WaitingRoom {
     /// Starts the admitter replica and the stall watchdog of this process.
     pub fn spawn_admitter(
         &self,
-        health: Arc<onsale_command::admission::BookingHealth>,
+        health: Arc<onsale_edge::admission::BookingHealth>,
     ) -> Vec<tokio::task::JoinHandle<()>> {
+        let stop = &self.shutdown;
         vec![
-            tokio::spawn(admitter::Admitter::new(self.clone(), health).run()),
-            tokio::spawn(admitter::watchdog(self.clone(), Duration::from_secs(5))),
+            tokio::spawn(admitter::Admitter::new(self.clone(), health).run(stop.clone())),
+            tokio::spawn(admitter::watchdog(
+                self.clone(),
+                Duration::from_secs(5),
+                stop.clone(),
+            )),
         ]
     }
 
-    /// Plugs the session gate and the routes into the app.
-    pub fn mount(&self, app: &mut onsale_command::App) {
-        use utoipa::OpenApi;
-        app.state.gate = Some(Arc::new(self.clone()));
-        app.add_routes(api::router(self.clone(), app.state.decoding_key.clone()));
-        let mut doc = app.state.openapi.as_ref().clone();
-        doc.merge(api::WaitingRoomDoc::openapi());
-        app.state.openapi = Arc::new(doc);
-    }
-
-    /// The show's facts (read through its owner once).
+    /// The show's facts (asked once, then from memory: they never change).
     pub async fn facts(&self, show: ShowId) -> Result<ShowFacts, ApiError> {
         if let Some(f) = self
             .facts
@@ -152,30 +187,7 @@ impl WaitingRoom {
         {
             return Ok(*f);
         }
-        let answer = self
-            .shows
-            .read(show, |s| {
-                let info = s.info().ok_or(ShowError::ShowNotFound)?;
-                Ok(Answer::Doc(serde_json::json!({
-                    "waitingRoom": info.waiting_room,
-                    "onSaleAt": info.on_sale_at,
-                    "startsAt": info.starts_at,
-                })))
-            })
-            .await?;
-        let Answer::Doc(doc) = answer else {
-            return Err(ShowError::ShowNotFound.into());
-        };
-        let parse = |k: &str| {
-            doc[k]
-                .as_str()
-                .and_then(|v| v.parse::<DateTime<Utc>>().ok())
-        };
-        let facts = ShowFacts {
-            waiting_room: doc["waitingRoom"].as_bool().unwrap_or(false),
-            on_sale_at: parse("onSaleAt").ok_or(ShowError::ShowNotFound)?,
-            starts_at: parse("startsAt").ok_or(ShowError::ShowNotFound)?,
-        };
+        let facts = self.schedule.facts(show).await?;
         self.facts
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -226,12 +238,8 @@ impl WaitingRoom {
     }
 }
 
-fn admission_required(detail: &str) -> ApiError {
-    ApiError::new(
-        axum::http::StatusCode::FORBIDDEN,
-        "ADMISSION_REQUIRED",
-        detail,
-    )
+fn admission_required(detail: &str) -> GateRefusal {
+    GateRefusal::AdmissionRequired(detail.to_owned())
 }
 
 impl SessionGate for WaitingRoom {

@@ -87,7 +87,10 @@ impl std::fmt::Debug for Store {
 impl Store {
     /// Connects, or (Redis unreachable) keeps trying once a second in the background while
     /// every call answers as an outage. Only a malformed URL is an error.
-    pub async fn connect(url: &str) -> redis::RedisResult<Self> {
+    pub async fn connect(
+        url: &str,
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> redis::RedisResult<Self> {
         let client = redis::Client::open(url)?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(std::time::Duration::from_millis(500)))
@@ -100,10 +103,10 @@ impl Store {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "redis unreachable at start; the waiting room runs in fallback until it answers");
-                let cell = conn.clone();
+                let (cell, stop) = (conn.clone(), shutdown.clone());
                 tokio::spawn(async move {
-                    loop {
-                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    let pause = || tokio::time::sleep(std::time::Duration::from_secs(1));
+                    while stop.run_until_cancelled(pause()).await.is_some() {
                         if let Ok(c) =
                             ConnectionManager::new_with_config(client.clone(), config.clone()).await
                         {

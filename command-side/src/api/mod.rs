@@ -1,11 +1,8 @@
 //! The REST command API of API.md: venues and events (admin), holds, release, orders.
 
-pub mod auth;
-pub mod error;
-
 use std::collections::BTreeMap;
 
-use axum::extract::{FromRequest, Path, State};
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -22,9 +19,10 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use utoipa::{OpenApi, ToSchema};
 
-use self::auth::{Caller, Role};
-use self::error::ApiError;
-use crate::owner::{Answer, Shows};
+use crate::owner::{Answer, CommandError, Shows};
+use onsale_edge::admission::GateRefusal;
+use onsale_edge::{ApiError, Problem};
+use onsale_edge::{ApiJson, Caller, Role};
 
 const DEFAULT_HOLD_TTL_SECONDS: u32 = onsale_domain::show::DEFAULT_HOLD_TTL_SECONDS;
 
@@ -39,12 +37,40 @@ pub struct AppState {
     pub metrics: Option<PrometheusHandle>,
     pub ready: Option<ReadyCheck>,
     /// The waiting room's session check; `None`: this deployment has no waiting room.
-    pub gate: Option<std::sync::Arc<dyn crate::admission::SessionGate>>,
+    pub gate: Option<std::sync::Arc<dyn onsale_edge::admission::SessionGate>>,
     /// The hold path's recent latencies and failures (the admission controller's input).
-    pub health: std::sync::Arc<crate::admission::BookingHealth>,
+    pub health: std::sync::Arc<onsale_edge::admission::BookingHealth>,
     /// The OpenAPI document served at `/openapi.json`: [`ApiDoc`], plus the query side's paths
     /// when it is served by the same process.
     pub openapi: std::sync::Arc<utoipa::openapi::OpenApi>,
+}
+
+impl axum::extract::FromRef<AppState> for DecodingKey {
+    fn from_ref(state: &AppState) -> Self {
+        state.decoding_key.clone()
+    }
+}
+
+impl From<CommandError> for ApiError {
+    fn from(e: CommandError) -> Self {
+        match e {
+            CommandError::Domain(d) => d.into(),
+            CommandError::Unavailable => Self::unavailable(),
+            CommandError::Overloaded => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "OVERLOADED",
+                "too many requests are waiting for this show; retry shortly",
+            ),
+            CommandError::Internal(m) => {
+                tracing::error!(error = %m, "internal error");
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "INTERNAL",
+                    "an unexpected error; it was logged",
+                )
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for AppState {
@@ -54,11 +80,6 @@ impl std::fmt::Debug for AppState {
             .finish_non_exhaustive()
     }
 }
-
-/// `axum::Json` whose rejections are problem+json.
-#[derive(Debug, FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
-pub struct ApiJson<T>(pub T);
 
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -109,18 +130,6 @@ impl utoipa::Modify for BearerAuth {
             ),
         );
     }
-}
-
-/// RFC 7807 problem details with a machine-readable code.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Problem {
-    #[serde(rename = "type")]
-    kind: String,
-    title: String,
-    status: u16,
-    /// e.g. SEAT_UNAVAILABLE, HOLD_EXPIRED, IDEMPOTENCY_KEY_REUSED
-    code: String,
-    detail: String,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -191,7 +200,7 @@ async fn create_venue(
     let venue_id = VenueId::random();
     state
         .shows
-        .store()
+        .log()
         .register_venue(
             venue_id,
             &VenueEvent::VenueRegistered { name, city, layout },
@@ -247,7 +256,7 @@ async fn create_event(
     let venue_id: VenueId = body.venue_id.parse()?;
     let venue = state
         .shows
-        .store()
+        .log()
         .load_venue(venue_id)
         .await
         .map_err(|_| ApiError::unavailable())?;
@@ -300,9 +309,9 @@ async fn get_event(
 ) -> Result<Response, ApiError> {
     let show_id: ShowId = id.parse()?;
     let now = state.shows.clock().now();
-    let answer = state
+    let doc = state
         .shows
-        .read(show_id, move |show| {
+        .query(show_id, move |show| {
             let info = show.info().ok_or(ShowError::ShowNotFound)?;
             let status = if now < info.on_sale_at {
                 "SCHEDULED"
@@ -325,7 +334,7 @@ async fn get_event(
                 })
                 .collect();
             let prices = info.prices.values();
-            Ok(Answer::Doc(json!({
+            Ok(json!({
                 "eventId": info.show_id.to_string(),
                 "name": info.name,
                 "performer": info.performer,
@@ -342,12 +351,9 @@ async fn get_event(
                 "holdTtlSeconds": info.hold_ttl_seconds,
                 "seatCount": show.seat_count(),
                 "sections": sections,
-            })))
+            }))
         })
         .await?;
-    let Answer::Doc(doc) = answer else {
-        return Err(ShowError::ShowNotFound.into());
-    };
     let body = serde_json::to_vec(&doc)
         .map_err(|e| crate::owner::CommandError::Internal(e.to_string()))?;
     let etag = format!("\"{}\"", &hex::encode(Sha256::digest(&body))[..32]);
@@ -531,14 +537,12 @@ async fn get_hold(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let hold_id: HoldId = id.parse()?;
-    let answer = state
+    let view = state
         .shows
-        .read(hold_id.show(), move |show| {
-            Ok(show.hold_view(&hold_id).map_or(Answer::Done, Answer::Hold))
-        })
+        .query(hold_id.show(), move |show| Ok(show.hold_view(&hold_id)))
         .await?;
-    match answer {
-        Answer::Hold(view) if caller.sees(&view.account) => Ok(Json(json!({
+    match view {
+        Some(view) if caller.sees(&view.account) => Ok(Json(json!({
             "holdId": view.hold_id.to_string(),
             "eventId": view.event_id.to_string(),
             "seatIds": view.seat_ids,
@@ -661,11 +665,17 @@ async fn admitted(
     let session = headers
         .get("x-onsale-session")
         .and_then(|v| v.to_str().ok());
-    gate.check(show, &caller.account, session).await
+    gate.check(show, &caller.account, session)
+        .await
+        .map_err(|refusal| match refusal {
+            GateRefusal::AdmissionRequired(why) => {
+                ApiError::new(StatusCode::FORBIDDEN, "ADMISSION_REQUIRED", why)
+            }
+        })
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    if state.shows.store().ping().await.is_err() {
+    if state.shows.log().ping().await.is_err() {
         return ApiError::unavailable().into_response();
     }
     match state.ready.as_ref().map_or(Ok(()), |check| check()) {

@@ -1,52 +1,23 @@
-//! The PostgreSQL event store: appends under the version check, loads snapshot plus tail.
-//!
-//! The schema is postgres-es's (migrations/0001), but the writes are ours: one statement
-//! appends the events of a whole group commit with consecutive sequences (postgres-es inserts
-//! row by row and has no notion of batching commands), see docs/adr/001.
+//! The event log on PostgreSQL. The schema is postgres-es's (migrations/0001), but the writes
+//! are ours: one statement appends the events of a whole group commit with consecutive
+//! sequences (postgres-es inserts row by row and has no notion of batching commands), see
+//! docs/adr/001. The primary key (aggregate, sequence) is the version check.
 
 use chrono::{DateTime, Utc};
 use cqrs_es::{Aggregate, DomainEvent};
 use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId, VENUE_TYPE};
 use sqlx::postgres::PgPool;
+use sqlx::Row;
 
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// Another writer appended to this aggregate first: reload and retry.
-    #[error("version conflict")]
-    Conflict,
-    /// PostgreSQL could not be reached or did not answer: fail closed.
-    #[error("event store unavailable: {0}")]
-    Unavailable(#[source] sqlx::Error),
-    /// The log holds something this build cannot read.
-    #[error("corrupt event log: {0}")]
-    Corrupt(String),
-}
+use crate::{apply_rows, EventLog, LoadedShow, LogRow, Result, ScanKey, StoreError, StoredEvent};
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         match &e {
             sqlx::Error::Database(db) if db.code().as_deref() == Some("23505") => Self::Conflict,
-            _ => Self::Unavailable(e),
+            _ => Self::Unavailable(e.to_string()),
         }
     }
-}
-
-pub type Result<T, E = StoreError> = std::result::Result<T, E>;
-
-/// A show rebuilt from the store, with the sequence of its last event.
-#[derive(Debug)]
-pub struct LoadedShow {
-    pub show: Show,
-    pub version: i64,
-    pub snapshot_version: i64,
-}
-
-/// One row of the log.
-#[derive(Debug, serde::Serialize)]
-pub struct StoredEvent {
-    pub sequence: i64,
-    pub event_type: String,
-    pub event: ShowEvent,
 }
 
 /// Applies the migrations (the event store's and the read models').
@@ -59,23 +30,44 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
 }
 
 #[derive(Debug, Clone)]
-pub struct EventStore {
+pub struct PgEventLog {
     pool: PgPool,
 }
 
-impl EventStore {
+impl PgEventLog {
     pub fn new(pool: PgPool) -> Self {
         Self { pool }
     }
 
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
+    async fn tail(&self, id: &str, after: i64) -> Result<Vec<(i64, String)>> {
+        Ok(sqlx::query_as(
+            "SELECT sequence, payload::text FROM events
+              WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence > $3
+              ORDER BY sequence",
+        )
+        .bind(Show::TYPE)
+        .bind(id)
+        .bind(after)
+        .fetch_all(&self.pool)
+        .await?)
     }
+}
 
-    /// Appends `events` as sequences `after + 1 ..` in one statement. Either all of them commit
-    /// or none do; a sequence another writer already used is [`StoreError::Conflict`]. `at`, the
-    /// time the events were decided, goes into each row's metadata for auditors.
-    pub async fn append(
+fn log_row(r: &sqlx::postgres::PgRow) -> Result<LogRow, sqlx::Error> {
+    Ok(LogRow {
+        aggregate_type: r.try_get("aggregate_type")?,
+        aggregate_id: r.try_get("aggregate_id")?,
+        sequence: r.try_get("sequence")?,
+        event_type: r.try_get("event_type")?,
+        event_version: r.try_get("event_version")?,
+        payload: r.try_get("payload")?,
+        metadata: r.try_get("metadata")?,
+    })
+}
+
+#[async_trait::async_trait]
+impl EventLog for PgEventLog {
+    async fn append(
         &self,
         show: ShowId,
         after: i64,
@@ -106,8 +98,7 @@ impl EventStore {
         Ok(())
     }
 
-    /// The latest snapshot, then every event after it.
-    pub async fn load(&self, show: ShowId) -> Result<LoadedShow> {
+    async fn load(&self, show: ShowId) -> Result<LoadedShow> {
         let id = show.to_string();
         let snapshot: Option<(i64, String)> = sqlx::query_as(
             "SELECT last_sequence, payload::text FROM snapshots
@@ -126,7 +117,8 @@ impl EventStore {
             ),
             None => (Show::default(), 0),
         };
-        let version = self.apply_tail(&mut aggregate, &id, from).await?;
+        let rows = self.tail(&id, from).await?;
+        let version = apply_rows(&mut aggregate, &id, from, rows)?;
         Ok(LoadedShow {
             show: aggregate,
             version,
@@ -134,12 +126,11 @@ impl EventStore {
         })
     }
 
-    /// Every event from zero, ignoring snapshots: the reference a snapshot is checked against.
-    pub async fn replay(&self, show: ShowId) -> Result<LoadedShow> {
+    async fn replay(&self, show: ShowId) -> Result<LoadedShow> {
+        let id = show.to_string();
         let mut aggregate = Show::default();
-        let version = self
-            .apply_tail(&mut aggregate, &show.to_string(), 0)
-            .await?;
+        let rows = self.tail(&id, 0).await?;
+        let version = apply_rows(&mut aggregate, &id, 0, rows)?;
         Ok(LoadedShow {
             show: aggregate,
             version,
@@ -147,8 +138,7 @@ impl EventStore {
         })
     }
 
-    /// A show's events in order, as stored: what analysts and auditors replay.
-    pub async fn events(&self, show: ShowId) -> Result<Vec<StoredEvent>> {
+    async fn events(&self, show: ShowId) -> Result<Vec<StoredEvent>> {
         let rows: Vec<(i64, String, String)> = sqlx::query_as(
             "SELECT sequence, event_type, payload::text FROM events
               WHERE aggregate_type = $1 AND aggregate_id = $2 ORDER BY sequence",
@@ -170,34 +160,76 @@ impl EventStore {
             .collect()
     }
 
-    async fn apply_tail(&self, aggregate: &mut Show, id: &str, after: i64) -> Result<i64> {
-        let rows: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT sequence, payload::text FROM events
-              WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence > $3
-              ORDER BY sequence",
+    async fn read_range(
+        &self,
+        show: &str,
+        after: i64,
+        upto: i64,
+        limit: i64,
+    ) -> Result<Vec<LogRow>> {
+        let rows = sqlx::query(
+            "SELECT aggregate_type, aggregate_id, sequence, event_type, event_version,
+                    payload::text AS payload, metadata::text AS metadata FROM events
+              WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence > $3 AND sequence <= $4
+              ORDER BY sequence LIMIT $5",
         )
         .bind(Show::TYPE)
-        .bind(id)
+        .bind(show)
         .bind(after)
+        .bind(upto)
+        .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        let mut version = after;
-        for (seq, payload) in rows {
-            if seq != version + 1 {
+        let mut out = Vec::with_capacity(rows.len());
+        for (expect, r) in (after + 1..).zip(&rows) {
+            let row = log_row(r)?;
+            if row.sequence != expect {
                 return Err(StoreError::Corrupt(format!(
-                    "{id}: sequence {seq} follows {version}"
+                    "events table has a hole at {show}@{expect}"
                 )));
             }
-            let event: ShowEvent = serde_json::from_str(&payload)
-                .map_err(|e| StoreError::Corrupt(format!("{id}@{seq}: {e}")))?;
-            aggregate.apply(event);
-            version = seq;
+            out.push(row);
         }
-        Ok(version)
+        Ok(out)
     }
 
-    /// Stores a snapshot taken at `version` and drops all but the two newest.
-    pub async fn save_snapshot(&self, show: ShowId, version: i64, payload: &str) -> Result<()> {
+    async fn heads(&self) -> Result<Vec<(String, i64)>> {
+        // A loose index scan: one probe per show, however long its history.
+        Ok(sqlx::query_as(
+            "WITH RECURSIVE s(id) AS (
+               (SELECT aggregate_id FROM events WHERE aggregate_type = $1 ORDER BY aggregate_id LIMIT 1)
+               UNION ALL
+               SELECT (SELECT aggregate_id FROM events WHERE aggregate_type = $1 AND aggregate_id > s.id
+                        ORDER BY aggregate_id LIMIT 1) FROM s WHERE s.id IS NOT NULL)
+             SELECT id, (SELECT max(sequence) FROM events WHERE aggregate_type = $1 AND aggregate_id = s.id)
+               FROM s WHERE id IS NOT NULL",
+        )
+        .bind(Show::TYPE)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn scan(&self, after: &ScanKey, show: Option<&str>, limit: i64) -> Result<Vec<LogRow>> {
+        let rows = sqlx::query(
+            "SELECT aggregate_type, aggregate_id, sequence, event_type, event_version,
+                    payload::text AS payload, metadata::text AS metadata
+               FROM events
+              WHERE (aggregate_type, aggregate_id, sequence) > ($1, $2, $3)
+                AND ($4::text IS NULL OR aggregate_id = $4)
+              ORDER BY aggregate_type, aggregate_id, sequence
+              LIMIT $5",
+        )
+        .bind(&after.0)
+        .bind(&after.1)
+        .bind(after.2)
+        .bind(show)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.iter().map(log_row).collect::<Result<_, _>>()?)
+    }
+
+    async fn save_snapshot(&self, show: ShowId, version: i64, payload: &str) -> Result<()> {
         let id = show.to_string();
         let mut tx = self.pool.begin().await?;
         sqlx::query(
@@ -223,7 +255,7 @@ impl EventStore {
         Ok(())
     }
 
-    pub async fn register_venue(&self, venue: VenueId, event: &VenueEvent) -> Result<()> {
+    async fn register_venue(&self, venue: VenueId, event: &VenueEvent) -> Result<()> {
         let payload =
             serde_json::to_string(event).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         sqlx::query(
@@ -239,7 +271,7 @@ impl EventStore {
         Ok(())
     }
 
-    pub async fn load_venue(&self, venue: VenueId) -> Result<Option<VenueEvent>> {
+    async fn load_venue(&self, venue: VenueId) -> Result<Option<VenueEvent>> {
         let row: Option<(String,)> = sqlx::query_as(
             "SELECT payload::text FROM events WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence = 1",
         )
@@ -251,8 +283,7 @@ impl EventStore {
             .transpose()
     }
 
-    /// Whether PostgreSQL answers: what `/readyz` reports.
-    pub async fn ping(&self) -> Result<()> {
+    async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
     }

@@ -5,10 +5,10 @@ use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use jsonwebtoken::{decode, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use onsale_domain::AccountId;
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
-use super::error::ApiError;
-use super::AppState;
+use crate::problem::ApiError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -101,12 +101,30 @@ pub fn verify(token: &str, key: &DecodingKey) -> Result<Caller, ApiError> {
     })
 }
 
-impl FromRef<AppState> for DecodingKey {
-    fn from_ref(state: &AppState) -> Self {
-        state.decoding_key.clone()
+pub fn decoding_key(secret: &str) -> DecodingKey {
+    DecodingKey::from_secret(secret.as_bytes())
+}
+
+/// How this process checks (and, for development tokens, signs) bearer tokens.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AuthSettings {
+    /// HS256 secret for bearer tokens.
+    #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "onsale-dev-secret", value_parser = secret)]
+    pub jwt_secret: SecretString,
+}
+
+impl AuthSettings {
+    pub fn decoding_key(&self) -> DecodingKey {
+        decoding_key(self.jwt_secret.expose_secret())
+    }
+
+    /// Signs a token for `sub` in `role`, valid for `ttl_secs`.
+    pub fn mint(&self, sub: &str, role: Role, ttl_secs: u64) -> anyhow::Result<String> {
+        mint(self.jwt_secret.expose_secret(), sub, role, ttl_secs)
     }
 }
 
-pub fn decoding_key(secret: &str) -> DecodingKey {
-    DecodingKey::from_secret(secret.as_bytes())
+/// Parses a secret setting (never printed: `Debug` shows it redacted).
+pub fn secret(s: &str) -> Result<SecretString, std::convert::Infallible> {
+    Ok(SecretString::from(s))
 }

@@ -11,9 +11,15 @@ use std::time::{Duration, Instant};
 
 use onsale_domain::{AccountId, ShowId};
 
-use crate::api::error::ApiError;
+/// Why the gate turned a caller away: a domain-level answer, which each surface words itself.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GateRefusal {
+    /// The caller holds no live session of this show's waiting room.
+    #[error("{0}")]
+    AdmissionRequired(String),
+}
 
-pub type GateFuture<'a> = Pin<Box<dyn Future<Output = Result<(), ApiError>> + Send + 'a>>;
+pub type GateFuture<'a> = Pin<Box<dyn Future<Output = Result<(), GateRefusal>> + Send + 'a>>;
 
 /// Checks that `account` holds a live session of `show`'s waiting room (`session` is the
 /// `X-Onsale-Session` header), without a database round trip.

@@ -1,0 +1,255 @@
+//! The owner's group commit, conflict, failure and shutdown paths on the in-memory event log
+//! (its faults switched on): no PostgreSQL, so each path is driven exactly. The same paths run
+//! against PostgreSQL in the integration tests (`tests/tests/store.rs`, `concurrency.rs`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use onsale_command::{Answer, CommandError, OwnerConfig, Shows};
+use onsale_domain::{
+    AccountId, HoldId, Idempotency, IdempotencyKey, RowLayout, SectionLayout, ShowCommand,
+    ShowError, ShowId, ShowInfo, SystemClock, VenueId, VenueLayout,
+};
+use onsale_eventlog::{EventLog, MemoryEventLog};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+struct Process {
+    shows: Shows,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+}
+
+fn config() -> OwnerConfig {
+    OwnerConfig {
+        max_batch: 512,
+        snapshot_every: 10_000,
+        snapshot_min_interval: Duration::from_secs(10),
+        sweep_every: Duration::from_secs(3_600),
+        max_conflict_retries: 5,
+        max_queue: 1_000,
+    }
+}
+
+/// One process's owners on `log`.
+fn process(log: &MemoryEventLog) -> Process {
+    let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
+    let shows = Shows::new(
+        Arc::new(log.clone()),
+        Arc::new(SystemClock),
+        config(),
+        stop.clone(),
+        tasks.clone(),
+    );
+    Process { shows, stop, tasks }
+}
+
+/// A show of 100 seats (S1-R1-1 .. S1-R1-100) on sale now.
+async fn on_sale(shows: &Shows) -> ShowId {
+    let show = ShowId::random();
+    let layout = VenueLayout::parse(vec![SectionLayout {
+        section: "S1".into(),
+        price_tier: "A".into(),
+        rows: vec![RowLayout {
+            row: "R1".into(),
+            seats: 100,
+        }],
+    }])
+    .expect("layout");
+    let now = Utc::now();
+    let info = ShowInfo {
+        show_id: show,
+        venue_id: VenueId::random(),
+        venue_name: "Hall".into(),
+        city: "Oslo".into(),
+        name: "Night".into(),
+        performer: "Band".into(),
+        starts_at: now + chrono::Duration::days(30),
+        on_sale_at: now - chrono::Duration::minutes(1),
+        prices: BTreeMap::from([("A".to_owned(), 5_000)]),
+        waiting_room: false,
+        hold_ttl_seconds: 600,
+    };
+    shows
+        .execute(show, ShowCommand::Schedule { info, layout })
+        .await
+        .expect("scheduled");
+    show
+}
+
+fn hold(show: ShowId, fan: &str, seat: u32, key: Option<&str>) -> ShowCommand {
+    ShowCommand::HoldSeats {
+        hold_id: HoldId::new(show),
+        account: AccountId::parse(fan).expect("account"),
+        seat_ids: vec![format!("S1-R1-{seat}")],
+        idempotency: key.map(|k| Idempotency {
+            key: IdempotencyKey::parse(k).expect("key"),
+            fingerprint: format!("fp-{fan}-{seat}"),
+        }),
+    }
+}
+
+fn held(answer: Result<Answer, CommandError>) -> HoldId {
+    match answer {
+        Ok(Answer::Hold(view)) => view.hold_id,
+        other => panic!("expected a hold, got {other:?}"),
+    }
+}
+
+/// Lets every other task of this (single-threaded) runtime run until it waits.
+async fn settle() {
+    for _ in 0..200 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn commands_taken_while_an_append_is_in_flight_commit_together() {
+    let log = MemoryEventLog::default();
+    let p = process(&log);
+    let show = on_sale(&p.shows).await;
+    let before = log.appends();
+    log.hold_appends().await;
+    let first = {
+        let shows = p.shows.clone();
+        tokio::spawn(async move { shows.execute(show, hold(show, "fan-0", 1, None)).await })
+    };
+    settle().await;
+    let rest: Vec<_> = (1..=20)
+        .map(|n| {
+            let shows = p.shows.clone();
+            tokio::spawn(async move {
+                shows
+                    .execute(show, hold(show, &format!("fan-{n}"), n + 1, None))
+                    .await
+            })
+        })
+        .collect();
+    settle().await;
+    assert!(
+        !first.is_finished(),
+        "nothing is answered before its append commits"
+    );
+    log.release_appends();
+    held(first.await.expect("task"));
+    for r in rest {
+        held(r.await.expect("task"));
+    }
+    assert_eq!(
+        log.appends() - before,
+        2,
+        "the first hold alone, then the twenty decided during its append in one"
+    );
+    let replayed = log.replay(show).await.expect("replay").show;
+    assert_eq!(replayed.holds().count(), 21);
+}
+
+#[tokio::test]
+async fn a_stale_owner_reloads_after_a_conflict_and_decides_again() {
+    let log = MemoryEventLog::default();
+    let (a, b) = (process(&log), process(&log));
+    let show = on_sale(&a.shows).await;
+    held(a.shows.execute(show, hold(show, "ann", 1, None)).await);
+    // Another process appends behind a's back: a's next append is at a stale version.
+    held(b.shows.execute(show, hold(show, "bob", 2, None)).await);
+    held(a.shows.execute(show, hold(show, "cat", 3, None)).await);
+    match a.shows.execute(show, hold(show, "dan", 2, None)).await {
+        Err(CommandError::Domain(ShowError::SeatUnavailable { .. })) => {}
+        other => panic!("a must see bob's hold after its reload, got {other:?}"),
+    }
+    let replayed = log.replay(show).await.expect("replay").show;
+    assert_eq!(
+        replayed.holds().count(),
+        3,
+        "ann, bob and cat; nothing twice"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_append_acknowledges_nothing_and_the_retry_commits_once() {
+    let log = MemoryEventLog::default();
+    let p = process(&log);
+    let show = on_sale(&p.shows).await;
+    log.refuse_appends(1);
+    match p
+        .shows
+        .execute(show, hold(show, "ann", 1, Some("k1")))
+        .await
+    {
+        Err(CommandError::Unavailable) => {}
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    let id = held(
+        p.shows
+            .execute(show, hold(show, "ann", 1, Some("k1")))
+            .await,
+    );
+    let replayed = log.replay(show).await.expect("replay").show;
+    assert_eq!(replayed.holds().count(), 1);
+    assert!(replayed.hold(&id).is_some());
+}
+
+#[tokio::test]
+async fn a_commit_whose_answer_was_lost_is_found_by_its_retry() {
+    let log = MemoryEventLog::default();
+    let p = process(&log);
+    let show = on_sale(&p.shows).await;
+    log.lose_append_answers(1);
+    match p
+        .shows
+        .execute(show, hold(show, "ann", 1, Some("k1")))
+        .await
+    {
+        Err(CommandError::Unavailable) => {}
+        other => panic!("an unanswered commit is never acknowledged, got {other:?}"),
+    }
+    // The hold did commit: the retry with the same key gets it, not a second one.
+    let retried = held(
+        p.shows
+            .execute(show, hold(show, "ann", 1, Some("k1")))
+            .await,
+    );
+    let replayed = log.replay(show).await.expect("replay").show;
+    assert_eq!(replayed.holds().count(), 1);
+    assert!(replayed.hold(&retried).is_some());
+}
+
+#[tokio::test]
+async fn shutdown_answers_what_was_taken_then_refuses_and_the_owners_stop() {
+    let log = MemoryEventLog::default();
+    let p = process(&log);
+    let show = on_sale(&p.shows).await;
+    log.hold_appends().await;
+    let taken: Vec<_> = (1..=10)
+        .map(|n| {
+            let shows = p.shows.clone();
+            tokio::spawn(async move {
+                shows
+                    .execute(show, hold(show, &format!("fan-{n}"), n, None))
+                    .await
+            })
+        })
+        .collect();
+    settle().await;
+    p.stop.cancel();
+    match p.shows.execute(show, hold(show, "late", 50, None)).await {
+        Err(CommandError::Unavailable) => {}
+        other => panic!("a command after shutdown is refused, got {other:?}"),
+    }
+    log.release_appends();
+    for t in taken {
+        held(t.await.expect("task"));
+    }
+    p.tasks.close();
+    tokio::time::timeout(Duration::from_secs(5), p.tasks.wait())
+        .await
+        .expect("every owner and append stops");
+    let replayed = log.replay(show).await.expect("replay").show;
+    assert_eq!(
+        replayed.holds().count(),
+        10,
+        "what was taken, not the late one"
+    );
+}

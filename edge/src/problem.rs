@@ -1,0 +1,203 @@
+//! The one edge type that turns every failure into an answer: RFC 7807 problem+json on HTTP
+//! ([`Problem`] is both the body on the wire and its schema in the OpenAPI document) and a
+//! `tonic::Status` with the same code on gRPC.
+
+use axum::extract::rejection::JsonRejection;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use onsale_domain::ShowError;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use utoipa::ToSchema;
+
+/// RFC 7807 problem details with a machine-readable code; some codes carry more members
+/// (`lostSeatIds`, `limit`, `orderId`, ...), listed with the operation that answers them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Problem {
+    /// `https://onsale.dev/problems/<code in lower case>`
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The HTTP status's reason phrase.
+    pub title: String,
+    pub status: u16,
+    /// e.g. SEAT_UNAVAILABLE, HOLD_EXPIRED, IDEMPOTENCY_KEY_REUSED
+    pub code: String,
+    /// What went wrong, in words.
+    pub detail: String,
+    /// The members particular to the code.
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub extra: Map<String, Value>,
+}
+
+/// A failure on its way to the caller.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub detail: String,
+    pub extra: Map<String, Value>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            detail: detail.into(),
+            extra: Map::new(),
+        }
+    }
+
+    pub fn with(mut self, key: &str, value: Value) -> Self {
+        self.extra.insert(key.to_owned(), value);
+        self
+    }
+
+    pub fn unavailable() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "UNAVAILABLE",
+            "the event store is unreachable; retry shortly",
+        )
+    }
+
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "FORBIDDEN", detail)
+    }
+
+    /// The body this error is answered with.
+    pub fn problem(&self) -> Problem {
+        Problem {
+            kind: format!("https://onsale.dev/problems/{}", self.code.to_lowercase()),
+            title: self.status.canonical_reason().unwrap_or("error").to_owned(),
+            status: self.status.as_u16(),
+            code: self.code.to_owned(),
+            detail: self.detail.clone(),
+            extra: self.extra.clone(),
+        }
+    }
+
+    /// The same failure as a gRPC status: the code leads the message and rides in the
+    /// `onsale-code` metadata.
+    pub fn into_status(self) -> tonic::Status {
+        let code = match self.status {
+            StatusCode::NOT_FOUND => tonic::Code::NotFound,
+            StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => {
+                tonic::Code::InvalidArgument
+            }
+            StatusCode::UNAUTHORIZED => tonic::Code::Unauthenticated,
+            StatusCode::FORBIDDEN => tonic::Code::PermissionDenied,
+            StatusCode::CONFLICT => tonic::Code::FailedPrecondition,
+            StatusCode::TOO_MANY_REQUESTS => tonic::Code::ResourceExhausted,
+            StatusCode::SERVICE_UNAVAILABLE => tonic::Code::Unavailable,
+            _ => tonic::Code::Internal,
+        };
+        let mut s = tonic::Status::new(code, format!("{}: {}", self.code, self.detail));
+        if let Ok(v) = self.code.parse() {
+            s.metadata_mut().insert("onsale-code", v);
+        }
+        s
+    }
+}
+
+impl From<ApiError> for tonic::Status {
+    fn from(e: ApiError) -> Self {
+        e.into_status()
+    }
+}
+
+impl From<ShowError> for ApiError {
+    fn from(e: ShowError) -> Self {
+        let status = match &e {
+            ShowError::ShowNotFound
+            | ShowError::UnknownSeat(_)
+            | ShowError::UnknownSection(_)
+            | ShowError::HoldNotFound
+            | ShowError::OrderNotFound => StatusCode::NOT_FOUND,
+            ShowError::Invalid(_) | ShowError::IdempotencyKeyReused => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            ShowError::HoldLimit { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ShowError::ShowAlreadyExists
+            | ShowError::SeatUnavailable { .. }
+            | ShowError::SaleNotOpen
+            | ShowError::SaleClosed
+            | ShowError::HoldExpired
+            | ShowError::HoldOrdered(_)
+            | ShowError::NotCancellable(_)
+            | ShowError::InvalidTransition { .. } => StatusCode::CONFLICT,
+        };
+        let err = ApiError::new(status, e.code(), e.to_string());
+        match e {
+            ShowError::SeatUnavailable { lost } => err.with("lostSeatIds", json!(lost)),
+            ShowError::UnknownSeat(ids) => err.with("unknownSeatIds", json!(ids)),
+            ShowError::HoldOrdered(order) => err.with("orderId", json!(order.to_string())),
+            ShowError::HoldLimit { limit, already } => err
+                .with("limit", json!(limit))
+                .with("alreadyClaimed", json!(already)),
+            _ => err,
+        }
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        let status = r.status();
+        let code = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => "PAYLOAD_TOO_LARGE",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "UNSUPPORTED_MEDIA_TYPE",
+            StatusCode::UNPROCESSABLE_ENTITY => "INVALID_REQUEST",
+            _ => "MALFORMED_JSON",
+        };
+        Self::new(status, code, r.body_text())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut res = (self.status, axum::Json(self.problem())).into_response();
+        res.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wire_body_is_the_documented_problem_with_its_extra_members() {
+        let e = ApiError::from(ShowError::HoldLimit {
+            limit: 6,
+            already: 4,
+        });
+        let body = serde_json::to_value(e.problem()).expect("serializes");
+        assert_eq!(body["type"], "https://onsale.dev/problems/hold_limit");
+        assert_eq!(body["status"], 429);
+        assert_eq!(body["code"], "HOLD_LIMIT");
+        assert_eq!(body["limit"], 6);
+        assert_eq!(body["alreadyClaimed"], 4);
+        let back: Problem = serde_json::from_value(body).expect("parses back");
+        assert_eq!(back, e.problem());
+    }
+
+    #[test]
+    fn an_outage_is_unavailable_on_grpc_with_its_code() {
+        let s = ApiError::unavailable().into_status();
+        assert_eq!(s.code(), tonic::Code::Unavailable);
+        assert_eq!(
+            s.metadata()
+                .get("onsale-code")
+                .and_then(|v| v.to_str().ok()),
+            Some("UNAVAILABLE")
+        );
+    }
+}

@@ -1,0 +1,172 @@
+//! The event log: the truth every other part of onsale derives from. This crate owns the
+//! `events` and `snapshots` tables (the schema is postgres-es's, migrations/0001) and every
+//! statement on them, behind [`EventLog`]: appends under the version check, loads of snapshot
+//! plus tail, replays, and the range reads the relay and the projections fill gaps from.
+//!
+//! [`PgEventLog`] is the production log; [`MemoryEventLog`] keeps the same contract in memory
+//! so the owner's group commit, conflict and failure paths can be unit-tested without a
+//! database (integration tests always use PostgreSQL). It decides nothing: the domain decides,
+//! the log only keeps what was decided, in order, once.
+
+mod memory;
+mod pg;
+
+use chrono::{DateTime, Utc};
+use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId};
+
+pub use memory::MemoryEventLog;
+pub use pg::{migrate, PgEventLog};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// Another writer appended to this aggregate first: reload and retry.
+    #[error("version conflict")]
+    Conflict,
+    /// The log could not be reached or did not answer: fail closed.
+    #[error("event store unavailable: {0}")]
+    Unavailable(String),
+    /// The log holds something this build cannot read.
+    #[error("corrupt event log: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A show rebuilt from the log, with the sequence of its last event.
+#[derive(Debug)]
+pub struct LoadedShow {
+    pub show: Show,
+    pub version: i64,
+    pub snapshot_version: i64,
+}
+
+/// One event of a show, as stored.
+#[derive(Debug, serde::Serialize)]
+pub struct StoredEvent {
+    pub sequence: i64,
+    pub event_type: String,
+    pub event: ShowEvent,
+}
+
+/// One row of the log as the relay publishes it: any aggregate, payload and metadata as JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogRow {
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    pub sequence: i64,
+    pub event_type: String,
+    pub event_version: String,
+    pub payload: String,
+    pub metadata: String,
+}
+
+/// The position after which [`EventLog::scan`] continues: (aggregate type, id, sequence).
+pub type ScanKey = (String, String, i64);
+
+/// The event log's contract. Appends are all or nothing and fenced by the version: a sequence
+/// another writer already used is [`StoreError::Conflict`], never an overwrite.
+#[async_trait::async_trait]
+pub trait EventLog: Send + Sync + std::fmt::Debug {
+    /// Appends `events` as sequences `after + 1 ..` of `show`. `at`, the time the events were
+    /// decided, goes into each row's metadata for auditors.
+    async fn append(
+        &self,
+        show: ShowId,
+        after: i64,
+        at: DateTime<Utc>,
+        events: &[ShowEvent],
+    ) -> Result<()>;
+
+    /// The latest snapshot, then every event after it.
+    async fn load(&self, show: ShowId) -> Result<LoadedShow>;
+
+    /// Every event from zero, ignoring snapshots: the reference a snapshot is checked against.
+    async fn replay(&self, show: ShowId) -> Result<LoadedShow>;
+
+    /// A show's events in order, as stored: what analysts and auditors replay.
+    async fn events(&self, show: ShowId) -> Result<Vec<StoredEvent>>;
+
+    /// Events `after + 1 ..= upto` of a show with their metadata (at most `limit`), in order;
+    /// a hole in the sequence is [`StoreError::Corrupt`].
+    async fn read_range(
+        &self,
+        show: &str,
+        after: i64,
+        upto: i64,
+        limit: i64,
+    ) -> Result<Vec<LogRow>>;
+
+    /// Every show and the sequence of its last event.
+    async fn heads(&self) -> Result<Vec<(String, i64)>>;
+
+    /// Rows of every aggregate (or of one show) after `after`, in key order, at most `limit`:
+    /// the relay's backfill.
+    async fn scan(&self, after: &ScanKey, show: Option<&str>, limit: i64) -> Result<Vec<LogRow>>;
+
+    /// Stores a snapshot taken at `version` and drops all but the two newest.
+    async fn save_snapshot(&self, show: ShowId, version: i64, payload: &str) -> Result<()>;
+
+    /// Records a venue (one event, sequence 1).
+    async fn register_venue(&self, venue: VenueId, event: &VenueEvent) -> Result<()>;
+
+    async fn load_venue(&self, venue: VenueId) -> Result<Option<VenueEvent>>;
+
+    /// Whether the log answers: what `/readyz` reports.
+    async fn ping(&self) -> Result<()>;
+}
+
+/// Applies `rows` (sequences `after + 1 ..`) to `show`; returns the last sequence.
+fn apply_rows(
+    show: &mut Show,
+    id: &str,
+    after: i64,
+    rows: impl IntoIterator<Item = (i64, String)>,
+) -> Result<i64> {
+    use cqrs_es::Aggregate;
+    let mut version = after;
+    for (seq, payload) in rows {
+        if seq != version + 1 {
+            return Err(StoreError::Corrupt(format!(
+                "{id}: sequence {seq} follows {version}"
+            )));
+        }
+        let event: ShowEvent = serde_json::from_str(&payload)
+            .map_err(|e| StoreError::Corrupt(format!("{id}@{seq}: {e}")))?;
+        show.apply(event);
+        version = seq;
+    }
+    Ok(version)
+}
+
+/// The PostgreSQL database of the event store and the read models, as every process reaches it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DatabaseSettings {
+    /// PostgreSQL holding the event store and the read models.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://onsale@127.0.0.1:54329/onsale"
+    )]
+    pub database_url: String,
+    /// Connections in each of the process's pools (appends; reads; payments).
+    #[arg(long, env = "ONSALE_DB_POOL", default_value_t = 16)]
+    pub pool_size: u32,
+}
+
+impl DatabaseSettings {
+    /// A pool of `size` connections, connected lazily; a connection that cannot be had within
+    /// 2 s fails the statement (503), it does not queue forever. `ping_before_use` checks each
+    /// connection before it is handed out; the appends' pool skips it (a dead connection fails
+    /// the statement and the owner answers 503; a ping before every append would cost a round
+    /// trip on the hot path).
+    pub fn pool(&self, size: u32, ping_before_use: bool) -> anyhow::Result<sqlx::PgPool> {
+        use anyhow::Context;
+        let options: sqlx::postgres::PgConnectOptions =
+            self.database_url.parse().context("parse DATABASE_URL")?;
+        Ok(sqlx::postgres::PgPoolOptions::new()
+            .max_connections(size)
+            .acquire_timeout(std::time::Duration::from_secs(2))
+            .test_before_acquire(ping_before_use)
+            .connect_lazy_with(options))
+    }
+}

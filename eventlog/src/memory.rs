@@ -1,0 +1,293 @@
+//! The event log in memory, with the same contract as PostgreSQL's (all-or-none appends fenced
+//! by the version, snapshots plus tail), and switchable faults: an append refused, an append
+//! that commits but whose answer is lost, appends held until released. For unit tests of the
+//! code above the log; integration tests use [`crate::PgEventLog`].
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use chrono::{DateTime, Utc};
+use cqrs_es::{Aggregate, DomainEvent};
+use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId, VENUE_TYPE};
+
+use crate::{apply_rows, EventLog, LoadedShow, LogRow, Result, ScanKey, StoreError, StoredEvent};
+
+/// What the next appends do besides (or instead of) committing.
+#[derive(Debug, Default)]
+struct Faults {
+    /// Refused without committing.
+    refuse: u32,
+    /// Committed, then answered `Unavailable` (the answer was lost on the way back).
+    lose_answer: u32,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    rows: BTreeMap<(String, String), Vec<LogRow>>,
+    snapshots: BTreeMap<String, Vec<(i64, String)>>,
+    faults: Faults,
+    appends: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct MemoryEventLog {
+    state: Arc<Mutex<State>>,
+    /// Appends wait for a permit; `hold_appends` takes them all away.
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+const OPEN: usize = 1 << 20;
+
+impl Default for MemoryEventLog {
+    fn default() -> Self {
+        Self {
+            state: Arc::default(),
+            gate: Arc::new(tokio::sync::Semaphore::new(OPEN)),
+        }
+    }
+}
+
+impl MemoryEventLog {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next `n` appends are refused (nothing commits).
+    pub fn refuse_appends(&self, n: u32) {
+        self.lock().faults.refuse = n;
+    }
+
+    /// The next `n` appends commit, but their callers hear `Unavailable`.
+    pub fn lose_append_answers(&self, n: u32) {
+        self.lock().faults.lose_answer = n;
+    }
+
+    /// Appends wait until [`Self::release_appends`]; returns once no append can start.
+    pub async fn hold_appends(&self) {
+        if let Ok(p) = self.gate.acquire_many(OPEN as u32).await {
+            p.forget();
+        }
+    }
+
+    pub fn release_appends(&self) {
+        self.gate.add_permits(OPEN);
+    }
+
+    /// How many appends committed.
+    pub fn appends(&self) -> u64 {
+        self.lock().appends
+    }
+
+    fn tail(&self, id: &str, after: i64) -> Vec<(i64, String)> {
+        self.lock()
+            .rows
+            .get(&(Show::TYPE.to_owned(), id.to_owned()))
+            .map(|rows| {
+                rows.iter()
+                    .filter(|r| r.sequence > after)
+                    .map(|r| (r.sequence, r.payload.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn insert(&self, key: (String, String), after: i64, new: Vec<LogRow>) -> Result<()> {
+        let mut state = self.lock();
+        let rows = state.rows.entry(key).or_default();
+        if rows.len() as i64 != after {
+            return Err(StoreError::Conflict);
+        }
+        rows.extend(new);
+        state.appends += 1;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl EventLog for MemoryEventLog {
+    async fn append(
+        &self,
+        show: ShowId,
+        after: i64,
+        at: DateTime<Utc>,
+        events: &[ShowEvent],
+    ) -> Result<()> {
+        let _permit = self
+            .gate
+            .acquire()
+            .await
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        let lose_answer = {
+            let mut state = self.lock();
+            if state.faults.refuse > 0 {
+                state.faults.refuse -= 1;
+                return Err(StoreError::Unavailable("refused (injected)".into()));
+            }
+            let lose = state.faults.lose_answer > 0;
+            state.faults.lose_answer = state.faults.lose_answer.saturating_sub(1);
+            lose
+        };
+        let metadata = serde_json::json!({ "at": at }).to_string();
+        let rows = events
+            .iter()
+            .zip(after + 1..)
+            .map(|(e, sequence)| {
+                Ok(LogRow {
+                    aggregate_type: Show::TYPE.to_owned(),
+                    aggregate_id: show.to_string(),
+                    sequence,
+                    event_type: e.event_type(),
+                    event_version: "1".into(),
+                    payload: serde_json::to_string(e)
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                    metadata: metadata.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.insert((Show::TYPE.to_owned(), show.to_string()), after, rows)?;
+        if lose_answer {
+            return Err(StoreError::Unavailable(
+                "the commit's answer was lost (injected)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn load(&self, show: ShowId) -> Result<LoadedShow> {
+        let id = show.to_string();
+        let snapshot = self
+            .lock()
+            .snapshots
+            .get(&id)
+            .and_then(|s| s.last().cloned());
+        let (mut aggregate, from) = match snapshot {
+            Some((seq, payload)) => (
+                serde_json::from_str::<Show>(&payload)
+                    .map_err(|e| StoreError::Corrupt(format!("snapshot {id}@{seq}: {e}")))?,
+                seq,
+            ),
+            None => (Show::default(), 0),
+        };
+        let version = apply_rows(&mut aggregate, &id, from, self.tail(&id, from))?;
+        Ok(LoadedShow {
+            show: aggregate,
+            version,
+            snapshot_version: from,
+        })
+    }
+
+    async fn replay(&self, show: ShowId) -> Result<LoadedShow> {
+        let id = show.to_string();
+        let mut aggregate = Show::default();
+        let version = apply_rows(&mut aggregate, &id, 0, self.tail(&id, 0))?;
+        Ok(LoadedShow {
+            show: aggregate,
+            version,
+            snapshot_version: 0,
+        })
+    }
+
+    async fn events(&self, show: ShowId) -> Result<Vec<StoredEvent>> {
+        let id = show.to_string();
+        self.read_range(&id, 0, i64::MAX, i64::MAX)
+            .await?
+            .into_iter()
+            .map(|r| {
+                Ok(StoredEvent {
+                    sequence: r.sequence,
+                    event: serde_json::from_str(&r.payload)
+                        .map_err(|e| StoreError::Corrupt(format!("{id}@{}: {e}", r.sequence)))?,
+                    event_type: r.event_type,
+                })
+            })
+            .collect()
+    }
+
+    async fn read_range(
+        &self,
+        show: &str,
+        after: i64,
+        upto: i64,
+        limit: i64,
+    ) -> Result<Vec<LogRow>> {
+        Ok(self
+            .lock()
+            .rows
+            .get(&(Show::TYPE.to_owned(), show.to_owned()))
+            .map(|rows| {
+                rows.iter()
+                    .filter(|r| r.sequence > after && r.sequence <= upto)
+                    .take(usize::try_from(limit).unwrap_or(usize::MAX))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn heads(&self) -> Result<Vec<(String, i64)>> {
+        Ok(self
+            .lock()
+            .rows
+            .iter()
+            .filter(|((t, _), _)| t == Show::TYPE)
+            .map(|((_, id), rows)| (id.clone(), rows.len() as i64))
+            .collect())
+    }
+
+    async fn scan(&self, after: &ScanKey, show: Option<&str>, limit: i64) -> Result<Vec<LogRow>> {
+        Ok(self
+            .lock()
+            .rows
+            .values()
+            .flatten()
+            .filter(|r| {
+                (r.aggregate_type.clone(), r.aggregate_id.clone(), r.sequence) > *after
+                    && show.is_none_or(|s| s == r.aggregate_id)
+            })
+            .take(usize::try_from(limit).unwrap_or(usize::MAX))
+            .cloned()
+            .collect())
+    }
+
+    async fn save_snapshot(&self, show: ShowId, version: i64, payload: &str) -> Result<()> {
+        let mut state = self.lock();
+        let snaps = state.snapshots.entry(show.to_string()).or_default();
+        if snaps.iter().all(|(v, _)| *v != version) {
+            snaps.push((version, payload.to_owned()));
+            snaps.sort_by_key(|(v, _)| *v);
+        }
+        let keep = snaps.len().saturating_sub(2);
+        snaps.drain(..keep);
+        Ok(())
+    }
+
+    async fn register_venue(&self, venue: VenueId, event: &VenueEvent) -> Result<()> {
+        let row = LogRow {
+            aggregate_type: VENUE_TYPE.to_owned(),
+            aggregate_id: venue.to_string(),
+            sequence: 1,
+            event_type: event.event_type().to_owned(),
+            event_version: "1".into(),
+            payload: serde_json::to_string(event)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            metadata: "{}".into(),
+        };
+        self.insert((VENUE_TYPE.to_owned(), venue.to_string()), 0, vec![row])
+    }
+
+    async fn load_venue(&self, venue: VenueId) -> Result<Option<VenueEvent>> {
+        let state = self.lock();
+        state
+            .rows
+            .get(&(VENUE_TYPE.to_owned(), venue.to_string()))
+            .and_then(|rows| rows.first())
+            .map(|r| {
+                serde_json::from_str(&r.payload).map_err(|e| StoreError::Corrupt(e.to_string()))
+            })
+            .transpose()
+    }
+
+    async fn ping(&self) -> Result<()> {
+        Ok(())
+    }
+}

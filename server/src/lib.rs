@@ -1,0 +1,418 @@
+//! The composition root: [`Server::build`] makes every part of an onsale process from one
+//! [`Settings`], and one cancellation token stops them all. `main` and the integration tests
+//! build processes through it, so the tests run the production wiring.
+//!
+//! A process runs some of the [`Part`]s: `onsale serve` the API (REST, SSE, gRPC, with the
+//! owners, the query side, payment routes and the waiting room's routes and gate), the payment
+//! worker, the scheduled jobs and the admitter; `onsale relay` the relay; `onsale project` the
+//! projections and the payment consumers. Shutdown (SIGTERM, Ctrl-C, [`Server::shutdown`]):
+//! the listeners stop accepting, SSE and gRPC streams end with a retry hint, owners commit and
+//! answer what they took, the worker finishes its calls in flight, loops stop; all within
+//! `--shutdown-timeout-secs`.
+//!
+//! This crate decides nothing itself; it only connects the crates that do.
+
+mod settings;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use onsale_command::api::AppState;
+use onsale_command::Shows;
+use onsale_domain::{Clock, ShowError, ShowId, SystemClock};
+use onsale_edge::admission::BookingHealth;
+use onsale_eventlog::{EventLog, PgEventLog};
+use onsale_kafka::Relay;
+use onsale_payments::PaymentsState;
+use onsale_query::QueryState;
+use onsale_waiting_room::{FactsFuture, ShowFacts, ShowSchedule, WaitingRoom};
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use settings::Settings;
+
+/// What a process can run. The owners of shows exist in every process that needs them (the
+/// API and the payment worker record outcomes through them); each part's background tasks can
+/// be stopped, killed and started again on their own (tests do, to play crashes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Part {
+    /// REST + SSE on `listen`, gRPC + gRPC-web on `grpc_listen`: commands, queries, payment
+    /// and ticket routes, the waiting room's routes and session gate.
+    Api,
+    /// The payment worker: charges, status checks, voids and refunds.
+    Worker,
+    /// Settlement reconciliation and the invariant monitor, on their schedules.
+    Jobs,
+    /// One admitter replica of the waiting room (and its stall watchdog).
+    Admitter,
+    /// The CDC relay: the events table into Kafka.
+    Relay,
+    /// The seat map, orders and seat history projections.
+    Projections,
+    /// The payment intake and the ticket issuer (log consumers).
+    PaymentConsumers,
+}
+
+impl Part {
+    /// `onsale serve`.
+    pub const SERVE: [Part; 4] = [Part::Api, Part::Worker, Part::Jobs, Part::Admitter];
+    /// `onsale project`.
+    pub const PROJECT: [Part; 2] = [Part::Projections, Part::PaymentConsumers];
+}
+
+/// A running onsale process (or the parts of one a test asked for).
+#[derive(Debug)]
+pub struct Server {
+    settings: Settings,
+    /// Owners of shows, appending to the event log.
+    pub shows: Shows,
+    /// The pool of reads and of background work (query side, payments, relay, projections).
+    pub pool: PgPool,
+    /// The query side, with the API.
+    pub query: Option<QueryState>,
+    /// The waiting room, with the API when Redis is configured.
+    pub room: Option<WaitingRoom>,
+    /// The hold path's health, which the admitter reads.
+    pub health: Arc<BookingHealth>,
+    http: Option<SocketAddr>,
+    grpc: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
+    shutdown: CancellationToken,
+    /// The listeners and the owners (and their appends): waited for at shutdown.
+    tracker: TaskTracker,
+    parts: Mutex<HashMap<Part, Vec<JoinHandle<()>>>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Nothing outlives its server: loops stop, owners drain, listeners close.
+        self.shutdown.cancel();
+        for (_, handles) in self.lock().drain() {
+            for h in handles {
+                h.abort();
+            }
+        }
+    }
+}
+
+/// The waiting room learns a show's schedule from the show's owner.
+#[derive(Debug)]
+struct OwnedSchedule(Shows);
+
+impl ShowSchedule for OwnedSchedule {
+    fn facts(&self, show: ShowId) -> FactsFuture<'_> {
+        Box::pin(async move {
+            let facts = self
+                .0
+                .query(show, |s| {
+                    let info = s.info().ok_or(ShowError::ShowNotFound)?;
+                    Ok(ShowFacts {
+                        waiting_room: info.waiting_room,
+                        on_sale_at: info.on_sale_at,
+                        starts_at: info.starts_at,
+                    })
+                })
+                .await?;
+            Ok(facts)
+        })
+    }
+}
+
+async fn bind(addr: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("bind {addr}"))
+}
+
+impl Server {
+    /// Builds and starts `parts` of a process from `settings`, with the system clock.
+    pub async fn build(settings: Settings, parts: &[Part]) -> anyhow::Result<Self> {
+        Self::build_with_clock(settings, parts, Arc::new(SystemClock)).await
+    }
+
+    /// As [`Server::build`], with the domain's "now" from `clock` (tests hold it still).
+    pub async fn build_with_clock(
+        settings: Settings,
+        parts: &[Part],
+        clock: Arc<dyn Clock>,
+    ) -> anyhow::Result<Self> {
+        let db = &settings.database;
+        // Appends get a pool of their own: a burst of seat-map misses, SSE resumes or payment
+        // rounds must not take the connections the owners' appends are waiting for.
+        let append_pool = db.pool(db.pool_size, false)?;
+        let pool = db.pool(db.pool_size, true)?;
+        onsale_eventlog::migrate(&append_pool).await?;
+        let shutdown = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let log: Arc<dyn EventLog> = Arc::new(PgEventLog::new(append_pool));
+        let shows = Shows::new(
+            log,
+            clock,
+            settings.owners.clone(),
+            shutdown.clone(),
+            tracker.clone(),
+        );
+        let mut server = Self {
+            settings,
+            shows,
+            pool,
+            query: None,
+            room: None,
+            health: Arc::new(BookingHealth::default()),
+            http: None,
+            grpc: None,
+            metrics: None,
+            shutdown,
+            tracker,
+            parts: Mutex::default(),
+        };
+        if parts.contains(&Part::Api) {
+            server.serve_api().await?;
+        } else if let Some(listen) = server.settings.metrics_listen.clone() {
+            server.serve_metrics(&listen).await?;
+        }
+        for part in parts {
+            server.start(*part).await?;
+        }
+        Ok(server)
+    }
+
+    /// Where REST and SSE are served, with the API.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http
+    }
+
+    /// Where gRPC and gRPC-web are served, with the API.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc
+    }
+
+    /// Where `/metrics` is served by a process without the API.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Cancelled when the process shuts down.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Part, Vec<JoinHandle<()>>>> {
+        self.parts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The API: the command side's routes with the query side's, the payments' and the
+    /// waiting room's on one base URL; gRPC on its own port.
+    async fn serve_api(&mut self) -> anyhow::Result<()> {
+        use utoipa::OpenApi;
+        let s = &self.settings;
+        let decoding_key = s.auth.decoding_key();
+        let query = QueryState::start(
+            self.pool.clone(),
+            &s.query,
+            &s.relay.slot,
+            decoding_key.clone(),
+            &self.shutdown,
+            &self.tracker,
+        );
+        let room = WaitingRoom::connect(
+            s.waiting_room.clone(),
+            self.pool.clone(),
+            Arc::new(OwnedSchedule(self.shows.clone())),
+            self.shutdown.clone(),
+        )
+        .await?;
+        let mut doc = onsale_command::api::ApiDoc::openapi();
+        doc.merge(onsale_query::rest::QueryDoc::openapi());
+        doc.merge(onsale_payments::PaymentsDoc::openapi());
+        if room.is_some() {
+            doc.merge(onsale_waiting_room::api::WaitingRoomDoc::openapi());
+        }
+        let health = query.health.clone();
+        let state = AppState {
+            shows: self.shows.clone(),
+            decoding_key: decoding_key.clone(),
+            metrics: onsale_edge::telemetry::metrics(),
+            ready: Some(Arc::new(move || health.ready())),
+            gate: room
+                .clone()
+                .map(|r| Arc::new(r) as Arc<dyn onsale_edge::admission::SessionGate>),
+            health: self.health.clone(),
+            openapi: Arc::new(doc),
+        };
+        let mut router = onsale_command::api::router(state)
+            .merge(onsale_query::rest::router(query.clone()))
+            .merge(onsale_payments::router(PaymentsState {
+                shows: self.shows.clone(),
+                pool: self.pool.clone(),
+                decoding_key: decoding_key.clone(),
+                webhook_secret: s.payments.webhook_secret.clone(),
+            }));
+        if let Some(room) = &room {
+            router = router.merge(onsale_waiting_room::api::router(
+                room.clone(),
+                decoding_key.clone(),
+            ));
+        }
+        let router = router.layer(tower_http::trace::TraceLayer::new_for_http());
+        let http = bind(&s.listen).await?;
+        let grpc = bind(&s.grpc_listen).await?;
+        self.http = Some(http.local_addr()?);
+        self.grpc = Some(grpc.local_addr()?);
+        self.serve("HTTP", http, router);
+        self.serve("gRPC", grpc, onsale_query::grpc::router(query.clone()));
+        tracing::info!(http = ?self.http, grpc = ?self.grpc, "onsale serving");
+        self.query = Some(query);
+        self.room = room;
+        Ok(())
+    }
+
+    /// `/metrics` and `/healthz` of a process without the API.
+    async fn serve_metrics(&mut self, listen: &str) -> anyhow::Result<()> {
+        let handle = onsale_edge::telemetry::metrics();
+        let router = axum::Router::new()
+            .route("/healthz", axum::routing::get(|| async { "ok" }))
+            .route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let h = handle.clone();
+                    async move { h.map(|h| h.render()).unwrap_or_default() }
+                }),
+            );
+        let listener = bind(listen).await?;
+        self.metrics = Some(listener.local_addr()?);
+        self.serve("metrics", listener, router);
+        Ok(())
+    }
+
+    /// Serves `router` until shutdown: then it stops accepting and lets the requests in
+    /// flight finish (streams end by themselves on the same token).
+    fn serve(&self, what: &'static str, listener: TcpListener, router: axum::Router) {
+        use axum::serve::ListenerExt;
+        // Small answers must leave at once, not wait on Nagle and the peer's delayed ACK.
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::warn!(error = %e, "TCP_NODELAY not set");
+            }
+        });
+        let stop = self.shutdown.clone();
+        self.tracker.spawn(async move {
+            if let Err(e) = axum::serve(listener, router)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+            {
+                tracing::error!(error = %e, "{what} server stopped");
+            }
+        });
+    }
+
+    /// Starts (another instance of) a part's background tasks.
+    pub async fn start(&self, part: Part) -> anyhow::Result<()> {
+        let s = &self.settings;
+        let stop = &self.shutdown;
+        let handles = match part {
+            Part::Api => Vec::new(),
+            Part::Worker => vec![onsale_payments::spawn_worker(
+                self.pool.clone(),
+                self.shows.clone(),
+                s.payments.clone(),
+                stop,
+            )?],
+            Part::Jobs => vec![onsale_payments::spawn_jobs(
+                self.pool.clone(),
+                self.shows.clone(),
+                s.payments.clone(),
+                stop,
+            )?],
+            Part::Admitter => match &self.room {
+                Some(room) => room.spawn_admitter(self.health.clone()),
+                None => Vec::new(),
+            },
+            Part::Relay => {
+                let relay =
+                    Relay::start(self.pool.clone(), s.kafka.clone(), s.relay.clone()).await?;
+                let stop = stop.clone();
+                vec![tokio::spawn(async move {
+                    relay.run(stop.cancelled_owned()).await;
+                })]
+            }
+            Part::Projections => onsale_projections::spawn_all(
+                self.pool.clone(),
+                s.kafka.clone(),
+                s.runner.clone(),
+                stop,
+            ),
+            Part::PaymentConsumers => onsale_payments::spawn_consumers(
+                self.pool.clone(),
+                s.kafka.clone(),
+                s.runner.clone(),
+                stop,
+            ),
+        };
+        self.lock().entry(part).or_default().extend(handles);
+        Ok(())
+    }
+
+    /// Kills a part's tasks where they stand (no shutdown path runs): a crash, for tests.
+    pub fn kill(&self, part: Part) {
+        for h in self.lock().remove(&part).unwrap_or_default() {
+            h.abort();
+        }
+    }
+
+    /// Stops everything: listeners stop accepting, streams end with a retry hint, owners
+    /// commit and answer what they took, the worker finishes its calls, loops stop. Past the
+    /// bound what is left is aborted and the answer is an error.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        let bound = Duration::from_secs(self.settings.shutdown_timeout_secs);
+        self.shutdown.cancel();
+        let handles: Vec<JoinHandle<()>> = self.lock().drain().flat_map(|(_, h)| h).collect();
+        let aborts: Vec<_> = handles.iter().map(JoinHandle::abort_handle).collect();
+        self.tracker.close();
+        let tracker = self.tracker.clone();
+        let all = async move {
+            for h in handles {
+                let _ = h.await;
+            }
+            tracker.wait().await;
+        };
+        match tokio::time::timeout(bound, all).await {
+            Ok(()) => {
+                tracing::info!("onsale stopped");
+                Ok(())
+            }
+            Err(_) => {
+                for a in aborts {
+                    a.abort();
+                }
+                anyhow::bail!("work still in flight after {bound:?}; abandoned")
+            }
+        }
+    }
+
+    /// Runs until SIGTERM or Ctrl-C, then shuts down.
+    pub async fn run_until_signal(self) -> anyhow::Result<()> {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("install the SIGTERM handler")?;
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("Ctrl-C: shutting down"),
+        }
+        self.shutdown().await
+    }
+}
+
+/// The event log of `settings`' database, for the operator's commands.
+pub fn event_log(settings: &onsale_eventlog::DatabaseSettings) -> anyhow::Result<PgEventLog> {
+    Ok(PgEventLog::new(settings.pool(2, true)?))
+}

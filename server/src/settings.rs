@@ -1,0 +1,84 @@
+//! Every setting of an onsale process, declared once (clap, with its environment variable and
+//! default), grouped by the crate that uses it. Secrets are `SecretString`s: they never print.
+
+use clap::Parser;
+use onsale_command::OwnerConfig;
+use onsale_edge::AuthSettings;
+use onsale_eventlog::DatabaseSettings;
+use onsale_kafka::{KafkaConfig, RelayConfig};
+use onsale_payments::PaymentsConfig;
+use onsale_projections::RunnerConfig;
+use onsale_query::QueryConfig;
+use onsale_waiting_room::WaitingRoomConfig;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct Settings {
+    #[command(flatten)]
+    pub database: DatabaseSettings,
+    #[command(flatten)]
+    pub auth: AuthSettings,
+    #[command(flatten)]
+    pub owners: OwnerConfig,
+    #[command(flatten)]
+    pub query: QueryConfig,
+    #[command(flatten)]
+    pub payments: PaymentsConfig,
+    #[command(flatten)]
+    pub waiting_room: WaitingRoomConfig,
+    #[command(flatten)]
+    pub kafka: KafkaConfig,
+    #[command(flatten)]
+    pub relay: RelayConfig,
+    #[command(flatten)]
+    pub runner: RunnerConfig,
+    /// Where REST and SSE are served (port 0: any free port).
+    #[arg(long, env = "ONSALE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// Where gRPC and gRPC-web are served.
+    #[arg(long, env = "ONSALE_GRPC_LISTEN", default_value = "127.0.0.1:50051")]
+    pub grpc_listen: String,
+    /// Where `/metrics` and `/healthz` of a process without the API (relay, projections) are
+    /// served.
+    #[arg(long, env = "ONSALE_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
+    /// On SIGTERM or Ctrl-C, how long in-flight work may take to finish before the process
+    /// gives up on it.
+    #[arg(long, env = "ONSALE_SHUTDOWN_TIMEOUT_SECS", default_value_t = 10)]
+    pub shutdown_timeout_secs: u64,
+}
+
+#[derive(Debug, Parser)]
+struct Only {
+    #[command(flatten)]
+    settings: Settings,
+}
+
+impl Settings {
+    /// Settings from arguments (the first is the program name) and the environment: how tests
+    /// build them, with the same defaults as the `onsale` binary.
+    pub fn try_parse_from<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        Only::try_parse_from(args).map(|o| o.settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn every_setting_is_declared_once_with_a_name_of_its_own() {
+        Only::command().debug_assert();
+        let s = Settings::try_parse_from(["onsale"]).expect("the defaults parse");
+        assert_eq!(s.shutdown_timeout_secs, 10);
+        assert!(
+            !format!("{s:?}").contains("onsale-dev-secret"),
+            "secrets never print"
+        );
+    }
+}

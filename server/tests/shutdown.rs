@@ -1,0 +1,235 @@
+//! SIGTERM during a burst of holds, against the real `onsale serve` binary and PostgreSQL: the
+//! process exits 0 within its bound, every hold it answered 201 is in the log, every other
+//! answer is a 503 with `Retry-After` that committed nothing, and a request that got no answer
+//! at all committed nothing either (no answer is lost silently).
+
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use onsale_domain::{AccountId, HoldId, IdempotencyKey, ShowId};
+use onsale_edge::auth::Role;
+use onsale_eventlog::{EventLog, PgEventLog};
+use onsale_tests::{Api, TestDb, SECRET};
+use serde_json::json;
+
+/// What one hold request got.
+#[derive(Debug)]
+enum Outcome {
+    Answered {
+        status: u16,
+        retry_after: bool,
+        hold: Option<String>,
+    },
+    NoAnswer(String),
+}
+
+#[derive(Debug)]
+struct Attempt {
+    fan: String,
+    key: String,
+    outcome: Outcome,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+async fn wait_for<F: std::future::Future<Output = bool>>(
+    what: &str,
+    within: Duration,
+    mut check: impl FnMut() -> F,
+) {
+    let deadline = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_during_a_burst_of_holds_loses_no_answer_and_exits_zero() {
+    let db = TestDb::new().await.expect("db");
+    let port = free_port();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_onsale"))
+        .arg("serve")
+        .env("DATABASE_URL", &db.url)
+        .env("ONSALE_JWT_SECRET", SECRET)
+        .env("ONSALE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("ONSALE_GRPC_LISTEN", format!("127.0.0.1:{}", free_port()))
+        // No processor and no Redis: the worker and the jobs find nothing to do, and this show
+        // has no waiting room.
+        .env("ONSALE_PROCESSOR_URL", "http://127.0.0.1:9")
+        .env_remove("ONSALE_REDIS_URL")
+        .env("ONSALE_SHUTDOWN_TIMEOUT_SECS", "10")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("onsale starts");
+    let api = Api::new(&format!("http://127.0.0.1:{port}"));
+    wait_for("onsale serves", Duration::from_secs(30), || {
+        let api = api.clone();
+        async move {
+            let res = api.http.get(format!("{}/healthz", api.base)).send().await;
+            res.is_ok_and(|r| r.status() == 200)
+        }
+    })
+    .await;
+    let event = api.on_sale_event(4, 50, 50, None).await;
+
+    let attempts = Arc::new(Mutex::new(Vec::<Attempt>::new()));
+    let granted = Arc::new(AtomicUsize::new(0));
+    let next_seat = Arc::new(AtomicUsize::new(0));
+    let refused_at_door = Arc::new(AtomicBool::new(false));
+    let mut fans = Vec::new();
+    for f in 0..48u32 {
+        let (api, event, attempts, granted, door, next_seat) = (
+            api.clone(),
+            event.clone(),
+            attempts.clone(),
+            granted.clone(),
+            refused_at_door.clone(),
+            next_seat.clone(),
+        );
+        fans.push(tokio::spawn(async move {
+            // One fresh fan per hold (the per-account cap is not what this test is about), and
+            // a seat nobody else asks for: every hold is granted or honestly refused. The
+            // burst runs until the server stops answering.
+            for n in 0u32.. {
+                let i = next_seat.fetch_add(1, Ordering::Relaxed);
+                if i >= 10_000 {
+                    return;
+                }
+                let seat = format!("S{}-R{}-{}", i / 2_500 + 1, i % 2_500 / 50 + 1, i % 50 + 1);
+                let fan = format!("fan-{f}-{n}");
+                let key = format!("key-{f}-{n}");
+                let token =
+                    onsale_edge::auth::mint(SECRET, &fan, Role::Fan, 3600).expect("a token signs");
+                let res = api
+                    .http
+                    .post(format!("{}/v1/events/{event}/holds", api.base))
+                    .bearer_auth(&token)
+                    .header("Idempotency-Key", &key)
+                    .json(&json!({ "seatIds": [seat] }))
+                    .send()
+                    .await;
+                let outcome = match res {
+                    Ok(r) => {
+                        let status = r.status().as_u16();
+                        let retry_after = r.headers().contains_key("retry-after");
+                        let body: serde_json::Value = r.json().await.unwrap_or_default();
+                        if status == 201 {
+                            granted.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Outcome::Answered {
+                            status,
+                            retry_after,
+                            hold: body["holdId"].as_str().map(str::to_owned),
+                        }
+                    }
+                    Err(e) => Outcome::NoAnswer(e.to_string()),
+                };
+                let stop = matches!(outcome, Outcome::NoAnswer(_))
+                    || matches!(outcome, Outcome::Answered { status: 503, .. });
+                attempts
+                    .lock()
+                    .expect("attempts")
+                    .push(Attempt { fan, key, outcome });
+                if stop {
+                    door.store(true, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }));
+    }
+
+    // SIGTERM in the middle of the burst.
+    wait_for("holds flow", Duration::from_secs(30), || {
+        let n = granted.load(Ordering::Relaxed);
+        async move { n >= 300 }
+    })
+    .await;
+    let pid = child.id().expect("a pid");
+    let sent = Instant::now();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(kill.success());
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("onsale exits within its shutdown bound")
+        .expect("exit status");
+    assert!(status.success(), "onsale exits 0 on SIGTERM, got {status}");
+    assert!(
+        sent.elapsed() < Duration::from_secs(11),
+        "{:?}",
+        sent.elapsed()
+    );
+    for f in fans {
+        f.await.expect("fan task");
+    }
+    assert!(
+        refused_at_door.load(Ordering::Relaxed),
+        "the burst was still running when the process stopped"
+    );
+
+    // The log is the witness.
+    let show: ShowId = event.parse().expect("show id");
+    let pool = db.pool().await.expect("pool");
+    let replayed = PgEventLog::new(pool)
+        .replay(show)
+        .await
+        .expect("the log replays")
+        .show;
+    let attempts = attempts.lock().expect("attempts");
+    let count = |f: &dyn Fn(&Outcome) -> bool| attempts.iter().filter(|a| f(&a.outcome)).count();
+    eprintln!(
+        "{} attempts: {} answered 201, {} answered 503, {} without an answer",
+        attempts.len(),
+        count(&|o| matches!(o, Outcome::Answered { status: 201, .. })),
+        count(&|o| matches!(o, Outcome::Answered { status: 503, .. })),
+        count(&|o| matches!(o, Outcome::NoAnswer(_))),
+    );
+    let mut answered_201 = 0;
+    for a in attempts.iter() {
+        let account = AccountId::parse(&a.fan).expect("account");
+        let key = IdempotencyKey::parse(&a.key).expect("key");
+        let in_log = replayed.hold_for_key(&account, &key);
+        match &a.outcome {
+            Outcome::Answered {
+                status: 201,
+                hold: Some(hold),
+                ..
+            } => {
+                answered_201 += 1;
+                let id: HoldId = hold.parse().expect("hold id");
+                assert_eq!(in_log, Some(id), "{a:?}: answered 201 but not in the log");
+            }
+            Outcome::Answered {
+                status: 503,
+                retry_after,
+                ..
+            } => {
+                assert!(retry_after, "{a:?}: a 503 without Retry-After");
+                assert_eq!(in_log, None, "{a:?}: refused, yet committed");
+            }
+            Outcome::Answered { .. } => panic!("{a:?}: an answer that is neither 201 nor 503"),
+            Outcome::NoAnswer(why) => {
+                assert_eq!(in_log, None, "{why}: committed but never answered");
+            }
+        }
+    }
+    assert_eq!(
+        replayed.holds().count(),
+        answered_201,
+        "the log holds exactly the holds that were answered 201"
+    );
+    assert!(answered_201 >= 300);
+}
