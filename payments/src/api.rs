@@ -1,6 +1,8 @@
 //! The routes this crate serves from the main process: the processor's webhooks, the ticket's
 //! barcode, the gate's scan, and order cancellation.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::{FromRef, Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -15,8 +17,9 @@ use onsale_domain::{OrderId, OrderStatus, ShowCommand, ShowError, ShowId};
 use onsale_edge::auth::{Caller, Role};
 use onsale_edge::ApiError;
 use onsale_edge::ApiJson;
-use onsale_processor_sim::signature;
-use onsale_processor_sim::WebhookEvent;
+use onsale_processor_api::signature;
+
+use crate::client::{Processor, WebhookRejection};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use utoipa::{OpenApi, ToSchema};
@@ -29,7 +32,8 @@ pub struct PaymentsState {
     pub shows: Shows,
     pub pool: PgPool,
     pub decoding_key: DecodingKey,
-    pub webhook_secret: secrecy::SecretString,
+    /// Checks webhook signatures.
+    pub processor: Arc<dyn Processor>,
 }
 
 impl std::fmt::Debug for PaymentsState {
@@ -74,24 +78,24 @@ async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: B
         .get(signature::HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    if let Err(e) = signature::verify(
-        secrecy::ExposeSecret::expose_secret(&state.webhook_secret),
-        header,
-        &body,
-        Utc::now().timestamp(),
-        300,
-    ) {
-        metrics::counter!("onsale_webhooks_rejected_total").increment(1);
-        return ApiError::new(StatusCode::BAD_REQUEST, "INVALID_SIGNATURE", e.to_string())
+    let event = match state
+        .processor
+        .verify_webhook(header, &body, Utc::now().timestamp())
+    {
+        Ok(event) => event,
+        Err(WebhookRejection::Signature(e)) => {
+            metrics::counter!("onsale_webhooks_rejected_total").increment(1);
+            return ApiError::new(StatusCode::BAD_REQUEST, "INVALID_SIGNATURE", e.to_string())
+                .into_response();
+        }
+        Err(WebhookRejection::Body(_)) => {
+            return ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "INVALID_REQUEST",
+                "not a webhook event",
+            )
             .into_response();
-    }
-    let Ok(event) = serde_json::from_slice::<WebhookEvent>(&body) else {
-        return ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "not a webhook event",
-        )
-        .into_response();
+        }
     };
     let seen: Result<bool, sqlx::Error> = sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE delivery_id = $1)",

@@ -1,11 +1,58 @@
-//! The processor's HTTP API as the worker sees it. Every answer is sorted into what it means
-//! for the order: a definitive success or failure, or "unknown" (a timeout, an outage, a
-//! pending charge), which is never guessed at.
+//! The card processor as the payment path sees it: the [`Processor`] trait (charge, status,
+//! void, refund, the settlement file, webhook verification) and [`ProcessorClient`], which
+//! speaks a processor's HTTP API (the local simulator's in the stack and the tests). Every
+//! answer is sorted into what it means for the order: a definitive success or failure, or
+//! "unknown" (a timeout, an outage, a pending charge), which is never guessed at.
 
 use std::time::Duration;
 
-use onsale_processor_sim::{Charge, ChargeRequest, ChargeStatus, Refund, SettlementLine};
+use onsale_processor_api::signature::{self, SignatureError};
+use onsale_processor_api::{
+    Charge, ChargeRequest, ChargeStatus, Refund, SettlementLine, WebhookEvent,
+};
 use reqwest::StatusCode;
+use secrecy::{ExposeSecret, SecretString};
+
+/// How old a webhook delivery may be (seconds) before it is refused as a replay.
+pub const WEBHOOK_TOLERANCE_SECS: i64 = 300;
+
+/// Why a webhook delivery was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookRejection {
+    #[error(transparent)]
+    Signature(#[from] SignatureError),
+    #[error("not a webhook event: {0}")]
+    Body(#[from] serde_json::Error),
+}
+
+/// A card processor. Every call is keyed so a retry finds the original; a call that cannot say
+/// what happened answers [`Verdict::Unknown`], never a guess.
+#[async_trait::async_trait]
+pub trait Processor: Send + Sync + std::fmt::Debug {
+    /// Charges under the order's key: a retry finds the original charge, never a second one.
+    async fn charge(&self, key: &str, request: &ChargeRequest) -> Verdict;
+    /// What became of the charge under `key`.
+    async fn status(&self, key: &str) -> Verdict;
+    /// Voids a charge that has not captured. A captured one answers `Captured`.
+    async fn void(&self, key: &str) -> Verdict;
+    /// Refunds under `key` (idempotent at the processor).
+    async fn refund(
+        &self,
+        key: &str,
+        charge_key: &str,
+        amount_cents: i64,
+    ) -> anyhow::Result<Refund>;
+    /// The settlement file of `day`.
+    async fn settlement(&self, day: chrono::NaiveDate) -> anyhow::Result<Vec<SettlementLine>>;
+    /// The event a webhook delivery carries, if its signature holds and it is recent (`now` in
+    /// Unix seconds).
+    fn verify_webhook(
+        &self,
+        signature: &str,
+        body: &[u8],
+        now: i64,
+    ) -> Result<WebhookEvent, WebhookRejection>;
+}
 
 /// What a processor call says about a charge.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,18 +73,26 @@ pub enum Verdict {
     NoCharge,
 }
 
+/// A processor's HTTP API.
 #[derive(Debug, Clone)]
 pub struct ProcessorClient {
     http: reqwest::Client,
     base: String,
+    webhook_secret: SecretString,
 }
 
 impl ProcessorClient {
-    /// `timeout` bounds every call: past it the answer is `Unknown`.
-    pub fn new(base: &str, timeout: Duration) -> anyhow::Result<Self> {
+    /// `timeout` bounds every call: past it the answer is `Unknown`. `webhook_secret` is what
+    /// the processor signs its webhooks with.
+    pub fn new(
+        base: &str,
+        timeout: Duration,
+        webhook_secret: SecretString,
+    ) -> anyhow::Result<Self> {
         Ok(Self {
             http: reqwest::Client::builder().timeout(timeout).build()?,
             base: base.trim_end_matches('/').to_owned(),
+            webhook_secret,
         })
     }
 
@@ -82,9 +137,12 @@ impl ProcessorClient {
             },
         }
     }
+}
 
+#[async_trait::async_trait]
+impl Processor for ProcessorClient {
     /// Charges under the order's key: a retry finds the original charge, never a second one.
-    pub async fn charge(&self, key: &str, request: &ChargeRequest) -> Verdict {
+    async fn charge(&self, key: &str, request: &ChargeRequest) -> Verdict {
         let r = self
             .http
             .post(format!("{}/v1/charges", self.base))
@@ -95,7 +153,7 @@ impl ProcessorClient {
         self.charge_answer(r).await
     }
 
-    pub async fn status(&self, key: &str) -> Verdict {
+    async fn status(&self, key: &str) -> Verdict {
         let r = self
             .http
             .get(format!("{}/v1/charges/{key}", self.base))
@@ -105,7 +163,7 @@ impl ProcessorClient {
     }
 
     /// Voids a charge that has not captured. A captured one answers `Captured`.
-    pub async fn void(&self, key: &str) -> Verdict {
+    async fn void(&self, key: &str) -> Verdict {
         let r = self
             .http
             .post(format!("{}/v1/charges/{key}/void", self.base))
@@ -121,7 +179,7 @@ impl ProcessorClient {
     }
 
     /// Refunds under `key` (idempotent at the processor).
-    pub async fn refund(
+    async fn refund(
         &self,
         key: &str,
         charge_key: &str,
@@ -145,7 +203,7 @@ impl ProcessorClient {
     }
 
     /// The settlement file of `day`.
-    pub async fn settlement(&self, day: chrono::NaiveDate) -> anyhow::Result<Vec<SettlementLine>> {
+    async fn settlement(&self, day: chrono::NaiveDate) -> anyhow::Result<Vec<SettlementLine>> {
         let r = self
             .http
             .get(format!("{}/v1/settlements/{day}", self.base))
@@ -156,6 +214,22 @@ impl ProcessorClient {
             anyhow::bail!("settlement file refused ({status})");
         }
         parse_settlement(&r.text().await?)
+    }
+
+    fn verify_webhook(
+        &self,
+        signature: &str,
+        body: &[u8],
+        now: i64,
+    ) -> Result<WebhookEvent, WebhookRejection> {
+        signature::verify(
+            self.webhook_secret.expose_secret(),
+            signature,
+            body,
+            now,
+            WEBHOOK_TOLERANCE_SECS,
+        )?;
+        Ok(serde_json::from_slice(body)?)
     }
 }
 

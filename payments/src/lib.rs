@@ -16,6 +16,7 @@ pub mod reconcile;
 pub mod tickets;
 pub mod worker;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use onsale_command::Shows;
@@ -27,7 +28,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use api::{router, PaymentsDoc, PaymentsState};
-pub use client::ProcessorClient;
+pub use client::{Processor, ProcessorClient};
 pub use intake::PaymentIntake;
 pub use tickets::TicketIssuer;
 pub use worker::Worker;
@@ -102,6 +103,22 @@ pub struct PaymentsConfig {
     pub monitor_every_secs: u64,
 }
 
+impl PaymentsConfig {
+    /// The processor at `processor_url` over HTTP, every call bounded by `timeout`.
+    pub fn processor(&self, timeout: Duration) -> anyhow::Result<Arc<dyn Processor>> {
+        Ok(Arc::new(ProcessorClient::new(
+            &self.processor_url,
+            timeout,
+            self.webhook_secret.clone(),
+        )?))
+    }
+
+    /// The processor as the worker calls it: past `charge_timeout_ms` an answer is unknown.
+    pub fn worker_processor(&self) -> anyhow::Result<Arc<dyn Processor>> {
+        self.processor(Duration::from_millis(self.charge_timeout_ms))
+    }
+}
+
 /// The log consumers that feed payments and tickets, until `shutdown` is cancelled; abort a
 /// handle to kill one where it stands.
 pub fn spawn_consumers(
@@ -133,10 +150,11 @@ pub fn spawn_worker(
     pool: PgPool,
     shows: Shows,
     config: PaymentsConfig,
+    processor: Arc<dyn Processor>,
     shutdown: &CancellationToken,
-) -> anyhow::Result<JoinHandle<()>> {
-    let worker = Worker::new(pool, shows, config)?;
-    Ok(tokio::spawn(worker.run(shutdown.clone())))
+) -> JoinHandle<()> {
+    let worker = Worker::new(pool, shows, config, processor);
+    tokio::spawn(worker.run(shutdown.clone()))
 }
 
 /// The scheduled jobs: settlement reconciliation of yesterday and today, and the invariant
@@ -145,11 +163,11 @@ pub fn spawn_jobs(
     pool: PgPool,
     shows: Shows,
     config: PaymentsConfig,
+    processor: Arc<dyn Processor>,
     shutdown: &CancellationToken,
-) -> anyhow::Result<JoinHandle<()>> {
+) -> JoinHandle<()> {
     let shutdown = shutdown.clone();
-    let client = ProcessorClient::new(&config.processor_url, Duration::from_secs(10))?;
-    Ok(tokio::spawn(async move {
+    tokio::spawn(async move {
         let mut reconcile_tick =
             tokio::time::interval(Duration::from_secs(config.reconcile_every_secs.max(1)));
         let mut monitor_tick =
@@ -160,7 +178,7 @@ pub fn spawn_jobs(
                 _ = reconcile_tick.tick() => {
                     let today = chrono::Utc::now().date_naive();
                     for day in [today - chrono::Duration::days(1), today] {
-                        if let Err(e) = reconcile::reconcile(&pool, &shows, &client, day).await {
+                        if let Err(e) = reconcile::reconcile(&pool, &shows, processor.as_ref(), day).await {
                             tracing::warn!(error = %format!("{e:#}"), %day, "reconciliation failed");
                         }
                     }
@@ -172,5 +190,5 @@ pub fn spawn_jobs(
                 }
             }
         }
-    }))
+    })
 }

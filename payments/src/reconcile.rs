@@ -13,7 +13,7 @@ use onsale_domain::{OrderId, OrderStatus, ShowCommand, ShowError};
 use serde::Serialize;
 use sqlx::PgPool;
 
-use crate::client::ProcessorClient;
+use crate::client::Processor;
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -63,7 +63,7 @@ async fn order_state(shows: &Shows, order: OrderId) -> Result<Option<OrderStatus
 pub async fn reconcile(
     pool: &PgPool,
     shows: &Shows,
-    client: &ProcessorClient,
+    client: &dyn Processor,
     day: NaiveDate,
 ) -> anyhow::Result<Report> {
     let lines = client.settlement(day).await?;

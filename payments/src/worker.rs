@@ -16,12 +16,12 @@ use chrono::{DateTime, Utc};
 use onsale_command::owner::CommandError;
 use onsale_command::Shows;
 use onsale_domain::{OrderId, ShowCommand, ShowError};
-use onsale_processor_sim::ChargeRequest;
+use onsale_processor_api::ChargeRequest;
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{ProcessorClient, Verdict};
+use crate::client::{Processor, Verdict};
 use crate::PaymentsConfig;
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -53,22 +53,23 @@ enum Recorded {
 pub struct Worker {
     pool: PgPool,
     shows: Shows,
-    client: ProcessorClient,
+    client: Arc<dyn Processor>,
     config: PaymentsConfig,
 }
 
 impl Worker {
-    pub fn new(pool: PgPool, shows: Shows, config: PaymentsConfig) -> anyhow::Result<Self> {
-        let client = ProcessorClient::new(
-            &config.processor_url,
-            Duration::from_millis(config.charge_timeout_ms),
-        )?;
-        Ok(Self {
+    pub fn new(
+        pool: PgPool,
+        shows: Shows,
+        config: PaymentsConfig,
+        client: Arc<dyn Processor>,
+    ) -> Self {
+        Self {
             pool,
             shows,
             client,
             config,
-        })
+        }
     }
 
     /// Works until aborted; a failed round (database away) is logged and retried. Up to

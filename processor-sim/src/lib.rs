@@ -8,7 +8,8 @@
 //! onsale beyond the merchant reference it is given.
 
 pub mod ledger;
-pub mod signature;
+
+pub use onsale_processor_api::signature;
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -256,7 +256,7 @@ impl Server {
                 shows: self.shows.clone(),
                 pool: self.pool.clone(),
                 decoding_key: decoding_key.clone(),
-                webhook_secret: s.payments.webhook_secret.clone(),
+                processor: s.payments.processor(Duration::from_secs(10))?,
             }));
         if let Some(room) = &room {
             router = router.merge(onsale_waiting_room::api::router(
@@ -326,14 +326,16 @@ impl Server {
                 self.pool.clone(),
                 self.shows.clone(),
                 s.payments.clone(),
+                s.payments.worker_processor()?,
                 stop,
-            )?],
+            )],
             Part::Jobs => vec![onsale_payments::spawn_jobs(
                 self.pool.clone(),
                 self.shows.clone(),
                 s.payments.clone(),
+                s.payments.processor(Duration::from_secs(10))?,
                 stop,
-            )?],
+            )],
             Part::Admitter => match &self.room {
                 Some(room) => room.spawn_admitter(self.health.clone()),
                 None => Vec::new(),

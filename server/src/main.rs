@@ -128,13 +128,17 @@ async fn main() -> anyhow::Result<()> {
         Command::Reconcile { settings, day } => {
             let server = Server::build(settings, &[]).await?;
             let day = day.unwrap_or_else(|| chrono::Utc::now().date_naive());
-            let client = onsale_payments::ProcessorClient::new(
-                &server.settings().payments.processor_url,
-                std::time::Duration::from_secs(10),
-            )?;
-            let report =
-                onsale_payments::reconcile::reconcile(&server.pool, &server.shows, &client, day)
-                    .await?;
+            let processor = server
+                .settings()
+                .payments
+                .processor(std::time::Duration::from_secs(10))?;
+            let report = onsale_payments::reconcile::reconcile(
+                &server.pool,
+                &server.shows,
+                processor.as_ref(),
+                day,
+            )
+            .await?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             server.shutdown().await
         }

@@ -252,13 +252,14 @@ async fn late_settlement_reinstates_a_free_seat_and_refunds_with_a_make_good_whe
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let client =
-        onsale_payments::ProcessorClient::new(&p.config.processor_url, Duration::from_secs(5))
-            .expect("client");
+    let processor = p
+        .config
+        .processor(Duration::from_secs(5))
+        .expect("processor");
     let report = onsale_payments::reconcile::reconcile(
         &p.rp.pool,
         p.rp.app.shows(),
-        &client,
+        processor.as_ref(),
         chrono::Utc::now().date_naive(),
     )
     .await
@@ -307,7 +308,7 @@ async fn late_settlement_reinstates_a_free_seat_and_refunds_with_a_make_good_whe
     let again = onsale_payments::reconcile::reconcile(
         &p.rp.pool,
         p.rp.app.shows(),
-        &client,
+        processor.as_ref(),
         chrono::Utc::now().date_naive(),
     )
     .await
