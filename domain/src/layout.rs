@@ -32,7 +32,9 @@ pub struct VenueLayout {
     sections: Vec<SectionLayout>,
 }
 
-fn valid_label(what: &str, s: &str) -> Result<(), ShowError> {
+/// The rule for section and row labels (and so for every place a section is named, such as a
+/// seat-map query): 1 to 16 ASCII letters or digits.
+pub fn valid_label(what: &str, s: &str) -> Result<(), ShowError> {
     if s.is_empty() || s.len() > 16 || !s.chars().all(|c| c.is_ascii_alphanumeric()) {
         return Err(ShowError::Invalid(format!(
             "{what} {s:?} must be 1 to 16 letters or digits"

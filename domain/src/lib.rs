@@ -5,7 +5,8 @@
 //! back. Every seat, hold and order transition is checked against the tables in
 //! [`transitions`], so a terminal state can never regress and a seat can never be sold twice.
 //!
-//! - [`ids`]: validated identifiers and money; an invalid one cannot be built.
+//! - [`ids`]: validated identifiers; an invalid one cannot be built. Amounts are integer
+//!   cents (`i64`, named `*_cents`), never floats.
 //! - [`layout`]: the venue's sections, rows and seats, and the seat-id grammar.
 //! - [`show`]: the [`Show`] aggregate, its commands and events.
 //! - [`transitions`]: the one state table for seats, holds and orders.

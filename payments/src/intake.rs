@@ -7,6 +7,7 @@
 //! transaction that stores its position. Its rows are work, not a view: a rebuild does not
 //! delete them (every write here is idempotent, so re-reading the log changes nothing).
 
+use crate::worker::PaymentState;
 use chrono::{DateTime, Utc};
 use onsale_domain::{Show, ShowEvent};
 use onsale_projections::{EventCtx, Projection};
@@ -106,7 +107,7 @@ impl Projection for PaymentIntake {
                 } => {
                     sqlx::query(
                         "INSERT INTO payments (order_id, show_id, amount_cents, token, state, placed_at, due_at)
-                         VALUES ($1, $2, $3, $4, 'charge', $5, now())
+                         VALUES ($1, $2, $3, $4, $6, $5, now())
                          ON CONFLICT (order_id) DO NOTHING",
                     )
                     .bind(order_id)
@@ -114,6 +115,7 @@ impl Projection for PaymentIntake {
                     .bind(amount_cents)
                     .bind(token)
                     .bind(placed_at)
+                    .bind(PaymentState::Charge)
                     .execute(&mut *tx)
                     .await?;
                 }

@@ -24,12 +24,28 @@ use tokio_util::sync::CancellationToken;
 use crate::client::{Processor, Verdict};
 use crate::PaymentsConfig;
 
+/// Where a payment stands in the worker's work list (`payments.state`, text). Statements that
+/// filter on it keep the literal `'done'` so the partial indexes (`WHERE state <> 'done'`) serve
+/// them; everything the worker reads or writes goes through this type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
+#[sqlx(type_name = "text", rename_all = "lowercase")]
+pub enum PaymentState {
+    /// Charge the card (again, with the same key: the processor answers the first charge).
+    Charge,
+    /// The charge's outcome is not known: ask the status endpoint.
+    Unknown,
+    /// The ambiguity bound passed: the order failed, the charge must be voided.
+    Void,
+    /// Resolved: the outcome is in the log.
+    Done,
+}
+
 #[derive(Debug, Clone, sqlx::FromRow)]
 struct PaymentRow {
     order_id: String,
     amount_cents: i64,
     token: String,
-    state: String,
+    state: PaymentState,
     placed_at: DateTime<Utc>,
     attempts: i32,
 }
@@ -161,8 +177,8 @@ impl Worker {
 
     async fn pay(&self, p: PaymentRow) -> anyhow::Result<()> {
         let order: OrderId = p.order_id.parse()?;
-        let verdict = match p.state.as_str() {
-            "charge" => {
+        let verdict = match p.state {
+            PaymentState::Charge => {
                 let request = ChargeRequest {
                     amount_cents: p.amount_cents,
                     token: p.token.clone(),
@@ -171,13 +187,13 @@ impl Worker {
                 metrics::counter!("onsale_payment_charge_calls_total").increment(1);
                 self.client.charge(&p.order_id, &request).await
             }
-            "unknown" => self.client.status(&p.order_id).await,
-            "void" => self.client.void(&p.order_id).await,
-            other => anyhow::bail!("payment {} in unknown state {other}", p.order_id),
+            PaymentState::Unknown => self.client.status(&p.order_id).await,
+            PaymentState::Void => self.client.void(&p.order_id).await,
+            PaymentState::Done => return Ok(()),
         };
         let pending_secs = (Utc::now() - p.placed_at).num_seconds();
         let recorded = match next_step(
-            &p.state,
+            p.state,
             &verdict,
             pending_secs,
             self.config.max_pending_secs,
@@ -186,7 +202,12 @@ impl Worker {
             Step::Charge => {
                 // The first attempt never reached the processor: charge (same key) now.
                 return self
-                    .reschedule(&p.order_id, "charge", Duration::ZERO, "no charge yet")
+                    .reschedule(
+                        &p.order_id,
+                        PaymentState::Charge,
+                        Duration::ZERO,
+                        "no charge yet",
+                    )
                     .await;
             }
             Step::Force { why } => return self.force_failure(order, &p.order_id, &why).await,
@@ -216,7 +237,7 @@ impl Worker {
             Recorded::Later(why) => {
                 // The outcome is known but not in the log yet: keep the row where it is (the
                 // processor answers the same way next time).
-                self.reschedule(&p.order_id, &p.state, backoff(p.attempts), &why)
+                self.reschedule(&p.order_id, p.state, backoff(p.attempts), &why)
                     .await
             }
         }
@@ -226,12 +247,13 @@ impl Worker {
     /// The row moves first, so a crash in between still ends in a void.
     async fn force_failure(&self, order: OrderId, id: &str, why: &str) -> anyhow::Result<()> {
         sqlx::query(
-            "UPDATE payments SET state = 'void', forced_at = COALESCE(forced_at, now()),
+            "UPDATE payments SET state = $3, forced_at = COALESCE(forced_at, now()),
                                  due_at = now(), lease_until = NULL, last_error = $2
               WHERE order_id = $1",
         )
         .bind(id)
         .bind(why)
+        .bind(PaymentState::Void)
         .execute(&self.pool)
         .await?;
         metrics::counter!("onsale_payment_forced_resolutions_total").increment(1);
@@ -326,7 +348,7 @@ impl Worker {
     async fn reschedule(
         &self,
         id: &str,
-        state: &str,
+        state: PaymentState,
         after: Duration,
         why: &str,
     ) -> anyhow::Result<()> {
@@ -384,7 +406,7 @@ pub enum Step {
     /// Not known: ask again later, in `state` (`unknown`: the status endpoint; `void`: the
     /// void). `ambiguous`: say so in the log (the first timeout of a charge).
     Wait {
-        state: &'static str,
+        state: PaymentState,
         why: String,
         ambiguous: bool,
     },
@@ -395,16 +417,21 @@ pub enum Step {
 /// The worker's rules, as a pure function of the row's state, the processor's verdict and
 /// how long the order has waited: only a definitive answer is recorded, an unknown one is
 /// asked again until the bound, and after the bound only the void is left to do.
-pub fn next_step(state: &str, verdict: &Verdict, pending_secs: i64, bound_secs: u64) -> Step {
+pub fn next_step(
+    state: PaymentState,
+    verdict: &Verdict,
+    pending_secs: i64,
+    bound_secs: u64,
+) -> Step {
     match (verdict, state) {
         (Verdict::Captured { .. }, _) => Step::Record(Outcome::Succeeded),
         (Verdict::Declined { reason }, _) => Step::Record(Outcome::Failed(reason.clone())),
-        (Verdict::Voided, _) | (Verdict::NoCharge, "void") => Step::Record(Outcome::Failed(
-            "the payment did not resolve in time; the charge was voided".into(),
-        )),
+        (Verdict::Voided, _) | (Verdict::NoCharge, PaymentState::Void) => Step::Record(
+            Outcome::Failed("the payment did not resolve in time; the charge was voided".into()),
+        ),
         (Verdict::NoCharge, _) => Step::Charge,
-        (Verdict::Unknown { why }, "void") => Step::Wait {
-            state: "void",
+        (Verdict::Unknown { why }, PaymentState::Void) => Step::Wait {
+            state: PaymentState::Void,
             why: why.clone(),
             ambiguous: false,
         },
@@ -413,9 +440,9 @@ pub fn next_step(state: &str, verdict: &Verdict, pending_secs: i64, bound_secs: 
                 Step::Force { why: why.clone() }
             } else {
                 Step::Wait {
-                    state: "unknown",
+                    state: PaymentState::Unknown,
                     why: why.clone(),
-                    ambiguous: state == "charge",
+                    ambiguous: state == PaymentState::Charge,
                 }
             }
         }

@@ -16,7 +16,7 @@ use cqrs_es::Aggregate;
 use onsale_domain::show::Seat;
 use onsale_domain::*;
 use onsale_payments::client::Verdict;
-use onsale_payments::worker::{next_step, Step};
+use onsale_payments::worker::{next_step, PaymentState, Step};
 use onsale_processor_sim::{ChargeRequest, ChargeStatus, Ledger, LedgerError, WebhookEvent};
 use proptest::prelude::*;
 
@@ -78,7 +78,7 @@ struct Payment {
     order: OrderId,
     token: &'static str,
     amount: i64,
-    state: &'static str,
+    state: PaymentState,
     forced: bool,
     placed_at: DateTime<Utc>,
 }
@@ -155,7 +155,7 @@ impl World {
         let failed = matches!(e, ShowEvent::PaymentFailed { .. });
         if let Some(p) = self.payments.iter_mut().find(|p| p.order == order) {
             if captured || (failed && !p.forced) {
-                p.state = "done";
+                p.state = PaymentState::Done;
             }
         }
     }
@@ -196,7 +196,7 @@ impl World {
             why: "timeout".into(),
         };
         let verdict = match p.state {
-            "charge" => {
+            PaymentState::Charge => {
                 if reach > 0 {
                     let req = ChargeRequest {
                         amount_cents: p.amount,
@@ -217,8 +217,10 @@ impl World {
                     lost
                 }
             }
-            "unknown" if reach == 2 => Self::verdict_of(self.ledger.status(&key).map(|c| c.status)),
-            "void" if reach == 2 => match self.ledger.void(&key, self.now) {
+            PaymentState::Unknown if reach == 2 => {
+                Self::verdict_of(self.ledger.status(&key).map(|c| c.status))
+            }
+            PaymentState::Void if reach == 2 => match self.ledger.void(&key, self.now) {
                 Ok(c) => Self::verdict_of(Some(c.status)),
                 Err(LedgerError::NoSuchCharge) => Verdict::NoCharge,
                 Err(LedgerError::AlreadyCaptured) => {
@@ -233,12 +235,12 @@ impl World {
         match next_step(p.state, &verdict, pending, BOUND_SECS) {
             Step::Record(outcome) => {
                 self.record(outcome.into_command(p.order));
-                self.payments[i].state = "done";
+                self.payments[i].state = PaymentState::Done;
             }
-            Step::Charge => self.payments[i].state = "charge",
+            Step::Charge => self.payments[i].state = PaymentState::Charge,
             Step::Wait { state, .. } => self.payments[i].state = state,
             Step::Force { .. } => {
-                self.payments[i].state = "void";
+                self.payments[i].state = PaymentState::Void;
                 self.payments[i].forced = true;
                 self.record(ShowCommand::RecordPaymentFailed {
                     order_id: p.order,
@@ -334,7 +336,7 @@ impl World {
                             order,
                             token: TOKENS[token],
                             amount: self.show.order(&order).expect("order").total_cents,
-                            state: "charge",
+                            state: PaymentState::Charge,
                             forced: false,
                             placed_at: self.now,
                         });
@@ -343,7 +345,7 @@ impl World {
             }
             Op::Work { pick, reach } => {
                 let open: Vec<usize> = (0..self.payments.len())
-                    .filter(|&i| self.payments[i].state != "done")
+                    .filter(|&i| self.payments[i].state != PaymentState::Done)
                     .collect();
                 if !open.is_empty() {
                     self.work(open[pick % open.len()], reach);
@@ -430,7 +432,7 @@ impl World {
             }
             for _ in 0..6 {
                 for i in 0..self.payments.len() {
-                    if self.payments[i].state != "done" {
+                    if self.payments[i].state != PaymentState::Done {
                         self.work(i, 2);
                     }
                 }
@@ -449,7 +451,12 @@ impl World {
             .map(|c| (c.reference.clone(), (c.amount_cents, c.refunded_cents)))
             .collect();
         for p in &self.payments {
-            assert_eq!(p.state, "done", "payment of {} still open", p.order);
+            assert_eq!(
+                p.state,
+                PaymentState::Done,
+                "payment of {} still open",
+                p.order
+            );
             let o = self.show.order(&p.order).expect("order");
             assert!(o.state.is_resolved(), "{} ended {:?}", p.order, o.state);
             let money = captured.get(&p.order.to_string()).copied();

@@ -48,17 +48,15 @@ fn parse_show(id: &str) -> Result<String, ApiError> {
 }
 
 fn parse_section(q: &SectionQuery) -> Result<Option<&str>, ApiError> {
-    match q.section.as_deref() {
-        None => Ok(None),
-        Some(s)
-            if !s.is_empty() && s.len() <= 16 && s.chars().all(|c| c.is_ascii_alphanumeric()) =>
-        {
-            Ok(Some(s))
-        }
-        Some(_) => Err(ApiError::new(
+    let Some(s) = q.section.as_deref() else {
+        return Ok(None);
+    };
+    match onsale_domain::layout::valid_label("section", s) {
+        Ok(()) => Ok(Some(s)),
+        Err(e) => Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "INVALID_REQUEST",
-            "section must be 1 to 16 letters or digits",
+            e.to_string(),
         )),
     }
 }

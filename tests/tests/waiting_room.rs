@@ -298,6 +298,20 @@ async fn replayed_expired_forged_and_foreign_tokens_and_sessions_are_refused() {
         )
         .await;
     assert_eq!(status, 204);
+    let (status, body) = room
+        .app
+        .post(
+            &format!("/v1/events/{event}/heartbeat"),
+            &room.app.fan("ann"),
+            json!({"sessionId": session}),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (410, json!("SESSION_EXPIRED")),
+        "a heartbeat does not revive an ended session"
+    );
     let (status, body) = room.enter(&event, "ann", &admission).await;
     assert_eq!(
         (status, body["code"].clone()),

@@ -5,7 +5,7 @@
 //! and orders of the show require. N is pushed down to zero by the booking path's own health and
 //! ramps back when it recovers; the pause is published and extends admissions already given.
 //!
-//! State lives in Redis ([`store`]); every operation is one round trip. The queue is a
+//! State lives in Redis ([`store`]); every call on a fan's path is one round trip. The queue is a
 //! concurrency limiter and a fairness promise, never a bypass: the booking rules underneath are
 //! unchanged. It does not decide anything about seats.
 

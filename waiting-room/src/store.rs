@@ -1,6 +1,8 @@
 //! The waiting room's state in Redis, one hash-tagged key family per show (a show's keys live on
-//! one shard of a Redis cluster), and the Lua scripts that change it atomically. Every call is
-//! one round trip.
+//! one shard of a Redis cluster), and the Lua scripts (`src/lua/`) that change it atomically.
+//! Every call a fan's request makes (join, standing, enter, heartbeat, leave, the session gate's
+//! lease) and the admitter's tick is one round trip; the watchdog's reads (`shows`, `recent`)
+//! take a few.
 //!
 //! Keys of show S (prefix `wr:{S}:`): `pos` (hash account -> position), `pre` (sorted set of the
 //! pre-queue, scored by a random draw), `open` (set once the pre-queue was drawn), `next` (the
@@ -76,6 +78,7 @@ pub struct Store {
     tick: Script,
     enter: Script,
     standing: Script,
+    heartbeat: Script,
 }
 
 impl std::fmt::Debug for Store {
@@ -125,6 +128,7 @@ impl Store {
             tick: Script::new(TICK),
             enter: Script::new(ENTER),
             standing: Script::new(STANDING),
+            heartbeat: Script::new(HEARTBEAT),
         })
     }
 
@@ -360,18 +364,15 @@ impl Store {
         now_ms: i64,
     ) -> redis::RedisResult<bool> {
         let mut c = self.conn()?;
-        let live: Option<f64> = c.zscore(key(show, "leases"), sid).await?;
-        if live.is_none_or(|exp| exp as i64 <= now_ms) {
-            return Ok(false);
-        }
-        let _: i64 = redis::cmd("ZADD")
-            .arg(key(show, "leases"))
-            .arg("XX")
-            .arg(until_ms)
+        let renewed: i64 = self
+            .heartbeat
+            .key(key(show, "leases"))
             .arg(sid)
-            .query_async(&mut c)
+            .arg(until_ms)
+            .arg(now_ms)
+            .invoke_async(&mut c)
             .await?;
-        Ok(true)
+        Ok(renewed == 1)
     }
 
     /// Ends a session now: its slot is free for the next fan (a clean exit, A3).
@@ -414,171 +415,14 @@ impl Store {
     }
 }
 
-/// KEYS: open, next, pre. ARGV: block size, now ms, opens-at ms. A block of positions, or -1
-/// before the opening. The first block after the opening opens the line (as the tick does):
-/// joins are numbered after everyone in the pre-queue, whom the tick draws.
-const BLOCK_SCRIPT: &str = r"
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  if tonumber(ARGV[2]) < tonumber(ARGV[3]) then return -1 end
-  local k = redis.call('ZCARD', KEYS[3])
-  local nx = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if nx < k then redis.call('SET', KEYS[2], k) end
-  redis.call('SET', KEYS[1], '0')
-end
-return redis.call('INCRBY', KEYS[2], ARGV[1])
-";
+// The scripts, each naming its KEYS and ARGV in its first lines; the calls pass them in that order.
+const BLOCK_SCRIPT: &str = include_str!("lua/block.lua");
 
-/// KEYS: pos, pre, open, tail. ARGV: account, candidate, lottery, requeue.
-const JOIN: &str = r"
-local p = redis.call('HGET', KEYS[1], ARGV[1])
-if p and ARGV[4] ~= '1' then return tonumber(p) end
-if redis.call('EXISTS', KEYS[3]) == 0 then
-  redis.call('ZADD', KEYS[2], 'NX', ARGV[3], ARGV[1])
-  return -1
-end
-if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end
-local c = tonumber(ARGV[2])
-if c <= 0 then return -1 end
-redis.call('HSET', KEYS[1], ARGV[1], c)
-local t = tonumber(redis.call('GET', KEYS[4]) or '0')
-if c > t then redis.call('SET', KEYS[4], c) end
-return c
-";
+const JOIN: &str = include_str!("lua/join.lua");
 
-/// KEYS: admitted, leases, reserved, claimed, hist, tail, passes, paused, last, pre, open, pos,
-/// next, rate. ARGV: now ms, target N, grace ms, paused (0/1), opens-at ms.
-const TICK: &str = r"
-local now = tonumber(ARGV[1])
-local n = tonumber(ARGV[2])
-local grace = tonumber(ARGV[3])
-local paused = ARGV[4] == '1'
-local opens = tonumber(ARGV[5])
-local drawn = 0
--- The opening draw: the pre-queue, in the order of its random scores, becomes positions 1..k;
--- later joins are numbered after it. In chunks, so one tick stays short.
-if now >= opens then
-  if redis.call('EXISTS', KEYS[11]) == 0 then
-    local k = redis.call('ZCARD', KEYS[10])
-    local nx = tonumber(redis.call('GET', KEYS[13]) or '0')
-    if nx < k then redis.call('SET', KEYS[13], k) end
-    redis.call('SET', KEYS[11], '0')
-  end
-  local chunk = redis.call('ZPOPMIN', KEYS[10], 5000)
-  if #chunk > 0 then
-    local base = tonumber(redis.call('GET', KEYS[11]) or '0')
-    for i = 1, #chunk, 2 do
-      base = base + 1
-      redis.call('HSET', KEYS[12], chunk[i], base)
-      drawn = drawn + 1
-    end
-    redis.call('SET', KEYS[11], base)
-    local t = tonumber(redis.call('GET', KEYS[6]) or '0')
-    if base > t then redis.call('SET', KEYS[6], base) end
-  end
-end
--- The published pause: every paused tick adds the time since the last tick.
-local last = tonumber(redis.call('GET', KEYS[9]) or '0')
-local dt = 0
-if last > 0 and now > last then dt = now - last end
-if paused and dt > 0 then redis.call('INCRBY', KEYS[8], dt) end
-redis.call('SET', KEYS[9], now)
--- The sweep, then the count.
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-local live = redis.call('ZCARD', KEYS[2])
-local reserved = redis.call('ZCARD', KEYS[3])
-local admitted = tonumber(redis.call('GET', KEYS[1]) or '0')
-local claimed = tonumber(redis.call('GET', KEYS[4]) or '0')
-local tail = tonumber(redis.call('GET', KEYS[6]) or '0')
--- The claim rate: of the positions passed in the window the history covers, the share that
--- became sessions.
-local rate = 1.0
-local oldest = redis.call('LINDEX', KEYS[5], -1)
-if oldest then
-  local t0, a0, c0 = string.match(oldest, '(%d+):(%d+):(%d+)')
-  local passed = admitted - tonumber(a0)
-  if passed >= 20 then
-    rate = (claimed - tonumber(c0)) / passed
-    if rate < 0.1 then rate = 0.1 end
-    if rate > 1 then rate = 1 end
-  end
-end
-local adv = 0
-local slots = n - live - reserved
-if (not paused) and now >= opens and slots > 0 and admitted < tail then
-  adv = math.floor(slots / rate)
-  if adv > tail - admitted then adv = tail - admitted end
-  local expect = math.ceil(adv * rate)
-  if expect > slots then expect = slots end
-  for i = 1, expect do
-    redis.call('ZADD', KEYS[3], now + grace, now .. ':' .. admitted .. ':' .. i)
-  end
-  admitted = redis.call('INCRBY', KEYS[1], adv)
-  redis.call('ZADD', KEYS[7], admitted, now .. ':' .. admitted .. ':' .. (redis.call('GET', KEYS[8]) or '0'))
-  reserved = reserved + expect
-end
-local newest = redis.call('LINDEX', KEYS[5], 0)
-local newest_t = 0
-if newest then newest_t = tonumber(string.match(newest, '^(%d+)')) end
-if now - newest_t >= 400 then
-  redis.call('LPUSH', KEYS[5], now .. ':' .. admitted .. ':' .. claimed)
-  redis.call('LTRIM', KEYS[5], 0, 59)
-end
--- The admission rate, an EWMA over 30 s.
-local r = tonumber(redis.call('GET', KEYS[14]) or '0')
-if dt > 0 then
-  local alpha = 1 - math.exp(-dt / 30000)
-  r = r + alpha * (adv * 1000 / dt - r)
-  redis.call('SET', KEYS[14], tostring(r))
-end
-return {admitted, live, reserved, adv, tostring(rate), tail, drawn}
-";
+const TICK: &str = include_str!("lua/tick.lua");
 
-/// KEYS: used:<jti>, leases, reserved, claimed. ARGV: now, lease ms, session id, target N,
-/// how long to remember the jti.
-const ENTER: &str = r"
-local now = tonumber(ARGV[1])
-local prev = redis.call('GET', KEYS[1])
-if prev then
-  local lease = redis.call('ZSCORE', KEYS[2], prev)
-  if lease and tonumber(lease) > now then return {2, prev} end
-  return {-1, ''}
-end
-redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[5])
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-local r = redis.call('ZPOPMIN', KEYS[3])
-if #r == 0 then
-  local live = redis.call('ZCOUNT', KEYS[2], now, '+inf') + redis.call('ZCARD', KEYS[3])
-  if live >= tonumber(ARGV[4]) then
-    redis.call('DEL', KEYS[1])
-    return {-2, ''}
-  end
-end
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[3])
-redis.call('INCR', KEYS[4])
-return {1, ARGV[3]}
-";
+const ENTER: &str = include_str!("lua/enter.lua");
 
-/// KEYS: pos, admitted, passes, rate, paused, eta, tail. ARGV: account.
-const STANDING: &str = r"
-local p = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
-local a = tonumber(redis.call('GET', KEYS[2]) or '0')
-local passed, paused_at = -1, 0
-if p > 0 and p <= a then
-  local first = redis.call('ZRANGEBYSCORE', KEYS[3], p, '+inf', 'LIMIT', 0, 1)
-  if #first > 0 then
-    local t, _, pa = string.match(first[1], '^(%d+):(%d+):(%d+)')
-    passed, paused_at = tonumber(t), tonumber(pa)
-  end
-end
-local rate = redis.call('GET', KEYS[4]) or '0'
-local paused = tonumber(redis.call('GET', KEYS[5]) or '0')
-local e = redis.call('HGET', KEYS[6], ARGV[1])
-local eta, eta_at = '0', 0
-if e then
-  local x, y = string.match(e, '([^:]+):(%d+)')
-  eta, eta_at = x, tonumber(y)
-end
-local tail = tonumber(redis.call('GET', KEYS[7]) or '0')
-return {p, a, passed, rate, paused, eta, eta_at, tail, paused_at}
-";
+const STANDING: &str = include_str!("lua/standing.lua");
+const HEARTBEAT: &str = include_str!("lua/heartbeat.lua");
