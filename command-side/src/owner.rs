@@ -258,7 +258,7 @@ impl Shows {
                 }
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     // Shed load with a clear answer rather than queue without bound.
-                    metrics::counter!("onsale_commands_shed_total").increment(1);
+                    metrics::counter!(onsale_telemetry::metrics::COMMANDS_SHED_TOTAL).increment(1);
                     return Err(CommandError::Overloaded);
                 }
                 Err(mpsc::error::TrySendError::Closed(back)) => {
@@ -441,7 +441,8 @@ impl Owner {
             .load(self.show_id)
             .await
             .map_err(store_error)?;
-        metrics::histogram!("onsale_show_load_seconds").record(started.elapsed().as_secs_f64());
+        metrics::histogram!(onsale_telemetry::metrics::SHOW_LOAD_SECONDS)
+            .record(started.elapsed().as_secs_f64());
         self.state = Some(Loaded {
             show: loaded.show,
             committed: loaded.version,
@@ -489,7 +490,7 @@ impl Owner {
             }
             Err(e) => {
                 if job.reply.is_some() {
-                    metrics::counter!("onsale_refusals_total").increment(1);
+                    metrics::counter!(onsale_telemetry::metrics::REFUSALS_TOTAL).increment(1);
                 }
                 reply(job, Err(CommandError::Domain(e)));
             }
@@ -531,11 +532,13 @@ impl Owner {
             return self.failed(batch.decided, e);
         }
         let config = &self.shows.inner.config;
-        metrics::histogram!("onsale_commit_seconds").record(batch.started.elapsed().as_secs_f64());
-        metrics::histogram!("onsale_commit_batch_commands").record(batch.decided.len() as f64);
+        metrics::histogram!(onsale_telemetry::metrics::COMMIT_SECONDS)
+            .record(batch.started.elapsed().as_secs_f64());
+        metrics::histogram!(onsale_telemetry::metrics::COMMIT_BATCH_COMMANDS)
+            .record(batch.decided.len() as f64);
         for t in &batch.types {
             // By type: OrderPlaced over SeatsHeld is the hold-to-purchase conversion.
-            metrics::counter!("onsale_events_committed_total", "type" => t.clone()).increment(1);
+            metrics::counter!(onsale_telemetry::metrics::EVENTS_COMMITTED_TOTAL, "type" => t.clone()).increment(1);
         }
         if let Some(state) = self.state.as_mut() {
             state.committed += batch.types.len() as i64;
@@ -564,7 +567,7 @@ impl Owner {
         let max = self.shows.inner.config.max_conflict_retries;
         match e {
             StoreError::Conflict => {
-                metrics::counter!("onsale_version_conflicts_total").increment(1);
+                metrics::counter!(onsale_telemetry::metrics::VERSION_CONFLICTS_TOTAL).increment(1);
                 warn!("version conflict: another writer appended to this show; reloading");
                 for d in decided {
                     if d.job.attempts < max {

@@ -140,7 +140,7 @@ impl Relay {
                     }
                 }
                 Err(e) => {
-                    metrics::counter!("onsale_relay_errors_total").increment(1);
+                    metrics::counter!(onsale_telemetry::metrics::RELAY_ERRORS_TOTAL).increment(1);
                     tracing::warn!(error = %format!("{e:#}"), "relay step failed; retrying");
                     backoff.wait().await;
                     // A broker that came back empty has no topic: make it again before retrying.
@@ -251,7 +251,8 @@ impl Relay {
             .execute(&self.pool)
             .await
             .context("advance the slot")?;
-        metrics::counter!("onsale_relay_events_total").increment(published as u64);
+        metrics::counter!(onsale_telemetry::metrics::RELAY_EVENTS_TOTAL)
+            .increment(published as u64);
         self.record_lag().await;
         Ok(Step {
             published,
@@ -315,7 +316,7 @@ impl Relay {
 
     async fn record_lag(&self) {
         if let Ok(lag) = self.lag_bytes().await {
-            metrics::gauge!("onsale_relay_lag_bytes").set(lag as f64);
+            metrics::gauge!(onsale_telemetry::metrics::RELAY_LAG_BYTES).set(lag as f64);
         }
     }
 

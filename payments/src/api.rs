@@ -84,7 +84,7 @@ async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: B
     {
         Ok(event) => event,
         Err(WebhookRejection::Signature(e)) => {
-            metrics::counter!("onsale_webhooks_rejected_total").increment(1);
+            metrics::counter!(onsale_telemetry::metrics::WEBHOOKS_REJECTED_TOTAL).increment(1);
             return ApiError::new(StatusCode::BAD_REQUEST, "INVALID_SIGNATURE", e.to_string())
                 .into_response();
         }
@@ -105,7 +105,7 @@ async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: B
     .await;
     match seen {
         Ok(true) => {
-            metrics::counter!("onsale_webhooks_duplicate_total").increment(1);
+            metrics::counter!(onsale_telemetry::metrics::WEBHOOKS_DUPLICATE_TOTAL).increment(1);
             return (StatusCode::OK, Json(serde_json::json!({"duplicate": true}))).into_response();
         }
         Ok(false) => {}
@@ -134,7 +134,7 @@ async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: B
                 | ShowError::ShowNotFound,
             )) => {
                 // A stale or foreign event: the state table keeps what is there.
-                metrics::counter!("onsale_webhooks_refused_total").increment(1);
+                metrics::counter!(onsale_telemetry::metrics::WEBHOOKS_REFUSED_TOTAL).increment(1);
                 tracing::info!(delivery = %event.id, kind = %event.kind, reference = %event.reference, "webhook changes nothing");
             }
             Err(e) => return ApiError::from(e).into_response(),
@@ -153,7 +153,7 @@ async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: B
         // Applied but not remembered: a re-delivery is applied again, which the table absorbs.
         return db_unavailable(e).into_response();
     }
-    metrics::counter!("onsale_webhooks_applied_total").increment(1);
+    metrics::counter!(onsale_telemetry::metrics::WEBHOOKS_APPLIED_TOTAL).increment(1);
     (StatusCode::OK, Json(serde_json::json!({"applied": true}))).into_response()
 }
 
@@ -227,11 +227,13 @@ async fn scan(
         .map_err(db_unavailable)?;
     match result {
         Ok((ticket_id, seat_id)) => {
-            metrics::counter!("onsale_scans_total", "result" => "admitted").increment(1);
+            metrics::counter!(onsale_telemetry::metrics::SCANS_TOTAL, "result" => "admitted")
+                .increment(1);
             Ok(Json(Admitted { ticket_id, seat_id }))
         }
         Err(refusal) => {
-            metrics::counter!("onsale_scans_total", "result" => refusal.code()).increment(1);
+            metrics::counter!(onsale_telemetry::metrics::SCANS_TOTAL, "result" => refusal.code())
+                .increment(1);
             let status = if refusal == tickets::ScanRefusal::AlreadyScanned {
                 StatusCode::CONFLICT
             } else {
@@ -303,7 +305,7 @@ async fn cancel_order(
             },
         )
         .await?;
-    metrics::counter!("onsale_orders_cancelled_total").increment(1);
+    metrics::counter!(onsale_telemetry::metrics::ORDERS_CANCELLED_TOTAL).increment(1);
     let body = Cancelled {
         order_id: order.to_string(),
         // Cancelling again answers where the order stands; a first cancellation, CANCELLED.

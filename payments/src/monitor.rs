@@ -58,7 +58,8 @@ pub async fn check(pool: &PgPool) -> anyhow::Result<Vec<Violation>> {
     .await?;
     for c in CHECKS {
         let n = violations.iter().filter(|v| v.check == c).count();
-        metrics::gauge!("onsale_invariant_violations", "check" => c).set(n as f64);
+        metrics::gauge!(onsale_telemetry::metrics::INVARIANT_VIOLATIONS, "check" => c)
+            .set(n as f64);
     }
     for v in &violations {
         tracing::error!(check = %v.check, show = %v.show_id, seat = %v.seat_id, "INVARIANT VIOLATED");

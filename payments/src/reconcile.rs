@@ -194,8 +194,9 @@ pub async fn reconcile(
         .bind(serde_json::to_value(&report)?)
         .execute(pool)
         .await?;
-    metrics::gauge!("onsale_reconciliation_mismatches").set(report.unresolved.len() as f64);
-    metrics::counter!("onsale_reconciliation_resolved_total")
+    metrics::gauge!(onsale_telemetry::metrics::RECONCILIATION_MISMATCHES)
+        .set(report.unresolved.len() as f64);
+    metrics::counter!(onsale_telemetry::metrics::RECONCILIATION_RESOLVED_TOTAL)
         .increment(report.resolved.len() as u64);
     for f in &report.unresolved {
         tracing::error!(kind = %f.kind, reference = %f.reference, detail = %f.detail, "settlement mismatch");

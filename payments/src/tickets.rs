@@ -106,7 +106,8 @@ impl Projection for TicketIssuer {
                         .execute(&mut *tx)
                         .await?;
                     }
-                    metrics::counter!("onsale_tickets_issued_orders_total").increment(1);
+                    metrics::counter!(onsale_telemetry::metrics::TICKETS_ISSUED_ORDERS_TOTAL)
+                        .increment(1);
                 }
                 Change::Revoke { order_id, show_id } => {
                     revoke_locked(tx, &order_id, &show_id).await?;

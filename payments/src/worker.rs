@@ -102,7 +102,8 @@ impl Worker {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while shutdown.run_until_cancelled(tick.tick()).await.is_some() {
             if let Err(e) = self.round(&slots).await {
-                metrics::counter!("onsale_payment_worker_errors_total").increment(1);
+                metrics::counter!(onsale_telemetry::metrics::PAYMENT_WORKER_ERRORS_TOTAL)
+                    .increment(1);
                 tracing::warn!(error = %format!("{e:#}"), "payment round failed");
             }
         }
@@ -184,7 +185,8 @@ impl Worker {
                     token: p.token.clone(),
                     reference: p.order_id.clone(),
                 };
-                metrics::counter!("onsale_payment_charge_calls_total").increment(1);
+                metrics::counter!(onsale_telemetry::metrics::PAYMENT_CHARGE_CALLS_TOTAL)
+                    .increment(1);
                 self.client.charge(&p.order_id, &request).await
             }
             PaymentState::Unknown => self.client.status(&p.order_id).await,
@@ -226,7 +228,7 @@ impl Worker {
                     )
                     .await;
                 }
-                metrics::counter!("onsale_payment_unknown_total").increment(1);
+                metrics::counter!(onsale_telemetry::metrics::PAYMENT_UNKNOWN_TOTAL).increment(1);
                 return self
                     .reschedule(&p.order_id, state, backoff(p.attempts), &why)
                     .await;
@@ -256,7 +258,7 @@ impl Worker {
         .bind(PaymentState::Void)
         .execute(&self.pool)
         .await?;
-        metrics::counter!("onsale_payment_forced_resolutions_total").increment(1);
+        metrics::counter!(onsale_telemetry::metrics::PAYMENT_FORCED_RESOLUTIONS_TOTAL).increment(1);
         tracing::warn!(order = %id, why, "payment unresolved past the bound: failing the order, voiding the charge");
         self.record(
             order,
@@ -296,7 +298,7 @@ impl Worker {
                         .bind(&refund.refund_id)
                         .execute(&self.pool)
                         .await?;
-                        metrics::counter!("onsale_refunds_total").increment(1);
+                        metrics::counter!(onsale_telemetry::metrics::REFUNDS_TOTAL).increment(1);
                     }
                     Recorded::Later(why) => self.refund_later(&r, &why).await?,
                 }
@@ -327,7 +329,8 @@ impl Worker {
         match self.shows.execute(order.show(), command).await {
             Ok(_) => Recorded::Done,
             Err(CommandError::Domain(ShowError::InvalidTransition { from, by, .. })) => {
-                metrics::counter!("onsale_payment_outcomes_refused_total").increment(1);
+                metrics::counter!(onsale_telemetry::metrics::PAYMENT_OUTCOMES_REFUSED_TOTAL)
+                    .increment(1);
                 tracing::info!(order = %order, from, by, "outcome refused by the state table; the order already moved");
                 Recorded::Done
             }
@@ -374,8 +377,10 @@ impl Worker {
         )
         .fetch_one(&self.pool)
         .await?;
-        metrics::gauge!("onsale_payment_oldest_pending_seconds").set(payment.unwrap_or(0.0));
-        metrics::gauge!("onsale_refund_oldest_pending_seconds").set(refund.unwrap_or(0.0));
+        metrics::gauge!(onsale_telemetry::metrics::PAYMENT_OLDEST_PENDING_SECONDS)
+            .set(payment.unwrap_or(0.0));
+        metrics::gauge!(onsale_telemetry::metrics::REFUND_OLDEST_PENDING_SECONDS)
+            .set(refund.unwrap_or(0.0));
         Ok(())
     }
 }

@@ -155,7 +155,7 @@ impl<P: Projection> Runner<P> {
                 r = self.run_once() => r,
             };
             if let Err(e) = result {
-                metrics::counter!("onsale_projection_errors_total", "projection" => P::NAME)
+                metrics::counter!(onsale_telemetry::metrics::PROJECTION_ERRORS_TOTAL, "projection" => P::NAME)
                     .increment(1);
                 tracing::warn!(projection = P::NAME, error = %format!("{e:#}"), "projection failed; restarting it");
                 // What was not committed is forgotten: reload from the stored positions.
@@ -229,7 +229,7 @@ impl<P: Projection> Runner<P> {
                             Ok(None) => {}
                             Err(e) => {
                                 // Not ours to decide: the table is the truth, and a gap check fills it.
-                                metrics::counter!("onsale_projection_bad_messages_total", "projection" => P::NAME).increment(1);
+                                metrics::counter!(onsale_telemetry::metrics::PROJECTION_BAD_MESSAGES_TOTAL, "projection" => P::NAME).increment(1);
                                 tracing::warn!(projection = P::NAME, error = %e, "unreadable message skipped");
                             }
                         }
@@ -251,12 +251,12 @@ impl<P: Projection> Runner<P> {
             self.ensure_loaded(&log.show_id).await?;
             let last = self.shows[&log.show_id].last_sequence;
             if log.sequence <= last {
-                metrics::counter!("onsale_projection_duplicates_total", "projection" => P::NAME)
+                metrics::counter!(onsale_telemetry::metrics::PROJECTION_DUPLICATES_TOTAL, "projection" => P::NAME)
                     .increment(1);
                 continue;
             }
             if log.sequence > last + 1 {
-                metrics::counter!("onsale_projection_gap_fills_total", "projection" => P::NAME)
+                metrics::counter!(onsale_telemetry::metrics::PROJECTION_GAP_FILLS_TOTAL, "projection" => P::NAME)
                     .increment(1);
                 let mut after = last;
                 while after < log.sequence - 1 {
@@ -284,7 +284,7 @@ impl<P: Projection> Runner<P> {
         let now = Utc::now();
         for at in fresh {
             let lag = (now - at).num_microseconds().unwrap_or(0) as f64 / 1e6;
-            metrics::histogram!("onsale_projection_lag_seconds", "projection" => P::NAME)
+            metrics::histogram!(onsale_telemetry::metrics::PROJECTION_LAG_SECONDS, "projection" => P::NAME)
                 .record(lag);
             self.lag.push(lag);
         }
@@ -389,7 +389,7 @@ impl<P: Projection> Runner<P> {
             if head > f.last_sequence && (all || stalled) {
                 let from = f.last_sequence;
                 if !all {
-                    metrics::counter!("onsale_projection_gap_fills_total", "projection" => P::NAME)
+                    metrics::counter!(onsale_telemetry::metrics::PROJECTION_GAP_FILLS_TOTAL, "projection" => P::NAME)
                         .increment(1);
                 }
                 let mut after = from;

@@ -189,7 +189,7 @@ impl Projection for SeatMap {
             }
             state.pending = false;
             if let Some(seq) = publish_delta(tx, show_id).await? {
-                metrics::counter!("onsale_seat_map_deltas_total").increment(1);
+                metrics::counter!(onsale_telemetry::metrics::SEAT_MAP_DELTAS_TOTAL).increment(1);
                 tracing::debug!(show_id, seq, "delta published");
             }
         }

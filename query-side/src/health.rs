@@ -73,7 +73,7 @@ async fn check(
     .await?;
     match relay {
         Some(lag) => {
-            metrics::gauge!("onsale_relay_lag_bytes").set(lag as f64);
+            metrics::gauge!(onsale_telemetry::metrics::RELAY_LAG_BYTES).set(lag as f64);
             if lag > config.ready_max_relay_lag_bytes {
                 problems.push(format!("the relay is {lag} bytes of WAL behind"));
             }
@@ -89,9 +89,9 @@ async fn check(
         match rows.iter().find(|(p, _, _)| p == name) {
             None => problems.push(format!("projection {name} has not reported")),
             Some((_, lag_ms, silent_ms)) => {
-                metrics::gauge!("onsale_projection_lag_ms", "projection" => name)
+                metrics::gauge!(onsale_telemetry::metrics::PROJECTION_LAG_MS, "projection" => name)
                     .set(*lag_ms as f64);
-                metrics::gauge!("onsale_projection_silence_ms", "projection" => name)
+                metrics::gauge!(onsale_telemetry::metrics::PROJECTION_SILENCE_MS, "projection" => name)
                     .set(*silent_ms);
                 if *lag_ms > config.ready_max_lag_ms {
                     problems.push(format!("projection {name} lags its commits by {lag_ms} ms"));

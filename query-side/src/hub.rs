@@ -247,7 +247,7 @@ impl Hub {
                 let _ = hub.tx.send(d);
             }
             self.note_seq(show, last);
-            metrics::gauge!("onsale_seat_map_seq", "show" => show.to_owned()).set(last as f64);
+            metrics::gauge!(onsale_telemetry::metrics::SEAT_MAP_SEQ, "show" => onsale_telemetry::metrics::show_label(show)).set(last as f64);
         }
     }
 
@@ -309,7 +309,7 @@ impl Hub {
         let (out, stream) = mpsc::channel(64);
         let this = self.clone();
         let show = show.to_owned();
-        metrics::gauge!("onsale_stream_subscribers").increment(1.0);
+        metrics::gauge!(onsale_telemetry::metrics::STREAM_SUBSCRIBERS).increment(1.0);
         self.tasks.spawn(async move {
             let mut last = after.unwrap_or(current).min(current);
             if after.is_some_and(|a| a > current) {
@@ -369,7 +369,7 @@ impl Hub {
                     }
                 }
             }
-            metrics::gauge!("onsale_stream_subscribers").decrement(1.0);
+            metrics::gauge!(onsale_telemetry::metrics::STREAM_SUBSCRIBERS).decrement(1.0);
         });
         Ok(Some(ReceiverStream::new(stream)))
     }

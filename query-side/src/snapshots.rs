@@ -119,7 +119,7 @@ impl Snapshots {
             .await;
         match built {
             Ok(Ok(s)) => {
-                metrics::counter!("onsale_seat_map_reads_total").increment(1);
+                metrics::counter!(onsale_telemetry::metrics::SEAT_MAP_READS_TOTAL).increment(1);
                 Read::Fresh(s)
             }
             Ok(Err(m)) => Read::Missing(m),
@@ -135,7 +135,7 @@ impl Snapshots {
     }
 
     async fn build(&self, show: &str, section: Option<&str>) -> anyhow::Result<Entry> {
-        metrics::counter!("onsale_seat_map_rebuilds_total").increment(1);
+        metrics::counter!(onsale_telemetry::metrics::SEAT_MAP_REBUILDS_TOTAL).increment(1);
         self.rebuilds
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // One statement: the counts, the seats and the watermark are one consistent picture.

@@ -242,7 +242,7 @@ impl Server {
         let state = AppState {
             shows: self.shows.clone(),
             decoding_key: decoding_key.clone(),
-            metrics: onsale_edge::telemetry::metrics(),
+            metrics: onsale_telemetry::metrics(),
             ready: Some(Arc::new(move || health.ready())),
             gate: room
                 .clone()
@@ -279,7 +279,7 @@ impl Server {
 
     /// `/metrics` and `/healthz` of a process without the API.
     async fn serve_metrics(&mut self, listen: &str) -> anyhow::Result<()> {
-        let handle = onsale_edge::telemetry::metrics();
+        let handle = onsale_telemetry::metrics();
         let router = axum::Router::new()
             .route("/healthz", axum::routing::get(|| async { "ok" }))
             .route(

@@ -5,7 +5,7 @@
 
 use clap::{Parser, Subcommand};
 use onsale_edge::auth::Role;
-use onsale_edge::{telemetry, AuthSettings};
+use onsale_edge::AuthSettings;
 use onsale_eventlog::{DatabaseSettings, EventLog};
 use onsale_server::{Part, Server, Settings};
 
@@ -86,7 +86,7 @@ fn parse_role(s: &str) -> Result<Role, String> {
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(settings) => {
-            telemetry::init_tracing();
+            onsale_telemetry::init_tracing();
             Server::build(settings, &Part::SERVE)
                 .await?
                 .run_until_signal()
@@ -97,7 +97,7 @@ async fn main() -> anyhow::Result<()> {
             backfill: true,
             show,
         } => {
-            telemetry::init_tracing();
+            onsale_telemetry::init_tracing();
             let pool = settings.database.pool(4, true)?;
             onsale_eventlog::migrate(&pool).await?;
             let relay = onsale_kafka::Relay::start(pool, settings.kafka, settings.relay).await?;
@@ -106,14 +106,14 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Relay { settings, .. } => {
-            telemetry::init_tracing();
+            onsale_telemetry::init_tracing();
             Server::build(settings, &[Part::Relay])
                 .await?
                 .run_until_signal()
                 .await
         }
         Command::Project { settings, rebuild } => {
-            telemetry::init_tracing();
+            onsale_telemetry::init_tracing();
             if rebuild {
                 let pool = settings.database.pool(2, true)?;
                 onsale_eventlog::migrate(&pool).await?;

@@ -333,3 +333,32 @@ async fn the_openapi_document_describes_the_api() {
     rp.eventually("/readyz", "", |s, _| s == 200).await;
     rp.stop().await;
 }
+
+#[tokio::test]
+async fn the_metrics_page_describes_what_it_exports() {
+    let db = TestDb::new().await.expect("db");
+    let app = TestApp::spawn(&db).await.expect("app");
+    let event = app.on_sale_event(1, 1, 4, None).await;
+    let (status, _) = app
+        .hold(
+            &event,
+            &app.fan("ann"),
+            json!({"seatIds": ["S1-R1-1"]}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201);
+    let (status, page) = app.get("/metrics", "").await;
+    assert_eq!(status, 200);
+    let page = page.as_str().expect("text");
+    for name in [
+        onsale_telemetry::metrics::HOLD_REQUESTS_TOTAL,
+        onsale_telemetry::metrics::EVENTS_COMMITTED_TOTAL,
+        onsale_telemetry::metrics::COMMIT_SECONDS,
+    ] {
+        assert!(
+            page.contains(&format!("# HELP {name} ")),
+            "{name} has no help text on /metrics"
+        );
+    }
+}

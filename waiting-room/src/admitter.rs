@@ -44,7 +44,7 @@ impl Admitter {
             let dt = last.elapsed();
             last = Instant::now();
             if let Err(e) = self.tick(dt).await {
-                metrics::counter!("onsale_admitter_errors_total").increment(1);
+                metrics::counter!(onsale_telemetry::metrics::ADMITTER_ERRORS_TOTAL).increment(1);
                 tracing::warn!(error = %format!("{e:#}"), "admitter tick failed");
             }
         }
@@ -59,7 +59,7 @@ impl Admitter {
             .is_ok();
         let sample = self.health.sample(Duration::from_secs(5));
         let factor = self.controller.step(sample, store_ok, dt);
-        metrics::gauge!("onsale_admission_factor").set(factor);
+        metrics::gauge!(onsale_telemetry::metrics::ADMISSION_FACTOR).set(factor);
         let target = self.controller.target(self.room.config.target);
         let paused = self.controller.paused();
         for (show, opens) in self.room.store.shows().await? {
@@ -76,15 +76,17 @@ impl Admitter {
                     paused,
                 )
                 .await?;
-            metrics::histogram!("onsale_admitter_tick_seconds")
+            metrics::histogram!(onsale_telemetry::metrics::ADMITTER_TICK_SECONDS)
                 .record(started.elapsed().as_secs_f64());
-            let labels = [("show", show.clone())];
-            metrics::gauge!("onsale_queue_depth", &labels)
+            let labels = [("show", onsale_telemetry::metrics::show_label(&show))];
+            metrics::gauge!(onsale_telemetry::metrics::QUEUE_DEPTH, &labels)
                 .set((t.tail - t.admitted_through).max(0) as f64);
-            metrics::gauge!("onsale_live_sessions", &labels).set(t.live as f64);
-            metrics::gauge!("onsale_admission_claim_rate", &labels).set(t.claim_rate);
-            metrics::gauge!("onsale_admitted_through", &labels).set(t.admitted_through as f64);
-            metrics::counter!("onsale_admitted_positions_total", &labels)
+            metrics::gauge!(onsale_telemetry::metrics::LIVE_SESSIONS, &labels).set(t.live as f64);
+            metrics::gauge!(onsale_telemetry::metrics::ADMISSION_CLAIM_RATE, &labels)
+                .set(t.claim_rate);
+            metrics::gauge!(onsale_telemetry::metrics::ADMITTED_THROUGH, &labels)
+                .set(t.admitted_through as f64);
+            metrics::counter!(onsale_telemetry::metrics::ADMITTED_POSITIONS_TOTAL, &labels)
                 .increment(t.advanced.max(0) as u64);
         }
         Ok(())
@@ -119,7 +121,7 @@ pub async fn watchdog(room: WaitingRoom, every: Duration, shutdown: Cancellation
                 .insert(show.clone(), total)
                 .is_some_and(|p| total > p);
             if let Ok(stalled) = stalled(&room, &show, paused).await {
-                metrics::gauge!("onsale_admission_stalled", "show" => show.clone())
+                metrics::gauge!(onsale_telemetry::metrics::ADMISSION_STALLED, "show" => onsale_telemetry::metrics::show_label(&show))
                     .set(f64::from(u8::from(stalled)));
                 if stalled {
                     tracing::error!(%show, "ADMISSION STALLED: nobody admitted for 30 s while fans wait");

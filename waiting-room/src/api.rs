@@ -74,7 +74,7 @@ fn err(status: StatusCode, code: &'static str, detail: &str) -> ApiError {
 }
 
 fn redis_down(e: &redis::RedisError) {
-    metrics::counter!("onsale_waiting_room_redis_errors_total").increment(1);
+    metrics::counter!(onsale_telemetry::metrics::WAITING_ROOM_REDIS_ERRORS_TOTAL).increment(1);
     tracing::warn!(error = %e, "redis unreachable: the waiting room runs in fallback");
 }
 
@@ -167,7 +167,7 @@ async fn join(
             (None, None, "FALLBACK")
         }
     };
-    metrics::counter!("onsale_waiting_room_joins_total").increment(1);
+    metrics::counter!(onsale_telemetry::metrics::WAITING_ROOM_JOINS_TOTAL).increment(1);
     Ok((
         StatusCode::CREATED,
         Json(Joined {
@@ -465,7 +465,7 @@ async fn enter(
     };
     match entered {
         Ok((Entered::Yes | Entered::Again, sid)) => {
-            metrics::counter!("onsale_waiting_room_entries_total").increment(1);
+            metrics::counter!(onsale_telemetry::metrics::WAITING_ROOM_ENTRIES_TOTAL).increment(1);
             Ok(Json(Entry {
                 session_id: session(room, &account, &show, &sid, lease_ms),
                 lease_expires_at: ms_to_time(lease_ms),

@@ -496,7 +496,7 @@ async fn create_hold(
     let started = std::time::Instant::now();
     let result = state.shows.execute(show_id, command).await;
     let secs = started.elapsed().as_secs_f64();
-    metrics::histogram!("onsale_hold_seconds").record(secs);
+    metrics::histogram!(onsale_telemetry::metrics::HOLD_SECONDS).record(secs);
     let served = !matches!(
         result,
         Err(crate::owner::CommandError::Unavailable
@@ -509,7 +509,8 @@ async fn create_hold(
         Err(crate::owner::CommandError::Domain(e)) => e.code(),
         Err(_) => "error",
     };
-    metrics::counter!("onsale_hold_requests_total", "outcome" => outcome).increment(1);
+    metrics::counter!(onsale_telemetry::metrics::HOLD_REQUESTS_TOTAL, "outcome" => outcome)
+        .increment(1);
     match result? {
         Answer::Hold(view) => Ok((
             StatusCode::CREATED,

@@ -1,8 +1,13 @@
-//! Logging and metrics, set up once per process.
+//! Logging and metrics, set up once per process: [`init_tracing`], and [`metrics()`], the
+//! Prometheus recorder every crate's `metrics::counter!`/`gauge!`/`histogram!` report to, under
+//! the names (and help texts) of [`metrics`]. It knows nothing of onsale's domain.
+
+pub mod metrics;
 
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_util::MetricKindMask;
 
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -10,7 +15,9 @@ pub fn init_tracing() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
 }
 
-/// The process-wide Prometheus recorder (installed on first use).
+/// The process-wide Prometheus recorder (installed on first use, with every metric described).
+/// A gauge not updated for [`metrics::SHOW_LABEL_IDLE`] is dropped from `/metrics`, so the
+/// series of shows that went quiet do not pile up.
 pub fn metrics() -> Option<PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
@@ -28,8 +35,10 @@ pub fn metrics() -> Option<PrometheusHandle> {
                 .ok()?
                 .set_buckets_for_metric(Matcher::Suffix("_lag_seconds".into()), &lag)
                 .ok()?
+                .idle_timeout(MetricKindMask::GAUGE, Some(metrics::SHOW_LABEL_IDLE))
                 .install_recorder()
                 .ok()
+                .inspect(|_| metrics::describe())
         })
         .clone()
 }

@@ -1,0 +1,350 @@
+//! Every metric onsale exports, named once and described (the help text on `/metrics`), and
+//! the per-show label, bounded so that a platform with many shows does not grow `/metrics`
+//! without limit. The design documents' signals: hold p99 ([`HOLD_SECONDS`]), the 409 rate
+//! ([`HOLD_REQUESTS_TOTAL`]), conversion ([`EVENTS_COMMITTED_TOTAL`]), relay and projection
+//! lag, the oldest pending payment, the admission rate.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use metrics::{describe_counter, describe_gauge, describe_histogram};
+
+/// Of the positions the line passed recently, the share that became sessions (per show).
+pub const ADMISSION_CLAIM_RATE: &str = "onsale_admission_claim_rate";
+/// How far the booking path's health scales the admission target N (1 = full, 0 = paused).
+pub const ADMISSION_FACTOR: &str = "onsale_admission_factor";
+/// 1 while fans wait, admission is not paused, and nobody was admitted for 30 s (per show).
+pub const ADMISSION_STALLED: &str = "onsale_admission_stalled";
+/// Positions the line advanced past (per show).
+pub const ADMITTED_POSITIONS_TOTAL: &str = "onsale_admitted_positions_total";
+/// The line's admitted_through: every position at or below it may enter (per show).
+pub const ADMITTED_THROUGH: &str = "onsale_admitted_through";
+/// Admitter ticks that failed (Redis away).
+pub const ADMITTER_ERRORS_TOTAL: &str = "onsale_admitter_errors_total";
+/// Time of one admitter tick of one show.
+pub const ADMITTER_TICK_SECONDS: &str = "onsale_admitter_tick_seconds";
+/// Commands refused with 503 OVERLOADED because their show's queue was full.
+pub const COMMANDS_SHED_TOTAL: &str = "onsale_commands_shed_total";
+/// Commands per group commit.
+pub const COMMIT_BATCH_COMMANDS: &str = "onsale_commit_batch_commands";
+/// Time of one group commit (the append of a batch).
+pub const COMMIT_SECONDS: &str = "onsale_commit_seconds";
+/// Events committed, by type (OrderPlaced over SeatsHeld is the hold-to-purchase conversion).
+pub const EVENTS_COMMITTED_TOTAL: &str = "onsale_events_committed_total";
+/// Hold requests answered, by outcome (the 409 rate is conflict over all).
+pub const HOLD_REQUESTS_TOTAL: &str = "onsale_hold_requests_total";
+/// Hold request latency at the edge.
+pub const HOLD_SECONDS: &str = "onsale_hold_seconds";
+/// Violations the invariant monitor found in its last run, by check (must be 0).
+pub const INVARIANT_VIOLATIONS: &str = "onsale_invariant_violations";
+/// Live waiting-room sessions (per show).
+pub const LIVE_SESSIONS: &str = "onsale_live_sessions";
+/// Paid orders cancelled.
+pub const ORDERS_CANCELLED_TOTAL: &str = "onsale_orders_cancelled_total";
+/// Charge calls sent to the processor (retries included; each under the order's key).
+pub const PAYMENT_CHARGE_CALLS_TOTAL: &str = "onsale_payment_charge_calls_total";
+/// Orders failed because their payment stayed unknown past the ambiguity bound.
+pub const PAYMENT_FORCED_RESOLUTIONS_TOTAL: &str = "onsale_payment_forced_resolutions_total";
+/// Age of the oldest payment not resolved yet.
+pub const PAYMENT_OLDEST_PENDING_SECONDS: &str = "onsale_payment_oldest_pending_seconds";
+/// Payment outcomes the show's state table refused (the order had already moved).
+pub const PAYMENT_OUTCOMES_REFUSED_TOTAL: &str = "onsale_payment_outcomes_refused_total";
+/// Processor answers that did not say what happened (asked again later).
+pub const PAYMENT_UNKNOWN_TOTAL: &str = "onsale_payment_unknown_total";
+/// Payment worker rounds that failed (database away).
+pub const PAYMENT_WORKER_ERRORS_TOTAL: &str = "onsale_payment_worker_errors_total";
+/// Messages on the topic a projection could not read, by projection.
+pub const PROJECTION_BAD_MESSAGES_TOTAL: &str = "onsale_projection_bad_messages_total";
+/// Events a projection skipped as already applied, by projection.
+pub const PROJECTION_DUPLICATES_TOTAL: &str = "onsale_projection_duplicates_total";
+/// Projection restarts after an error, by projection.
+pub const PROJECTION_ERRORS_TOTAL: &str = "onsale_projection_errors_total";
+/// Gaps and stalls a projection filled from the events table, by projection.
+pub const PROJECTION_GAP_FILLS_TOTAL: &str = "onsale_projection_gap_fills_total";
+/// A projection's last batch: commit-to-apply lag (ms), by projection.
+pub const PROJECTION_LAG_MS: &str = "onsale_projection_lag_ms";
+/// Commit-to-apply lag of each projected event, by projection.
+pub const PROJECTION_LAG_SECONDS: &str = "onsale_projection_lag_seconds";
+/// Time since a projection last reported (ms), by projection.
+pub const PROJECTION_SILENCE_MS: &str = "onsale_projection_silence_ms";
+/// Fans in a show's line behind admitted_through (per show).
+pub const QUEUE_DEPTH: &str = "onsale_queue_depth";
+/// Settlement mismatches the last reconciliation left unresolved (must be 0).
+pub const RECONCILIATION_MISMATCHES: &str = "onsale_reconciliation_mismatches";
+/// Settlement mismatches reconciliation resolved (late captures, orphan charges).
+pub const RECONCILIATION_RESOLVED_TOTAL: &str = "onsale_reconciliation_resolved_total";
+/// Age of the oldest refund owed and not made yet.
+pub const REFUND_OLDEST_PENDING_SECONDS: &str = "onsale_refund_oldest_pending_seconds";
+/// Refunds the processor made.
+pub const REFUNDS_TOTAL: &str = "onsale_refunds_total";
+/// Commands the domain refused (they wrote nothing).
+pub const REFUSALS_TOTAL: &str = "onsale_refusals_total";
+/// Relay steps that failed (broker or database away) and were retried.
+pub const RELAY_ERRORS_TOTAL: &str = "onsale_relay_errors_total";
+/// Events the relay published to Kafka.
+pub const RELAY_EVENTS_TOTAL: &str = "onsale_relay_events_total";
+/// WAL bytes the relay's slot has not confirmed.
+pub const RELAY_LAG_BYTES: &str = "onsale_relay_lag_bytes";
+/// Ticket scans at the gate, by result.
+pub const SCANS_TOTAL: &str = "onsale_scans_total";
+/// Seat-map deltas the projection wrote.
+pub const SEAT_MAP_DELTAS_TOTAL: &str = "onsale_seat_map_deltas_total";
+/// Seat-map reads served.
+pub const SEAT_MAP_READS_TOTAL: &str = "onsale_seat_map_reads_total";
+/// Seat-map cache rebuilds (one per show, section and seq however many readers missed).
+pub const SEAT_MAP_REBUILDS_TOTAL: &str = "onsale_seat_map_rebuilds_total";
+/// The newest seat-map delta seq this process knows (per show).
+pub const SEAT_MAP_SEQ: &str = "onsale_seat_map_seq";
+/// Time to load a show (snapshot plus tail) into its owner.
+pub const SHOW_LOAD_SECONDS: &str = "onsale_show_load_seconds";
+/// Open SSE and gRPC delta streams.
+pub const STREAM_SUBSCRIBERS: &str = "onsale_stream_subscribers";
+/// Orders whose tickets were issued.
+pub const TICKETS_ISSUED_ORDERS_TOTAL: &str = "onsale_tickets_issued_orders_total";
+/// Appends refused by the version check (another writer appended first).
+pub const VERSION_CONFLICTS_TOTAL: &str = "onsale_version_conflicts_total";
+/// Admissions traded for a session.
+pub const WAITING_ROOM_ENTRIES_TOTAL: &str = "onsale_waiting_room_entries_total";
+/// Fans who joined a line.
+pub const WAITING_ROOM_JOINS_TOTAL: &str = "onsale_waiting_room_joins_total";
+/// Waiting-room requests that met Redis away.
+pub const WAITING_ROOM_REDIS_ERRORS_TOTAL: &str = "onsale_waiting_room_redis_errors_total";
+/// Processor webhooks applied.
+pub const WEBHOOKS_APPLIED_TOTAL: &str = "onsale_webhooks_applied_total";
+/// Processor webhooks already applied (a redelivery).
+pub const WEBHOOKS_DUPLICATE_TOTAL: &str = "onsale_webhooks_duplicate_total";
+/// Processor webhooks refused for a reason the processor cannot fix (acknowledged).
+pub const WEBHOOKS_REFUSED_TOTAL: &str = "onsale_webhooks_refused_total";
+/// Processor webhooks rejected for a bad or stale signature.
+pub const WEBHOOKS_REJECTED_TOTAL: &str = "onsale_webhooks_rejected_total";
+
+/// Gives every metric above its help text; called once when the recorder is installed.
+pub fn describe() {
+    describe_gauge!(
+        ADMISSION_CLAIM_RATE,
+        "Of the positions the line passed recently, the share that became sessions (per show)."
+    );
+    describe_gauge!(
+        ADMISSION_FACTOR,
+        "How far the booking path's health scales the admission target N (1 = full, 0 = paused)."
+    );
+    describe_gauge!(
+        ADMISSION_STALLED,
+        "1 while fans wait, admission is not paused, and nobody was admitted for 30 s (per show)."
+    );
+    describe_counter!(
+        ADMITTED_POSITIONS_TOTAL,
+        "Positions the line advanced past (per show)."
+    );
+    describe_gauge!(
+        ADMITTED_THROUGH,
+        "The line's admitted_through: every position at or below it may enter (per show)."
+    );
+    describe_counter!(
+        ADMITTER_ERRORS_TOTAL,
+        "Admitter ticks that failed (Redis away)."
+    );
+    describe_histogram!(
+        ADMITTER_TICK_SECONDS,
+        "Time of one admitter tick of one show."
+    );
+    describe_counter!(
+        COMMANDS_SHED_TOTAL,
+        "Commands refused with 503 OVERLOADED because their show's queue was full."
+    );
+    describe_histogram!(COMMIT_BATCH_COMMANDS, "Commands per group commit.");
+    describe_histogram!(
+        COMMIT_SECONDS,
+        "Time of one group commit (the append of a batch)."
+    );
+    describe_counter!(EVENTS_COMMITTED_TOTAL, "Events committed, by type (OrderPlaced over SeatsHeld is the hold-to-purchase conversion).");
+    describe_counter!(
+        HOLD_REQUESTS_TOTAL,
+        "Hold requests answered, by outcome (the 409 rate is conflict over all)."
+    );
+    describe_histogram!(HOLD_SECONDS, "Hold request latency at the edge.");
+    describe_gauge!(
+        INVARIANT_VIOLATIONS,
+        "Violations the invariant monitor found in its last run, by check (must be 0)."
+    );
+    describe_gauge!(LIVE_SESSIONS, "Live waiting-room sessions (per show).");
+    describe_counter!(ORDERS_CANCELLED_TOTAL, "Paid orders cancelled.");
+    describe_counter!(
+        PAYMENT_CHARGE_CALLS_TOTAL,
+        "Charge calls sent to the processor (retries included; each under the order's key)."
+    );
+    describe_counter!(
+        PAYMENT_FORCED_RESOLUTIONS_TOTAL,
+        "Orders failed because their payment stayed unknown past the ambiguity bound."
+    );
+    describe_gauge!(
+        PAYMENT_OLDEST_PENDING_SECONDS,
+        "Age of the oldest payment not resolved yet."
+    );
+    describe_counter!(
+        PAYMENT_OUTCOMES_REFUSED_TOTAL,
+        "Payment outcomes the show's state table refused (the order had already moved)."
+    );
+    describe_counter!(
+        PAYMENT_UNKNOWN_TOTAL,
+        "Processor answers that did not say what happened (asked again later)."
+    );
+    describe_counter!(
+        PAYMENT_WORKER_ERRORS_TOTAL,
+        "Payment worker rounds that failed (database away)."
+    );
+    describe_counter!(
+        PROJECTION_BAD_MESSAGES_TOTAL,
+        "Messages on the topic a projection could not read, by projection."
+    );
+    describe_counter!(
+        PROJECTION_DUPLICATES_TOTAL,
+        "Events a projection skipped as already applied, by projection."
+    );
+    describe_counter!(
+        PROJECTION_ERRORS_TOTAL,
+        "Projection restarts after an error, by projection."
+    );
+    describe_counter!(
+        PROJECTION_GAP_FILLS_TOTAL,
+        "Gaps and stalls a projection filled from the events table, by projection."
+    );
+    describe_gauge!(
+        PROJECTION_LAG_MS,
+        "A projection's last batch: commit-to-apply lag (ms), by projection."
+    );
+    describe_histogram!(
+        PROJECTION_LAG_SECONDS,
+        "Commit-to-apply lag of each projected event, by projection."
+    );
+    describe_gauge!(
+        PROJECTION_SILENCE_MS,
+        "Time since a projection last reported (ms), by projection."
+    );
+    describe_gauge!(
+        QUEUE_DEPTH,
+        "Fans in a show's line behind admitted_through (per show)."
+    );
+    describe_gauge!(
+        RECONCILIATION_MISMATCHES,
+        "Settlement mismatches the last reconciliation left unresolved (must be 0)."
+    );
+    describe_counter!(
+        RECONCILIATION_RESOLVED_TOTAL,
+        "Settlement mismatches reconciliation resolved (late captures, orphan charges)."
+    );
+    describe_gauge!(
+        REFUND_OLDEST_PENDING_SECONDS,
+        "Age of the oldest refund owed and not made yet."
+    );
+    describe_counter!(REFUNDS_TOTAL, "Refunds the processor made.");
+    describe_counter!(
+        REFUSALS_TOTAL,
+        "Commands the domain refused (they wrote nothing)."
+    );
+    describe_counter!(
+        RELAY_ERRORS_TOTAL,
+        "Relay steps that failed (broker or database away) and were retried."
+    );
+    describe_counter!(RELAY_EVENTS_TOTAL, "Events the relay published to Kafka.");
+    describe_gauge!(
+        RELAY_LAG_BYTES,
+        "WAL bytes the relay's slot has not confirmed."
+    );
+    describe_counter!(SCANS_TOTAL, "Ticket scans at the gate, by result.");
+    describe_counter!(
+        SEAT_MAP_DELTAS_TOTAL,
+        "Seat-map deltas the projection wrote."
+    );
+    describe_counter!(SEAT_MAP_READS_TOTAL, "Seat-map reads served.");
+    describe_counter!(
+        SEAT_MAP_REBUILDS_TOTAL,
+        "Seat-map cache rebuilds (one per show, section and seq however many readers missed)."
+    );
+    describe_gauge!(
+        SEAT_MAP_SEQ,
+        "The newest seat-map delta seq this process knows (per show)."
+    );
+    describe_histogram!(
+        SHOW_LOAD_SECONDS,
+        "Time to load a show (snapshot plus tail) into its owner."
+    );
+    describe_gauge!(STREAM_SUBSCRIBERS, "Open SSE and gRPC delta streams.");
+    describe_counter!(
+        TICKETS_ISSUED_ORDERS_TOTAL,
+        "Orders whose tickets were issued."
+    );
+    describe_counter!(
+        VERSION_CONFLICTS_TOTAL,
+        "Appends refused by the version check (another writer appended first)."
+    );
+    describe_counter!(
+        WAITING_ROOM_ENTRIES_TOTAL,
+        "Admissions traded for a session."
+    );
+    describe_counter!(WAITING_ROOM_JOINS_TOTAL, "Fans who joined a line.");
+    describe_counter!(
+        WAITING_ROOM_REDIS_ERRORS_TOTAL,
+        "Waiting-room requests that met Redis away."
+    );
+    describe_counter!(WEBHOOKS_APPLIED_TOTAL, "Processor webhooks applied.");
+    describe_counter!(
+        WEBHOOKS_DUPLICATE_TOTAL,
+        "Processor webhooks already applied (a redelivery)."
+    );
+    describe_counter!(
+        WEBHOOKS_REFUSED_TOTAL,
+        "Processor webhooks refused for a reason the processor cannot fix (acknowledged)."
+    );
+    describe_counter!(
+        WEBHOOKS_REJECTED_TOTAL,
+        "Processor webhooks rejected for a bad or stale signature."
+    );
+}
+
+/// At most this many shows carry their own label at a time; the rest are counted as `other`.
+pub const MAX_SHOW_LABELS: usize = 100;
+
+/// A show label unused this long frees its place (the exporter forgets its series too).
+pub const SHOW_LABEL_IDLE: Duration = Duration::from_secs(600);
+
+/// The `show` label for `show`: its id while fewer than [`MAX_SHOW_LABELS`] shows were labelled
+/// in the last [`SHOW_LABEL_IDLE`], else `other`.
+pub fn show_label(show: &str) -> String {
+    static LABELS: Mutex<Option<HashMap<String, Instant>>> = Mutex::new(None);
+    let now = Instant::now();
+    let mut guard = LABELS.lock().unwrap_or_else(|p| p.into_inner());
+    let labels = guard.get_or_insert_with(HashMap::new);
+    if let Some(seen) = labels.get_mut(show) {
+        *seen = now;
+        return show.to_owned();
+    }
+    if labels.len() >= MAX_SHOW_LABELS {
+        labels.retain(|_, seen| now.duration_since(*seen) < SHOW_LABEL_IDLE);
+    }
+    if labels.len() >= MAX_SHOW_LABELS {
+        return "other".to_owned();
+    }
+    labels.insert(show.to_owned(), now);
+    show.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn show_labels_are_bounded() {
+        let labels: std::collections::BTreeSet<String> = (0..MAX_SHOW_LABELS * 3)
+            .map(|i| show_label(&format!("show-{i}")))
+            .collect();
+        assert!(labels.len() <= MAX_SHOW_LABELS + 1, "{}", labels.len());
+        assert!(labels.contains("other"));
+        assert_eq!(
+            show_label("show-0"),
+            "show-0",
+            "a labelled show keeps its label"
+        );
+    }
+}
