@@ -1,30 +1,40 @@
-//! Doubling waits between retries of a long-running loop (the relay, the projections, topic
-//! creation): from a first wait up to 5 s.
+//! Waits between retries of a long-running loop (the relay, the projections, topic creation):
+//! exponential from a first wait up to 5 s, with jitter (backon's policy), so processes that
+//! failed together do not retry in step.
 
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+
 const MAX: Duration = Duration::from_secs(5);
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Backoff {
-    first: Duration,
-    next: Duration,
+    policy: ExponentialBuilder,
+    delays: ExponentialBackoff,
 }
 
 impl Backoff {
     pub fn new(first: Duration) -> Self {
-        Self { first, next: first }
+        let policy = ExponentialBuilder::new()
+            .with_min_delay(first)
+            .with_max_delay(MAX)
+            .with_jitter()
+            .without_max_times();
+        Self {
+            delays: policy.build(),
+            policy,
+        }
     }
 
-    /// Sleeps for the current wait and doubles the next one (at most 5 s).
+    /// Sleeps for the current wait (doubling, at most 5 s, plus up to as much again of jitter).
     pub async fn wait(&mut self) {
-        tokio::time::sleep(self.next).await;
-        self.next = (self.next * 2).min(MAX);
+        tokio::time::sleep(self.delays.next().unwrap_or(MAX)).await;
     }
 
     /// After a success: the next failure waits the first wait again.
     pub fn reset(&mut self) {
-        self.next = self.first;
+        self.delays = self.policy.build();
     }
 }
 
@@ -32,17 +42,22 @@ impl Backoff {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn waits_double_up_to_five_seconds_and_reset() {
-        let mut b = Backoff::new(Duration::from_millis(1_500));
-        for want in [1_500, 3_000, 5_000, 5_000] {
-            let start = tokio::time::Instant::now();
-            b.wait().await;
-            assert_eq!(start.elapsed(), Duration::from_millis(want));
-        }
-        b.reset();
+    async fn waited(b: &mut Backoff) -> Duration {
         let start = tokio::time::Instant::now();
         b.wait().await;
-        assert_eq!(start.elapsed(), Duration::from_millis(1_500));
+        start.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_double_up_to_five_seconds_with_jitter_and_reset() {
+        let mut b = Backoff::new(Duration::from_millis(1_500));
+        for want in [1_500, 3_000, 5_000, 5_000] {
+            let w = waited(&mut b).await;
+            let want = Duration::from_millis(want);
+            assert!(w >= want && w < want * 2, "{w:?} for {want:?}");
+        }
+        b.reset();
+        let w = waited(&mut b).await;
+        assert!(w >= Duration::from_millis(1_500) && w < Duration::from_millis(3_000));
     }
 }

@@ -454,8 +454,31 @@ pub fn next_step(
     }
 }
 
-/// 0.2 s doubling to 10 s.
+/// 0.2 s doubling to 10 s, plus up to as much again of jitter: payments that failed together
+/// (a processor outage) are not all retried in the same instant.
 fn backoff(attempts: i32) -> Duration {
-    let exp = attempts.clamp(0, 6) as u32;
-    Duration::from_millis((200u64 << exp).min(10_000))
+    use backon::BackoffBuilder;
+    const MAX: Duration = Duration::from_secs(10);
+    backon::ExponentialBuilder::new()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(MAX)
+        .with_jitter()
+        .without_max_times()
+        .build()
+        .nth(usize::try_from(attempts.clamp(0, 6)).unwrap_or(0))
+        .unwrap_or(MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_exponentially_to_ten_seconds_with_jitter() {
+        for attempts in 0..10 {
+            let base = Duration::from_millis((200u64 << attempts.min(6)).min(10_000));
+            let d = backoff(attempts);
+            assert!(d >= base && d < base * 2, "attempt {attempts}: {d:?}");
+        }
+    }
 }
