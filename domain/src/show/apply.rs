@@ -1,0 +1,263 @@
+//! The state changes: `apply` moves seats, holds and orders by what an event says (the rules
+//! were checked when it was decided), and cqrs-es's `Aggregate` for the show.
+
+use super::*;
+
+impl Show {
+    /// Moves one seat by the table; a move the table refuses is a bug in `decide` and leaves
+    /// the seat where it is.
+    fn move_seat(&mut self, seat: u32, by: SeatMove, to: Seat) {
+        let from = self.seats[seat as usize];
+        match from.status().verdict(by) {
+            Verdict::To(status) => debug_assert_eq!(status, to.status()),
+            Verdict::Already | Verdict::Refused => {
+                debug_assert!(false, "seat {seat}: {from:?} refused {by:?}");
+                return;
+            }
+        }
+        let row = self.index.seat_row[seat as usize] as usize;
+        match from {
+            Seat::Available => self.index.row_available[row] -= 1,
+            Seat::Held(_) => {
+                self.index.row_held[row] -= 1;
+                if self.index.row_held[row] == 0 {
+                    self.index.row_hold_floor[row] = None;
+                }
+            }
+            _ => {}
+        }
+        match to {
+            Seat::Available => self.index.row_available[row] += 1,
+            Seat::Held(_) => self.index.row_held[row] += 1,
+            _ => {}
+        }
+        self.seats[seat as usize] = to;
+    }
+
+    fn end_hold(&mut self, hold_id: &HoldId, by: HoldMove) {
+        let Some(hold) = self.holds.get_mut(hold_id) else {
+            return;
+        };
+        let Verdict::To(state) = hold.state.verdict(by) else {
+            return;
+        };
+        hold.state = state;
+        let (seats, expires_at) = (hold.seats.clone(), hold.expires_at);
+        self.index.expiry.remove(&(expires_at, *hold_id));
+        // Only live holds count against the account's cap: keep its list to those.
+        if let Some(holds) = self.index.account_holds.get_mut(&hold.account) {
+            holds.retain(|h| h != hold_id);
+            if holds.is_empty() {
+                self.index.account_holds.remove(&hold.account);
+            }
+        }
+        if by == HoldMove::Order {
+            return;
+        }
+        for i in seats {
+            if self.seats[i as usize] == Seat::Held(*hold_id) {
+                self.move_seat(i, SeatMove::Release, Seat::Available);
+            }
+        }
+    }
+
+    fn lower_hold_floor(&mut self, seat: u32, expires_at: DateTime<Utc>) {
+        let row = self.index.seat_row[seat as usize] as usize;
+        let floor = &mut self.index.row_hold_floor[row];
+        *floor = Some(floor.map_or(expires_at, |f| f.min(expires_at)));
+    }
+}
+
+impl Aggregate for Show {
+    const TYPE: &'static str = "show";
+    type Command = ShowCommand;
+    type Event = ShowEvent;
+    type Error = ShowError;
+    type Services = ShowServices;
+
+    async fn handle(
+        &mut self,
+        command: ShowCommand,
+        services: &ShowServices,
+        sink: &EventSink<Self>,
+    ) -> Result<()> {
+        let events = self.decide(command, services.clock.now())?;
+        for event in events {
+            sink.write(event, self).await;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, event: ShowEvent) {
+        match event {
+            ShowEvent::ShowScheduled { info, layout } => {
+                self.info = Some(info);
+                self.layout = layout;
+                self.seats.clear();
+                self.rebuild_index();
+            }
+            ShowEvent::SeatsHeld {
+                hold_id,
+                account_id,
+                seat_ids,
+                expires_at,
+                idempotency,
+                ..
+            } => {
+                let seats = self.seat_indices(&seat_ids);
+                for &i in &seats {
+                    self.move_seat(i, SeatMove::Hold, Seat::Held(hold_id));
+                    self.lower_hold_floor(i, expires_at);
+                }
+                if let Some(idem) = idempotency {
+                    self.remember(&account_id, idem, Outcome::Hold(hold_id));
+                }
+                self.index
+                    .account_holds
+                    .entry(account_id.clone())
+                    .or_default()
+                    .push(hold_id);
+                self.index.expiry.insert((expires_at, hold_id));
+                self.holds.insert(
+                    hold_id,
+                    Hold {
+                        account: account_id,
+                        seats,
+                        expires_at,
+                        state: HoldState::Active,
+                        order: None,
+                    },
+                );
+            }
+            ShowEvent::HoldReleased { hold_id } => self.end_hold(&hold_id, HoldMove::Release),
+            ShowEvent::HoldExpired { hold_id } => self.end_hold(&hold_id, HoldMove::Expire),
+            ShowEvent::OrderPlaced {
+                order_id,
+                hold_id,
+                account_id,
+                seat_ids,
+                total_cents,
+                payment_token,
+                placed_at,
+                idempotency,
+            } => {
+                self.end_hold(&hold_id, HoldMove::Order);
+                if let Some(hold) = self.holds.get_mut(&hold_id) {
+                    hold.order = Some(order_id);
+                }
+                let seats = self.seat_indices(&seat_ids);
+                for &i in &seats {
+                    self.move_seat(i, SeatMove::Order, Seat::PendingPayment(order_id));
+                }
+                self.remember(&account_id, idempotency, Outcome::Order(order_id));
+                self.index
+                    .account_orders
+                    .entry(account_id.clone())
+                    .or_default()
+                    .push(order_id);
+                self.orders.insert(
+                    order_id,
+                    Order {
+                        account: account_id,
+                        hold_id,
+                        seats,
+                        total_cents,
+                        payment_token,
+                        placed_at,
+                        state: OrderState::PendingPayment,
+                        ambiguous_since: None,
+                        failure: None,
+                        make_good: false,
+                    },
+                );
+            }
+            ShowEvent::PaymentSucceeded { order_id, .. } => {
+                if let Some(seats) = self.order_to(&order_id, OrderMove::Succeed) {
+                    for i in seats {
+                        self.move_seat(i, SeatMove::Pay, Seat::Sold(order_id));
+                    }
+                }
+            }
+            ShowEvent::PaymentFailed {
+                order_id, reason, ..
+            } => {
+                self.order_to(&order_id, OrderMove::Fail);
+                if let Some(o) = self.orders.get_mut(&order_id) {
+                    o.failure = Some(reason);
+                }
+            }
+            ShowEvent::PaymentAmbiguous { order_id, at, .. } => {
+                if let Some(o) = self.orders.get_mut(&order_id) {
+                    o.ambiguous_since.get_or_insert(at);
+                }
+            }
+            ShowEvent::OrderReinstated { order_id, .. } => {
+                if let Some(seats) = self.order_to(&order_id, OrderMove::Reinstate) {
+                    for i in seats {
+                        match self.seats[i as usize] {
+                            Seat::PendingPayment(o) if o == order_id => {
+                                self.move_seat(i, SeatMove::Pay, Seat::Sold(order_id));
+                            }
+                            _ => self.move_seat(i, SeatMove::Reinstate, Seat::Sold(order_id)),
+                        }
+                    }
+                }
+            }
+            ShowEvent::MakeGoodOwed { order_id, .. } => {
+                self.order_to(&order_id, OrderMove::MakeGood);
+                if let Some(o) = self.orders.get_mut(&order_id) {
+                    o.make_good = true;
+                }
+            }
+            ShowEvent::OrderCancelled { order_id, .. } => {
+                if let Some(seats) = self.order_to(&order_id, OrderMove::Cancel) {
+                    for i in seats {
+                        if self.seats[i as usize] == Seat::Sold(order_id) {
+                            self.move_seat(i, SeatMove::Cancel, Seat::Available);
+                        }
+                    }
+                }
+            }
+            ShowEvent::OrderRefunded { order_id, .. } => {
+                self.order_to(&order_id, OrderMove::Refund);
+            }
+            ShowEvent::OrderCompensated { order_id, .. } => {
+                if let Some(seats) = self.order_to(&order_id, OrderMove::Compensate) {
+                    for i in seats {
+                        // Guarded on the order id: only seats this order still claims return.
+                        if self.seats[i as usize] == Seat::PendingPayment(order_id) {
+                            self.move_seat(i, SeatMove::Compensate, Seat::Available);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Show {
+    fn remember(&mut self, account: &AccountId, idem: Idempotency, outcome: Outcome) {
+        let key = (account.clone(), idem.key.clone());
+        self.idempotency.insert(
+            key,
+            IdempotencyRecord {
+                account: account.clone(),
+                key: idem.key,
+                fingerprint: idem.fingerprint,
+                outcome,
+            },
+        );
+    }
+
+    /// Moves an order by the table and hands back its seats when it really moved.
+    fn order_to(&mut self, order_id: &OrderId, by: OrderMove) -> Option<Vec<u32>> {
+        let order = self.orders.get_mut(order_id)?;
+        match order.state.verdict(by) {
+            Verdict::To(state) => {
+                order.state = state;
+                Some(order.seats.clone())
+            }
+            Verdict::Already | Verdict::Refused => None,
+        }
+    }
+}

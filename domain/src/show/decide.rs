@@ -1,0 +1,494 @@
+//! The rules: `decide` checks everything a command asks before it emits an event.
+
+use super::*;
+
+impl Show {
+    /// The whole rule book: what this command does to this show at `now`, as events.
+    /// Nothing is emitted unless the whole command is valid.
+    pub fn decide(&self, command: ShowCommand, now: DateTime<Utc>) -> Result<Vec<ShowEvent>> {
+        if let ShowCommand::Schedule { info, layout } = command {
+            return self.schedule(info, layout);
+        }
+        let info = self.info.as_ref().ok_or(ShowError::ShowNotFound)?;
+        match command {
+            ShowCommand::Schedule { .. } => Err(ShowError::ShowAlreadyExists),
+            ShowCommand::HoldSeats {
+                hold_id,
+                account,
+                seat_ids,
+                idempotency,
+            } => {
+                if let Some(replay) = self.replayed(&account, idempotency.as_ref(), Kind::Hold)? {
+                    return Ok(replay);
+                }
+                self.open_for_sale(info, now)?;
+                let mut seen = BTreeSet::new();
+                let wanted: Vec<&String> = seat_ids.iter().filter(|s| seen.insert(*s)).collect();
+                if wanted.is_empty() {
+                    return Err(ShowError::Invalid("seatIds must not be empty".into()));
+                }
+                let unknown: Vec<String> = wanted
+                    .iter()
+                    .filter(|s| !self.index.seat_by_id.contains_key(s.as_str()))
+                    .map(|s| (*s).clone())
+                    .collect();
+                if !unknown.is_empty() {
+                    return Err(ShowError::UnknownSeat(unknown));
+                }
+                let seats: Vec<u32> = wanted
+                    .iter()
+                    .map(|s| self.index.seat_by_id[s.as_str()])
+                    .collect();
+                self.check_cap(&account, seats.len(), now)?;
+                let lost: Vec<String> = seats
+                    .iter()
+                    .filter(|&&i| !self.is_free(i, now))
+                    .map(|&i| self.index.seat_names[i as usize].clone())
+                    .collect();
+                if !lost.is_empty() {
+                    return Err(ShowError::SeatUnavailable { lost });
+                }
+                self.acquire(hold_id, account, seats, false, idempotency, info, now)
+            }
+            ShowCommand::HoldBestAvailable {
+                hold_id,
+                account,
+                quantity,
+                section,
+                idempotency,
+            } => {
+                if let Some(replay) = self.replayed(&account, idempotency.as_ref(), Kind::Hold)? {
+                    return Ok(replay);
+                }
+                self.open_for_sale(info, now)?;
+                if quantity == 0 {
+                    return Err(ShowError::Invalid("quantity must be at least 1".into()));
+                }
+                let section = match section {
+                    Some(name) => Some(
+                        *self
+                            .index
+                            .section_by_name
+                            .get(&name)
+                            .ok_or(ShowError::UnknownSection(name))?,
+                    ),
+                    None => None,
+                };
+                self.check_cap(&account, quantity as usize, now)?;
+                let seats = self
+                    .best_available(quantity, section, now)
+                    .ok_or(ShowError::SeatUnavailable { lost: Vec::new() })?;
+                self.acquire(hold_id, account, seats, true, idempotency, info, now)
+            }
+            ShowCommand::ReleaseHold { hold_id, account } => {
+                let hold = self.own_hold(&hold_id, &account)?;
+                match hold.state.verdict(HoldMove::Release) {
+                    Verdict::To(_) => Ok(vec![ShowEvent::HoldReleased { hold_id }]),
+                    Verdict::Already => Ok(Vec::new()),
+                    Verdict::Refused => Err(match hold.order {
+                        Some(order) => ShowError::HoldOrdered(order),
+                        None => refused("hold", hold.state.name(), "release"),
+                    }),
+                }
+            }
+            ShowCommand::PlaceOrder {
+                order_id,
+                hold_id,
+                account,
+                payment_token,
+                idempotency,
+            } => {
+                if let Some(replay) = self.replayed(&account, Some(&idempotency), Kind::Order)? {
+                    return Ok(replay);
+                }
+                let hold = self.own_hold(&hold_id, &account)?;
+                if let Some(order) = hold.order {
+                    return Err(ShowError::HoldOrdered(order));
+                }
+                // The fence: this hold, still active, and not past its expiry at this instant.
+                if hold.state != HoldState::Active || hold.expires_at <= now {
+                    return Err(ShowError::HoldExpired);
+                }
+                if self.orders.contains_key(&order_id) {
+                    return Err(ShowError::Invalid("order id already used".into()));
+                }
+                let total_cents = hold.seats.iter().map(|&i| self.seat_price(i)).sum();
+                Ok(vec![ShowEvent::OrderPlaced {
+                    order_id,
+                    hold_id,
+                    account_id: account,
+                    seat_ids: self.seat_names(&hold.seats),
+                    total_cents,
+                    payment_token,
+                    placed_at: now,
+                    idempotency,
+                }])
+            }
+            ShowCommand::RecordPaymentSucceeded { order_id } => {
+                let order = self.orders.get(&order_id).ok_or(ShowError::OrderNotFound)?;
+                if matches!(order.state, OrderState::PaymentFailed | OrderState::Failed) {
+                    return Ok(self.late_capture(order_id, order, now));
+                }
+                self.order_move(&order_id, OrderMove::Succeed, "payment succeeded", || {
+                    ShowEvent::PaymentSucceeded { order_id, at: now }
+                })
+            }
+            ShowCommand::RecordPaymentFailed { order_id, reason } => {
+                let order = self.orders.get(&order_id).ok_or(ShowError::OrderNotFound)?;
+                let mut events =
+                    self.order_move(&order_id, OrderMove::Fail, "payment failed", || {
+                        ShowEvent::PaymentFailed {
+                            order_id,
+                            reason,
+                            at: now,
+                        }
+                    })?;
+                // A definitive failure returns the seats in the same commit, guarded on the
+                // order: no window where a declined order still blocks them.
+                if matches!(
+                    order.state,
+                    OrderState::PendingPayment | OrderState::PaymentFailed
+                ) {
+                    events.push(ShowEvent::OrderCompensated {
+                        order_id,
+                        seat_ids: self.seat_names(&order.seats),
+                        at: now,
+                    });
+                }
+                Ok(events)
+            }
+            ShowCommand::RecordPaymentAmbiguous { order_id, reason } => {
+                self.order_move(&order_id, OrderMove::Ambiguous, "payment ambiguous", || {
+                    ShowEvent::PaymentAmbiguous {
+                        order_id,
+                        reason,
+                        at: now,
+                    }
+                })
+            }
+            ShowCommand::CompensateOrder { order_id } => {
+                let seat_ids = self
+                    .orders
+                    .get(&order_id)
+                    .map(|o| self.seat_names(&o.seats))
+                    .unwrap_or_default();
+                self.order_move(&order_id, OrderMove::Compensate, "compensation", || {
+                    ShowEvent::OrderCompensated {
+                        order_id,
+                        seat_ids,
+                        at: now,
+                    }
+                })
+            }
+            ShowCommand::CancelOrder {
+                order_id,
+                account,
+                admin,
+            } => {
+                let order = self.cancellable(&order_id, &account, admin)?;
+                match order.state.verdict(OrderMove::Cancel) {
+                    Verdict::To(_) => Ok(vec![ShowEvent::OrderCancelled {
+                        order_id,
+                        seat_ids: self.seat_names(&order.seats),
+                        by: account,
+                        at: now,
+                    }]),
+                    Verdict::Already | Verdict::Refused => Ok(Vec::new()),
+                }
+            }
+            ShowCommand::RecordRefund {
+                order_id,
+                refund_id,
+            } => self.order_move(&order_id, OrderMove::Refund, "refund", || {
+                ShowEvent::OrderRefunded {
+                    order_id,
+                    refund_id,
+                    at: now,
+                }
+            }),
+            ShowCommand::ExpireHolds { hold_ids } => {
+                let mut seen = BTreeSet::new();
+                Ok(hold_ids
+                    .into_iter()
+                    .filter(|h| seen.insert(*h))
+                    .filter(|h| {
+                        self.holds.get(h).is_some_and(|hold| {
+                            matches!(hold.state.verdict(HoldMove::Expire), Verdict::To(_))
+                                && hold.expires_at <= now
+                        })
+                    })
+                    .map(|hold_id| ShowEvent::HoldExpired { hold_id })
+                    .collect())
+            }
+        }
+    }
+
+    fn schedule(&self, info: ShowInfo, layout: VenueLayout) -> Result<Vec<ShowEvent>> {
+        if self.info.is_some() {
+            return Err(ShowError::ShowAlreadyExists);
+        }
+        for tier in layout.price_tiers() {
+            match info.prices.get(tier) {
+                Some(&cents) if cents >= 0 => {}
+                Some(_) => {
+                    return Err(ShowError::Invalid(format!(
+                        "price of tier {tier} is negative"
+                    )))
+                }
+                None => return Err(ShowError::Invalid(format!("no price for tier {tier}"))),
+            }
+        }
+        if info.hold_ttl_seconds == 0 || info.hold_ttl_seconds > 3_600 {
+            return Err(ShowError::Invalid(
+                "holdTtlSeconds must be 1 to 3600".into(),
+            ));
+        }
+        if info.on_sale_at >= info.starts_at {
+            return Err(ShowError::Invalid(
+                "onSaleAt must be before startsAt".into(),
+            ));
+        }
+        Ok(vec![ShowEvent::ShowScheduled { info, layout }])
+    }
+
+    fn open_for_sale(&self, info: &ShowInfo, now: DateTime<Utc>) -> Result<()> {
+        if now < info.on_sale_at {
+            return Err(ShowError::SaleNotOpen);
+        }
+        if now >= info.starts_at {
+            return Err(ShowError::SaleClosed);
+        }
+        Ok(())
+    }
+
+    /// `Some(no events)` when this request was already answered under its key; an error when
+    /// the key was used for a different request.
+    fn replayed(
+        &self,
+        account: &AccountId,
+        idempotency: Option<&Idempotency>,
+        kind: Kind,
+    ) -> Result<Option<Vec<ShowEvent>>> {
+        let Some(idem) = idempotency else {
+            return Ok(None);
+        };
+        let Some(record) = self.idempotency.get(&(account.clone(), idem.key.clone())) else {
+            return Ok(None);
+        };
+        let same_kind = matches!(
+            (kind, record.outcome),
+            (Kind::Hold, Outcome::Hold(_)) | (Kind::Order, Outcome::Order(_))
+        );
+        if same_kind && record.fingerprint == idem.fingerprint {
+            Ok(Some(Vec::new()))
+        } else {
+            Err(ShowError::IdempotencyKeyReused)
+        }
+    }
+
+    fn check_cap(&self, account: &AccountId, wanted: usize, now: DateTime<Utc>) -> Result<()> {
+        let already = self.seats_claimed_by(account, now);
+        if u64::from(already) + wanted as u64 > u64::from(MAX_SEATS_PER_ACCOUNT) {
+            return Err(ShowError::HoldLimit {
+                limit: MAX_SEATS_PER_ACCOUNT,
+                already,
+            });
+        }
+        Ok(())
+    }
+
+    fn own_hold(&self, hold_id: &HoldId, account: &AccountId) -> Result<&Hold> {
+        // Someone else's hold answers exactly like a missing one.
+        self.holds
+            .get(hold_id)
+            .filter(|h| &h.account == account)
+            .ok_or(ShowError::HoldNotFound)
+    }
+
+    fn order_move(
+        &self,
+        order_id: &OrderId,
+        by: OrderMove,
+        what: &'static str,
+        event: impl FnOnce() -> ShowEvent,
+    ) -> Result<Vec<ShowEvent>> {
+        let order = self.orders.get(order_id).ok_or(ShowError::OrderNotFound)?;
+        match order.state.verdict(by) {
+            Verdict::To(_) => Ok(vec![event()]),
+            Verdict::Already => Ok(Vec::new()),
+            Verdict::Refused => Err(refused("order", order.state.name(), what)),
+        }
+    }
+
+    /// The late-success policy (ADR 006): a capture for an order that already failed. Its seats
+    /// are sold to it again if every one is still free (lapsed holds on them end first);
+    /// otherwise nobody loses a seat they now hold or bought (and nobody ends up above the
+    /// per-account cap): the order owes a refund and a make-good.
+    fn late_capture(&self, order_id: OrderId, order: &Order, now: DateTime<Utc>) -> Vec<ShowEvent> {
+        let mut lapsed = BTreeSet::new();
+        let mut taken = Vec::new();
+        for &i in &order.seats {
+            match self.seats[i as usize] {
+                Seat::Available => {}
+                Seat::PendingPayment(o) if o == order_id => {}
+                Seat::Held(h) if self.holds.get(&h).is_some_and(|h| h.expires_at <= now) => {
+                    lapsed.insert(h);
+                }
+                _ => taken.push(i),
+            }
+        }
+        if !taken.is_empty() {
+            return vec![ShowEvent::MakeGoodOwed {
+                order_id,
+                taken_seat_ids: self.seat_names(&taken),
+                reason: "its seats went to somebody else".into(),
+                at: now,
+            }];
+        }
+        // The cap holds for reinstated orders too: a fan who bought other seats since is not
+        // handed more than the cap allows.
+        let own = if order.state.claims_seats() {
+            order.seats.len()
+        } else {
+            0
+        };
+        let claimed = self.seats_claimed_by(&order.account, now) as usize - own;
+        if claimed + order.seats.len() > MAX_SEATS_PER_ACCOUNT as usize {
+            return vec![ShowEvent::MakeGoodOwed {
+                order_id,
+                taken_seat_ids: Vec::new(),
+                reason: "the buyer's per-account limit is full with seats bought since".into(),
+                at: now,
+            }];
+        }
+        let mut events: Vec<ShowEvent> = lapsed
+            .into_iter()
+            .map(|hold_id| ShowEvent::HoldExpired { hold_id })
+            .collect();
+        events.push(ShowEvent::OrderReinstated {
+            order_id,
+            seat_ids: self.seat_names(&order.seats),
+            at: now,
+        });
+        events
+    }
+
+    /// A seat may be taken now: available, or held by a hold whose expiry has passed (the
+    /// acquire reclaims it, so no reaper sits on the write path).
+    fn is_free(&self, seat: u32, now: DateTime<Utc>) -> bool {
+        match &self.seats[seat as usize] {
+            Seat::Available => true,
+            Seat::Held(h) => self.holds.get(h).is_some_and(|h| h.expires_at <= now),
+            Seat::PendingPayment(_) | Seat::Sold(_) => false,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn acquire(
+        &self,
+        hold_id: HoldId,
+        account: AccountId,
+        seats: Vec<u32>,
+        best_available: bool,
+        idempotency: Option<Idempotency>,
+        info: &ShowInfo,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ShowEvent>> {
+        if self.holds.contains_key(&hold_id) {
+            return Err(ShowError::Invalid("hold id already used".into()));
+        }
+        // Lapsed holds on the wanted seats end first, visibly, then the new hold takes them.
+        let mut lapsed = BTreeSet::new();
+        for &i in &seats {
+            if let Seat::Held(h) = self.seats[i as usize] {
+                lapsed.insert(h);
+            }
+        }
+        let mut events: Vec<ShowEvent> = lapsed
+            .into_iter()
+            .map(|hold_id| ShowEvent::HoldExpired { hold_id })
+            .collect();
+        events.push(ShowEvent::SeatsHeld {
+            hold_id,
+            account_id: account,
+            seat_ids: self.seat_names(&seats),
+            expires_at: now + Duration::seconds(i64::from(info.hold_ttl_seconds)),
+            best_available,
+            idempotency,
+        });
+        Ok(events)
+    }
+
+    /// Best available: the first run of `quantity` adjacent free seats in one row, walking
+    /// sections and rows in layout order (best first); failing that, the first free seats.
+    fn best_available(
+        &self,
+        quantity: u32,
+        section: Option<u32>,
+        now: DateTime<Utc>,
+    ) -> Option<Vec<u32>> {
+        let rows = match section {
+            Some(s) => self.index.section_rows[s as usize].clone(),
+            None => 0..self.index.rows.len() as u32,
+        };
+        let candidate = |r: u32| {
+            let r = r as usize;
+            let lapsed = self.index.row_hold_floor[r].is_some_and(|f| f <= now);
+            self.index.row_available[r] + if lapsed { self.index.row_held[r] } else { 0 }
+        };
+        for r in rows.clone() {
+            if candidate(r) < quantity {
+                continue;
+            }
+            let span = self.index.rows[r as usize];
+            let mut run = 0;
+            for i in span.start..span.start + span.len {
+                if self.is_free(i, now) {
+                    run += 1;
+                    if run == quantity {
+                        return Some((i + 1 - quantity..=i).collect());
+                    }
+                } else {
+                    run = 0;
+                }
+            }
+        }
+        let mut picked = Vec::new();
+        for r in rows {
+            if candidate(r) == 0 {
+                continue;
+            }
+            let span = self.index.rows[r as usize];
+            for i in span.start..span.start + span.len {
+                if self.is_free(i, now) {
+                    picked.push(i);
+                    if picked.len() == quantity as usize {
+                        return Some(picked);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn seat_price(&self, seat: u32) -> i64 {
+        let row = self.index.seat_row[seat as usize];
+        self.index.section_price[self.index.rows[row as usize].section as usize]
+    }
+
+    pub(super) fn seat_indices(&self, ids: &[String]) -> Vec<u32> {
+        ids.iter()
+            .filter_map(|s| self.index.seat_by_id.get(s).copied())
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Hold,
+    Order,
+}
+
+fn refused(entity: &'static str, from: &'static str, by: &'static str) -> ShowError {
+    ShowError::InvalidTransition { entity, from, by }
+}

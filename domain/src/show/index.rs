@@ -1,0 +1,105 @@
+//! Lookups derived from the layout and the seats (seat ids, rows, sections, prices, free and
+//! held counts, each account's holds and orders, hold expiries); rebuilt after a snapshot load.
+
+use super::*;
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RowSpan {
+    pub(super) section: u32,
+    pub(super) start: u32,
+    pub(super) len: u32,
+}
+
+/// Lookup structures derived from the layout and the seats; rebuilt after a snapshot load.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Index {
+    pub(super) seat_by_id: HashMap<String, u32>,
+    pub(super) seat_names: Vec<String>,
+    pub(super) seat_row: Vec<u32>,
+    pub(super) rows: Vec<RowSpan>,
+    pub(super) section_by_name: HashMap<String, u32>,
+    pub(super) section_rows: Vec<std::ops::Range<u32>>,
+    pub(super) section_price: Vec<i64>,
+    pub(super) row_available: Vec<u32>,
+    pub(super) row_held: Vec<u32>,
+    /// Per row, no later than the earliest expiry of its held seats (`None`: none held). A row
+    /// whose floor is in the future has no lapsed hold to reclaim, so best-available skips its
+    /// held seats without looking at each (on a filling show, most rows are like that).
+    pub(super) row_hold_floor: Vec<Option<DateTime<Utc>>>,
+    /// Per account, its active holds (ended ones are dropped as they end).
+    pub(super) account_holds: HashMap<AccountId, Vec<HoldId>>,
+    pub(super) account_orders: HashMap<AccountId, Vec<OrderId>>,
+    pub(super) expiry: BTreeSet<(DateTime<Utc>, HoldId)>,
+}
+
+impl Show {
+    pub(super) fn rebuild_index(&mut self) {
+        let mut ix = Index::default();
+        let mut seat = 0u32;
+        for (s, section) in self.layout.sections().iter().enumerate() {
+            let first_row = ix.rows.len() as u32;
+            ix.section_by_name.insert(section.section.clone(), s as u32);
+            let price = self
+                .info
+                .as_ref()
+                .and_then(|i| i.prices.get(&section.price_tier).copied())
+                .unwrap_or(0);
+            ix.section_price.push(price);
+            for row in &section.rows {
+                let r = ix.rows.len() as u32;
+                ix.rows.push(RowSpan {
+                    section: s as u32,
+                    start: seat,
+                    len: row.seats,
+                });
+                ix.row_available.push(0);
+                ix.row_held.push(0);
+                ix.row_hold_floor.push(None);
+                for n in 1..=row.seats {
+                    let name = seat_id(&section.section, &row.row, n);
+                    ix.seat_by_id.insert(name.clone(), seat);
+                    ix.seat_names.push(name);
+                    ix.seat_row.push(r);
+                    seat += 1;
+                }
+            }
+            ix.section_rows.push(first_row..ix.rows.len() as u32);
+        }
+        if self.seats.len() != seat as usize {
+            self.seats = vec![Seat::Available; seat as usize];
+        }
+        for (i, s) in self.seats.iter().enumerate() {
+            let row = ix.seat_row[i] as usize;
+            match s {
+                Seat::Available => ix.row_available[row] += 1,
+                Seat::Held(h) => {
+                    ix.row_held[row] += 1;
+                    // A seat held by a hold we do not know is treated as lapsed: looked at.
+                    let expiry = self
+                        .holds
+                        .get(h)
+                        .map_or(DateTime::<Utc>::MIN_UTC, |h| h.expires_at);
+                    let floor = &mut ix.row_hold_floor[row];
+                    *floor = Some(floor.map_or(expiry, |f| f.min(expiry)));
+                }
+                _ => {}
+            }
+        }
+        for (id, hold) in &self.holds {
+            if hold.state == HoldState::Active {
+                ix.account_holds
+                    .entry(hold.account.clone())
+                    .or_default()
+                    .push(*id);
+                ix.expiry.insert((hold.expires_at, *id));
+            }
+        }
+        for (id, order) in &self.orders {
+            ix.account_orders
+                .entry(order.account.clone())
+                .or_default()
+                .push(*id);
+        }
+        self.index = ix;
+    }
+}

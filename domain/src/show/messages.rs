@@ -1,0 +1,229 @@
+//! The show's commands (what may be asked) and events (what happened: the log's vocabulary,
+//! stable forever).
+
+use super::*;
+
+/// What the edge stamps on a request that carries an `Idempotency-Key`: the key, and a
+/// fingerprint of the request (route and body) so the same key with another body is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Idempotency {
+    pub key: IdempotencyKey,
+    pub fingerprint: String,
+}
+
+/// The catalog facts of a show, fixed when it is scheduled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShowInfo {
+    pub show_id: ShowId,
+    pub venue_id: VenueId,
+    pub venue_name: String,
+    pub city: String,
+    pub name: String,
+    pub performer: String,
+    pub starts_at: DateTime<Utc>,
+    pub on_sale_at: DateTime<Utc>,
+    /// Cents per price tier.
+    pub prices: BTreeMap<String, i64>,
+    pub waiting_room: bool,
+    pub hold_ttl_seconds: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ShowCommand {
+    Schedule {
+        info: ShowInfo,
+        layout: VenueLayout,
+    },
+    HoldSeats {
+        hold_id: HoldId,
+        account: AccountId,
+        seat_ids: Vec<String>,
+        idempotency: Option<Idempotency>,
+    },
+    HoldBestAvailable {
+        hold_id: HoldId,
+        account: AccountId,
+        quantity: u32,
+        section: Option<String>,
+        idempotency: Option<Idempotency>,
+    },
+    ReleaseHold {
+        hold_id: HoldId,
+        account: AccountId,
+    },
+    PlaceOrder {
+        order_id: OrderId,
+        hold_id: HoldId,
+        account: AccountId,
+        payment_token: String,
+        idempotency: Idempotency,
+    },
+    RecordPaymentSucceeded {
+        order_id: OrderId,
+    },
+    RecordPaymentFailed {
+        order_id: OrderId,
+        reason: String,
+    },
+    RecordPaymentAmbiguous {
+        order_id: OrderId,
+        reason: String,
+    },
+    CompensateOrder {
+        order_id: OrderId,
+    },
+    /// The buyer (or an admin) cancels a paid order: its seats go back on sale and a refund is
+    /// owed. The edge revokes the order's tickets before it sends this.
+    CancelOrder {
+        order_id: OrderId,
+        account: AccountId,
+        admin: bool,
+    },
+    /// The processor refunded the order (a cancellation or a make-good).
+    RecordRefund {
+        order_id: OrderId,
+        refund_id: String,
+    },
+    /// The sweeper's command: each hold is expired only if it is still that hold, still active
+    /// and past its expiry, so a late sweep can never release somebody else's newer hold.
+    ExpireHolds {
+        hold_ids: Vec<HoldId>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ShowEvent {
+    ShowScheduled {
+        info: ShowInfo,
+        layout: VenueLayout,
+    },
+    SeatsHeld {
+        hold_id: HoldId,
+        account_id: AccountId,
+        seat_ids: Vec<String>,
+        expires_at: DateTime<Utc>,
+        best_available: bool,
+        idempotency: Option<Idempotency>,
+    },
+    HoldReleased {
+        hold_id: HoldId,
+    },
+    HoldExpired {
+        hold_id: HoldId,
+    },
+    OrderPlaced {
+        order_id: OrderId,
+        hold_id: HoldId,
+        account_id: AccountId,
+        seat_ids: Vec<String>,
+        total_cents: i64,
+        payment_token: String,
+        placed_at: DateTime<Utc>,
+        idempotency: Idempotency,
+    },
+    PaymentSucceeded {
+        order_id: OrderId,
+        at: DateTime<Utc>,
+    },
+    PaymentFailed {
+        order_id: OrderId,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+    PaymentAmbiguous {
+        order_id: OrderId,
+        reason: String,
+        at: DateTime<Utc>,
+    },
+    OrderCompensated {
+        order_id: OrderId,
+        seat_ids: Vec<String>,
+        at: DateTime<Utc>,
+    },
+    /// A capture arrived after the order had failed, and its seats were still free: they are
+    /// sold to the order that paid for them (ADR 006).
+    OrderReinstated {
+        order_id: OrderId,
+        seat_ids: Vec<String>,
+        at: DateTime<Utc>,
+    },
+    /// A capture arrived after the order had failed, and somebody else has (some of) its seats
+    /// now: they are not taken back; the charge is refunded and the buyer owed a make-good.
+    MakeGoodOwed {
+        order_id: OrderId,
+        taken_seat_ids: Vec<String>,
+        /// Why the seats could not go back to the order: taken by others, or the buyer's
+        /// per-account cap is full with what they bought since.
+        #[serde(default)]
+        reason: String,
+        at: DateTime<Utc>,
+    },
+    OrderCancelled {
+        order_id: OrderId,
+        seat_ids: Vec<String>,
+        by: AccountId,
+        at: DateTime<Utc>,
+    },
+    OrderRefunded {
+        order_id: OrderId,
+        refund_id: String,
+        at: DateTime<Utc>,
+    },
+}
+
+impl DomainEvent for ShowEvent {
+    fn event_type(&self) -> String {
+        match self {
+            Self::ShowScheduled { .. } => "ShowScheduled",
+            Self::SeatsHeld { .. } => "SeatsHeld",
+            Self::HoldReleased { .. } => "HoldReleased",
+            Self::HoldExpired { .. } => "HoldExpired",
+            Self::OrderPlaced { .. } => "OrderPlaced",
+            Self::PaymentSucceeded { .. } => "PaymentSucceeded",
+            Self::PaymentFailed { .. } => "PaymentFailed",
+            Self::PaymentAmbiguous { .. } => "PaymentAmbiguous",
+            Self::OrderCompensated { .. } => "OrderCompensated",
+            Self::OrderReinstated { .. } => "OrderReinstated",
+            Self::MakeGoodOwed { .. } => "MakeGoodOwed",
+            Self::OrderCancelled { .. } => "OrderCancelled",
+            Self::OrderRefunded { .. } => "OrderRefunded",
+        }
+        .to_owned()
+    }
+    fn event_version(&self) -> String {
+        "1".to_owned()
+    }
+}
+
+impl ShowEvent {
+    /// The order the event is about, if any.
+    pub fn order_id(&self) -> Option<OrderId> {
+        match self {
+            Self::OrderPlaced { order_id, .. }
+            | Self::PaymentSucceeded { order_id, .. }
+            | Self::PaymentFailed { order_id, .. }
+            | Self::PaymentAmbiguous { order_id, .. }
+            | Self::OrderCompensated { order_id, .. }
+            | Self::OrderReinstated { order_id, .. }
+            | Self::MakeGoodOwed { order_id, .. }
+            | Self::OrderCancelled { order_id, .. }
+            | Self::OrderRefunded { order_id, .. } => Some(*order_id),
+            Self::ShowScheduled { .. }
+            | Self::SeatsHeld { .. }
+            | Self::HoldReleased { .. }
+            | Self::HoldExpired { .. } => None,
+        }
+    }
+
+    /// The hold the event is about, if it names one.
+    pub fn hold_id(&self) -> Option<HoldId> {
+        match self {
+            Self::SeatsHeld { hold_id, .. }
+            | Self::HoldReleased { hold_id }
+            | Self::HoldExpired { hold_id }
+            | Self::OrderPlaced { hold_id, .. } => Some(*hold_id),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The show aggregate. One instance holds every seat of one performance, so a multi-seat hold,
+//! the per-account cap and the hold/order fence are decided in one place, in one step.
+//!
+//! `decide` holds all the rules and emits events; `apply` only moves state. `decide` validates
+//! everything before emitting anything, because cqrs-es's `EventSink::write` applies an event to
+//! the live aggregate the moment it is written.
+//!
+//! The module is split by concern: [`messages`] (commands and events, the log's vocabulary),
+//! `decide` (the rules), `apply` (the state changes and cqrs-es's `Aggregate`), [`views`] (what
+//! the API reads of a show) and `index` (lookups derived from the layout and the seats).
+
+mod apply;
+mod decide;
+mod index;
+pub mod messages;
+pub mod views;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use cqrs_es::event_sink::EventSink;
+use cqrs_es::{Aggregate, DomainEvent};
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Clock;
+use crate::error::{Result, ShowError};
+use crate::ids::{AccountId, HoldId, IdempotencyKey, OrderId, ShowId, VenueId};
+use crate::layout::{seat_id, VenueLayout};
+use crate::transitions::{
+    HoldMove, HoldState, OrderMove, OrderState, SeatMove, SeatStatus, Transition, Verdict,
+};
+
+/// The per-account cap: seats across one account's live holds and live orders for a show.
+pub const MAX_SEATS_PER_ACCOUNT: u32 = 8;
+/// The hold TTL when a show does not set its own.
+pub const DEFAULT_HOLD_TTL_SECONDS: u32 = 600;
+
+pub use crate::transitions::{HoldState as HoldStatus, OrderState as OrderStatus};
+
+use index::Index;
+pub use messages::{Idempotency, ShowCommand, ShowEvent, ShowInfo};
+pub use views::{HoldView, OrderView};
+
+/// One seat's state, naming its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Seat {
+    Available,
+    Held(HoldId),
+    PendingPayment(OrderId),
+    Sold(OrderId),
+}
+
+impl Seat {
+    pub fn status(&self) -> SeatStatus {
+        match self {
+            Self::Available => SeatStatus::Available,
+            Self::Held(_) => SeatStatus::Held,
+            Self::PendingPayment(_) => SeatStatus::PendingPayment,
+            Self::Sold(_) => SeatStatus::Sold,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    pub account: AccountId,
+    pub seats: Vec<u32>,
+    pub expires_at: DateTime<Utc>,
+    pub state: HoldState,
+    pub order: Option<OrderId>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Order {
+    pub account: AccountId,
+    pub hold_id: HoldId,
+    pub seats: Vec<u32>,
+    pub total_cents: i64,
+    pub payment_token: String,
+    pub placed_at: DateTime<Utc>,
+    pub state: OrderState,
+    pub ambiguous_since: Option<DateTime<Utc>>,
+    pub failure: Option<String>,
+    /// Captured after it failed while its seats went to others: the buyer is owed a make-good.
+    #[serde(default)]
+    pub make_good: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+enum Outcome {
+    Hold(HoldId),
+    Order(OrderId),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct IdempotencyRecord {
+    account: AccountId,
+    key: IdempotencyKey,
+    fingerprint: String,
+    outcome: Outcome,
+}
+
+/// The services a show needs from outside: only the clock.
+#[derive(Debug, Clone)]
+pub struct ShowServices {
+    pub clock: Arc<dyn Clock>,
+}
+
+/// The aggregate. Its serialized form (the snapshot) is [`ShowSnapshot`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(into = "ShowSnapshot", from = "ShowSnapshot")]
+pub struct Show {
+    info: Option<ShowInfo>,
+    layout: VenueLayout,
+    seats: Vec<Seat>,
+    holds: HashMap<HoldId, Hold>,
+    orders: HashMap<OrderId, Order>,
+    idempotency: HashMap<(AccountId, IdempotencyKey), IdempotencyRecord>,
+    index: Index,
+}
+
+/// Everything a show is, minus what can be derived: what a snapshot stores.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShowSnapshot {
+    info: Option<ShowInfo>,
+    layout: VenueLayout,
+    seats: Vec<Seat>,
+    holds: BTreeMap<HoldId, Hold>,
+    orders: BTreeMap<OrderId, Order>,
+    idempotency: Vec<IdempotencyRecord>,
+}
+
+impl From<Show> for ShowSnapshot {
+    fn from(s: Show) -> Self {
+        let mut idempotency: Vec<_> = s.idempotency.into_values().collect();
+        idempotency.sort_by(|a, b| (&a.account, &a.key).cmp(&(&b.account, &b.key)));
+        Self {
+            info: s.info,
+            layout: s.layout,
+            seats: s.seats,
+            holds: s.holds.into_iter().collect(),
+            orders: s.orders.into_iter().collect(),
+            idempotency,
+        }
+    }
+}
+
+impl From<ShowSnapshot> for Show {
+    fn from(s: ShowSnapshot) -> Self {
+        let mut show = Show {
+            info: s.info,
+            layout: s.layout,
+            seats: s.seats,
+            holds: s.holds.into_iter().collect(),
+            orders: s.orders.into_iter().collect(),
+            idempotency: s
+                .idempotency
+                .into_iter()
+                .map(|r| ((r.account.clone(), r.key.clone()), r))
+                .collect(),
+            index: Index::default(),
+        };
+        show.rebuild_index();
+        show
+    }
+}
