@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use onsale_domain::ShowId;
 use onsale_edge::auth::{mint, Role};
 use onsale_waiting_room::store::{key, Store};
 use serde_json::{json, Value};
@@ -17,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 /// for long.
 async fn fill(
     conn: &mut redis::aio::ConnectionManager,
-    show: &str,
+    show: ShowId,
     size: u64,
 ) -> anyhow::Result<()> {
     let script = redis::Script::new(
@@ -60,12 +61,12 @@ pub(crate) async fn bench_ticks(redis_url: &str) -> anyhow::Result<()> {
     );
     let mut rows = Vec::new();
     for size in [1_000u64, 10_000, 100_000, 1_000_000] {
-        let show = format!("bench-{size}-{}", uuid::Uuid::new_v4());
-        fill(&mut conn, &show, size).await?;
+        let show = ShowId::random();
+        fill(&mut conn, show, size).await?;
         let far = chrono::Utc::now().timestamp_millis() + 3_600_000;
         let mut p = redis::pipe();
         for i in 0..500 {
-            p.zadd(key(&show, "leases"), format!("s{i}"), far);
+            p.zadd(key(show, "leases"), format!("s{i}"), far);
         }
         p.query_async::<()>(&mut conn).await?;
         let mut h = Histogram::<u64>::new(3)?;
@@ -73,14 +74,14 @@ pub(crate) async fn bench_ticks(redis_url: &str) -> anyhow::Result<()> {
             // Start each tick from the front of the line with no history, so each does the
             // same work whatever the line's length.
             redis::pipe()
-                .set(key(&show, "admitted"), 0)
-                .del(key(&show, "hist"))
-                .del(key(&show, "reserved"))
+                .set(key(show, "admitted"), 0)
+                .del(key(show, "hist"))
+                .del(key(show, "reserved"))
                 .query_async::<()>(&mut conn)
                 .await?;
             let now = chrono::Utc::now().timestamp_millis();
             let t = Instant::now();
-            let tick = store.tick(&show, now, 0, 1_000, 1, false).await?;
+            let tick = store.tick(show, now, 0, 1_000, 1, false).await?;
             h.record(t.elapsed().as_micros() as u64)?;
             anyhow::ensure!(
                 tick.advanced == 500,
@@ -96,9 +97,9 @@ pub(crate) async fn bench_ticks(redis_url: &str) -> anyhow::Result<()> {
         );
         rows.push((size, ms(&h, 0.5)));
         let _: () = redis::cmd("DEL")
-            .arg(key(&show, "pos"))
-            .arg(key(&show, "leases"))
-            .arg(key(&show, "passes"))
+            .arg(key(show, "pos"))
+            .arg(key(show, "leases"))
+            .arg(key(show, "passes"))
             .query_async(&mut conn)
             .await?;
     }
@@ -126,7 +127,7 @@ pub(crate) async fn bench_joins(
         .build()?;
     let event = crate::create_show(&http, base, secret, 600, true).await?;
     let store = Store::connect(redis_url, &CancellationToken::new()).await?;
-    fill(&mut store.conn()?, &event, 1_000_000).await?;
+    fill(&mut store.conn()?, event.parse()?, 1_000_000).await?;
     let count = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(seconds);
@@ -237,7 +238,7 @@ pub(crate) async fn bench_onsale(
     while started.elapsed() < Duration::from_secs(seconds) {
         let now = chrono::Utc::now().timestamp_millis();
         let live: i64 = redis::cmd("ZCOUNT")
-            .arg(key(&event, "leases"))
+            .arg(key(event.parse()?, "leases"))
             .arg(now)
             .arg("+inf")
             .query_async(&mut conn)

@@ -42,7 +42,7 @@ pub struct PaymentIntake {
 impl Projection for PaymentIntake {
     const NAME: &'static str = "payment_intake";
 
-    fn loaded(&mut self, _show_id: &str, _show: &Show) {}
+    fn loaded(&mut self, _show_id: onsale_domain::ShowId, _show: &Show) {}
 
     fn event(&mut self, ctx: &EventCtx<'_>) {
         let Some(order_id) = ctx.log.event.order_id() else {
@@ -52,7 +52,7 @@ impl Projection for PaymentIntake {
             return;
         };
         let id = order_id.to_string();
-        let show_id = ctx.log.show_id.clone();
+        let show_id = ctx.log.show_id.to_string();
         match &ctx.log.event {
             ShowEvent::OrderPlaced { placed_at, .. } => self.changes.push(Change::Charge {
                 order_id: id,

@@ -46,7 +46,7 @@ pub struct TicketIssuer {
 impl Projection for TicketIssuer {
     const NAME: &'static str = "tickets";
 
-    fn loaded(&mut self, _show_id: &str, _show: &Show) {}
+    fn loaded(&mut self, _show_id: onsale_domain::ShowId, _show: &Show) {}
 
     fn event(&mut self, ctx: &EventCtx<'_>) {
         let Some(order_id) = ctx.log.event.order_id() else {
@@ -59,7 +59,7 @@ impl Projection for TicketIssuer {
             ShowEvent::PaymentSucceeded { .. } | ShowEvent::OrderReinstated { .. } => {
                 self.changes.push(Change::Issue {
                     order_id: order_id.to_string(),
-                    show_id: ctx.log.show_id.clone(),
+                    show_id: ctx.log.show_id.to_string(),
                     account_id: order.account.to_string(),
                     seats: ctx.after.seat_names(&order.seats),
                     at: ctx.log.at,
@@ -67,7 +67,7 @@ impl Projection for TicketIssuer {
             }
             ShowEvent::OrderCancelled { .. } => self.changes.push(Change::Revoke {
                 order_id: order_id.to_string(),
-                show_id: ctx.log.show_id.clone(),
+                show_id: ctx.log.show_id.to_string(),
             }),
             _ => {}
         }

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use cqrs_es::Aggregate;
 use onsale_domain::show::Seat;
 use onsale_domain::transitions::SeatStatus;
-use onsale_domain::{Show, ShowEvent};
+use onsale_domain::{Show, ShowEvent, ShowId};
 use onsale_kafka::envelope::parse_lsn;
 use onsale_kafka::Envelope;
 use serde_json::Value;
@@ -12,7 +12,7 @@ use serde_json::Value;
 /// An event of a show, from the topic or from the events table.
 #[derive(Debug, Clone)]
 pub struct LogEvent {
-    pub show_id: String,
+    pub show_id: ShowId,
     pub sequence: i64,
     pub event: ShowEvent,
     /// When the command side decided it (the row's metadata), else its commit time.
@@ -33,7 +33,7 @@ impl LogEvent {
         let committed_at = e.commit_time();
         let live = e.op == "c";
         Ok(Some(Self {
-            show_id: e.after.aggregate_id.clone(),
+            show_id: e.after.aggregate_id.parse()?,
             sequence: e.after.sequence,
             event,
             at: metadata_at(&e.after.metadata)
@@ -46,14 +46,14 @@ impl LogEvent {
 
     /// A row read from the events table.
     pub fn from_row(
-        show_id: &str,
+        show_id: ShowId,
         sequence: i64,
         payload: &str,
         metadata: &str,
     ) -> anyhow::Result<Self> {
         let meta: Value = serde_json::from_str(metadata)?;
         Ok(Self {
-            show_id: show_id.to_owned(),
+            show_id,
             sequence,
             event: serde_json::from_str(payload)?,
             at: metadata_at(&meta).unwrap_or_else(Utc::now),

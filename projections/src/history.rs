@@ -1,7 +1,7 @@
 //! Seat history for auditors: every event that touched each seat, in log order.
 
 use cqrs_es::DomainEvent;
-use onsale_domain::Show;
+use onsale_domain::{Show, ShowId};
 use sqlx::postgres::PgConnection;
 
 use crate::fold::EventCtx;
@@ -28,7 +28,7 @@ pub struct SeatHistory {
 impl Projection for SeatHistory {
     const NAME: &'static str = "seat_history";
 
-    fn loaded(&mut self, _show_id: &str, _show: &Show) {}
+    fn loaded(&mut self, _show_id: ShowId, _show: &Show) {}
 
     fn event(&mut self, ctx: &EventCtx<'_>) {
         let show = ctx.after;
@@ -43,7 +43,7 @@ impl Projection for SeatHistory {
                 continue;
             };
             let r = &mut self.rows;
-            r.show_id.push(ctx.log.show_id.clone());
+            r.show_id.push(ctx.log.show_id.to_string());
             r.seat_id.push(seat_id.to_owned());
             r.sequence.push(ctx.log.sequence);
             r.at.push(ctx.log.at);

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use onsale_domain::Show;
+use onsale_domain::{Show, ShowId};
 use sqlx::postgres::PgConnection;
 
 use crate::fold::EventCtx;
@@ -32,7 +32,7 @@ pub struct Orders {
 impl Projection for Orders {
     const NAME: &'static str = "orders";
 
-    fn loaded(&mut self, _show_id: &str, _show: &Show) {}
+    fn loaded(&mut self, _show_id: ShowId, _show: &Show) {}
 
     fn event(&mut self, ctx: &EventCtx<'_>) {
         let Some(view) = ctx
@@ -47,7 +47,7 @@ impl Projection for Orders {
             view.order_id.to_string(),
             Row {
                 order_id: view.order_id.to_string(),
-                show_id: ctx.log.show_id.clone(),
+                show_id: ctx.log.show_id.to_string(),
                 hold_id: view.hold_id.to_string(),
                 account_id: view.account.to_string(),
                 status: view.status,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use chrono::Utc;
 use cqrs_es::Aggregate;
-use onsale_domain::Show;
+use onsale_domain::{Show, ShowId};
 use onsale_eventlog::{EventLog, PgEventLog};
 use onsale_kafka::{Envelope, KafkaConfig};
 use rdkafka::consumer::{Consumer, StreamConsumer};
@@ -24,7 +24,7 @@ pub trait Projection: Send + 'static {
     const NAME: &'static str;
 
     /// A show's fold was loaded from the table at the projection's stored position.
-    fn loaded(&mut self, show_id: &str, show: &Show);
+    fn loaded(&mut self, show_id: ShowId, show: &Show);
 
     /// One event, applied to the show's fold.
     fn event(&mut self, ctx: &EventCtx<'_>);
@@ -94,7 +94,7 @@ pub struct Runner<P: Projection> {
     projection: P,
     kafka: KafkaConfig,
     config: RunnerConfig,
-    shows: HashMap<String, Folded>,
+    shows: HashMap<ShowId, Folded>,
     /// Next offset per partition of the messages folded since the last commit.
     pending_offsets: Vec<(i32, i64)>,
     lsn: Option<u64>,
@@ -248,7 +248,7 @@ impl<P: Projection> Runner<P> {
     pub async fn apply_batch(&mut self, logs: Vec<LogEvent>) -> anyhow::Result<()> {
         let mut fresh = Vec::new();
         for log in logs {
-            self.ensure_loaded(&log.show_id).await?;
+            self.ensure_loaded(log.show_id).await?;
             let last = self.shows[&log.show_id].last_sequence;
             if log.sequence <= last {
                 metrics::counter!(onsale_telemetry::metrics::PROJECTION_DUPLICATES_TOTAL, "projection" => P::NAME)
@@ -261,7 +261,7 @@ impl<P: Projection> Runner<P> {
                 let mut after = last;
                 while after < log.sequence - 1 {
                     let chunk =
-                        read_events(&self.log, &log.show_id, after, log.sequence - 1).await?;
+                        read_events(&self.log, log.show_id, after, log.sequence - 1).await?;
                     let Some(end) = chunk.last().map(|l| l.sequence) else {
                         anyhow::bail!(
                             "{}@{} is on the topic but not in the table",
@@ -312,7 +312,7 @@ impl<P: Projection> Runner<P> {
         let (mut ids, mut seqs, mut counts) = (Vec::new(), Vec::new(), Vec::new());
         for (id, f) in &self.shows {
             if f.applied > 0 {
-                ids.push(id.clone());
+                ids.push(id.to_string());
                 seqs.push(f.last_sequence);
                 counts.push(f.applied);
             }
@@ -382,7 +382,8 @@ impl<P: Projection> Runner<P> {
     pub async fn check_table(&mut self, all: bool) -> anyhow::Result<()> {
         let heads = self.log.heads().await?;
         for (show_id, head) in heads {
-            self.ensure_loaded(&show_id).await?;
+            let show_id: ShowId = show_id.parse()?;
+            self.ensure_loaded(show_id).await?;
             let f = self.shows.get_mut(&show_id).expect("loaded");
             let stalled = f.last_sequence == f.checked_at;
             f.checked_at = f.last_sequence;
@@ -394,7 +395,7 @@ impl<P: Projection> Runner<P> {
                 }
                 let mut after = from;
                 loop {
-                    let chunk = read_events(&self.log, &show_id, after, head).await?;
+                    let chunk = read_events(&self.log, show_id, after, head).await?;
                     let Some(last) = chunk.last().map(|l| l.sequence) else {
                         break;
                     };
@@ -410,15 +411,15 @@ impl<P: Projection> Runner<P> {
     }
 
     /// Loads a show's fold from the table up to the stored position.
-    async fn ensure_loaded(&mut self, show_id: &str) -> anyhow::Result<()> {
-        if self.shows.contains_key(show_id) {
+    async fn ensure_loaded(&mut self, show_id: ShowId) -> anyhow::Result<()> {
+        if self.shows.contains_key(&show_id) {
             return Ok(());
         }
         let position: i64 = sqlx::query_scalar(
             "SELECT last_sequence FROM projection_positions WHERE projection = $1 AND show_id = $2",
         )
         .bind(P::NAME)
-        .bind(show_id)
+        .bind(show_id.to_string())
         .fetch_optional(&self.pool)
         .await?
         .unwrap_or(0);
@@ -439,7 +440,7 @@ impl<P: Projection> Runner<P> {
         }
         self.projection.loaded(show_id, &show);
         self.shows.insert(
-            show_id.to_owned(),
+            show_id,
             Folded {
                 show,
                 last_sequence: position,
@@ -454,11 +455,11 @@ impl<P: Projection> Runner<P> {
 /// Events `after + 1 ..= upto` of a show from the event log, at most 5,000.
 pub async fn read_events(
     log: &PgEventLog,
-    show_id: &str,
+    show_id: ShowId,
     after: i64,
     upto: i64,
 ) -> anyhow::Result<Vec<LogEvent>> {
-    log.read_range(show_id, after, upto, 5_000)
+    log.read_range(&show_id.to_string(), after, upto, 5_000)
         .await?
         .iter()
         .map(|r| LogEvent::from_row(show_id, r.sequence, &r.payload, &r.metadata))

@@ -11,7 +11,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use onsale_domain::transitions::SeatStatus;
-use onsale_domain::Show;
+use onsale_domain::{Show, ShowId};
 use serde_json::json;
 use sqlx::postgres::PgConnection;
 
@@ -82,23 +82,23 @@ impl MapState {
 /// The seat-map projection.
 #[derive(Debug, Default)]
 pub struct SeatMap {
-    shows: HashMap<String, MapState>,
+    shows: HashMap<ShowId, MapState>,
 }
 
 impl Projection for SeatMap {
     const NAME: &'static str = "seat_map";
 
-    fn loaded(&mut self, show_id: &str, show: &Show) {
+    fn loaded(&mut self, show_id: ShowId, show: &Show) {
         let mut state = MapState {
             pending: true,
             ..MapState::default()
         };
         state.recount(show);
-        self.shows.insert(show_id.to_owned(), state);
+        self.shows.insert(show_id, state);
     }
 
     fn event(&mut self, ctx: &EventCtx<'_>) {
-        let state = self.shows.entry(ctx.log.show_id.clone()).or_default();
+        let state = self.shows.entry(ctx.log.show_id).or_default();
         if let Some(lsn) = ctx.log.commit_lsn {
             state.lsn = Some(state.lsn.map_or(lsn, |l| l.max(lsn)));
         }
@@ -133,7 +133,7 @@ impl Projection for SeatMap {
     async fn flush(&mut self, tx: &mut PgConnection) -> anyhow::Result<()> {
         for (show_id, state) in &mut self.shows {
             if state.created {
-                insert_show(tx, show_id, state).await?;
+                insert_show(tx, *show_id, state).await?;
                 state.created = false;
                 state.dirty_sections.clear();
                 state.seat_names.clear();
@@ -151,7 +151,7 @@ impl Projection for SeatMap {
                        FROM UNNEST($2::text[], $3::int[], $4::text[]) AS u(sec, ord, st)
                       WHERE m.show_id = $1 AND m.section = u.sec AND m.ord = u.ord",
                 )
-                .bind(show_id)
+                .bind(show_id.to_string())
                 .bind(&sections)
                 .bind(&ords)
                 .bind(&statuses)
@@ -165,7 +165,7 @@ impl Projection for SeatMap {
                     .iter()
                     .map(|&i| (state.sections[i].0.clone(), state.counts[i]))
                     .collect();
-                update_sections(tx, show_id, &rows).await?;
+                update_sections(tx, *show_id, &rows).await?;
                 state.dirty_sections.clear();
             }
             if let Some(lsn) = state.lsn.take() {
@@ -173,7 +173,7 @@ impl Projection for SeatMap {
                     "UPDATE seat_map_shows SET lsn = GREATEST(lsn, $2::pg_lsn), updated_at = now()
                       WHERE show_id = $1",
                 )
-                .bind(show_id)
+                .bind(show_id.to_string())
                 .bind(onsale_kafka::envelope::format_lsn(lsn))
                 .execute(&mut *tx)
                 .await?;
@@ -188,9 +188,9 @@ impl Projection for SeatMap {
                 continue;
             }
             state.pending = false;
-            if let Some(seq) = publish_delta(tx, show_id).await? {
+            if let Some(seq) = publish_delta(tx, *show_id).await? {
                 metrics::counter!(onsale_telemetry::metrics::SEAT_MAP_DELTAS_TOTAL).increment(1);
-                tracing::debug!(show_id, seq, "delta published");
+                tracing::debug!(%show_id, seq, "delta published");
             }
         }
         Ok(())
@@ -204,12 +204,16 @@ impl Projection for SeatMap {
     }
 }
 
-async fn insert_show(tx: &mut PgConnection, show_id: &str, state: &MapState) -> anyhow::Result<()> {
+async fn insert_show(
+    tx: &mut PgConnection,
+    show_id: ShowId,
+    state: &MapState,
+) -> anyhow::Result<()> {
     sqlx::query(
         "INSERT INTO seat_map_shows (show_id, seq, lsn, updated_at) VALUES ($1, 0, '0/0', now())
          ON CONFLICT (show_id) DO NOTHING",
     )
-    .bind(show_id)
+    .bind(show_id.to_string())
     .execute(&mut *tx)
     .await?;
     let (mut secs, mut ords, mut ids) = (Vec::new(), Vec::new(), Vec::new());
@@ -226,7 +230,7 @@ async fn insert_show(tx: &mut PgConnection, show_id: &str, state: &MapState) -> 
          SELECT $1, sec, ord, id, 'AVAILABLE', 0 FROM UNNEST($2::text[], $3::int[], $4::text[]) AS u(sec, ord, id)
          ON CONFLICT DO NOTHING",
     )
-    .bind(show_id)
+    .bind(show_id.to_string())
     .bind(&secs)
     .bind(&ords)
     .bind(&ids)
@@ -254,7 +258,7 @@ async fn insert_show(tx: &mut PgConnection, show_id: &str, state: &MapState) -> 
            FROM UNNEST($2::int[], $3::text[], $4::int[], $5::int[], $6::int[], $7::int[]) AS u(o, n, t, a, h, s)
          ON CONFLICT DO NOTHING",
     )
-    .bind(show_id)
+    .bind(show_id.to_string())
     .bind(&order)
     .bind(&names)
     .bind(&totals)
@@ -268,7 +272,7 @@ async fn insert_show(tx: &mut PgConnection, show_id: &str, state: &MapState) -> 
 
 async fn update_sections(
     tx: &mut PgConnection,
-    show_id: &str,
+    show_id: ShowId,
     rows: &[(String, Counts)],
 ) -> anyhow::Result<()> {
     let names: Vec<&str> = rows.iter().map(|(n, _)| n.as_str()).collect();
@@ -280,7 +284,7 @@ async fn update_sections(
            FROM UNNEST($2::text[], $3::int[], $4::int[], $5::int[]) AS u(n, a, h, s)
           WHERE m.show_id = $1 AND m.section = u.n",
     )
-    .bind(show_id)
+    .bind(show_id.to_string())
     .bind(&names)
     .bind(&avail)
     .bind(&held)
@@ -291,11 +295,11 @@ async fn update_sections(
 }
 
 /// Turns the show's pending rows into the next delta; `None` when nothing was pending.
-async fn publish_delta(tx: &mut PgConnection, show_id: &str) -> anyhow::Result<Option<i64>> {
+async fn publish_delta(tx: &mut PgConnection, show_id: ShowId) -> anyhow::Result<Option<i64>> {
     let row: Option<(i64, String)> = sqlx::query_as(
         "SELECT seq + 1, lsn::text FROM seat_map_shows WHERE show_id = $1 FOR UPDATE",
     )
-    .bind(show_id)
+    .bind(show_id.to_string())
     .fetch_optional(&mut *tx)
     .await?;
     // A show loaded before its first event has no map yet.
@@ -306,7 +310,7 @@ async fn publish_delta(tx: &mut PgConnection, show_id: &str) -> anyhow::Result<O
         "UPDATE seat_map_sections SET delta_seq = $2 WHERE show_id = $1 AND delta_seq IS NULL
          RETURNING section, total, available, held, sold",
     )
-    .bind(show_id)
+    .bind(show_id.to_string())
     .bind(seq)
     .fetch_all(&mut *tx)
     .await?;
@@ -314,7 +318,7 @@ async fn publish_delta(tx: &mut PgConnection, show_id: &str) -> anyhow::Result<O
         "UPDATE seat_map_seats SET delta_seq = $2 WHERE show_id = $1 AND delta_seq IS NULL
          RETURNING seat_id, section, status",
     )
-    .bind(show_id)
+    .bind(show_id.to_string())
     .bind(seq)
     .fetch_all(&mut *tx)
     .await?;
@@ -332,19 +336,19 @@ async fn publish_delta(tx: &mut PgConnection, show_id: &str) -> anyhow::Result<O
     sqlx::query(
         "INSERT INTO seat_map_deltas (show_id, seq, lsn, at, body) VALUES ($1, $2, $3::pg_lsn, now(), $4)",
     )
-    .bind(show_id)
+    .bind(show_id.to_string())
     .bind(seq)
     .bind(&lsn)
     .bind(&body)
     .execute(&mut *tx)
     .await?;
     sqlx::query("UPDATE seat_map_shows SET seq = $2 WHERE show_id = $1")
-        .bind(show_id)
+        .bind(show_id.to_string())
         .bind(seq)
         .execute(&mut *tx)
         .await?;
     sqlx::query("DELETE FROM seat_map_deltas WHERE show_id = $1 AND seq <= $2")
-        .bind(show_id)
+        .bind(show_id.to_string())
         .bind(seq - DELTA_RETENTION)
         .execute(&mut *tx)
         .await?;

@@ -94,9 +94,8 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
         let show = r
             .event_id
             .parse::<onsale_domain::ShowId>()
-            .map_err(|e| ApiError::into_status(e.into()))?
-            .to_string();
-        let snap = match self.0.snapshots.get(&show, section(&r.section)).await {
+            .map_err(|e| ApiError::into_status(e.into()))?;
+        let snap = match self.0.snapshots.get(show, section(&r.section)).await {
             Read::Fresh(s) | Read::Stale(s) => s,
             Read::Missing(Missing::Show) => {
                 return Err(ApiError::from(onsale_domain::ShowError::ShowNotFound).into_status())
@@ -145,14 +144,13 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
         let show = r
             .event_id
             .parse::<onsale_domain::ShowId>()
-            .map_err(|e| ApiError::into_status(e.into()))?
-            .to_string();
+            .map_err(|e| ApiError::into_status(e.into()))?;
         let after = i64::try_from(r.after_seq).map_err(|_| bad("after_seq is too large"))?;
         let sec = section(&r.section).map(str::to_owned);
         let stream = self
             .0
             .hub
-            .subscribe(&show, (after > 0).then_some(after))
+            .subscribe(show, (after > 0).then_some(after))
             .await
             .map_err(|e| {
                 ApiError::into_status(ApiError::new(

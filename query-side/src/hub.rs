@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use onsale_domain::ShowId;
 use serde::Serialize;
 use serde_json::Value;
 use sqlx::postgres::{PgListener, PgPool};
@@ -123,9 +124,9 @@ struct ShowHub {
 #[derive(Debug, Clone)]
 pub struct Hub {
     pool: PgPool,
-    shows: Arc<Mutex<HashMap<String, Arc<ShowHub>>>>,
+    shows: Arc<Mutex<HashMap<ShowId, Arc<ShowHub>>>>,
     /// The newest seq seen per show: the seat-map cache is keyed by it.
-    seqs: Arc<Mutex<HashMap<String, i64>>>,
+    seqs: Arc<Mutex<HashMap<ShowId, i64>>>,
     shutdown: CancellationToken,
     /// The listener, the poll and every subscription: the server waits for them.
     tasks: TaskTracker,
@@ -148,13 +149,13 @@ impl Hub {
     }
 
     /// The newest delta seq this process knows for a show.
-    pub fn current_seq(&self, show: &str) -> Option<i64> {
-        self.seqs.lock().ok()?.get(show).copied()
+    pub fn current_seq(&self, show: ShowId) -> Option<i64> {
+        self.seqs.lock().ok()?.get(&show).copied()
     }
 
-    fn note_seq(&self, show: &str, seq: i64) {
+    fn note_seq(&self, show: ShowId, seq: i64) {
         if let Ok(mut seqs) = self.seqs.lock() {
-            let e = seqs.entry(show.to_owned()).or_insert(seq);
+            let e = seqs.entry(show).or_insert(seq);
             *e = (*e).max(seq);
         }
     }
@@ -185,14 +186,14 @@ impl Hub {
             let Some((show, seq)) = n.payload().split_once(' ') else {
                 continue;
             };
-            let Ok(seq) = seq.parse::<i64>() else {
+            let (Ok(show), Ok(seq)) = (show.parse::<ShowId>(), seq.parse::<i64>()) else {
                 continue;
             };
             self.note_seq(show, seq);
-            let hub = self.shows.lock().ok().and_then(|s| s.get(show).cloned());
+            let hub = self.shows.lock().ok().and_then(|s| s.get(&show).cloned());
             if let Some(hub) = hub {
                 if let Err(e) = self.advance(show, &hub).await {
-                    tracing::warn!(show, error = %e, "deltas not read");
+                    tracing::warn!(%show, error = %e, "deltas not read");
                 }
             }
         }
@@ -213,8 +214,8 @@ impl Hub {
     }
 
     async fn refresh_all(&self) -> anyhow::Result<()> {
-        let hubs: Vec<(String, Arc<ShowHub>)> = match self.shows.lock() {
-            Ok(s) => s.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        let hubs: Vec<(ShowId, Arc<ShowHub>)> = match self.shows.lock() {
+            Ok(s) => s.iter().map(|(k, v)| (*k, v.clone())).collect(),
             Err(_) => return Ok(()),
         };
         for (show, hub) in hubs {
@@ -225,13 +226,13 @@ impl Hub {
                 }
                 continue;
             }
-            self.advance(&show, &hub).await?;
+            self.advance(show, &hub).await?;
         }
         Ok(())
     }
 
     /// Reads and broadcasts the deltas after the hub's last seq.
-    async fn advance(&self, show: &str, hub: &ShowHub) -> anyhow::Result<()> {
+    async fn advance(&self, show: ShowId, hub: &ShowHub) -> anyhow::Result<()> {
         let mut current = hub.last.lock().await;
         loop {
             let deltas = self.read(show, *current, 500).await?;
@@ -241,23 +242,23 @@ impl Hub {
             for d in deltas {
                 if d.seq != *current + 1 {
                     // Older deltas were pruned: subscribers resync when they see the jump.
-                    tracing::warn!(show, from = *current, to = d.seq, "delta gap in the table");
+                    tracing::warn!(%show, from = *current, to = d.seq, "delta gap in the table");
                 }
                 *current = d.seq;
                 let _ = hub.tx.send(d);
             }
             self.note_seq(show, last);
-            metrics::gauge!(onsale_telemetry::metrics::SEAT_MAP_SEQ, "show" => onsale_telemetry::metrics::show_label(show)).set(last as f64);
+            metrics::gauge!(onsale_telemetry::metrics::SEAT_MAP_SEQ, "show" => onsale_telemetry::metrics::show_label(&show.to_string())).set(last as f64);
         }
     }
 
     /// Deltas of a show after `after`, at most `limit`, from the table.
-    async fn read(&self, show: &str, after: i64, limit: i64) -> anyhow::Result<Vec<Arc<Delta>>> {
+    async fn read(&self, show: ShowId, after: i64, limit: i64) -> anyhow::Result<Vec<Arc<Delta>>> {
         let rows: Vec<(i64, String, DateTime<Utc>, Value)> = sqlx::query_as(
             "SELECT seq, lsn::text, at, body FROM seat_map_deltas
               WHERE show_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
         )
-        .bind(show)
+        .bind(show.to_string())
         .bind(after)
         .bind(limit)
         .fetch_all(&self.pool)
@@ -267,13 +268,13 @@ impl Hub {
             .collect()
     }
 
-    async fn show_hub(&self, show: &str) -> anyhow::Result<Option<Arc<ShowHub>>> {
-        if let Some(h) = self.shows.lock().ok().and_then(|s| s.get(show).cloned()) {
+    async fn show_hub(&self, show: ShowId) -> anyhow::Result<Option<Arc<ShowHub>>> {
+        if let Some(h) = self.shows.lock().ok().and_then(|s| s.get(&show).cloned()) {
             return Ok(Some(h));
         }
         let seq: Option<i64> =
             sqlx::query_scalar("SELECT seq FROM seat_map_shows WHERE show_id = $1")
-                .bind(show)
+                .bind(show.to_string())
                 .fetch_optional(&self.pool)
                 .await?;
         let Some(seq) = seq else { return Ok(None) };
@@ -283,7 +284,7 @@ impl Hub {
             .lock()
             .map_err(|_| anyhow::anyhow!("hub lock poisoned"))?;
         let hub = shows
-            .entry(show.to_owned())
+            .entry(show)
             .or_insert_with(|| {
                 Arc::new(ShowHub {
                     tx: broadcast::channel(1024).0,
@@ -298,7 +299,7 @@ impl Hub {
     /// show has no seat map.
     pub async fn subscribe(
         &self,
-        show: &str,
+        show: ShowId,
         after: Option<i64>,
     ) -> anyhow::Result<Option<ReceiverStream<Update>>> {
         let Some(hub) = self.show_hub(show).await? else {
@@ -308,7 +309,6 @@ impl Hub {
         let current = *hub.last.lock().await;
         let (out, stream) = mpsc::channel(64);
         let this = self.clone();
-        let show = show.to_owned();
         metrics::gauge!(onsale_telemetry::metrics::STREAM_SUBSCRIBERS).increment(1.0);
         self.tasks.spawn(async move {
             let mut last = after.unwrap_or(current).min(current);
@@ -328,12 +328,12 @@ impl Hub {
                 if need_fill || pending.as_ref().is_some_and(|d| d.seq > last + 1) {
                     need_fill = false;
                     let upto = pending.as_ref().map_or(i64::MAX, |d| d.seq - 1);
-                    match this.fill(&show, last, upto, &out).await {
+                    match this.fill(show, last, upto, &out).await {
                         Ok(Some(l)) => last = l,
                         Ok(None) => break,
                         Err(_) => {
                             let seq = pending.as_ref().map_or_else(
-                                || this.current_seq(&show).unwrap_or(last),
+                                || this.current_seq(show).unwrap_or(last),
                                 |d| d.seq - 1,
                             );
                             if out
@@ -378,7 +378,7 @@ impl Hub {
     /// the next one (a resync), `Ok(None)` when the subscriber left.
     async fn fill(
         &self,
-        show: &str,
+        show: ShowId,
         mut last: i64,
         upto: i64,
         out: &mpsc::Sender<Update>,

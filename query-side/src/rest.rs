@@ -43,8 +43,8 @@ pub struct SectionQuery {
     section: Option<String>,
 }
 
-fn parse_show(id: &str) -> Result<String, ApiError> {
-    Ok(id.parse::<ShowId>()?.to_string())
+fn parse_show(id: &str) -> Result<ShowId, ApiError> {
+    Ok(id.parse::<ShowId>()?)
 }
 
 fn parse_section(q: &SectionQuery) -> Result<Option<&str>, ApiError> {
@@ -93,7 +93,7 @@ async fn seat_map(
 ) -> Result<Response, ApiError> {
     let show = parse_show(&id)?;
     let section = parse_section(&q)?;
-    let (snap, stale) = match state.snapshots.get(&show, section).await {
+    let (snap, stale) = match state.snapshots.get(show, section).await {
         Read::Fresh(s) => (s, false),
         Read::Stale(s) => (s, true),
         Read::Missing(m) => return Err(missing(m)),
@@ -173,7 +173,7 @@ async fn updates(
     };
     let stream = state
         .hub
-        .subscribe(&show, after)
+        .subscribe(show, after)
         .await
         .map_err(|e| db_unavailable(sqlx::Error::Protocol(e.to_string())))?
         .ok_or_else(|| ApiError::from(ShowError::ShowNotFound))?;
@@ -332,7 +332,7 @@ pub async fn find_history(
         "SELECT sequence, at, type, hold_id, order_id, account_id FROM seat_history
           WHERE show_id = $1 AND seat_id = $2 ORDER BY sequence",
     )
-    .bind(&show)
+    .bind(show.to_string())
     .bind(seat)
     .fetch_all(&state.pool)
     .await
@@ -342,7 +342,7 @@ pub async fn find_history(
             "SELECT EXISTS (SELECT 1 FROM seat_map_shows WHERE show_id = $1),
                     EXISTS (SELECT 1 FROM seat_map_seats WHERE show_id = $1 AND seat_id = $2)",
         )
-        .bind(&show)
+        .bind(show.to_string())
         .bind(seat)
         .fetch_one(&state.pool)
         .await

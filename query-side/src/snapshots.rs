@@ -1,5 +1,6 @@
 //! Seat-map snapshots: read from the projection in one statement, serialized once, cached.
 
+use onsale_domain::ShowId;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,7 +47,7 @@ pub enum Missing {
     Section,
 }
 
-type Key = (String, Option<String>, i64);
+type Key = (ShowId, Option<String>, i64);
 
 /// One read of a map: watermark, counts, a section's seats, whether that section exists.
 #[derive(Debug, sqlx::FromRow)]
@@ -66,7 +67,7 @@ pub struct Snapshots {
     hub: Hub,
     cache: Cache<Key, Entry>,
     /// The last good map per (show, section), for when PostgreSQL is away.
-    last_good: Cache<(String, Option<String>), Arc<Snapshot>>,
+    last_good: Cache<(ShowId, Option<String>), Arc<Snapshot>>,
     rebuilds: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -104,15 +105,15 @@ impl Snapshots {
 
     /// The map of a show (and a section's seats). Concurrent misses of one key wait for one
     /// rebuild (moka's `try_get_with`); a new delta changes the key, the TTL bounds staleness.
-    pub async fn get(&self, show: &str, section: Option<&str>) -> Read {
+    pub async fn get(&self, show: ShowId, section: Option<&str>) -> Read {
         let seq = self.hub.current_seq(show).unwrap_or(-1);
-        let key = (show.to_owned(), section.map(str::to_owned), seq);
+        let key = (show, section.map(str::to_owned), seq);
         let built = self
             .cache
             .try_get_with(key, async {
                 let r = self.build(show, section).await;
                 if let Err(e) = &r {
-                    tracing::warn!(show, error = %e, "seat map not read");
+                    tracing::warn!(%show, error = %e, "seat map not read");
                 }
                 r
             })
@@ -125,7 +126,7 @@ impl Snapshots {
             Ok(Err(m)) => Read::Missing(m),
             Err(_) => match self
                 .last_good
-                .get(&(show.to_owned(), section.map(str::to_owned)))
+                .get(&(show, section.map(str::to_owned)))
                 .await
             {
                 Some(s) => Read::Stale(s),
@@ -134,7 +135,7 @@ impl Snapshots {
         }
     }
 
-    async fn build(&self, show: &str, section: Option<&str>) -> anyhow::Result<Entry> {
+    async fn build(&self, show: ShowId, section: Option<&str>) -> anyhow::Result<Entry> {
         metrics::counter!(onsale_telemetry::metrics::SEAT_MAP_REBUILDS_TOTAL).increment(1);
         self.rebuilds
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -150,7 +151,7 @@ impl Snapshots {
                         $2::text IS NULL OR EXISTS (SELECT 1 FROM seat_map_sections WHERE show_id = $1 AND section = $2) AS section_known
                    FROM seat_map_shows m WHERE m.show_id = $1",
             )
-            .bind(show)
+            .bind(show.to_string())
             .bind(section)
             .fetch_optional(&self.pool)
             .await?;
@@ -169,7 +170,7 @@ impl Snapshots {
             return Ok(Err(Missing::Section));
         }
         let map = SeatMap {
-            event_id: show.to_owned(),
+            event_id: show.to_string(),
             as_of,
             lsn,
             seq,
@@ -180,7 +181,7 @@ impl Snapshots {
         let etag = format!("\"{show}-{}-{seq}-{}\"", section.unwrap_or("all"), map.lsn);
         let snap = Arc::new(Snapshot { map, body, etag });
         self.last_good
-            .insert((show.to_owned(), section.map(str::to_owned)), snap.clone())
+            .insert((show, section.map(str::to_owned)), snap.clone())
             .await;
         Ok(Ok(snap))
     }

@@ -215,7 +215,10 @@ impl Room {
         let now = chrono::Utc::now().timestamp_millis();
         let mut c = self.redis.clone();
         redis::cmd("ZCOUNT")
-            .arg(onsale_waiting_room::store::key(event, "leases"))
+            .arg(onsale_waiting_room::store::key(
+                event.parse().expect("show id"),
+                "leases",
+            ))
             .arg(now)
             .arg("+inf")
             .query_async(&mut c)
@@ -226,7 +229,10 @@ impl Room {
     pub async fn get_int(&self, event: &str, part: &str) -> i64 {
         let mut c = self.redis.clone();
         let v: Option<i64> = redis::cmd("GET")
-            .arg(onsale_waiting_room::store::key(event, part))
+            .arg(onsale_waiting_room::store::key(
+                event.parse().expect("show id"),
+                part,
+            ))
             .query_async(&mut c)
             .await
             .expect("get");

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use onsale_domain::ShowId;
 use onsale_edge::admission::BookingHealth;
 use tokio_util::sync::CancellationToken;
 
@@ -68,7 +69,7 @@ impl Admitter {
                 .room
                 .store
                 .tick(
-                    &show,
+                    show,
                     now_ms(),
                     opens,
                     target,
@@ -78,7 +79,10 @@ impl Admitter {
                 .await?;
             metrics::histogram!(onsale_telemetry::metrics::ADMITTER_TICK_SECONDS)
                 .record(started.elapsed().as_secs_f64());
-            let labels = [("show", onsale_telemetry::metrics::show_label(&show))];
+            let labels = [(
+                "show",
+                onsale_telemetry::metrics::show_label(&show.to_string()),
+            )];
             metrics::gauge!(onsale_telemetry::metrics::QUEUE_DEPTH, &labels)
                 .set((t.tail - t.admitted_through).max(0) as f64);
             metrics::gauge!(onsale_telemetry::metrics::LIVE_SESSIONS, &labels).set(t.live as f64);
@@ -95,7 +99,7 @@ impl Admitter {
 
 /// The stall alarm, for one show: positions admitted in the last 30 s is zero while the queue
 /// is not empty, the sale is open and admission is not deliberately paused.
-pub async fn stalled(room: &WaitingRoom, show: &str, paused: bool) -> redis::RedisResult<bool> {
+pub async fn stalled(room: &WaitingRoom, show: ShowId, paused: bool) -> redis::RedisResult<bool> {
     let now = now_ms();
     let (passed, depth, newest_tick) = room.store.recent(show, now, 30_000).await?;
     // A tick loop that stopped leaves the history frozen: that is a stall too.
@@ -106,7 +110,7 @@ pub async fn stalled(room: &WaitingRoom, show: &str, paused: bool) -> redis::Red
 /// Watches every show for a stalled admitter; sets `onsale_admission_stalled{show}`.
 pub async fn watchdog(room: WaitingRoom, every: Duration, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(every);
-    let mut paused_seen: std::collections::HashMap<String, i64> = Default::default();
+    let mut paused_seen: std::collections::HashMap<ShowId, i64> = Default::default();
     while shutdown.run_until_cancelled(tick.tick()).await.is_some() {
         let Ok(shows) = room.store.shows().await else {
             continue;
@@ -116,12 +120,10 @@ pub async fn watchdog(room: WaitingRoom, every: Duration, shutdown: Cancellation
                 continue;
             }
             // A deliberate pause (the controller) is not a stall: its total grows.
-            let total = room.store.paused_ms(&show).await.unwrap_or(0);
-            let paused = paused_seen
-                .insert(show.clone(), total)
-                .is_some_and(|p| total > p);
-            if let Ok(stalled) = stalled(&room, &show, paused).await {
-                metrics::gauge!(onsale_telemetry::metrics::ADMISSION_STALLED, "show" => onsale_telemetry::metrics::show_label(&show))
+            let total = room.store.paused_ms(show).await.unwrap_or(0);
+            let paused = paused_seen.insert(show, total).is_some_and(|p| total > p);
+            if let Ok(stalled) = stalled(&room, show, paused).await {
+                metrics::gauge!(onsale_telemetry::metrics::ADMISSION_STALLED, "show" => onsale_telemetry::metrics::show_label(&show.to_string()))
                     .set(f64::from(u8::from(stalled)));
                 if stalled {
                     tracing::error!(%show, "ADMISSION STALLED: nobody admitted for 30 s while fans wait");

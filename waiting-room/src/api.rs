@@ -29,7 +29,7 @@ use crate::{eta, now_ms, WaitingRoom};
 pub struct RoomState {
     pub room: WaitingRoom,
     pub decoding_key: DecodingKey,
-    availability: moka::future::Cache<String, &'static str>,
+    availability: moka::future::Cache<ShowId, &'static str>,
 }
 
 impl std::fmt::Debug for RoomState {
@@ -142,16 +142,15 @@ async fn join(
 ) -> Result<Response, ApiError> {
     caller.require(&[Role::Fan, Role::Admin])?;
     let (show, facts) = show_with_room(&state, &id).await?;
-    let show_s = show.to_string();
     let account = caller.account.to_string();
     let queue_token = state.room.signer.sign(&QueueClaims {
         aud: tokens::QUEUE.into(),
         sub: account.clone(),
-        show: show_s.clone(),
+        show: show.to_string(),
         iat: Utc::now().timestamp(),
         exp: facts.starts_at.timestamp(),
     });
-    let joined = join_line(&state, &show_s, &account, facts).await;
+    let joined = join_line(&state, show, &account, facts).await;
     let (position, eta, status) = match joined {
         Ok((pos, eta)) => (
             pos,
@@ -182,7 +181,7 @@ async fn join(
 
 async fn join_line(
     state: &RoomState,
-    show: &str,
+    show: ShowId,
     account: &str,
     facts: crate::ShowFacts,
 ) -> redis::RedisResult<(Option<i64>, Option<f64>)> {
@@ -221,16 +220,15 @@ fn fan_eta(s: &crate::store::Standing) -> Option<f64> {
 }
 
 /// "no seats and no live holds" versus "seats may come back" (002, sold-out signals).
-async fn availability(state: &RoomState, show: &str) -> &'static str {
+async fn availability(state: &RoomState, show: ShowId) -> &'static str {
     let pool = state.room.pool.clone();
-    let show = show.to_owned();
     state
         .availability
-        .get_with(show.clone(), async move {
+        .get_with(show, async move {
             let row: Result<(Option<i64>, Option<i64>), sqlx::Error> = sqlx::query_as(
                 "SELECT sum(available)::bigint, sum(held)::bigint FROM seat_map_sections WHERE show_id = $1",
             )
-            .bind(&show)
+            .bind(show.to_string())
             .fetch_one(&pool)
             .await;
             match row {
@@ -245,7 +243,7 @@ async fn availability(state: &RoomState, show: &str) -> &'static str {
 
 /// The fan's view: position, the line, an ETA that never grows, and the admission token once
 /// the line has passed the position.
-async fn status(state: &RoomState, show: &str, account: &str) -> Result<Value, ApiError> {
+async fn status(state: &RoomState, show: ShowId, account: &str) -> Result<Value, ApiError> {
     let room = &state.room;
     let availability = availability(state, show).await;
     let standing = match room.store.standing(show, account).await {
@@ -257,7 +255,7 @@ async fn status(state: &RoomState, show: &str, account: &str) -> Result<Value, A
                 let token = room.signer.sign(&AdmissionClaims {
                     aud: tokens::ADMISSION.into(),
                     sub: account.to_owned(),
-                    show: show.to_owned(),
+                    show: show.to_string(),
                     pos: 0,
                     jti: format!("fb:{}", uuid::Uuid::new_v4()),
                     exp_ms: now + room.grace().as_millis() as i64,
@@ -292,7 +290,7 @@ async fn status(state: &RoomState, show: &str, account: &str) -> Result<Value, A
         let token = room.signer.sign(&AdmissionClaims {
             aud: tokens::ADMISSION.into(),
             sub: account.to_owned(),
-            show: show.to_owned(),
+            show: show.to_string(),
             pos: position as u64,
             jti: format!("{account}:{position}"),
             exp_ms: passed + grace,
@@ -327,7 +325,6 @@ async fn view(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (show, _) = show_with_room(&state, &id).await?;
-    let show = show.to_string();
     let account = caller.account.to_string();
     let token = headers
         .get("x-onsale-queue-token")
@@ -336,7 +333,7 @@ async fn view(
     state
         .room
         .signer
-        .verify::<QueueClaims>(token, tokens::QUEUE, &account, &show)
+        .verify::<QueueClaims>(token, tokens::QUEUE, &account, &show.to_string())
         .map_err(|_| {
             err(
                 StatusCode::FORBIDDEN,
@@ -349,7 +346,7 @@ async fn view(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains("text/event-stream"));
     if !sse {
-        return Ok(Json(status(&state, &show, &account).await?).into_response());
+        return Ok(Json(status(&state, show, &account).await?).into_response());
     }
     let stream = futures::stream::unfold(
         (state, show, account, false),
@@ -365,7 +362,7 @@ async fn view(
                     .data(json!({"reason": "the server is shutting down; reconnect"}).to_string());
                 return Some((Ok(event), (state, show, account, true)));
             }
-            let v = status(&state, &show, &account)
+            let v = status(&state, show, &account)
                 .await
                 .unwrap_or_else(|e| json!({"status": "ERROR", "code": e.code}));
             let admitted = v["status"] == "ADMITTED" || v["status"] == "EXPIRED";
@@ -397,11 +394,11 @@ pub struct Entry {
     pub lease_expires_at: DateTime<Utc>,
 }
 
-fn session(room: &WaitingRoom, account: &str, show: &str, sid: &str, lease_ms: i64) -> String {
+fn session(room: &WaitingRoom, account: &str, show: ShowId, sid: &str, lease_ms: i64) -> String {
     room.signer.sign(&SessionClaims {
         aud: tokens::SESSION.into(),
         sub: account.to_owned(),
-        show: show.to_owned(),
+        show: show.to_string(),
         sid: sid.to_owned(),
         lease_ms,
         exp: Utc::now().timestamp() + 6 * 3600,
@@ -419,11 +416,16 @@ async fn enter(
     ApiJson(body): ApiJson<EnterRequest>,
 ) -> Result<Response, ApiError> {
     let (show, _) = show_with_room(&state, &id).await?;
-    let (show, account, room) = (show.to_string(), caller.account.to_string(), &state.room);
+    let (account, room) = (caller.account.to_string(), &state.room);
     let refused = |code: &'static str, detail: &str| err(StatusCode::FORBIDDEN, code, detail);
     let claims: AdmissionClaims = room
         .signer
-        .verify(&body.admission_token, tokens::ADMISSION, &account, &show)
+        .verify(
+            &body.admission_token,
+            tokens::ADMISSION,
+            &account,
+            &show.to_string(),
+        )
         .map_err(|_| {
             refused(
                 "INVALID_ADMISSION",
@@ -437,7 +439,7 @@ async fn enter(
     let paused_now = if fallback {
         Ok(0)
     } else {
-        room.store.paused_ms(&show).await
+        room.store.paused_ms(show).await
     };
     let paused_now = match paused_now {
         Ok(p) => p,
@@ -454,7 +456,7 @@ async fn enter(
     } else {
         room.store
             .enter(
-                &show,
+                show,
                 &claims.jti,
                 &sid,
                 now,
@@ -467,7 +469,7 @@ async fn enter(
         Ok((Entered::Yes | Entered::Again, sid)) => {
             metrics::counter!(onsale_telemetry::metrics::WAITING_ROOM_ENTRIES_TOTAL).increment(1);
             Ok(Json(Entry {
-                session_id: session(room, &account, &show, &sid, lease_ms),
+                session_id: session(room, &account, show, &sid, lease_ms),
                 lease_expires_at: ms_to_time(lease_ms),
             })
             .into_response())
@@ -502,13 +504,13 @@ async fn own_session(
     id: &str,
     caller: &Caller,
     token: &str,
-) -> Result<(String, String, SessionClaims), ApiError> {
+) -> Result<(ShowId, String, SessionClaims), ApiError> {
     let (show, _) = show_with_room(state, id).await?;
-    let (show, account) = (show.to_string(), caller.account.to_string());
+    let account = caller.account.to_string();
     let claims = state
         .room
         .signer
-        .verify(token, tokens::SESSION, &account, &show)
+        .verify(token, tokens::SESSION, &account, &show.to_string())
         .map_err(|_| {
             err(
                 StatusCode::FORBIDDEN,
@@ -533,7 +535,7 @@ async fn heartbeat(
     let room = &state.room;
     let now = now_ms();
     let until = now + room.lease().as_millis() as i64;
-    let live = match room.store.heartbeat(&show, &claims.sid, until, now).await {
+    let live = match room.store.heartbeat(show, &claims.sid, until, now).await {
         Ok(live) => live,
         Err(e) => {
             redis_down(&e);
@@ -549,7 +551,7 @@ async fn heartbeat(
     }
     Ok(Json(json!({
         "leaseExpiresAt": ms_to_time(until),
-        "sessionId": session(room, &account, &show, &claims.sid, until),
+        "sessionId": session(room, &account, show, &claims.sid, until),
     }))
     .into_response())
 }
@@ -566,7 +568,7 @@ async fn leave(
 ) -> Result<Response, ApiError> {
     let (show, _, claims) = own_session(&state, &id, &caller, &body.session_id).await?;
     let room = &state.room;
-    room.store.leave(&show, &claims.sid).await.map_err(|e| {
+    room.store.leave(show, &claims.sid).await.map_err(|e| {
         store_unavailable(
             &e,
             "the waiting room's store is unreachable; the session ends with its lease",

@@ -128,7 +128,7 @@ pub struct WaitingRoom {
     /// Per show, the next position of this process's block and the block's last. One lock for
     /// the whole map, held while a new block is fetched: concurrent joins must not each fetch
     /// a block and leave all but one of them as holes in the line.
-    blocks: Arc<tokio::sync::Mutex<HashMap<String, (i64, i64)>>>,
+    blocks: Arc<tokio::sync::Mutex<HashMap<ShowId, (i64, i64)>>>,
     facts: Arc<Mutex<HashMap<ShowId, ShowFacts>>>,
     fallback: Arc<Mutex<(f64, std::time::Instant)>>,
 }
@@ -197,9 +197,9 @@ impl WaitingRoom {
 
     /// The next position from this process's block (a new block from Redis when it runs out):
     /// the counter is touched once per 100 joins, not on every one.
-    pub async fn candidate(&self, show: &str, opens_at_ms: i64) -> redis::RedisResult<i64> {
+    pub async fn candidate(&self, show: ShowId, opens_at_ms: i64) -> redis::RedisResult<i64> {
         let mut blocks = self.blocks.lock().await;
-        if let Some((next, end)) = blocks.get_mut(show) {
+        if let Some((next, end)) = blocks.get_mut(&show) {
             if *next <= *end {
                 *next += 1;
                 return Ok(*next - 1);
@@ -209,7 +209,7 @@ impl WaitingRoom {
             return Ok(0);
         };
         let start = end - store::BLOCK + 1;
-        blocks.insert(show.to_owned(), (start + 1, end));
+        blocks.insert(show, (start + 1, end));
         Ok(start)
     }
 
@@ -263,7 +263,7 @@ impl SessionGate for WaitingRoom {
                 .verify(token, tokens::SESSION, account.as_str(), &show.to_string())
                 .map_err(|_| admission_required("the session is not yours, or not valid"))?;
             let now = now_ms();
-            let live = match self.store.lease(&claims.show, &claims.sid).await {
+            let live = match self.store.lease(show, &claims.sid).await {
                 Ok(lease) => lease.is_some_and(|l| l > now),
                 Err(e) => {
                     tracing::warn!(error = %e, "redis unreachable; checking the signed lease");

@@ -14,10 +14,11 @@
 //! positions admitted per second), `eta` (hash account -> last ETA told), `used:<jti>`
 //! (admission tokens already traded). `wr:shows` is the set of shows with a line.
 
+use onsale_domain::ShowId;
 use redis::aio::ConnectionManager;
 use redis::{AsyncCommands, Script};
 
-pub fn key(show: &str, part: &str) -> String {
+pub fn key(show: ShowId, part: &str) -> String {
     format!("wr:{{{show}}}:{part}")
 }
 
@@ -142,10 +143,10 @@ impl Store {
     }
 
     /// Registers the show's line (the admitter ticks every show in `wr:shows`).
-    pub async fn register(&self, show: &str, opens_at_ms: i64) -> redis::RedisResult<()> {
+    pub async fn register(&self, show: ShowId, opens_at_ms: i64) -> redis::RedisResult<()> {
         let mut c = self.conn()?;
         redis::pipe()
-            .sadd(SHOWS, show)
+            .sadd(SHOWS, show.to_string())
             .ignore()
             .set_nx(key(show, "opens"), opens_at_ms)
             .ignore()
@@ -153,12 +154,14 @@ impl Store {
             .await
     }
 
-    pub async fn shows(&self) -> redis::RedisResult<Vec<(String, i64)>> {
+    /// Every show with a line, and when it opens (ms).
+    pub async fn shows(&self) -> redis::RedisResult<Vec<(ShowId, i64)>> {
         let mut c = self.conn()?;
         let shows: Vec<String> = c.smembers(SHOWS).await?;
         let mut out = Vec::with_capacity(shows.len());
-        for s in shows {
-            let opens: Option<i64> = c.get(key(&s, "opens")).await?;
+        // Only this code writes the set, with show ids; anything else in it is skipped.
+        for s in shows.iter().filter_map(|s| s.parse::<ShowId>().ok()) {
+            let opens: Option<i64> = c.get(key(s, "opens")).await?;
             out.push((s, opens.unwrap_or(0)));
         }
         Ok(out)
@@ -167,7 +170,7 @@ impl Store {
     /// Takes a block of positions for this process: `None` before the opening draw.
     pub async fn take_block(
         &self,
-        show: &str,
+        show: ShowId,
         now_ms: i64,
         opens_at_ms: i64,
     ) -> redis::RedisResult<Option<i64>> {
@@ -190,7 +193,7 @@ impl Store {
     /// back with `candidate`.
     pub async fn join(
         &self,
-        show: &str,
+        show: ShowId,
         account: &str,
         candidate: i64,
         lottery: u64,
@@ -215,7 +218,7 @@ impl Store {
     /// by the claim rate, reserving the slots the newly admitted are expected to take.
     pub async fn tick(
         &self,
-        show: &str,
+        show: ShowId,
         now_ms: i64,
         opens_at_ms: i64,
         target: u64,
@@ -265,7 +268,7 @@ impl Store {
         })
     }
 
-    pub async fn standing(&self, show: &str, account: &str) -> redis::RedisResult<Standing> {
+    pub async fn standing(&self, show: ShowId, account: &str) -> redis::RedisResult<Standing> {
         let mut c = self.conn()?;
         let (pos, admitted, passed, rate, paused, eta, eta_at, tail, paused_at): (
             i64,
@@ -302,7 +305,7 @@ impl Store {
     }
 
     /// The show's total paused time (ms).
-    pub async fn paused_ms(&self, show: &str) -> redis::RedisResult<i64> {
+    pub async fn paused_ms(&self, show: ShowId) -> redis::RedisResult<i64> {
         let mut c = self.conn()?;
         let v: Option<i64> = c.get(key(show, "paused")).await?;
         Ok(v.unwrap_or(0))
@@ -310,7 +313,7 @@ impl Store {
 
     pub async fn remember_eta(
         &self,
-        show: &str,
+        show: ShowId,
         account: &str,
         eta: f64,
         now_ms: i64,
@@ -323,7 +326,7 @@ impl Store {
     /// Trades an admission (`jti`) for a session lease, once.
     pub async fn enter(
         &self,
-        show: &str,
+        show: ShowId,
         jti: &str,
         sid: &str,
         now_ms: i64,
@@ -358,7 +361,7 @@ impl Store {
     /// Renews a live lease; `false` if it had already expired (or never existed).
     pub async fn heartbeat(
         &self,
-        show: &str,
+        show: ShowId,
         sid: &str,
         until_ms: i64,
         now_ms: i64,
@@ -376,13 +379,13 @@ impl Store {
     }
 
     /// Ends a session now: its slot is free for the next fan (a clean exit, A3).
-    pub async fn leave(&self, show: &str, sid: &str) -> redis::RedisResult<()> {
+    pub async fn leave(&self, show: ShowId, sid: &str) -> redis::RedisResult<()> {
         let mut c = self.conn()?;
         c.zrem(key(show, "leases"), sid).await
     }
 
     /// The session's lease expiry (ms), if it has one.
-    pub async fn lease(&self, show: &str, sid: &str) -> redis::RedisResult<Option<i64>> {
+    pub async fn lease(&self, show: ShowId, sid: &str) -> redis::RedisResult<Option<i64>> {
         let mut c = self.conn()?;
         let s: Option<f64> = c.zscore(key(show, "leases"), sid).await?;
         Ok(s.map(|v| v as i64))
@@ -391,7 +394,7 @@ impl Store {
     /// Positions the line passed in the last `window_ms` (from the tick history) and the depth.
     pub async fn recent(
         &self,
-        show: &str,
+        show: ShowId,
         now_ms: i64,
         window_ms: i64,
     ) -> redis::RedisResult<(i64, i64, i64)> {
