@@ -111,6 +111,77 @@ macro_rules! show_scoped_id {
 show_scoped_id!(HoldId, "h", "hold");
 show_scoped_id!(OrderId, "o", "order");
 
+/// A seat: `<section>-<row>-<number>` (section and row are layout labels, the number counts
+/// from 1), as the venue's layout names it. Built from a layout (`layout::seat_id`) or parsed;
+/// an id of that shape may still name no seat of a given show (the show says so).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct SeatId(String);
+
+impl SeatId {
+    pub fn parse(s: &str) -> Result<Self, ShowError> {
+        let bad = || ShowError::Invalid(format!("{s:?} is not a seat id (section-row-number)"));
+        let mut parts = s.rsplitn(3, '-');
+        let (number, row, section) = (parts.next(), parts.next(), parts.next());
+        let (Some(number), Some(row), Some(section)) = (number, row, section) else {
+            return Err(bad());
+        };
+        crate::layout::valid_label("section", section).map_err(|_| bad())?;
+        crate::layout::valid_label("row", row).map_err(|_| bad())?;
+        match number.parse::<u32>() {
+            Ok(n) if n >= 1 && !number.starts_with('0') => Ok(Self(s.to_owned())),
+            _ => Err(bad()),
+        }
+    }
+
+    /// The id of seat `number` of `row` in `section`, labels the layout already checked.
+    pub(crate) fn of(section: &str, row: &str, number: u32) -> Self {
+        Self(format!("{section}-{row}-{number}"))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for SeatId {
+    type Err = ShowError;
+    fn from_str(s: &str) -> Result<Self, ShowError> {
+        Self::parse(s)
+    }
+}
+
+impl fmt::Display for SeatId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for SeatId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl AsRef<str> for SeatId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for SeatId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for SeatId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
 macro_rules! text_id {
     ($name:ident, $what:literal, $max:expr) => {
         #[doc = concat!("A ", $what, ": 1 to ", stringify!($max), " visible ASCII characters.")]
@@ -154,6 +225,23 @@ text_id!(IdempotencyKey, "Idempotency-Key", 255);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seat_ids_have_the_layouts_shape_and_round_trip() {
+        for ok in ["S1-R1-1", "101-A-12", "VIP-3-400"] {
+            let id = SeatId::parse(ok).expect(ok);
+            assert_eq!(id.as_str(), ok);
+            let json = serde_json::to_string(&id).expect("serializes");
+            assert_eq!(json, format!("\"{ok}\""));
+            assert_eq!(serde_json::from_str::<SeatId>(&json).expect("parses"), id);
+        }
+        for bad in [
+            "", "S1", "S1-R1", "S1-R1-0", "S1-R1-01", "S1-R1-x", "S 1-R1-1", "-R1-1", "S1--1",
+        ] {
+            assert!(SeatId::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(serde_json::from_str::<SeatId>("\"nope\"").is_err());
+    }
 
     #[test]
     fn hold_ids_round_trip_and_carry_their_show() {

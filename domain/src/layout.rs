@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::ShowError;
+use crate::ids::SeatId;
 
 /// Upper bounds that keep one show's aggregate a sensible size.
 pub const MAX_SEATS_PER_ROW: u32 = 1_000;
@@ -123,6 +124,6 @@ impl VenueLayout {
     }
 }
 
-pub fn seat_id(section: &str, row: &str, number: u32) -> String {
-    format!("{section}-{row}-{number}")
+pub fn seat_id(section: &str, row: &str, number: u32) -> SeatId {
+    SeatId::of(section, row, number)
 }

@@ -21,7 +21,7 @@ pub mod venue;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Result, ShowError};
-pub use ids::{AccountId, HoldId, IdempotencyKey, OrderId, ShowId, VenueId};
+pub use ids::{AccountId, HoldId, IdempotencyKey, OrderId, SeatId, ShowId, VenueId};
 pub use layout::{RowLayout, SectionLayout, VenueLayout};
 pub use show::{
     HoldStatus, HoldView, Idempotency, OrderStatus, OrderView, Show, ShowCommand, ShowEvent,

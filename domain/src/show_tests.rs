@@ -99,7 +99,15 @@ fn idem(key: &str, fp: &str) -> Idempotency {
     }
 }
 
-fn seats(ids: &[&str]) -> Vec<String> {
+/// Seat ids as events name them.
+fn seats(ids: &[&str]) -> Vec<SeatId> {
+    ids.iter()
+        .map(|s| SeatId::parse(s).expect("a seat id"))
+        .collect()
+}
+
+/// Seat ids as a fan asks for them.
+fn asked(ids: &[&str]) -> Vec<String> {
     ids.iter().map(|s| s.to_string()).collect()
 }
 
@@ -118,7 +126,7 @@ fn hold_cmd(n: u128, who: &str, ids: &[&str]) -> ShowCommand {
     ShowCommand::HoldSeats {
         hold_id: hold_id(n),
         account: acct(who),
-        seat_ids: seats(ids),
+        seat_ids: asked(ids),
         idempotency: None,
     }
 }
@@ -191,7 +199,7 @@ fn an_unknown_seat_is_refused_and_named() {
     at(0)
         .given(vec![scheduled()])
         .when(hold_cmd(1, "ann", &["A-1-1", "Z-9-9"]))
-        .then_expect_error(ShowError::UnknownSeat(seats(&["Z-9-9"])));
+        .then_expect_error(ShowError::UnknownSeat(asked(&["Z-9-9"])));
 }
 
 #[test]
@@ -200,7 +208,7 @@ fn holds_are_all_or_none_and_name_the_lost_seats() {
         .given(vec![scheduled(), held(1, "bob", &["A-1-2"], 600)])
         .when(hold_cmd(2, "ann", &["A-1-1", "A-1-2", "A-1-3"]))
         .then_expect_error(ShowError::SeatUnavailable {
-            lost: seats(&["A-1-2"]),
+            lost: asked(&["A-1-2"]),
         });
 }
 
@@ -223,7 +231,7 @@ fn a_hold_is_not_reclaimable_at_the_instant_before_it_expires() {
         .given(vec![scheduled(), held(1, "bob", &["A-1-1"], 600)])
         .when(hold_cmd(2, "ann", &["A-1-1"]))
         .then_expect_error(ShowError::SeatUnavailable {
-            lost: seats(&["A-1-1"]),
+            lost: asked(&["A-1-1"]),
         });
 }
 
@@ -458,7 +466,7 @@ fn a_hold_retry_with_its_key_replays_and_another_body_is_refused() {
     let retry = |fp: &str| ShowCommand::HoldSeats {
         hold_id: hold_id(2),
         account: acct("ann"),
-        seat_ids: seats(&["A-1-1"]),
+        seat_ids: asked(&["A-1-1"]),
         idempotency: Some(idem("k1", fp)),
     };
     at(5)

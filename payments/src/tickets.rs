@@ -28,7 +28,7 @@ enum Change {
         order_id: String,
         show_id: String,
         account_id: String,
-        seats: Vec<String>,
+        seats: Vec<onsale_domain::SeatId>,
         at: DateTime<Utc>,
     },
     Revoke {
@@ -99,7 +99,7 @@ impl Projection for TicketIssuer {
                         .bind(Uuid::new_v4())
                         .bind(&order_id)
                         .bind(&show_id)
-                        .bind(seat)
+                        .bind(seat.as_str())
                         .bind(&account_id)
                         .bind(&secret[..])
                         .bind(at)

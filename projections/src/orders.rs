@@ -52,7 +52,7 @@ impl Projection for Orders {
                 account_id: view.account.to_string(),
                 status: view.status,
                 make_good: view.make_good,
-                seat_ids: view.seat_ids,
+                seat_ids: view.seat_ids.iter().map(ToString::to_string).collect(),
                 total_cents: view.total_cents,
                 placed_at: view.placed_at,
                 updated_at: ctx.log.at.max(view.placed_at),

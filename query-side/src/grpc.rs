@@ -127,7 +127,7 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
                 .iter()
                 .flatten()
                 .map(|s| pb::SeatState {
-                    seat_id: s.seat_id.clone(),
+                    seat_id: s.seat_id.to_string(),
                     status: s.status.clone(),
                 })
                 .collect(),
@@ -172,7 +172,7 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
                             .seats_of(sec.as_deref())
                             .into_iter()
                             .map(|s| pb::SeatState {
-                                seat_id: s.seat_id.clone(),
+                                seat_id: s.seat_id.to_string(),
                                 status: s.status.clone(),
                             })
                             .collect(),

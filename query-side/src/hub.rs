@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use onsale_domain::ShowId;
+use onsale_domain::{SeatId, ShowId};
 use serde::Serialize;
 use serde_json::Value;
 use sqlx::postgres::{PgListener, PgPool};
@@ -20,7 +20,7 @@ use tokio_util::task::TaskTracker;
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SeatChange {
-    pub seat_id: String,
+    pub seat_id: SeatId,
     pub section: String,
     pub status: String,
 }

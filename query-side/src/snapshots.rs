@@ -1,6 +1,6 @@
 //! Seat-map snapshots: read from the projection in one statement, serialized once, cached.
 
-use onsale_domain::ShowId;
+use onsale_domain::{SeatId, ShowId};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use crate::hub::{Hub, SectionCounts};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SeatState {
-    pub seat_id: String,
+    pub seat_id: SeatId,
     pub status: String,
 }
 

@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use jsonwebtoken::DecodingKey;
 use metrics_exporter_prometheus::PrometheusHandle;
 use onsale_domain::{
-    HoldId, Idempotency, IdempotencyKey, OrderId, SectionLayout, ShowCommand, ShowError, ShowId,
-    ShowInfo, VenueEvent, VenueId, VenueLayout,
+    HoldId, Idempotency, IdempotencyKey, OrderId, SeatId, SectionLayout, ShowCommand, ShowError,
+    ShowId, ShowInfo, VenueEvent, VenueId, VenueLayout,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -391,7 +391,9 @@ pub struct HoldRequest {
 pub struct HoldResponse {
     hold_id: String,
     event_id: String,
-    seat_ids: Vec<String>,
+    /// Seat ids, `<section>-<row>-<number>`.
+    #[schema(value_type = Vec<String>)]
+    seat_ids: Vec<SeatId>,
     expires_at: DateTime<Utc>,
 }
 

@@ -43,7 +43,7 @@ impl Show {
                 let lost: Vec<String> = seats
                     .iter()
                     .filter(|&&i| !self.is_free(i, now))
-                    .map(|&i| self.index.seat_names[i as usize].clone())
+                    .map(|&i| self.index.seat_names[i as usize].to_string())
                     .collect();
                 if !lost.is_empty() {
                     return Err(ShowError::SeatUnavailable { lost });
@@ -476,9 +476,9 @@ impl Show {
         self.index.section_price[self.index.rows[row as usize].section as usize]
     }
 
-    pub(super) fn seat_indices(&self, ids: &[String]) -> Vec<u32> {
+    pub(super) fn seat_indices<S: AsRef<str>>(&self, ids: &[S]) -> Vec<u32> {
         ids.iter()
-            .filter_map(|s| self.index.seat_by_id.get(s).copied())
+            .filter_map(|s| self.index.seat_by_id.get(s.as_ref()).copied())
             .collect()
     }
 }

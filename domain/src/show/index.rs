@@ -13,8 +13,8 @@ pub(super) struct RowSpan {
 /// Lookup structures derived from the layout and the seats; rebuilt after a snapshot load.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Index {
-    pub(super) seat_by_id: HashMap<String, u32>,
-    pub(super) seat_names: Vec<String>,
+    pub(super) seat_by_id: HashMap<SeatId, u32>,
+    pub(super) seat_names: Vec<SeatId>,
     pub(super) seat_row: Vec<u32>,
     pub(super) rows: Vec<RowSpan>,
     pub(super) section_by_name: HashMap<String, u32>,

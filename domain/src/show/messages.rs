@@ -101,7 +101,7 @@ pub enum ShowEvent {
     SeatsHeld {
         hold_id: HoldId,
         account_id: AccountId,
-        seat_ids: Vec<String>,
+        seat_ids: Vec<SeatId>,
         expires_at: DateTime<Utc>,
         best_available: bool,
         idempotency: Option<Idempotency>,
@@ -116,7 +116,7 @@ pub enum ShowEvent {
         order_id: OrderId,
         hold_id: HoldId,
         account_id: AccountId,
-        seat_ids: Vec<String>,
+        seat_ids: Vec<SeatId>,
         total_cents: i64,
         payment_token: String,
         placed_at: DateTime<Utc>,
@@ -138,21 +138,21 @@ pub enum ShowEvent {
     },
     OrderCompensated {
         order_id: OrderId,
-        seat_ids: Vec<String>,
+        seat_ids: Vec<SeatId>,
         at: DateTime<Utc>,
     },
     /// A capture arrived after the order had failed, and its seats were still free: they are
     /// sold to the order that paid for them (ADR 006).
     OrderReinstated {
         order_id: OrderId,
-        seat_ids: Vec<String>,
+        seat_ids: Vec<SeatId>,
         at: DateTime<Utc>,
     },
     /// A capture arrived after the order had failed, and somebody else has (some of) its seats
     /// now: they are not taken back; the charge is refunded and the buyer owed a make-good.
     MakeGoodOwed {
         order_id: OrderId,
-        taken_seat_ids: Vec<String>,
+        taken_seat_ids: Vec<SeatId>,
         /// Why the seats could not go back to the order: taken by others, or the buyer's
         /// per-account cap is full with what they bought since.
         #[serde(default)]
@@ -161,7 +161,7 @@ pub enum ShowEvent {
     },
     OrderCancelled {
         order_id: OrderId,
-        seat_ids: Vec<String>,
+        seat_ids: Vec<SeatId>,
         by: AccountId,
         at: DateTime<Utc>,
     },

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::Clock;
 use crate::error::{Result, ShowError};
-use crate::ids::{AccountId, HoldId, IdempotencyKey, OrderId, ShowId, VenueId};
+use crate::ids::{AccountId, HoldId, IdempotencyKey, OrderId, SeatId, ShowId, VenueId};
 use crate::layout::{seat_id, VenueLayout};
 use crate::transitions::{
     HoldMove, HoldState, OrderMove, OrderState, SeatMove, SeatStatus, Transition, Verdict,

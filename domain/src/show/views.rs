@@ -8,7 +8,7 @@ use super::*;
 pub struct HoldView {
     pub hold_id: HoldId,
     pub event_id: ShowId,
-    pub seat_ids: Vec<String>,
+    pub seat_ids: Vec<SeatId>,
     pub expires_at: DateTime<Utc>,
     pub account: AccountId,
     pub state: HoldState,
@@ -23,7 +23,7 @@ pub struct OrderView {
     pub hold_id: HoldId,
     pub account: AccountId,
     pub status: &'static str,
-    pub seat_ids: Vec<String>,
+    pub seat_ids: Vec<SeatId>,
     pub total_cents: i64,
     pub placed_at: DateTime<Utc>,
     pub make_good: bool,
@@ -47,7 +47,7 @@ impl Show {
         self.index
             .seat_names
             .iter()
-            .map(String::as_str)
+            .map(SeatId::as_str)
             .zip(self.seats.iter())
     }
 
@@ -67,11 +67,7 @@ impl Show {
     /// The seats `event` moves, read from the state before it is applied: what a read model
     /// must look at again after applying it.
     pub fn seats_touched_by(&self, event: &ShowEvent) -> Vec<u32> {
-        let by_id = |ids: &[String]| {
-            ids.iter()
-                .filter_map(|id| self.index.seat_by_id.get(id).copied())
-                .collect()
-        };
+        let by_id = |ids: &[SeatId]| self.seat_indices(ids);
         let of_order = |id: &OrderId| {
             self.orders
                 .get(id)
@@ -136,7 +132,7 @@ impl Show {
         self.holds.len() + self.orders.len()
     }
 
-    pub fn seat_names(&self, seats: &[u32]) -> Vec<String> {
+    pub fn seat_names(&self, seats: &[u32]) -> Vec<SeatId> {
         seats
             .iter()
             .map(|&i| self.index.seat_names[i as usize].clone())
