@@ -23,11 +23,19 @@ export ONSALE_TANSU_BIN
 ONSALE_TEST_PYTHON=$("$ROOT/scripts/stack.sh" py-tools)
 export ONSALE_TEST_PYTHON
 cd "$ROOT"
-# The domain crate must stay free of I/O crates.
+# The crate graph of ARCHITECTURE.md: the domain stays free of I/O crates, the query side and
+# the waiting room do not reach into the command side, and the onsale binary does not link the
+# processor simulator.
 if cargo tree -p onsale-domain -e normal --prefix none | grep -E '^(sqlx|rdkafka|axum|tonic|redis|hyper|reqwest) '; then
   echo "onsale-domain depends on an I/O crate" >&2
   exit 1
 fi
+for pair in onsale-query:onsale-command onsale-waiting-room:onsale-command onsale-server:onsale-processor-sim; do
+  if cargo tree -p "${pair%%:*}" -e normal --prefix none | grep -q "^${pair##*:} "; then
+    echo "${pair%%:*} depends on ${pair##*:}" >&2
+    exit 1
+  fi
+done
 LOG="$DIR/cargo-test.log"
 set +e
 cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$LOG"
