@@ -115,15 +115,27 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
     async fn ping(&self) -> Result<()>;
 }
 
-/// Applies `rows` (sequences `after + 1 ..`) to `show`; returns the last sequence.
-fn apply_rows(
-    show: &mut Show,
+/// Where a load starts: the state a snapshot stores (or an empty show) and its sequence.
+fn start_from(id: &str, snapshot: Option<(i64, String)>) -> Result<(Show, i64)> {
+    match snapshot {
+        Some((seq, payload)) => Ok((
+            serde_json::from_str::<Show>(&payload)
+                .map_err(|e| StoreError::Corrupt(format!("snapshot {id}@{seq}: {e}")))?,
+            seq,
+        )),
+        None => Ok((Show::default(), 0)),
+    }
+}
+
+/// `start` with `rows` (the events after it, in order) applied; a hole in the sequence is
+/// [`StoreError::Corrupt`].
+fn rebuilt(
     id: &str,
-    after: i64,
+    (mut show, from): (Show, i64),
     rows: impl IntoIterator<Item = (i64, String)>,
-) -> Result<i64> {
+) -> Result<LoadedShow> {
     use cqrs_es::Aggregate;
-    let mut version = after;
+    let mut version = from;
     for (seq, payload) in rows {
         if seq != version + 1 {
             return Err(StoreError::Corrupt(format!(
@@ -135,7 +147,11 @@ fn apply_rows(
         show.apply(event);
         version = seq;
     }
-    Ok(version)
+    Ok(LoadedShow {
+        show,
+        version,
+        snapshot_version: from,
+    })
 }
 
 /// The PostgreSQL database of the event store and the read models, as every process reaches it.

@@ -10,7 +10,9 @@ use chrono::{DateTime, Utc};
 use cqrs_es::{Aggregate, DomainEvent};
 use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId, VENUE_TYPE};
 
-use crate::{apply_rows, EventLog, LoadedShow, LogRow, Result, ScanKey, StoreError, StoredEvent};
+use crate::{
+    rebuilt, start_from, EventLog, LoadedShow, LogRow, Result, ScanKey, StoreError, StoredEvent,
+};
 
 /// What the next appends do besides (or instead of) committing.
 #[derive(Debug, Default)]
@@ -160,31 +162,14 @@ impl EventLog for MemoryEventLog {
             .snapshots
             .get(&id)
             .and_then(|s| s.last().cloned());
-        let (mut aggregate, from) = match snapshot {
-            Some((seq, payload)) => (
-                serde_json::from_str::<Show>(&payload)
-                    .map_err(|e| StoreError::Corrupt(format!("snapshot {id}@{seq}: {e}")))?,
-                seq,
-            ),
-            None => (Show::default(), 0),
-        };
-        let version = apply_rows(&mut aggregate, &id, from, self.tail(&id, from))?;
-        Ok(LoadedShow {
-            show: aggregate,
-            version,
-            snapshot_version: from,
-        })
+        let start = start_from(&id, snapshot)?;
+        let rows = self.tail(&id, start.1);
+        rebuilt(&id, start, rows)
     }
 
     async fn replay(&self, show: ShowId) -> Result<LoadedShow> {
         let id = show.to_string();
-        let mut aggregate = Show::default();
-        let version = apply_rows(&mut aggregate, &id, 0, self.tail(&id, 0))?;
-        Ok(LoadedShow {
-            show: aggregate,
-            version,
-            snapshot_version: 0,
-        })
+        rebuilt(&id, (Show::default(), 0), self.tail(&id, 0))
     }
 
     async fn events(&self, show: ShowId) -> Result<Vec<StoredEvent>> {

@@ -9,7 +9,9 @@ use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId, VENUE_TYPE};
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 
-use crate::{apply_rows, EventLog, LoadedShow, LogRow, Result, ScanKey, StoreError, StoredEvent};
+use crate::{
+    rebuilt, start_from, EventLog, LoadedShow, LogRow, Result, ScanKey, StoreError, StoredEvent,
+};
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
@@ -109,33 +111,15 @@ impl EventLog for PgEventLog {
         .bind(&id)
         .fetch_optional(&self.pool)
         .await?;
-        let (mut aggregate, from) = match snapshot {
-            Some((seq, payload)) => (
-                serde_json::from_str::<Show>(&payload)
-                    .map_err(|e| StoreError::Corrupt(format!("snapshot {id}@{seq}: {e}")))?,
-                seq,
-            ),
-            None => (Show::default(), 0),
-        };
-        let rows = self.tail(&id, from).await?;
-        let version = apply_rows(&mut aggregate, &id, from, rows)?;
-        Ok(LoadedShow {
-            show: aggregate,
-            version,
-            snapshot_version: from,
-        })
+        let start = start_from(&id, snapshot)?;
+        let rows = self.tail(&id, start.1).await?;
+        rebuilt(&id, start, rows)
     }
 
     async fn replay(&self, show: ShowId) -> Result<LoadedShow> {
         let id = show.to_string();
-        let mut aggregate = Show::default();
         let rows = self.tail(&id, 0).await?;
-        let version = apply_rows(&mut aggregate, &id, 0, rows)?;
-        Ok(LoadedShow {
-            show: aggregate,
-            version,
-            snapshot_version: 0,
-        })
+        rebuilt(&id, (Show::default(), 0), rows)
     }
 
     async fn events(&self, show: ShowId) -> Result<Vec<StoredEvent>> {

@@ -210,6 +210,18 @@ impl Room {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// `POST /v1/events/{event}/heartbeat` for `fan`'s session.
+    pub async fn heartbeat(&self, event: &str, fan: &str, session: &str) -> (u16, Value) {
+        self.app
+            .post(
+                &format!("/v1/events/{event}/heartbeat"),
+                &self.app.fan(fan),
+                json!({"sessionId": session}),
+                None,
+            )
+            .await
+    }
+
     /// Live sessions of a show, straight from Redis.
     pub async fn live(&self, event: &str) -> i64 {
         let now = chrono::Utc::now().timestamp_millis();

@@ -272,15 +272,7 @@ async fn replayed_expired_forged_and_foreign_tokens_and_sessions_are_refused() {
         "the cap holds inside a session"
     );
     // A heartbeat renews the lease; an order goes through with the session too.
-    let (status, beat) = room
-        .app
-        .post(
-            &format!("/v1/events/{event}/heartbeat"),
-            &room.app.fan("ann"),
-            json!({"sessionId": session}),
-            None,
-        )
-        .await;
+    let (status, beat) = room.heartbeat(&event, "ann", &session).await;
     assert_eq!(status, 200, "{beat}");
     let renewed = beat["sessionId"].as_str().expect("session");
     let (status, order) = room
@@ -298,15 +290,7 @@ async fn replayed_expired_forged_and_foreign_tokens_and_sessions_are_refused() {
         )
         .await;
     assert_eq!(status, 204);
-    let (status, body) = room
-        .app
-        .post(
-            &format!("/v1/events/{event}/heartbeat"),
-            &room.app.fan("ann"),
-            json!({"sessionId": session}),
-            None,
-        )
-        .await;
+    let (status, body) = room.heartbeat(&event, "ann", &session).await;
     assert_eq!(
         (status, body["code"].clone()),
         (410, json!("SESSION_EXPIRED")),
