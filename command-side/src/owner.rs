@@ -93,6 +93,8 @@ pub enum CommandError {
     Unavailable,
     #[error("the show's queue is full")]
     Overloaded,
+    #[error("this process is shutting down")]
+    ShuttingDown,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -240,7 +242,7 @@ impl Shows {
         if self.inner.shutdown.is_cancelled() {
             // Shutting down: nothing new is taken (503 with Retry-After; another node or this
             // one once restarted answers the retry).
-            return Err(CommandError::Unavailable);
+            return Err(CommandError::ShuttingDown);
         }
         let (tx, rx) = oneshot::channel();
         let mut job = Job {

@@ -235,7 +235,7 @@ async fn shutdown_answers_what_was_taken_then_refuses_and_the_owners_stop() {
     settle().await;
     p.stop.cancel();
     match p.shows.execute(show, hold(show, "late", 50, None)).await {
-        Err(CommandError::Unavailable) => {}
+        Err(CommandError::ShuttingDown) => {}
         other => panic!("a command after shutdown is refused, got {other:?}"),
     }
     log.release_appends();

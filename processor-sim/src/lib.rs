@@ -31,39 +31,52 @@ pub use ledger::{
     WebhookEvent,
 };
 
-/// The switches: faults and where webhooks go. `POST /admin/settings` changes any of them.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// The switches: faults and where webhooks go. Set at start-up (flags or environment, each
+/// declared once here) and changed at run time by `POST /admin/settings`.
+#[derive(Debug, Clone, Serialize, Deserialize, clap::Args)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Settings {
     /// Every API call answers 503 and no webhook leaves.
+    #[arg(long, env = "PROCESSOR_OUTAGE")]
     pub outage: bool,
     /// How long a hanging charge call (the `tok_timeout_*` tokens) takes to answer.
+    #[arg(long, env = "PROCESSOR_HANG_MS", default_value_t = 3_000)]
     pub hang_ms: u64,
     /// How long a pending or late-settling charge takes to resolve.
+    #[arg(long, env = "PROCESSOR_SETTLE_MS", default_value_t = 2_000)]
     pub settle_ms: u64,
     /// A delay after a charge is recorded and before it is answered (a caller that dies in
     /// this window has been charged without knowing it).
+    #[arg(long, env = "PROCESSOR_RESPOND_DELAY_MS", default_value_t = 0)]
     pub respond_delay_ms: u64,
     /// Extra deliveries of every webhook event.
+    #[arg(long, env = "PROCESSOR_WEBHOOK_DUPLICATES", default_value_t = 1)]
     pub webhook_duplicates: u32,
     /// Each delivery waits a random time up to this, so events overtake each other.
+    #[arg(long, env = "PROCESSOR_WEBHOOK_JITTER_MS", default_value_t = 300)]
     pub webhook_jitter_ms: u64,
+    /// Where webhooks are delivered (onsale's `/v1/webhooks/processor`).
+    #[arg(long, env = "PROCESSOR_WEBHOOK_URL")]
     pub webhook_url: Option<String>,
+    /// The secret webhooks are signed with (onsale's `ONSALE_WEBHOOK_SECRET`).
+    #[arg(
+        long,
+        env = "ONSALE_WEBHOOK_SECRET",
+        default_value = "onsale-dev-webhook-secret"
+    )]
     pub webhook_secret: String,
 }
 
+#[derive(Debug, clap::Parser)]
+struct Defaults {
+    #[command(flatten)]
+    settings: Settings,
+}
+
 impl Default for Settings {
+    /// The declared defaults (and the environment), as `processor-sim` with no flags starts.
     fn default() -> Self {
-        Self {
-            outage: false,
-            hang_ms: 3_000,
-            settle_ms: 2_000,
-            respond_delay_ms: 0,
-            webhook_duplicates: 1,
-            webhook_jitter_ms: 300,
-            webhook_url: None,
-            webhook_secret: "onsale-dev-webhook-secret".into(),
-        }
+        <Defaults as clap::Parser>::parse_from(["processor-sim"]).settings
     }
 }
 

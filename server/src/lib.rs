@@ -79,10 +79,9 @@ pub struct Server {
     /// The waiting room, with the API when Redis is configured.
     pub room: Option<WaitingRoom>,
     /// The hold path's health, which the admitter reads.
-    pub health: Arc<BookingHealth>,
+    health: Arc<BookingHealth>,
     http: Option<SocketAddr>,
     grpc: Option<SocketAddr>,
-    metrics: Option<SocketAddr>,
     shutdown: CancellationToken,
     /// The listeners and the owners (and their appends): waited for at shutdown.
     tracker: TaskTracker,
@@ -167,7 +166,6 @@ impl Server {
             health: Arc::new(BookingHealth::default()),
             http: None,
             grpc: None,
-            metrics: None,
             shutdown,
             tracker,
             parts: Mutex::default(),
@@ -193,18 +191,8 @@ impl Server {
         self.grpc
     }
 
-    /// Where `/metrics` is served by a process without the API.
-    pub fn metrics_addr(&self) -> Option<SocketAddr> {
-        self.metrics
-    }
-
     pub fn settings(&self) -> &Settings {
         &self.settings
-    }
-
-    /// Cancelled when the process shuts down.
-    pub fn shutdown_token(&self) -> CancellationToken {
-        self.shutdown.clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Part, Vec<JoinHandle<()>>>> {
@@ -278,7 +266,7 @@ impl Server {
     }
 
     /// `/metrics` and `/healthz` of a process without the API.
-    async fn serve_metrics(&mut self, listen: &str) -> anyhow::Result<()> {
+    async fn serve_metrics(&self, listen: &str) -> anyhow::Result<()> {
         let handle = onsale_telemetry::metrics();
         let router = axum::Router::new()
             .route("/healthz", axum::routing::get(|| async { "ok" }))
@@ -290,7 +278,7 @@ impl Server {
                 }),
             );
         let listener = bind(listen).await?;
-        self.metrics = Some(listener.local_addr()?);
+        tracing::info!(metrics = ?listener.local_addr(), "metrics serving");
         self.serve("metrics", listener, router);
         Ok(())
     }

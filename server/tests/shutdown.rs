@@ -21,6 +21,7 @@ enum Outcome {
         status: u16,
         retry_after: bool,
         hold: Option<String>,
+        code: Option<String>,
     },
     NoAnswer(String),
 }
@@ -131,6 +132,7 @@ async fn sigterm_during_a_burst_of_holds_loses_no_answer_and_exits_zero() {
                             status,
                             retry_after,
                             hold: body["holdId"].as_str().map(str::to_owned),
+                            code: body["code"].as_str().map(str::to_owned),
                         }
                     }
                     Err(e) => Outcome::NoAnswer(e.to_string()),
@@ -215,9 +217,11 @@ async fn sigterm_during_a_burst_of_holds_loses_no_answer_and_exits_zero() {
             Outcome::Answered {
                 status: 503,
                 retry_after,
+                code,
                 ..
             } => {
                 assert!(retry_after, "{a:?}: a 503 without Retry-After");
+                assert_eq!(code.as_deref(), Some("SHUTTING_DOWN"), "{a:?}");
                 assert_eq!(in_log, None, "{a:?}: refused, yet committed");
             }
             Outcome::Answered { .. } => panic!("{a:?}: an answer that is neither 201 nor 503"),

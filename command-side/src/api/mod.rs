@@ -61,6 +61,11 @@ impl From<CommandError> for ApiError {
                 "OVERLOADED",
                 "too many requests are waiting for this show; retry shortly",
             ),
+            CommandError::ShuttingDown => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "SHUTTING_DOWN",
+                "this server is shutting down; retry shortly",
+            ),
             CommandError::Internal(m) => {
                 tracing::error!(error = %m, "internal error");
                 Self::new(
