@@ -84,7 +84,21 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
     async fn replay(&self, show: ShowId) -> Result<LoadedShow>;
 
     /// A show's events in order, as stored: what analysts and auditors replay.
-    async fn events(&self, show: ShowId) -> Result<Vec<StoredEvent>>;
+    async fn events(&self, show: ShowId) -> Result<Vec<StoredEvent>> {
+        let id = show.to_string();
+        self.read_range(&id, 0, i64::MAX, i64::MAX)
+            .await?
+            .into_iter()
+            .map(|r| {
+                Ok(StoredEvent {
+                    sequence: r.sequence,
+                    event: serde_json::from_str(&r.payload)
+                        .map_err(|e| StoreError::Corrupt(format!("{id}@{}: {e}", r.sequence)))?,
+                    event_type: r.event_type,
+                })
+            })
+            .collect()
+    }
 
     /// Events `after + 1 ..= upto` of a show with their metadata (at most `limit`), in order;
     /// a hole in the sequence is [`StoreError::Corrupt`].

@@ -10,9 +10,7 @@ use chrono::{DateTime, Utc};
 use cqrs_es::{Aggregate, DomainEvent};
 use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId, VENUE_TYPE};
 
-use crate::{
-    rebuilt, start_from, EventLog, LoadedShow, LogRow, Result, ScanKey, StoreError, StoredEvent,
-};
+use crate::{rebuilt, start_from, EventLog, LoadedShow, LogRow, Result, ScanKey, StoreError};
 
 /// What the next appends do besides (or instead of) committing.
 #[derive(Debug, Default)]
@@ -172,22 +170,6 @@ impl EventLog for MemoryEventLog {
         rebuilt(&id, (Show::default(), 0), self.tail(&id, 0))
     }
 
-    async fn events(&self, show: ShowId) -> Result<Vec<StoredEvent>> {
-        let id = show.to_string();
-        self.read_range(&id, 0, i64::MAX, i64::MAX)
-            .await?
-            .into_iter()
-            .map(|r| {
-                Ok(StoredEvent {
-                    sequence: r.sequence,
-                    event: serde_json::from_str(&r.payload)
-                        .map_err(|e| StoreError::Corrupt(format!("{id}@{}: {e}", r.sequence)))?,
-                    event_type: r.event_type,
-                })
-            })
-            .collect()
-    }
-
     async fn read_range(
         &self,
         show: &str,
@@ -274,5 +256,35 @@ impl EventLog for MemoryEventLog {
 
     async fn ping(&self) -> Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use onsale_domain::HoldId;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn appends_are_fenced_by_the_version_and_read_back_in_order() {
+        let log = MemoryEventLog::default();
+        let show = ShowId::random();
+        let released = |_| ShowEvent::HoldReleased {
+            hold_id: HoldId::new(show),
+        };
+        let two: Vec<ShowEvent> = (0..2).map(released).collect();
+        log.append(show, 0, Utc::now(), &two).await.expect("first");
+        assert!(matches!(
+            log.append(show, 1, Utc::now(), &two).await,
+            Err(StoreError::Conflict)
+        ));
+        log.append(show, 2, Utc::now(), &two[..1])
+            .await
+            .expect("after the head");
+        let events = log.events(show).await.expect("events");
+        let sequences: Vec<i64> = events.iter().map(|e| e.sequence).collect();
+        assert_eq!(sequences, [1, 2, 3]);
+        assert!(events.iter().all(|e| e.event_type == "HoldReleased"));
+        assert_eq!(log.heads().await.expect("heads"), [(show.to_string(), 3)]);
     }
 }

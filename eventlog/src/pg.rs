@@ -9,9 +9,7 @@ use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId, VENUE_TYPE};
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 
-use crate::{
-    rebuilt, start_from, EventLog, LoadedShow, LogRow, Result, ScanKey, StoreError, StoredEvent,
-};
+use crate::{rebuilt, start_from, EventLog, LoadedShow, LogRow, Result, ScanKey, StoreError};
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
@@ -120,28 +118,6 @@ impl EventLog for PgEventLog {
         let id = show.to_string();
         let rows = self.tail(&id, 0).await?;
         rebuilt(&id, (Show::default(), 0), rows)
-    }
-
-    async fn events(&self, show: ShowId) -> Result<Vec<StoredEvent>> {
-        let rows: Vec<(i64, String, String)> = sqlx::query_as(
-            "SELECT sequence, event_type, payload::text FROM events
-              WHERE aggregate_type = $1 AND aggregate_id = $2 ORDER BY sequence",
-        )
-        .bind(Show::TYPE)
-        .bind(show.to_string())
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
-            .map(|(sequence, event_type, payload)| {
-                let event = serde_json::from_str(&payload)
-                    .map_err(|e| StoreError::Corrupt(format!("{show}@{sequence}: {e}")))?;
-                Ok(StoredEvent {
-                    sequence,
-                    event_type,
-                    event,
-                })
-            })
-            .collect()
     }
 
     async fn read_range(
