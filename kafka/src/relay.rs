@@ -132,22 +132,30 @@ impl Relay {
                 _ = &mut shutdown => return,
                 s = self.step() => s,
             };
-            match step {
-                Ok(s) => {
-                    backoff.reset();
-                    if s.published == 0 && s.advanced_to.is_none() {
-                        tokio::time::sleep(Duration::from_millis(self.config.idle_ms)).await;
+            // Waits (idle, backoff, the topic's return) give way to shutdown too.
+            let pause = async {
+                match step {
+                    Ok(s) => {
+                        backoff.reset();
+                        if s.published == 0 && s.advanced_to.is_none() {
+                            tokio::time::sleep(Duration::from_millis(self.config.idle_ms)).await;
+                        }
+                    }
+                    Err(e) => {
+                        metrics::counter!(onsale_telemetry::metrics::RELAY_ERRORS_TOTAL)
+                            .increment(1);
+                        tracing::warn!(error = %format!("{e:#}"), "relay step failed; retrying");
+                        backoff.wait().await;
+                        // A broker that came back empty has no topic: make it again first.
+                        if let Err(e) = self.kafka.ensure_topic().await {
+                            tracing::warn!(error = %format!("{e:#}"), "events topic not ready");
+                        }
                     }
                 }
-                Err(e) => {
-                    metrics::counter!(onsale_telemetry::metrics::RELAY_ERRORS_TOTAL).increment(1);
-                    tracing::warn!(error = %format!("{e:#}"), "relay step failed; retrying");
-                    backoff.wait().await;
-                    // A broker that came back empty has no topic: make it again before retrying.
-                    if let Err(e) = self.kafka.ensure_topic().await {
-                        tracing::warn!(error = %format!("{e:#}"), "events topic not ready");
-                    }
-                }
+            };
+            tokio::select! {
+                _ = &mut shutdown => return,
+                () = pause => {}
             }
         }
     }

@@ -176,15 +176,20 @@ pub fn spawn_jobs(
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = reconcile_tick.tick() => {
-                    let today = chrono::Utc::now().date_naive();
-                    for day in [today - chrono::Duration::days(1), today] {
-                        if let Err(e) = reconcile::reconcile(&pool, &shows, processor.as_ref(), day).await {
-                            tracing::warn!(error = %format!("{e:#}"), %day, "reconciliation failed");
+                    // A run cut short by shutdown is repeated whole by the next one (refunds are
+                    // keyed, findings recomputed), so it need not finish.
+                    let days = async {
+                        let today = chrono::Utc::now().date_naive();
+                        for day in [today - chrono::Duration::days(1), today] {
+                            if let Err(e) = reconcile::reconcile(&pool, &shows, processor.as_ref(), day).await {
+                                tracing::warn!(error = %format!("{e:#}"), %day, "reconciliation failed");
+                            }
                         }
-                    }
+                    };
+                    shutdown.run_until_cancelled(days).await;
                 }
                 _ = monitor_tick.tick() => {
-                    if let Err(e) = monitor::check(&pool).await {
+                    if let Some(Err(e)) = shutdown.run_until_cancelled(monitor::check(&pool)).await {
                         tracing::warn!(error = %format!("{e:#}"), "invariant check failed");
                     }
                 }

@@ -161,7 +161,10 @@ impl<P: Projection> Runner<P> {
                 // What was not committed is forgotten: reload from the stored positions.
                 self.shows.clear();
                 self.pending_offsets.clear();
-                backoff.wait().await;
+                tokio::select! {
+                    _ = &mut shutdown => return,
+                    () = backoff.wait() => {}
+                }
             }
         }
     }
