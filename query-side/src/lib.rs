@@ -5,7 +5,7 @@
 //!   many readers miss at once, with `ETag`/`Cache-Control`; the last good map is served (its
 //!   `asOf` says how old) when PostgreSQL is away, else 503.
 //! - [`hub`]: one listener per process on the projection's notifications; per show a broadcast
-//!   of deltas and a short backlog, filled from the deltas table on a gap.
+//!   of deltas; a subscriber that resumes, lags or sees a gap is filled from the deltas table.
 //! - [`rest`]: the REST and SSE routes of API.md; [`grpc`]: the same over gRPC and gRPC-web.
 //! - [`health`]: relay and projection lag, for `/readyz` and `/metrics`.
 
