@@ -107,17 +107,46 @@ impl PaymentPath {
 
     /// Waits (up to `secs`) until the order's status is `want`; returns the order.
     pub async fn order_becomes(&self, order: &str, fan: &str, want: &str, secs: u64) -> Value {
+        self.order_until(order, fan, secs, want, |o| o["status"] == want)
+            .await
+    }
+
+    /// Waits (up to `secs`) until the order is `want` with `n` tickets (tickets are issued by
+    /// their own log consumer, after the order is confirmed); returns the order.
+    pub async fn order_with_tickets(
+        &self,
+        order: &str,
+        fan: &str,
+        want: &str,
+        n: usize,
+        secs: u64,
+    ) -> Value {
+        let what = format!("{want} with {n} tickets");
+        self.order_until(order, fan, secs, &what, |o| {
+            o["status"] == want && o["tickets"].as_array().map(Vec::len) == Some(n)
+        })
+        .await
+    }
+
+    async fn order_until(
+        &self,
+        order: &str,
+        fan: &str,
+        secs: u64,
+        what: &str,
+        f: impl Fn(&Value) -> bool,
+    ) -> Value {
         let t = self.rp.app.fan(fan);
         let mut last = Value::Null;
         for _ in 0..secs * 10 {
             let (status, body) = self.rp.app.get(&format!("/v1/orders/{order}"), &t).await;
-            if status == 200 && body["status"] == want {
+            if status == 200 && f(&body) {
                 return body;
             }
             last = body;
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        panic!("order {order} never became {want}; last {last}");
+        panic!("order {order} never became {what}; last {last}");
     }
 
     /// Captured charges per order, from the simulator's books (the witness).
