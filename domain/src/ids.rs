@@ -111,6 +111,17 @@ macro_rules! show_scoped_id {
 show_scoped_id!(HoldId, "h", "hold");
 show_scoped_id!(OrderId, "o", "order");
 
+/// The rule for section and row labels (and so for every place a section is named, such as a
+/// seat-map query): 1 to 16 ASCII letters or digits.
+pub fn valid_label(what: &str, s: &str) -> Result<(), ShowError> {
+    if s.is_empty() || s.len() > 16 || !s.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(ShowError::Invalid(format!(
+            "{what} {s:?} must be 1 to 16 letters or digits"
+        )));
+    }
+    Ok(())
+}
+
 /// A seat: `<section>-<row>-<number>` (section and row are layout labels, the number counts
 /// from 1), as the venue's layout names it. Built from a layout (`layout::seat_id`) or parsed;
 /// an id of that shape may still name no seat of a given show (the show says so).
@@ -126,8 +137,8 @@ impl SeatId {
         let (Some(number), Some(row), Some(section)) = (number, row, section) else {
             return Err(bad());
         };
-        crate::layout::valid_label("section", section).map_err(|_| bad())?;
-        crate::layout::valid_label("row", row).map_err(|_| bad())?;
+        valid_label("section", section).map_err(|_| bad())?;
+        valid_label("row", row).map_err(|_| bad())?;
         match number.parse::<u32>() {
             Ok(n) if n >= 1 && !number.starts_with('0') => Ok(Self(s.to_owned())),
             _ => Err(bad()),

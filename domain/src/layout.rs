@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::ShowError;
-use crate::ids::SeatId;
+use crate::ids::{valid_label, SeatId};
 
 /// Upper bounds that keep one show's aggregate a sensible size.
 pub const MAX_SEATS_PER_ROW: u32 = 1_000;
@@ -31,17 +31,6 @@ pub struct SectionLayout {
 #[serde(transparent)]
 pub struct VenueLayout {
     sections: Vec<SectionLayout>,
-}
-
-/// The rule for section and row labels (and so for every place a section is named, such as a
-/// seat-map query): 1 to 16 ASCII letters or digits.
-pub fn valid_label(what: &str, s: &str) -> Result<(), ShowError> {
-    if s.is_empty() || s.len() > 16 || !s.chars().all(|c| c.is_ascii_alphanumeric()) {
-        return Err(ShowError::Invalid(format!(
-            "{what} {s:?} must be 1 to 16 letters or digits"
-        )));
-    }
-    Ok(())
 }
 
 impl VenueLayout {

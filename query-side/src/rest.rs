@@ -51,7 +51,7 @@ fn parse_section(q: &SectionQuery) -> Result<Option<&str>, ApiError> {
     let Some(s) = q.section.as_deref() else {
         return Ok(None);
     };
-    match onsale_domain::layout::valid_label("section", s) {
+    match onsale_domain::ids::valid_label("section", s) {
         Ok(()) => Ok(Some(s)),
         Err(e) => Err(ApiError::new(
             StatusCode::BAD_REQUEST,
