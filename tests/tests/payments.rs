@@ -101,14 +101,8 @@ async fn a_worker_killed_between_charge_and_record_charges_once() {
     );
     p.kill_worker();
     p.sim.update(|s| s.respond_delay_ms = 0);
-    let (_, pending) =
-        p.rp.app
-            .get(&format!("/v1/orders/{order}"), &p.rp.app.fan("ann"))
-            .await;
-    assert_eq!(
-        pending["status"], "PENDING_PAYMENT",
-        "nothing recorded yet: {pending}"
-    );
+    // Nothing recorded yet (the orders view is a projection: wait for it to have the order).
+    p.order_becomes(&order, "ann", "PENDING_PAYMENT", 20).await;
     p.start_worker().await.expect("worker");
     // The claim's lease runs out, the new worker charges again with the same key and gets the
     // original charge back.
