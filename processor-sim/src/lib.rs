@@ -85,6 +85,8 @@ struct Inner {
     ledger: Ledger,
     settings: Settings,
     deliveries: Vec<Delivery>,
+    /// Webhook deliveries the receiver answered 2xx.
+    delivered: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -121,6 +123,11 @@ impl Sim {
     }
 
     /// A copy of the books, for tests and the demo.
+    /// How many webhook deliveries the receiver has answered 2xx (duplicates count each).
+    pub fn delivered(&self) -> u64 {
+        self.lock().delivered
+    }
+
     pub fn ledger(&self) -> Ledger {
         self.lock().ledger.clone()
     }
@@ -207,7 +214,9 @@ impl Sim {
                         .send()
                         .await
                         .is_ok_and(|r| r.status().is_success());
-                    if !ok && d.attempts < 30 {
+                    if ok {
+                        sim.lock().delivered += 1;
+                    } else if d.attempts < 30 {
                         d.attempts += 1;
                         d.due = tokio::time::Instant::now()
                             + Duration::from_millis(200 * u64::from(d.attempts.min(10)));

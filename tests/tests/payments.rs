@@ -145,7 +145,14 @@ async fn duplicate_forged_and_out_of_order_webhooks_change_nothing() {
         .await;
     p.order_with_tickets(&order, "ann", "CONFIRMED", 2, 20)
         .await;
-    tokio::time::sleep(Duration::from_millis(800)).await; // every duplicate delivered
+    // Every delivery of the one charge event (the original and its 3 duplicates) answered.
+    for _ in 0..200 {
+        if p.sim.delivered() >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(p.sim.delivered() >= 4, "{} deliveries", p.sim.delivered());
     let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries")
         .fetch_one(&p.rp.pool)
         .await
