@@ -97,8 +97,11 @@ async fn a_pre_queue_is_drawn_in_random_order_at_the_opening() {
         })
     };
     room.start_admitter().await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let seen = sse.await.expect("sse");
+    // The stream runs until the fan is admitted (each event within 15 s).
+    let seen = tokio::time::timeout(Duration::from_secs(60), sse)
+        .await
+        .expect("admitted within 60 s")
+        .expect("sse");
     assert!(
         seen.contains("event: status") && seen.contains("PRE_QUEUE"),
         "{seen}"
