@@ -98,6 +98,26 @@ fn held(answer: Result<Answer, CommandError>) -> HoldId {
     }
 }
 
+type Pending = tokio::task::JoinHandle<Result<Answer, CommandError>>;
+
+/// One hold per seat of `seats`, each by its own fan, sent from tasks of their own.
+fn holds_in_background(
+    shows: &Shows,
+    show: ShowId,
+    seats: std::ops::RangeInclusive<u32>,
+) -> Vec<Pending> {
+    seats
+        .map(|n| {
+            let shows = shows.clone();
+            tokio::spawn(async move {
+                shows
+                    .execute(show, hold(show, &format!("fan-{n}"), n, None))
+                    .await
+            })
+        })
+        .collect()
+}
+
 /// Lets every other task of this (single-threaded) runtime run until it waits.
 async fn settle() {
     for _ in 0..200 {
@@ -117,16 +137,7 @@ async fn commands_taken_while_an_append_is_in_flight_commit_together() {
         tokio::spawn(async move { shows.execute(show, hold(show, "fan-0", 1, None)).await })
     };
     settle().await;
-    let rest: Vec<_> = (1..=20)
-        .map(|n| {
-            let shows = p.shows.clone();
-            tokio::spawn(async move {
-                shows
-                    .execute(show, hold(show, &format!("fan-{n}"), n + 1, None))
-                    .await
-            })
-        })
-        .collect();
+    let rest = holds_in_background(&p.shows, show, 2..=21);
     settle().await;
     assert!(
         !first.is_finished(),
@@ -222,16 +233,7 @@ async fn shutdown_answers_what_was_taken_then_refuses_and_the_owners_stop() {
     let p = process(&log);
     let show = on_sale(&p.shows).await;
     log.hold_appends().await;
-    let taken: Vec<_> = (1..=10)
-        .map(|n| {
-            let shows = p.shows.clone();
-            tokio::spawn(async move {
-                shows
-                    .execute(show, hold(show, &format!("fan-{n}"), n, None))
-                    .await
-            })
-        })
-        .collect();
+    let taken = holds_in_background(&p.shows, show, 1..=10);
     settle().await;
     p.stop.cancel();
     match p.shows.execute(show, hold(show, "late", 50, None)).await {
