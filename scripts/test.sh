@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make test: start a throwaway PostgreSQL and a Kafka-protocol broker for the whole run (each
+# make test: start a throwaway PostgreSQL, an Apache Kafka broker and Redis for the whole run (each
 # test makes its own database, slot and topic in them), run every test of the workspace
 # against them, and always tear them down.
 set -euo pipefail
@@ -8,17 +8,16 @@ DIR=$(mktemp -d /tmp/onsale-test.XXXXXX)
 PORT=${ONSALE_TEST_PG_PORT:-54339}
 KAFKA_PORT=${ONSALE_TEST_KAFKA_PORT:-19392}
 REDIS_PORT=${ONSALE_TEST_REDIS_PORT:-16399}
-# A test binary killed mid-run leaves its private brokers (tagged by cluster id) behind.
-trap '"$ROOT/scripts/stack.sh" redis-down "$DIR"; "$ROOT/scripts/stack.sh" broker-down "$DIR"; "$ROOT/scripts/stack.sh" pg-down "$DIR"; pkill -f "cluster-id onsale-test-private" || true' EXIT
+# Tests that kill brokers start private clusters under $DIR; a test binary killed mid-run leaves
+# them behind, and every process whose command line names $DIR is reaped at the end.
+export ONSALE_TEST_DIR=$DIR
+trap '"$ROOT/scripts/stack.sh" redis-down "$DIR"; "$ROOT/scripts/stack.sh" broker-down "$DIR"; "$ROOT/scripts/stack.sh" pg-down "$DIR"; pkill -9 -f "$DIR/" || true' EXIT
 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
 "$ROOT/scripts/stack.sh" broker-up "$DIR" "$KAFKA_PORT"
 export ONSALE_TEST_DATABASE_URL="postgres://onsale@127.0.0.1:$PORT/postgres"
 export ONSALE_TEST_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT"
 "$ROOT/scripts/stack.sh" redis-up "$DIR" "$REDIS_PORT"
 export ONSALE_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/"
-# Tests that restart a broker start their own from the same binary.
-ONSALE_TANSU_BIN=$("$ROOT/scripts/stack.sh" broker-bin)
-export ONSALE_TANSU_BIN
 # A client generated from proto/ in another language than Rust.
 ONSALE_TEST_PYTHON=$("$ROOT/scripts/stack.sh" py-tools)
 export ONSALE_TEST_PYTHON

@@ -18,4 +18,4 @@ pub mod topics;
 pub use backoff::Backoff;
 pub use envelope::{Envelope, EventRow, Source};
 pub use relay::{Relay, RelayConfig};
-pub use topics::KafkaConfig;
+pub use topics::{KafkaConfig, Misconfigured};

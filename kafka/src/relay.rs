@@ -89,7 +89,11 @@ impl Relay {
         kafka.ensure_topic().await?;
         let producer: FutureProducer = kafka
             .client()
+            // Every in-sync replica (two of three on a cluster) has each message before the
+            // slot moves past it; idempotence keeps a retried batch from being written twice
+            // or out of order within a partition.
             .set("acks", "all")
+            .set("enable.idempotence", "true")
             .set("linger.ms", "2")
             .set("compression.type", "lz4")
             .set("message.timeout.ms", "15000")

@@ -1,9 +1,10 @@
-//! Broker settings shared by the relay and the projections, and topic creation.
+//! Broker settings shared by the relay and the projections; the events topic is created with
+//! the configuration of the analysts' log, and an existing one is checked against it.
 
 use std::time::Duration;
 
 use anyhow::Context;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::RDKafkaErrorCode;
@@ -31,7 +32,8 @@ pub struct KafkaConfig {
         default_value_t = 6
     )]
     pub partitions: i32,
-    /// Replication factor when the relay creates it (3 on a real cluster).
+    /// Replication factor when the relay creates it (3 on a cluster; `min.insync.replicas` is
+    /// then 2).
     #[arg(
         long = "replication",
         env = "ONSALE_EVENTS_REPLICATION",
@@ -49,14 +51,32 @@ impl KafkaConfig {
         c
     }
 
-    /// Creates the events topic unless it exists; a broker that is starting (or restarting) is
-    /// given 30 s to answer. Returns the topic's partition count.
+    /// The topic configuration onsale creates the events topic with and requires of an
+    /// existing one: the whole history kept (no time or size retention, never compacted), and
+    /// no acknowledged message lost to a leader change (`min.insync.replicas` of 2 with three
+    /// replicas, unclean leader election off).
+    pub fn topic_configs(&self) -> Vec<(&'static str, String)> {
+        let min_isr = if self.replication >= 3 { 2 } else { 1 };
+        vec![
+            ("cleanup.policy", "delete".into()),
+            ("retention.ms", "-1".into()),
+            ("retention.bytes", "-1".into()),
+            ("min.insync.replicas", min_isr.to_string()),
+            ("unclean.leader.election.enable", "false".into()),
+        ]
+    }
+
+    /// Creates the events topic unless it exists, and checks an existing one against
+    /// [`KafkaConfig::topic_configs`] and the replication factor; a broker that is starting (or
+    /// restarting) is given 30 s to answer. A topic configured otherwise is an error at once
+    /// ([`Misconfigured`]), not retried. Returns the topic's partition count.
     pub async fn ensure_topic(&self) -> anyhow::Result<i32> {
         let mut backoff = crate::Backoff::new(Duration::from_millis(200));
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             match self.create_topic().await {
                 Ok(n) => return Ok(n),
+                Err(e) if e.is::<Misconfigured>() => return Err(e),
                 Err(e) if std::time::Instant::now() < deadline => {
                     tracing::warn!(error = %format!("{e:#}"), "topic not created yet; retrying");
                     backoff.wait().await;
@@ -66,14 +86,60 @@ impl KafkaConfig {
         }
     }
 
+    /// What differs between the existing topic and what onsale requires of it.
+    async fn check_topic(
+        &self,
+        admin: &AdminClient<DefaultClientContext>,
+        opts: &AdminOptions,
+        replicas: usize,
+    ) -> anyhow::Result<()> {
+        let described = admin
+            .describe_configs([&ResourceSpecifier::Topic(&self.events_topic)], opts)
+            .await
+            .context("describe the events topic")?;
+        let resource = described
+            .into_iter()
+            .next()
+            .context("no description of the events topic")?
+            .map_err(|e| anyhow::anyhow!("describe the events topic: {e}"))?;
+        let mut wrong = Vec::new();
+        for (name, want) in self.topic_configs() {
+            let have = resource.get(name).and_then(|e| e.value.clone());
+            if have.as_deref() != Some(want.as_str()) {
+                wrong.push(format!(
+                    "{name} is {} (onsale needs {want})",
+                    have.as_deref().unwrap_or("unset")
+                ));
+            }
+        }
+        if replicas < self.replication as usize {
+            wrong.push(format!(
+                "replication factor is {replicas} (onsale needs at least {})",
+                self.replication
+            ));
+        }
+        if wrong.is_empty() {
+            return Ok(());
+        }
+        Err(Misconfigured {
+            topic: self.events_topic.clone(),
+            wrong,
+        }
+        .into())
+    }
+
     async fn create_topic(&self) -> anyhow::Result<i32> {
         let admin: AdminClient<DefaultClientContext> =
             self.client().create().context("kafka admin client")?;
-        let topic = NewTopic::new(
+        let configs = self.topic_configs();
+        let mut topic = NewTopic::new(
             &self.events_topic,
             self.partitions,
             TopicReplication::Fixed(self.replication),
         );
+        for (name, value) in &configs {
+            topic = topic.set(name, value);
+        }
         let opts = AdminOptions::new()
             .operation_timeout(Some(Duration::from_secs(5)))
             .request_timeout(Some(Duration::from_secs(5)));
@@ -87,31 +153,60 @@ impl KafkaConfig {
                 Err((t, e)) => anyhow::bail!("create topic {t}: {e}"),
             }
         }
-        // Only hand the topic to producers and consumers once every partition has a leader:
-        // fetching from a topic the broker is still creating is where librdkafka 2.12 met
-        // tansu's zero topic ids and crashed (ADR 005).
+        // Hand the topic out once every partition has a leader: metadata of a topic just
+        // created reaches the brokers asynchronously, and the first produce would fail.
         let topic = self.events_topic.clone();
         let partitions = self.partitions.max(1) as usize;
-        tokio::task::spawn_blocking(move || -> anyhow::Result<i32> {
-            for _ in 0..50 {
-                let md = admin
-                    .inner()
-                    .fetch_metadata(Some(&topic), Duration::from_secs(2))?;
-                let ready = md.topics().iter().find(|t| {
-                    t.name() == topic
-                        && t.error().is_none()
-                        && t.partitions().len() >= partitions
-                        && t.partitions()
+        let (partitions, replicas, admin) =
+            tokio::task::spawn_blocking(move || -> anyhow::Result<(i32, usize, _)> {
+                for _ in 0..50 {
+                    let md = admin
+                        .inner()
+                        .fetch_metadata(Some(&topic), Duration::from_secs(2))?;
+                    let ready = md.topics().iter().find(|t| {
+                        t.name() == topic
+                            && t.error().is_none()
+                            && t.partitions().len() >= partitions
+                            && t.partitions()
+                                .iter()
+                                .all(|p| p.leader() >= 0 && p.error().is_none())
+                    });
+                    if let Some(t) = ready {
+                        let replicas = t
+                            .partitions()
                             .iter()
-                            .all(|p| p.leader() >= 0 && p.error().is_none())
-                });
-                if let Some(t) = ready {
-                    return Ok(t.partitions().len() as i32);
+                            .map(|p| p.replicas().len())
+                            .min()
+                            .unwrap_or(0);
+                        return Ok((t.partitions().len() as i32, replicas, admin));
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
                 }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            anyhow::bail!("topic {topic} has no leader for every partition")
-        })
-        .await?
+                anyhow::bail!("topic {topic} has no leader for every partition")
+            })
+            .await??;
+        self.check_topic(&admin, &opts, replicas).await?;
+        Ok(partitions)
     }
 }
+
+/// The events topic exists with a configuration that would lose history or acknowledged
+/// messages: onsale refuses to use it (an operator fixes it with `kafka-configs --alter`).
+#[derive(Debug)]
+pub struct Misconfigured {
+    pub topic: String,
+    pub wrong: Vec<String>,
+}
+
+impl std::fmt::Display for Misconfigured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the topic {} is configured otherwise than onsale requires: {}",
+            self.topic,
+            self.wrong.join("; ")
+        )
+    }
+}
+
+impl std::error::Error for Misconfigured {}

@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -11,9 +13,11 @@ use cqrs_es::Aggregate;
 use onsale_domain::{Show, ShowId};
 use onsale_eventlog::{EventLog, PgEventLog};
 use onsale_kafka::{Envelope, KafkaConfig};
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::message::Message;
-use rdkafka::TopicPartitionList;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{Offset, TopicPartitionList};
 use sqlx::postgres::{PgConnection, PgPool};
 
 use crate::fold::{self, EventCtx, LogEvent};
@@ -76,6 +80,62 @@ pub struct RunnerConfig {
         default_value_t = 3_000
     )]
     pub check_ms: u64,
+    /// This process's stable name in the projections' consumer groups (Kafka's static
+    /// membership): a process restarted under the same name gets its partitions back at once
+    /// instead of after the session timeout. Unset: a new member each start.
+    #[arg(
+        id = "projection_member",
+        long = "projection-member",
+        env = "ONSALE_PROJECTION_MEMBER"
+    )]
+    pub member: Option<String>,
+}
+
+/// The consumer group hands partitions out; where to start reading one is the projection's
+/// own position, stored with its rows (ADR 009). The runner keeps the positions it knows here
+/// (loaded from the table, refreshed at every commit and table check); the rebalance callback
+/// starts an assigned partition there. A revocation tells the runner to drop its folds: the
+/// shows of those partitions may be folded by another process from now on.
+struct Positions {
+    topic: String,
+    next: Mutex<HashMap<i32, i64>>,
+    revoked: AtomicBool,
+}
+
+impl ClientContext for Positions {}
+
+impl ConsumerContext for Positions {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let result = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let next = self.next.lock().map(|m| m.clone()).unwrap_or_default();
+                let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+                for p in &partitions {
+                    let offset = next
+                        .get(p)
+                        .map_or(Offset::Beginning, |o| Offset::Offset(*o));
+                    if let Err(e) = tpl.set_partition_offset(&self.topic, *p, offset) {
+                        tracing::warn!(partition = p, error = %e, "cannot start the partition at its position");
+                    }
+                }
+                tracing::info!(?partitions, "partitions assigned");
+                consumer.assign(tpl)
+            }
+            _ => {
+                self.revoked.store(true, Ordering::SeqCst);
+                tracing::info!("partitions revoked");
+                consumer.unassign()
+            }
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "rebalance");
+        }
+    }
 }
 
 struct Folded {
@@ -97,6 +157,8 @@ pub struct Runner<P: Projection> {
     shows: HashMap<ShowId, Folded>,
     /// Next offset per partition of the messages folded since the last commit.
     pending_offsets: Vec<(i32, i64)>,
+    /// The positions the rebalance callback starts assigned partitions at.
+    positions: Option<Arc<Positions>>,
     lsn: Option<u64>,
     lag: Vec<f64>,
 }
@@ -139,6 +201,7 @@ impl<P: Projection> Runner<P> {
             config,
             shows: HashMap::new(),
             pending_offsets: Vec::new(),
+            positions: None,
             lsn: None,
             lag: Vec::new(),
         }
@@ -170,40 +233,37 @@ impl<P: Projection> Runner<P> {
     }
 
     async fn run_once(&mut self) -> anyhow::Result<()> {
-        let partitions = self.kafka.ensure_topic().await?;
-        // No consumer group: the projection reads every partition itself, from the offsets it
-        // stored with its rows (ADR 005). Nothing to rebalance, nothing to commit to the broker.
-        let consumer: StreamConsumer = self
-            .kafka
-            .client()
+        self.kafka.ensure_topic().await?;
+        // A consumer group per projection shares the partitions among its processes; the
+        // offsets stay in PostgreSQL with the rows (nothing is committed to the broker), and
+        // the per-show sequences drop what a partition moving between processes re-delivers.
+        let mut client = self.kafka.client();
+        client
             .set(
                 "group.id",
                 format!("{}.projection.{}", self.kafka.events_topic, P::NAME),
             )
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
+            // A topic deleted and re-created starts again at offset 0: read it from there.
             .set("auto.offset.reset", "earliest")
-            .set("fetch.wait.max.ms", "10")
-            .create()
-            .context("kafka consumer")?;
-        let stored: Vec<(i32, i64)> = sqlx::query_as(
-            "SELECT partition, next_offset FROM projection_offsets WHERE projection = $1 AND topic = $2",
-        )
-        .bind(P::NAME)
-        .bind(&self.kafka.events_topic)
-        .fetch_all(&self.pool)
-        .await?;
-        let mut assignment = TopicPartitionList::new();
-        for p in 0..partitions {
-            let offset = stored
-                .iter()
-                .find(|(sp, _)| *sp == p)
-                .map_or(rdkafka::Offset::Beginning, |(_, o)| {
-                    rdkafka::Offset::Offset(*o)
-                });
-            assignment.add_partition_offset(&self.kafka.events_topic, p, offset)?;
+            .set("partition.assignment.strategy", "range")
+            .set("session.timeout.ms", "10000")
+            .set("heartbeat.interval.ms", "1000")
+            .set("fetch.wait.max.ms", "10");
+        if let Some(member) = &self.config.member {
+            client.set("group.instance.id", format!("{member}.{}", P::NAME));
         }
-        consumer.assign(&assignment)?;
+        let consumer: StreamConsumer<Positions> = client
+            .create_with_context(Positions {
+                topic: self.kafka.events_topic.clone(),
+                next: Mutex::new(HashMap::new()),
+                revoked: AtomicBool::new(false),
+            })
+            .context("kafka consumer")?;
+        self.positions = Some(consumer.context().clone());
+        self.refresh_positions().await?;
+        consumer.subscribe(&[&self.kafka.events_topic])?;
         self.check_table(true).await?;
         let mut tick = tokio::time::interval(Duration::from_millis(self.config.tick_ms));
         let mut check = tokio::time::interval(Duration::from_millis(self.config.check_ms));
@@ -211,6 +271,7 @@ impl<P: Projection> Runner<P> {
             tokio::select! {
                 msg = consumer.recv() => {
                     let first = msg?.detach();
+                    self.after_revocation();
                     let mut batch = vec![first];
                     let deadline = Instant::now() + Duration::from_millis(self.config.linger_ms);
                     while batch.len() < self.config.batch {
@@ -242,9 +303,41 @@ impl<P: Projection> Runner<P> {
                     self.apply_batch(logs).await?;
                 }
                 _ = tick.tick() => self.tick().await?,
-                _ = check.tick() => self.check_table(false).await?,
+                _ = check.tick() => {
+                    self.after_revocation();
+                    self.check_table(false).await?;
+                    self.refresh_positions().await?;
+                }
             }
         }
+    }
+
+    /// After a rebalance took partitions away, another process may fold their shows: forget
+    /// every fold (each is reloaded from the table at its stored position when next needed).
+    fn after_revocation(&mut self) {
+        if let Some(p) = &self.positions {
+            if p.revoked.swap(false, Ordering::SeqCst) {
+                self.shows.clear();
+            }
+        }
+    }
+
+    /// Reads the stored offsets into what the rebalance callback starts partitions at.
+    async fn refresh_positions(&mut self) -> anyhow::Result<()> {
+        let Some(positions) = &self.positions else {
+            return Ok(());
+        };
+        let stored: Vec<(i32, i64)> = sqlx::query_as(
+            "SELECT partition, next_offset FROM projection_offsets WHERE projection = $1 AND topic = $2",
+        )
+        .bind(P::NAME)
+        .bind(&self.kafka.events_topic)
+        .fetch_all(&self.pool)
+        .await?;
+        if let Ok(mut next) = positions.next.lock() {
+            *next = stored.into_iter().collect();
+        }
+        Ok(())
     }
 
     /// Folds one batch: every event in one transaction with the positions.
@@ -320,19 +413,39 @@ impl<P: Projection> Runner<P> {
                 counts.push(f.applied);
             }
         }
-        sqlx::query(
-            "INSERT INTO projection_positions (projection, show_id, last_sequence, applied)
-             SELECT $1, s, q, n FROM UNNEST($2::text[], $3::bigint[], $4::bigint[]) AS u(s, q, n)
-             ON CONFLICT (projection, show_id) DO UPDATE
-               SET last_sequence = EXCLUDED.last_sequence,
-                   applied = projection_positions.applied + EXCLUDED.applied",
+        // Each show's position moves only from where this fold started: if another process
+        // (a partition that moved, a table fill of a show another process consumes) moved it
+        // meanwhile, nothing of this batch is written and the fold is reloaded.
+        let moved: i64 = sqlx::query_scalar(
+            "WITH batch AS (SELECT * FROM UNNEST($2::text[], $3::bigint[], $4::bigint[]) AS u(s, q, n)),
+             created AS (
+               INSERT INTO projection_positions (projection, show_id, last_sequence, applied)
+               SELECT $1, s, q, n FROM batch WHERE q = n
+               ON CONFLICT (projection, show_id) DO NOTHING RETURNING 1),
+             advanced AS (
+               UPDATE projection_positions p SET last_sequence = b.q, applied = p.applied + b.n
+                 FROM batch b
+                WHERE p.projection = $1 AND p.show_id = b.s AND b.q > b.n
+                  AND p.last_sequence = b.q - b.n
+               RETURNING 1)
+             SELECT (SELECT count(*) FROM created) + (SELECT count(*) FROM advanced)",
         )
         .bind(P::NAME)
         .bind(&ids)
         .bind(&seqs)
         .bind(&counts)
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
+        if moved != ids.len() as i64 {
+            tx.rollback().await?;
+            metrics::counter!(onsale_telemetry::metrics::PROJECTION_CONFLICTS_TOTAL, "projection" => P::NAME)
+                .increment(1);
+            anyhow::bail!(
+                "{} of {} shows were moved by another process since they were loaded",
+                ids.len() as i64 - moved,
+                ids.len()
+            );
+        }
         let (parts, next): (Vec<i32>, Vec<i64>) = self.pending_offsets.drain(..).unzip();
         sqlx::query(
             "INSERT INTO projection_offsets (projection, topic, partition, next_offset)
@@ -349,6 +462,11 @@ impl<P: Projection> Runner<P> {
         tx.commit().await?;
         for f in self.shows.values_mut() {
             f.applied = 0;
+        }
+        if let Some(positions) = &self.positions {
+            if let Ok(mut known) = positions.next.lock() {
+                known.extend(parts.iter().copied().zip(next.iter().copied()));
+            }
         }
         Ok(())
     }

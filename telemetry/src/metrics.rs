@@ -56,6 +56,8 @@ pub const PAYMENT_UNKNOWN_TOTAL: &str = "onsale_payment_unknown_total";
 pub const PAYMENT_WORKER_ERRORS_TOTAL: &str = "onsale_payment_worker_errors_total";
 /// Messages on the topic a projection could not read, by projection.
 pub const PROJECTION_BAD_MESSAGES_TOTAL: &str = "onsale_projection_bad_messages_total";
+/// Batches a projection threw away because another process had moved a show's position.
+pub const PROJECTION_CONFLICTS_TOTAL: &str = "onsale_projection_conflicts_total";
 /// Events a projection skipped as already applied, by projection.
 pub const PROJECTION_DUPLICATES_TOTAL: &str = "onsale_projection_duplicates_total";
 /// Projection restarts after an error, by projection.
@@ -197,6 +199,10 @@ pub fn describe() {
     describe_counter!(
         PROJECTION_BAD_MESSAGES_TOTAL,
         "Messages on the topic a projection could not read, by projection."
+    );
+    describe_counter!(
+        PROJECTION_CONFLICTS_TOTAL,
+        "Batches a projection threw away because another process had moved a show's position."
     );
     describe_counter!(
         PROJECTION_DUPLICATES_TOTAL,

@@ -2,7 +2,7 @@
 //! own port, the CDC relay (its own slot and topic) and the three projections, on the real
 //! PostgreSQL and the real broker `make test` started. Each part can be killed and restarted.
 
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,71 +16,75 @@ use serde_json::Value;
 
 use crate::{settings, TestApp, TestDb};
 
-/// A broker of the test's own (for tests that restart it), from the binary `make test` found.
+/// An Apache Kafka cluster of the test's own (for tests that kill brokers), formatted, started
+/// and killed by the project's `scripts/stack.sh`: the operator's drill.
 #[derive(Debug)]
-pub struct Broker {
+pub struct KafkaCluster {
+    /// Client port of broker 1; broker i listens on `port + i - 1`.
     pub port: u16,
-    child: Option<Child>,
+    pub brokers: u16,
+    dir: std::path::PathBuf,
 }
 
-impl Broker {
-    pub fn start() -> anyhow::Result<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let mut b = Self { port, child: None };
-        b.restart()?;
-        Ok(b)
+impl KafkaCluster {
+    /// Formats and starts `brokers` brokers (a KRaft quorum of as many voters).
+    pub async fn start(brokers: u16) -> anyhow::Result<Self> {
+        let port = free_port_range(brokers)?;
+        // Under the run's directory, so `make test` reaps what a killed test binary left.
+        let dir = std::env::var_os("ONSALE_TEST_DIR")
+            .map_or_else(std::env::temp_dir, std::path::PathBuf::from)
+            .join(format!("kafka-{}", uuid::Uuid::new_v4().simple()));
+        let me = Self { port, brokers, dir };
+        me.script(&["broker-up", &port.to_string(), &brokers.to_string()])
+            .await?;
+        Ok(me)
     }
 
-    pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+    /// The bootstrap list of every broker.
+    pub fn bootstrap(&self) -> String {
+        (0..self.brokers)
+            .map(|i| format!("127.0.0.1:{}", self.port + i))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
-    /// Stops the broker (losing what its memory engine held) and starts a new one on the port.
-    pub fn restart(&mut self) -> anyhow::Result<()> {
-        self.stop();
-        let bin = std::env::var("ONSALE_TANSU_BIN")
-            .context("ONSALE_TANSU_BIN is unset: run the tests with `make test`")?;
-        let url = format!("tcp://127.0.0.1:{}", self.port);
-        let child = Command::new(bin)
-            .args([
-                "broker",
-                // A tag test.sh uses to reap brokers a killed test binary left behind.
-                "--cluster-id",
-                "onsale-test-private",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-                "--storage-engine",
-                "memory://tansu/",
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()?;
-        self.child = Some(child);
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(self.addr()).is_ok() {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        anyhow::bail!("the broker did not listen on {}", self.addr())
+    /// SIGKILL of broker `i` (1-based).
+    pub async fn kill(&self, i: u16) -> anyhow::Result<()> {
+        self.script(&["broker-kill", &i.to_string()]).await
     }
 
-    pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+    /// Starts broker `i` again, its data kept; returns once it serves.
+    pub async fn start_broker(&self, i: u16) -> anyhow::Result<()> {
+        self.script(&["broker-start", &i.to_string()]).await
+    }
+
+    async fn script(&self, args: &[&str]) -> anyhow::Result<()> {
+        let dir = self.dir.to_string_lossy();
+        let mut all = vec![args[0], &dir];
+        all.extend_from_slice(&args[1..]);
+        stack_sh_async(&all).await
     }
 }
 
-impl Drop for Broker {
+impl Drop for KafkaCluster {
     fn drop(&mut self) {
-        self.stop();
+        let _ = stack_sh(&["broker-down", &self.dir.to_string_lossy()]);
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A port `p` with `p..p+n` (clients) and `p+50..p+50+n` (controllers) all free.
+fn free_port_range(n: u16) -> anyhow::Result<u16> {
+    for _ in 0..100 {
+        let p = 20_000 + (uuid::Uuid::new_v4().as_u128() % 30_000) as u16;
+        let free = (0..n)
+            .flat_map(|i| [p + i, p + 50 + i])
+            .all(|q| std::net::TcpListener::bind(("127.0.0.1", q)).is_ok());
+        if free {
+            return Ok(p);
+        }
+    }
+    anyhow::bail!("no free port range for {n} brokers")
 }
 
 /// The shared broker of the test run.
@@ -217,9 +221,25 @@ pub struct PrivateCluster {
     dir: std::path::PathBuf,
 }
 
+const STACK_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/stack.sh");
+
 fn stack_sh(args: &[&str]) -> anyhow::Result<()> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/stack.sh");
-    let out = Command::new("bash").arg(script).args(args).output()?;
+    let out = Command::new("bash").arg(STACK_SH).args(args).output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "stack.sh {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// [`stack_sh`] without blocking the runtime (a broker takes seconds to start).
+async fn stack_sh_async(args: &[&str]) -> anyhow::Result<()> {
+    let out = tokio::process::Command::new("bash")
+        .arg(STACK_SH)
+        .args(args)
+        .output()
+        .await?;
     anyhow::ensure!(
         out.status.success(),
         "stack.sh {args:?}: {}",

@@ -7,7 +7,7 @@ use std::time::Duration;
 use onsale_edge::auth::Role;
 use onsale_kafka::envelope::parse_lsn;
 use onsale_proto::v1 as pb;
-use onsale_tests::read_path::{Broker, ReadPath};
+use onsale_tests::read_path::{KafkaCluster, ReadPath};
 use onsale_tests::TestDb;
 use serde_json::{json, Value};
 
@@ -341,8 +341,8 @@ async fn read_models(pool: &sqlx::PgPool) -> Value {
 #[tokio::test]
 async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_restarts() {
     let db = TestDb::new().await.expect("db");
-    let mut broker = Broker::start().expect("a broker of our own");
-    let mut rp = ReadPath::spawn(&db, &broker.addr())
+    let broker = KafkaCluster::start(1).await.expect("a broker of our own");
+    let mut rp = ReadPath::spawn(&db, &broker.bootstrap())
         .await
         .expect("read path");
     let event = rp.app.on_sale_event(2, 5, 10, None).await;
@@ -401,7 +401,8 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
     tokio::time::sleep(Duration::from_millis(300)).await;
     rp.start_relay().await.expect("the relay restarts");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    broker.restart().expect("the broker restarts, empty");
+    broker.kill(1).await.expect("SIGKILL of the broker");
+    broker.start_broker(1).await.expect("the broker comes back");
     tokio::time::sleep(Duration::from_millis(300)).await;
     rp.kill_projections();
     tokio::time::sleep(Duration::from_millis(300)).await;
