@@ -8,7 +8,8 @@
 #   scripts/stack.sh pg-down DIR             stop it and remove DIR
 #   scripts/stack.sh pg-restart DIR          restart it (fast shutdown), keeping its data
 #   scripts/stack.sh broker-up DIR PORT [N]  format and start N brokers (default 1) on PORT..
-#   scripts/stack.sh broker-start DIR I      start broker I again, its data kept
+#   scripts/stack.sh broker-start DIR I [nowait]  start broker I again, its data kept
+#   scripts/stack.sh broker-wait DIR I       wait (60 s at most) until broker I serves
 #   scripts/stack.sh broker-kill DIR I       SIGKILL broker I
 #   scripts/stack.sh broker-down DIR         stop every broker of DIR
 #   scripts/stack.sh broker-lib              resolve the broker's jars if missing, print their dir
@@ -191,6 +192,8 @@ broker_start() {
     echo "broker $i is running" >&2
     return 0
   fi
+  # broker_wait reads only what this start logs.
+  wc -l <"$node/broker.log" 2>/dev/null >"$node/log-start" || echo 0 >"$node/log-start"
   # A small heap: the local stack's load fits in 256 MB.
   nohup java -Xms64m -Xmx256m -XX:+UseSerialGC -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$ROOT/kafka/broker/log4j2.properties" \
@@ -208,13 +211,13 @@ broker_wait() {
       tail -5 "$node/broker.log" >&2
       return 1
     fi
-    if grep -q "Kafka Server started" "$node/broker.log" 2>/dev/null \
+    if tail -n +"$(($(cat "$node/log-start") + 1))" "$node/broker.log" 2>/dev/null | grep -q "Kafka Server started" \
       && (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
       return 0
     fi
     sleep 0.1
   done
-  echo "broker $i did not start; see $node/broker.log" >&2
+  echo "broker $i is not serving after 60 s; see $node/broker.log (a broker serves only once a majority of the controller quorum is up)" >&2
   return 1
 }
 
@@ -342,7 +345,8 @@ case "${1:-}" in
   pg-down) pg_down "$2" ;;
   pg-restart) pg_restart "$2" ;;
   broker-up) broker_up "$2" "$3" "${4:-1}" ;;
-  broker-start) broker_start "$2" "$3" ;;
+  broker-start) broker_start "$2" "$3" "${4:-}" ;;
+  broker-wait) broker_wait "$2" "$3" ;;
   broker-kill) broker_kill "$2" "$3" ;;
   broker-down) broker_down "$2" ;;
   broker-lib) broker_lib ;;
@@ -353,5 +357,5 @@ case "${1:-}" in
   kill-broker) broker_kill "$STACK_DIR" "${2:?which broker}" ;;
   start-broker) broker_start "$STACK_DIR" "${2:?which broker}" ;;
   down) down ;;
-  *) sed -n '7,20p' "$0" >&2; exit 2 ;;
+  *) sed -n '7,21p' "$0" >&2; exit 2 ;;
 esac

@@ -2,6 +2,7 @@
 //! own port, the CDC relay (its own slot and topic) and the three projections, on the real
 //! PostgreSQL and the real broker `make test` started. Each part can be killed and restarted.
 
+use std::collections::BTreeMap;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +59,19 @@ impl KafkaCluster {
         self.script(&["broker-start", &i.to_string()]).await
     }
 
+    /// Starts every broker that is down (a majority of the quorum must be up before any of
+    /// them serves), then waits for all.
+    pub async fn start_all(&self) -> anyhow::Result<()> {
+        for i in 1..=self.brokers {
+            self.script(&["broker-start", &i.to_string(), "nowait"])
+                .await?;
+        }
+        for i in 1..=self.brokers {
+            self.script(&["broker-wait", &i.to_string()]).await?;
+        }
+        Ok(())
+    }
+
     async fn script(&self, args: &[&str]) -> anyhow::Result<()> {
         let dir = self.dir.to_string_lossy();
         let mut all = vec![args[0], &dir];
@@ -76,7 +90,9 @@ impl Drop for KafkaCluster {
 /// A port `p` with `p..p+n` (clients) and `p+50..p+50+n` (controllers) all free.
 fn free_port_range(n: u16) -> anyhow::Result<u16> {
     for _ in 0..100 {
-        let p = 20_000 + (uuid::Uuid::new_v4().as_u128() % 30_000) as u16;
+        // Below the ephemeral range (32768 up): a client reconnecting to a killed broker could
+        // otherwise be given its port as a source port and hold it.
+        let p = 20_000 + (uuid::Uuid::new_v4().as_u128() % 12_000) as u16;
         let free = (0..n)
             .flat_map(|i| [p + i, p + 50 + i])
             .all(|q| std::net::TcpListener::bind(("127.0.0.1", q)).is_ok());
@@ -278,5 +294,101 @@ impl PrivateCluster {
 impl Drop for PrivateCluster {
     fn drop(&mut self) {
         let _ = stack_sh(&["pg-down", &self.dir.to_string_lossy()]);
+    }
+}
+
+/// What the read models hold, minus what differs by design between two runs (delta numbering).
+pub async fn read_models(pool: &sqlx::PgPool) -> Value {
+    let q = |sql: &'static str| async move {
+        sqlx::query_scalar::<_, Option<Value>>(sql)
+            .fetch_one(pool)
+            .await
+            .expect("reads")
+            .unwrap_or(Value::Null)
+    };
+    serde_json::json!({
+        "seats": q("SELECT json_agg(json_build_array(show_id, section, ord, seat_id, status) ORDER BY show_id, section, ord) FROM seat_map_seats").await,
+        "sections": q("SELECT json_agg(json_build_array(show_id, section, total, available, held, sold) ORDER BY show_id, section) FROM seat_map_sections").await,
+        "orders": q("SELECT json_agg(o ORDER BY order_id) FROM orders_view o").await,
+        "history": q("SELECT json_agg(h ORDER BY show_id, seat_id, sequence) FROM seat_history h").await,
+    })
+}
+
+/// How often each (show, sequence) is on the topic, read from offset 0 of every partition to
+/// its end: what an analyst consuming the whole log sees.
+pub async fn topic_contents(
+    brokers: &str,
+    topic: &str,
+) -> anyhow::Result<BTreeMap<(String, i64), usize>> {
+    let (brokers, topic) = (brokers.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use rdkafka::Message;
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("group.id", "onsale-test-reader")
+            .set("enable.auto.commit", "false")
+            .create()?;
+        let md = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+        let t = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .context("no such topic")?;
+        let mut ends = std::collections::HashMap::new();
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for p in t.partitions() {
+            let (_, high) = consumer.fetch_watermarks(&topic, p.id(), Duration::from_secs(10))?;
+            if high > 0 {
+                ends.insert(p.id(), high);
+                tpl.add_partition_offset(&topic, p.id(), rdkafka::Offset::Beginning)?;
+            }
+        }
+        consumer.assign(&tpl)?;
+        let mut seen = BTreeMap::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !ends.is_empty() {
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "the topic was not read to its end in 60 s"
+            );
+            let Some(m) = consumer.poll(Duration::from_millis(500)) else {
+                continue;
+            };
+            let m = m?;
+            if m.offset() + 1 >= ends.get(&m.partition()).copied().unwrap_or(0) {
+                ends.remove(&m.partition());
+            }
+            let env: onsale_kafka::Envelope =
+                serde_json::from_slice(m.payload().context("a message without a body")?)?;
+            *seen
+                .entry((env.after.aggregate_id, env.after.sequence))
+                .or_insert(0) += 1;
+        }
+        Ok(seen)
+    })
+    .await?
+}
+
+/// Waits (bounded at 90 s) until every projection stands at the head of each show's log.
+pub async fn projections_at_head(pool: &sqlx::PgPool) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let behind: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT aggregate_id, max(sequence) AS head FROM events WHERE aggregate_type = 'show' GROUP BY 1) e
+               CROSS JOIN (VALUES ('seat_map'), ('orders'), ('seat_history')) AS p(name)
+               LEFT JOIN projection_positions pp ON pp.projection = p.name AND pp.show_id = e.aggregate_id
+              WHERE COALESCE(pp.last_sequence, 0) < e.head",
+        )
+        .fetch_one(pool)
+        .await?;
+        if behind == 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "{behind} projection positions still behind the log after 90 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use onsale_edge::auth::Role;
 use onsale_kafka::envelope::parse_lsn;
 use onsale_proto::v1 as pb;
-use onsale_tests::read_path::{KafkaCluster, ReadPath};
+use onsale_tests::read_path::{read_models, KafkaCluster, ReadPath};
 use onsale_tests::TestDb;
 use serde_json::{json, Value};
 
@@ -319,23 +319,6 @@ async fn commands_reach_the_seat_map_the_sse_stream_and_the_grpc_stream() {
         .await;
     assert_eq!((status, body["code"].as_str()), (404, Some("UNKNOWN_SEAT")));
     rp.stop().await;
-}
-
-/// What the read models hold, minus what differs by design between two runs (delta numbering).
-async fn read_models(pool: &sqlx::PgPool) -> Value {
-    let q = |sql: &'static str| async move {
-        sqlx::query_scalar::<_, Option<Value>>(sql)
-            .fetch_one(pool)
-            .await
-            .expect("reads")
-            .unwrap_or(Value::Null)
-    };
-    json!({
-        "seats": q("SELECT json_agg(json_build_array(show_id, section, ord, seat_id, status) ORDER BY show_id, section, ord) FROM seat_map_seats").await,
-        "sections": q("SELECT json_agg(json_build_array(show_id, section, total, available, held, sold) ORDER BY show_id, section) FROM seat_map_sections").await,
-        "orders": q("SELECT json_agg(o ORDER BY order_id) FROM orders_view o").await,
-        "history": q("SELECT json_agg(h ORDER BY show_id, seat_id, sequence) FROM seat_history h").await,
-    })
 }
 
 #[tokio::test]

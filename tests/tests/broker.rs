@@ -1,0 +1,419 @@
+//! Apache Kafka as operators run it: the topic's configuration, and a three-broker cluster
+//! (formatted, started and killed by `scripts/stack.sh`, the operator's drill) losing a
+//! partition leader under load, losing every broker for 20 s, and losing the topic itself.
+//! Each time: the relay resumes, the topic ends up holding every event of the store, and every
+//! projection ends equal to a replay of the store with each event applied once.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use onsale_kafka::{KafkaConfig, Misconfigured, Relay};
+use onsale_tests::read_path::{
+    projections_at_head, read_models, shared_brokers, topic_contents, KafkaCluster, ReadPath,
+};
+use onsale_tests::TestDb;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use serde_json::{json, Value};
+
+fn admin(brokers: &str) -> AdminClient<DefaultClientContext> {
+    rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("an admin client")
+}
+
+#[tokio::test]
+async fn the_events_topic_keeps_everything_and_a_topic_configured_otherwise_is_refused() {
+    let brokers = shared_brokers().expect("brokers");
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let kafka = KafkaConfig {
+        brokers: brokers.clone(),
+        events_topic: format!("onsale.events.cfg{id}"),
+        partitions: 3,
+        replication: 1,
+    };
+    kafka
+        .ensure_topic()
+        .await
+        .expect("onsale creates its topic");
+    let described = admin(&brokers)
+        .describe_configs(
+            [&ResourceSpecifier::Topic(&kafka.events_topic)],
+            &AdminOptions::new(),
+        )
+        .await
+        .expect("describes")
+        .remove(0)
+        .expect("the topic");
+    for (name, want) in [
+        ("retention.ms", "-1"),
+        ("retention.bytes", "-1"),
+        ("cleanup.policy", "delete"),
+        ("unclean.leader.election.enable", "false"),
+    ] {
+        assert_eq!(
+            described.get(name).and_then(|e| e.value.as_deref()),
+            Some(want),
+            "{name}"
+        );
+    }
+    // Checked again at every start: still fine.
+    assert_eq!(kafka.ensure_topic().await.expect("the same topic"), 3);
+
+    // A topic someone made with a week's retention and compaction would lose the history.
+    let other = KafkaConfig {
+        events_topic: format!("onsale.events.week{id}"),
+        ..kafka.clone()
+    };
+    admin(&brokers)
+        .create_topics(
+            [
+                &NewTopic::new(&other.events_topic, 3, TopicReplication::Fixed(1))
+                    .set("retention.ms", "604800000")
+                    .set("cleanup.policy", "compact"),
+            ],
+            &AdminOptions::new(),
+        )
+        .await
+        .expect("created by hand")
+        .remove(0)
+        .expect("created");
+    let started = Instant::now();
+    let err = other
+        .ensure_topic()
+        .await
+        .expect_err("onsale refuses the topic");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "refused at once, not retried"
+    );
+    let wrong = err
+        .downcast_ref::<Misconfigured>()
+        .expect("a Misconfigured");
+    let text = err.to_string();
+    assert!(
+        text.contains("retention.ms is 604800000 (onsale needs -1)")
+            && text.contains("cleanup.policy is compact (onsale needs delete)"),
+        "{text}"
+    );
+    assert_eq!(wrong.wrong.len(), 2, "{text}");
+    // The relay does not start on it either.
+    let db = TestDb::new().await.expect("db");
+    let pool = sqlx::PgPool::connect(&db.url).await.expect("pool");
+    let relay = Relay::start(pool, other.clone(), onsale_tests::settings(&db).relay).await;
+    assert!(relay.is_err_and(|e| e.is::<Misconfigured>()));
+}
+
+/// Fans holding and releasing seats until `stop`: the load keeps the relay publishing. Counts
+/// the holds granted.
+fn hold_load(rp: &ReadPath, event: &str, fans: usize, stop: Arc<AtomicBool>) -> Load {
+    let granted = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..fans {
+        let (http, base, event) = (rp.app.http.clone(), rp.app.base.clone(), event.to_owned());
+        let token = rp.app.fan(&format!("fan{i}"));
+        let (stop, granted) = (stop.clone(), granted.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut round = 0usize;
+            while !stop.load(Ordering::SeqCst) {
+                round += 1;
+                let Ok(res) = http
+                    .post(format!("{base}/v1/events/{event}/holds"))
+                    .bearer_auth(&token)
+                    .json(&json!({"quantity": 1 + (i + round) % 2}))
+                    .send()
+                    .await
+                else {
+                    continue;
+                };
+                if res.status() != 201 {
+                    continue;
+                }
+                granted.fetch_add(1, Ordering::SeqCst);
+                let hold: Value = res.json().await.expect("json");
+                if let Some(id) = hold["holdId"].as_str() {
+                    let _ = http
+                        .delete(format!("{base}/v1/holds/{id}"))
+                        .bearer_auth(&token)
+                        .send()
+                        .await;
+                }
+            }
+        }));
+    }
+    Load {
+        stop,
+        granted,
+        tasks,
+    }
+}
+
+struct Load {
+    stop: Arc<AtomicBool>,
+    granted: Arc<AtomicUsize>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn granted(&self) -> usize {
+        self.granted.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `n` more holds were granted (bounded at 60 s).
+    async fn until_more(&self, n: usize) {
+        let target = self.granted() + n;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.granted() < target {
+            assert!(
+                Instant::now() < deadline,
+                "the load stalled at {}",
+                self.granted()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn finish(self) -> usize {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.tasks {
+            t.await.expect("a fan finishes");
+        }
+        self.granted.load(Ordering::SeqCst)
+    }
+}
+
+/// The whole read path on `cluster`, the topic replicated three times.
+async fn read_path_on(cluster: &KafkaCluster) -> (TestDb, ReadPath) {
+    let db = TestDb::new().await.expect("db");
+    let rp = ReadPath::spawn_parts(
+        &db,
+        &cluster.bootstrap(),
+        |s| {
+            s.kafka.replication = 3;
+            s.kafka.partitions = 6;
+        },
+        &[],
+    )
+    .await
+    .expect("read path");
+    (db, rp)
+}
+
+/// The end state every scenario must reach: the topic holds every event of the store, and the
+/// projections stand at the head, each event applied once, equal to a replay.
+async fn converges(rp: &ReadPath, brokers: &str, event: &str) {
+    let head: i64 = sqlx::query_scalar("SELECT max(sequence) FROM events WHERE aggregate_id = $1")
+        .bind(event)
+        .fetch_one(&rp.pool)
+        .await
+        .expect("head");
+    // The relay publishes everything it committed (it may repeat some: at least once).
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        // A read may fail while the cluster settles (a broker just killed or back): retried.
+        let missing: Result<Vec<i64>, String> = topic_contents(brokers, &rp.kafka.events_topic)
+            .await
+            .map(|on_topic| {
+                (1..=head)
+                    .filter(|s| !on_topic.contains_key(&(event.to_owned(), *s)))
+                    .collect()
+            })
+            .map_err(|e| format!("{e:#}"));
+        if missing.as_ref().is_ok_and(Vec::is_empty) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "events never reached the topic (of {head}): {:?}",
+            missing.map(|m| (m.len(), m.into_iter().take(5).collect::<Vec<_>>()))
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    projections_at_head(&rp.pool)
+        .await
+        .expect("the projections catch up");
+    let positions: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT projection, last_sequence, applied FROM projection_positions WHERE show_id = $1 ORDER BY 1",
+    )
+    .bind(event)
+    .fetch_all(&rp.pool)
+    .await
+    .expect("positions");
+    assert_eq!(positions.len(), 3);
+    for (name, last, applied) in &positions {
+        assert_eq!(
+            (*last, *applied),
+            (head, head),
+            "{name} applied each event once"
+        );
+    }
+    let show = rp.app.replay(event).await.show;
+    let statuses: std::collections::BTreeMap<String, String> =
+        sqlx::query_as::<_, (String, String)>(
+            "SELECT seat_id, status FROM seat_map_seats WHERE show_id = $1",
+        )
+        .bind(event)
+        .fetch_all(&rp.pool)
+        .await
+        .expect("seats")
+        .into_iter()
+        .collect();
+    for (seat_id, seat) in show.seats() {
+        assert_eq!(
+            statuses[seat_id],
+            onsale_projections::fold::public_status(seat.status()),
+            "{seat_id}"
+        );
+    }
+}
+
+/// The partition (and its leader) the show's events go to.
+async fn show_partition_leader(brokers: &str, topic: &str) -> (i32, i32) {
+    let (brokers, topic) = (brokers.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let c: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .create()
+            .expect("client");
+        let md = c
+            .fetch_metadata(Some(&topic), Duration::from_secs(10))
+            .expect("metadata");
+        // One show on the topic: the partition that has messages is its partition.
+        for p in md.topics()[0].partitions() {
+            let (_, high) = c
+                .fetch_watermarks(&topic, p.id(), Duration::from_secs(10))
+                .expect("watermarks");
+            if high > 0 {
+                return (p.id(), p.leader());
+            }
+        }
+        panic!("nothing on the topic yet")
+    })
+    .await
+    .expect("metadata task")
+}
+
+/// Waits until the relay has put something on the topic.
+async fn first_published(rp: &ReadPath, brokers: &str, event: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen = topic_contents(brokers, &rp.kafka.events_topic)
+            .await
+            .unwrap_or_default();
+        if seen.keys().any(|(show, _)| show == event) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "nothing was published in 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn leader_killed_under_load(cluster: &KafkaCluster) {
+    let (_db, rp) = read_path_on(cluster).await;
+    let brokers = cluster.bootstrap();
+    let event = rp.app.on_sale_event(2, 10, 10, None).await;
+    let load = hold_load(&rp, &event, 16, Arc::new(AtomicBool::new(false)));
+    load.until_more(200).await;
+    first_published(&rp, &brokers, &event).await;
+    let (partition, leader) = show_partition_leader(&brokers, &rp.kafka.events_topic).await;
+    assert!(leader >= 1, "partition {partition} has a leader");
+    cluster
+        .kill(leader as u16)
+        .await
+        .expect("SIGKILL of the leader");
+    // The relay keeps publishing through the new leader while fans keep holding.
+    load.until_more(500).await;
+    let granted = load.finish().await;
+    converges(&rp, &brokers, &event).await;
+    let (_, new_leader) = show_partition_leader(&brokers, &rp.kafka.events_topic).await;
+    assert_ne!(new_leader, leader, "another broker leads the partition");
+    cluster
+        .start_broker(leader as u16)
+        .await
+        .expect("the killed broker comes back");
+    assert!(granted >= 700);
+    rp.stop().await;
+}
+
+async fn every_broker_down_for_20_s(cluster: &KafkaCluster) {
+    let (_db, rp) = read_path_on(cluster).await;
+    let brokers = cluster.bootstrap();
+    let event = rp.app.on_sale_event(2, 10, 10, None).await;
+    let load = hold_load(&rp, &event, 8, Arc::new(AtomicBool::new(false)));
+    load.until_more(100).await;
+    first_published(&rp, &brokers, &event).await;
+    for i in 1..=cluster.brokers {
+        cluster.kill(i).await.expect("SIGKILL");
+    }
+    let before = load.granted();
+    // The outage lasts 20 s (the scenario's pacing); the write path does not depend on the
+    // broker, so fans keep getting holds.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let during = load.granted() - before;
+    assert!(
+        during >= 100,
+        "only {during} holds were granted while the brokers were down"
+    );
+    // Nothing acknowledged them to the relay, so its slot stands behind what was committed:
+    // had it advanced anyway, those events would be a hole in the topic that `converges` finds.
+    let unpublished: i64 = sqlx::query_scalar(
+        "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
+           FROM pg_replication_slots WHERE slot_name = $1",
+    )
+    .bind(&rp.relay_config.slot)
+    .fetch_one(&rp.pool)
+    .await
+    .expect("the slot");
+    assert!(unpublished > 0, "the slot moved while no broker was up");
+    cluster.start_all().await.expect("the brokers come back");
+    load.until_more(100).await;
+    load.finish().await;
+    converges(&rp, &brokers, &event).await;
+    rp.stop().await;
+}
+
+async fn topic_deleted_and_recreated(cluster: &KafkaCluster) {
+    let (_db, mut rp) = read_path_on(cluster).await;
+    let brokers = cluster.bootstrap();
+    let event = rp.app.on_sale_event(2, 10, 10, None).await;
+    let load = hold_load(&rp, &event, 8, Arc::new(AtomicBool::new(false)));
+    load.until_more(100).await;
+    first_published(&rp, &brokers, &event).await;
+    admin(&brokers)
+        .delete_topics(&[&rp.kafka.events_topic], &AdminOptions::new())
+        .await
+        .expect("deleted")
+        .remove(0)
+        .expect("the topic is deleted");
+    // Fans keep holding; the relay re-creates the topic and publishes what is new.
+    load.until_more(300).await;
+    load.finish().await;
+    // What went with the old topic comes back from the table.
+    let relay = Relay::start(rp.pool.clone(), rp.kafka.clone(), rp.relay_config.clone())
+        .await
+        .expect("a relay for the backfill");
+    let backfilled = relay.backfill(None).await.expect("the backfill");
+    assert!(backfilled > 0);
+    converges(&rp, &brokers, &event).await;
+    // A rebuild from zero ends equal.
+    let before = read_models(&rp.pool).await;
+    rp.kill_projections();
+    onsale_projections::reset_all(&rp.pool)
+        .await
+        .expect("reset");
+    rp.start_projections().await.expect("projections");
+    converges(&rp, &brokers, &event).await;
+    assert_eq!(read_models(&rp.pool).await, before);
+    rp.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_broker_cluster_loses_a_leader_every_broker_and_the_topic_and_nothing_is_lost() {
+    let cluster = KafkaCluster::start(3).await.expect("three brokers");
+    leader_killed_under_load(&cluster).await;
+    every_broker_down_for_20_s(&cluster).await;
+    topic_deleted_and_recreated(&cluster).await;
+}
