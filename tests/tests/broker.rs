@@ -412,8 +412,13 @@ async fn topic_deleted_and_recreated(cluster: &KafkaCluster) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_three_broker_cluster_loses_a_leader_every_broker_and_the_topic_and_nothing_is_lost() {
+    let started = Instant::now();
     let cluster = KafkaCluster::start(3).await.expect("three brokers");
+    eprintln!("cluster up after {:?}", started.elapsed());
     leader_killed_under_load(&cluster).await;
+    eprintln!("leader killed: done after {:?}", started.elapsed());
     every_broker_down_for_20_s(&cluster).await;
+    eprintln!("every broker down: done after {:?}", started.elapsed());
     topic_deleted_and_recreated(&cluster).await;
+    eprintln!("topic deleted: done after {:?}", started.elapsed());
 }
