@@ -315,12 +315,17 @@ pub async fn read_models(pool: &sqlx::PgPool) -> Value {
 }
 
 /// How often each (show, sequence) is on the topic, read from offset 0 of every partition to
-/// its end: what an analyst consuming the whole log sees.
+/// its end: what an analyst consuming the whole log sees. Every message must match the
+/// topic's documented schema (kafka/schema/onsale.events.schema.json).
 pub async fn topic_contents(
     brokers: &str,
     topic: &str,
 ) -> anyhow::Result<BTreeMap<(String, i64), usize>> {
     let (brokers, topic) = (brokers.to_owned(), topic.to_owned());
+    let schema: Value =
+        serde_json::from_str(include_str!("../../kafka/schema/onsale.events.schema.json"))?;
+    let schema = jsonschema::validator_for(&schema)
+        .map_err(|e| anyhow::anyhow!("the topic's schema: {e}"))?;
     tokio::task::spawn_blocking(move || {
         use rdkafka::consumer::{BaseConsumer, Consumer};
         use rdkafka::Message;
@@ -359,8 +364,15 @@ pub async fn topic_contents(
             if m.offset() + 1 >= ends.get(&m.partition()).copied().unwrap_or(0) {
                 ends.remove(&m.partition());
             }
-            let env: onsale_kafka::Envelope =
+            let body: Value =
                 serde_json::from_slice(m.payload().context("a message without a body")?)?;
+            if let Some(e) = schema.iter_errors(&body).next() {
+                anyhow::bail!(
+                    "a message does not match the schema: {e} at {}: {body}",
+                    e.instance_path()
+                );
+            }
+            let env: onsale_kafka::Envelope = serde_json::from_value(body)?;
             *seen
                 .entry((env.after.aggregate_id, env.after.sequence))
                 .or_insert(0) += 1;
