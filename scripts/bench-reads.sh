@@ -7,6 +7,8 @@
 #      hold-to-delta latency for every (subscriber, hold) pair;
 #   3. commit-to-seat-map lag at BENCH_HOLD_RATE (2,200) hold attempts/s of one uniformly drawn
 #      seat each (2 s TTL, so seats keep coming back), from the projector's histogram.
+# Apache Kafka runs with BENCH_BROKERS (1) brokers; with 3 the topic has three replicas and
+# min.insync.replicas 2. BENCH_ONLY=lag runs part 3 alone.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-bench-reads.XXXXXX)
@@ -22,6 +24,8 @@ SUBSCRIBERS=${BENCH_SSE_SUBSCRIBERS:-10000}
 # Attempts per second; a few are 409s (a uniformly drawn seat already held), so the default
 # sends a little more than 2,000 for 2,000 granted holds a second.
 RATE=${BENCH_HOLD_RATE:-2200}
+BROKERS=${BENCH_BROKERS:-1}
+ONLY=${BENCH_ONLY:-all}
 OUT=$ROOT/target/bench
 mkdir -p "$OUT" "$DIR/www"
 # nginx's workers run as www-data: they must be able to read the files.
@@ -44,13 +48,15 @@ cleanup() {
 }
 trap cleanup EXIT
 PG_MAX_CONNECTIONS=400 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PG_PORT"
-"$ROOT/scripts/stack.sh" broker-up "$DIR" "$KAFKA_PORT"
+"$ROOT/scripts/stack.sh" broker-up "$DIR" "$KAFKA_PORT" "$BROKERS"
+BOOTSTRAP=$(for i in $(seq 0 $((BROKERS - 1))); do printf '127.0.0.1:%s,' $((KAFKA_PORT + i)); done)
 (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-loadgen)
 BIN=$ROOT/target/release
 start() { # name args...
   local name=$1
   shift
-  DATABASE_URL="postgres://onsale@127.0.0.1:$PG_PORT/onsale" ONSALE_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
+  DATABASE_URL="postgres://onsale@127.0.0.1:$PG_PORT/onsale" ONSALE_KAFKA_BROKERS="${BOOTSTRAP%,}" \
+    ONSALE_EVENTS_REPLICATION=$((BROKERS >= 3 ? 3 : 1)) \
     ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=127.0.0.1:50099 RUST_LOG=warn "$BIN/onsale" "$@" >"$DIR/$name.log" 2>&1 &
   echo $! >"$DIR/$name.pid"
 }
@@ -65,6 +71,7 @@ record() { # json key=value...
 }
 
 # 1. Snapshots.
+if [ "$ONLY" = all ]; then
 event=$("$BIN/onsale-loadgen" setup --base "http://$LISTEN" --ttl 600 --tokens 1 --tokens-file "$DIR/t.txt")
 for _ in $(seq 1 100); do curl -fsS "http://$LISTEN/v1/events/$event/seats" -o /dev/null 2>/dev/null && break; sleep 0.2; done
 curl -fsS "http://$LISTEN/v1/events/$event/seats" -o "$DIR/www/counts.json"
@@ -103,6 +110,7 @@ done
 echo "== SSE: $SUBSCRIBERS subscribers"
 json=$("$BIN/onsale-loadgen" bench-sse --base "http://$LISTEN" --event "$event" --section 101 --subscribers "$SUBSCRIBERS")
 record "$json" bench=sse
+fi
 
 # 3. Lag under a fixed hold rate, on a fresh show.
 echo "== lag at $RATE hold attempts/s"
@@ -113,5 +121,5 @@ load=$("$BIN/onsale-loadgen" hold-rate --base "http://$LISTEN" --event "$lageven
 sleep 3
 curl -fsS "http://$METRICS/metrics" >"$DIR/after.txt"
 lag=$(python3 "$ROOT/scripts/bench/lag.py" "$DIR/before.txt" "$DIR/after.txt" seat_map)
-record "$(python3 -c 'import json,sys; a=json.loads(sys.argv[1]); a.update(json.loads(sys.argv[2])); print(json.dumps(a))' "$load" "$lag")" bench=lag
+record "$(python3 -c 'import json,sys; a=json.loads(sys.argv[1]); a.update(json.loads(sys.argv[2])); print(json.dumps(a))' "$load" "$lag")" bench=lag brokers="$BROKERS"
 python3 "$ROOT/scripts/bench/reads_report.py" "$RESULTS" | tee "$OUT/reads.md"

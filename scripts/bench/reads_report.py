@@ -24,6 +24,6 @@ for r in rows:
               f"{r['connect_secs']:.1f} s; {r['holds']} holds; {r['samples']:,} hold-to-delta samples "
               f"({r['missing']} missing): p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms, max {r['max_ms']:.0f} ms")
     if r.get("bench") == "lag":
-        print(f"\nCommit-to-seat-map lag at {r['holds_per_sec']:,.0f} granted holds/s ({r['sent']:,} attempts at "
+        print(f"\nCommit-to-seat-map lag (Apache Kafka, {r.get('brokers', '1')} broker(s)) at {r['holds_per_sec']:,.0f} granted holds/s ({r['sent']:,} attempts at "
               f"{r['target_per_sec']:,}/s, {r['refused']:,} refused as taken, {r['failed']} failed): "
               f"{r['events']:,} events, p50 <= {r['p50_le_ms']:.0f} ms, p99 <= {r['p99_le_ms']:.0f} ms")
