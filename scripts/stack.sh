@@ -193,7 +193,7 @@ broker_start() {
     return 0
   fi
   # broker_wait reads only what this start logs.
-  wc -l <"$node/broker.log" 2>/dev/null >"$node/log-start" || echo 0 >"$node/log-start"
+  if [ -f "$node/broker.log" ]; then wc -l <"$node/broker.log" >"$node/log-start"; else echo 0 >"$node/log-start"; fi
   # A small heap: the local stack's load fits in 256 MB.
   nohup java -Xms64m -Xmx256m -XX:+UseSerialGC -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$ROOT/kafka/broker/log4j2.properties" \
