@@ -213,6 +213,47 @@ impl ReadPath {
         panic!("{path} never matched; last answer {} {}", last.0, last.1);
     }
 
+    /// Every projection applied each of the show's events once: positions at `head`, and as
+    /// many applications as events.
+    pub async fn applied_once(&self, event: &str, head: i64) {
+        let positions: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT projection, last_sequence, applied FROM projection_positions WHERE show_id = $1 ORDER BY 1",
+        )
+        .bind(event)
+        .fetch_all(&self.pool)
+        .await
+        .expect("positions");
+        assert_eq!(positions.len(), 3);
+        for (name, last, applied) in &positions {
+            assert_eq!(
+                (*last, *applied),
+                (head, head),
+                "{name} applied each event once"
+            );
+        }
+    }
+
+    /// The seat map says of every seat what a replay of the log says.
+    pub async fn seat_map_matches_replay(&self, event: &str) {
+        let show = self.app.replay(event).await.show;
+        let statuses: BTreeMap<String, String> = sqlx::query_as::<_, (String, String)>(
+            "SELECT seat_id, status FROM seat_map_seats WHERE show_id = $1",
+        )
+        .bind(event)
+        .fetch_all(&self.pool)
+        .await
+        .expect("seats")
+        .into_iter()
+        .collect();
+        for (seat_id, seat) in show.seats() {
+            assert_eq!(
+                statuses[seat_id],
+                onsale_projections::fold::public_status(seat.status()),
+                "{seat_id}"
+            );
+        }
+    }
+
     /// Shuts the process down (as SIGTERM would) and drops the relay's slot (a slot left
     /// behind pins WAL).
     pub async fn stop(self) {

@@ -201,6 +201,21 @@ async fn read_path_on(cluster: &KafkaCluster) -> (TestDb, ReadPath) {
     (db, rp)
 }
 
+/// The whole read path on `cluster` with a show on sale and `fans` holding and releasing,
+/// returned once `granted` holds went through and the relay published.
+async fn under_load(
+    cluster: &KafkaCluster,
+    fans: usize,
+    granted: usize,
+) -> (TestDb, ReadPath, String, Load) {
+    let (db, rp) = read_path_on(cluster).await;
+    let event = rp.app.on_sale_event(2, 10, 10, None).await;
+    let load = hold_load(&rp, &event, fans, Arc::new(AtomicBool::new(false)));
+    load.until_more(granted).await;
+    first_published(&rp, &cluster.bootstrap(), &event).await;
+    (db, rp, event, load)
+}
+
 /// The end state every scenario must reach: the topic holds every event of the store, and the
 /// projections stand at the head, each event applied once, equal to a replay.
 async fn converges(rp: &ReadPath, brokers: &str, event: &str) {
@@ -234,39 +249,8 @@ async fn converges(rp: &ReadPath, brokers: &str, event: &str) {
     projections_at_head(&rp.pool)
         .await
         .expect("the projections catch up");
-    let positions: Vec<(String, i64, i64)> = sqlx::query_as(
-        "SELECT projection, last_sequence, applied FROM projection_positions WHERE show_id = $1 ORDER BY 1",
-    )
-    .bind(event)
-    .fetch_all(&rp.pool)
-    .await
-    .expect("positions");
-    assert_eq!(positions.len(), 3);
-    for (name, last, applied) in &positions {
-        assert_eq!(
-            (*last, *applied),
-            (head, head),
-            "{name} applied each event once"
-        );
-    }
-    let show = rp.app.replay(event).await.show;
-    let statuses: std::collections::BTreeMap<String, String> =
-        sqlx::query_as::<_, (String, String)>(
-            "SELECT seat_id, status FROM seat_map_seats WHERE show_id = $1",
-        )
-        .bind(event)
-        .fetch_all(&rp.pool)
-        .await
-        .expect("seats")
-        .into_iter()
-        .collect();
-    for (seat_id, seat) in show.seats() {
-        assert_eq!(
-            statuses[seat_id],
-            onsale_projections::fold::public_status(seat.status()),
-            "{seat_id}"
-        );
-    }
+    rp.applied_once(event, head).await;
+    rp.seat_map_matches_replay(event).await;
 }
 
 /// The partition (and its leader) the show's events go to.
@@ -318,12 +302,8 @@ async fn first_published(rp: &ReadPath, brokers: &str, event: &str) {
 }
 
 async fn leader_killed_under_load(cluster: &KafkaCluster) {
-    let (_db, rp) = read_path_on(cluster).await;
+    let (_db, rp, event, load) = under_load(cluster, 16, 200).await;
     let brokers = cluster.bootstrap();
-    let event = rp.app.on_sale_event(2, 10, 10, None).await;
-    let load = hold_load(&rp, &event, 16, Arc::new(AtomicBool::new(false)));
-    load.until_more(200).await;
-    first_published(&rp, &brokers, &event).await;
     let (partition, leader) = show_partition_leader(&brokers, &rp.kafka.events_topic).await;
     assert!(leader >= 1, "partition {partition} has a leader");
     cluster
@@ -345,12 +325,8 @@ async fn leader_killed_under_load(cluster: &KafkaCluster) {
 }
 
 async fn every_broker_down_for_20_s(cluster: &KafkaCluster) {
-    let (_db, rp) = read_path_on(cluster).await;
+    let (_db, rp, event, load) = under_load(cluster, 8, 100).await;
     let brokers = cluster.bootstrap();
-    let event = rp.app.on_sale_event(2, 10, 10, None).await;
-    let load = hold_load(&rp, &event, 8, Arc::new(AtomicBool::new(false)));
-    load.until_more(100).await;
-    first_published(&rp, &brokers, &event).await;
     for i in 1..=cluster.brokers {
         cluster.kill(i).await.expect("SIGKILL");
     }
@@ -382,12 +358,8 @@ async fn every_broker_down_for_20_s(cluster: &KafkaCluster) {
 }
 
 async fn topic_deleted_and_recreated(cluster: &KafkaCluster) {
-    let (_db, mut rp) = read_path_on(cluster).await;
+    let (_db, mut rp, event, load) = under_load(cluster, 8, 100).await;
     let brokers = cluster.bootstrap();
-    let event = rp.app.on_sale_event(2, 10, 10, None).await;
-    let load = hold_load(&rp, &event, 8, Arc::new(AtomicBool::new(false)));
-    load.until_more(100).await;
-    first_published(&rp, &brokers, &event).await;
     admin(&brokers)
         .delete_topics(&[&rp.kafka.events_topic], &AdminOptions::new())
         .await

@@ -414,35 +414,11 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // ...having applied each event exactly once.
-    let positions: Vec<(String, i64, i64)> =
-        sqlx::query_as("SELECT projection, last_sequence, applied FROM projection_positions WHERE show_id = $1 ORDER BY 1")
-            .bind(&event)
-            .fetch_all(&rp.pool)
-            .await
-            .expect("positions");
-    assert_eq!(positions.len(), 3);
-    for (name, last, applied) in &positions {
-        assert_eq!((*last, *applied), (head, head), "{name}");
-    }
+    rp.applied_once(&event, head).await;
 
     // The read models equal the log's own verdict, seat by seat...
+    rp.seat_map_matches_replay(&event).await;
     let show = rp.app.replay(&event).await.show;
-    let statuses: BTreeMap<String, String> = sqlx::query_as::<_, (String, String)>(
-        "SELECT seat_id, status FROM seat_map_seats WHERE show_id = $1",
-    )
-    .bind(&event)
-    .fetch_all(&rp.pool)
-    .await
-    .expect("seats")
-    .into_iter()
-    .collect();
-    for (seat_id, seat) in show.seats() {
-        assert_eq!(
-            statuses[seat_id],
-            onsale_projections::fold::public_status(seat.status()),
-            "{seat_id}"
-        );
-    }
     let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders_view WHERE show_id = $1")
         .bind(&event)
         .fetch_one(&rp.pool)
