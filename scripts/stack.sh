@@ -315,7 +315,7 @@ up() {
   echo $! >"$STACK_DIR/processor.pid"
   ONSALE_PROCESSOR_URL="http://$PROCESSOR_LISTEN" start_onsale onsale serve
   start_onsale relay relay --metrics-listen 127.0.0.1:9101
-  ONSALE_PROJECTION_MEMBER=project-1 start_onsale project project --metrics-listen 127.0.0.1:9102
+  start_onsale project project --metrics-listen 127.0.0.1:9102
   for _ in $(seq 1 120); do
     if curl -fsS "http://$LISTEN/readyz" >/dev/null 2>&1; then
       echo "onsale ready: REST and SSE on http://$LISTEN, gRPC and gRPC-web on $GRPC_LISTEN, Kafka on $(brokers_list), card processor on http://$PROCESSOR_LISTEN"

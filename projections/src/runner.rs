@@ -80,15 +80,6 @@ pub struct RunnerConfig {
         default_value_t = 3_000
     )]
     pub check_ms: u64,
-    /// This process's stable name in the projections' consumer groups (Kafka's static
-    /// membership): a process restarted under the same name gets its partitions back at once
-    /// instead of after the session timeout. Unset: a new member each start.
-    #[arg(
-        id = "projection_member",
-        long = "projection-member",
-        env = "ONSALE_PROJECTION_MEMBER"
-    )]
-    pub member: Option<String>,
 }
 
 /// The consumer group hands partitions out; where to start reading one is the projection's
@@ -254,9 +245,6 @@ impl<P: Projection> Runner<P> {
             // wait only bounds an empty poll. 10 ms (kept from tansu, which does not hold a
             // fetch) made every idle consumer ask each leader 100 times a second.
             .set("fetch.wait.max.ms", "500");
-        if let Some(member) = &self.config.member {
-            client.set("group.instance.id", format!("{member}.{}", P::NAME));
-        }
         let consumer: StreamConsumer<Positions> = client
             .create_with_context(Positions {
                 topic: self.kafka.events_topic.clone(),
