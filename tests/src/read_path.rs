@@ -180,6 +180,14 @@ impl ReadPath {
         self.app.server.kill(Part::Projections);
     }
 
+    /// Kills the projections, deletes every read model and position, and starts them again:
+    /// they rebuild from zero.
+    pub async fn rebuild_projections(&mut self) -> anyhow::Result<()> {
+        self.kill_projections();
+        onsale_projections::reset_all(&self.pool).await?;
+        self.start_projections().await
+    }
+
     /// A fresh database and the whole read path on the test run's shared broker.
     pub async fn on_shared_broker() -> anyhow::Result<(TestDb, Self)> {
         let db = TestDb::new().await?;

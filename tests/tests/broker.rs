@@ -378,11 +378,7 @@ async fn topic_deleted_and_recreated(cluster: &KafkaCluster) {
     converges(&rp, &brokers, &event).await;
     // A rebuild from zero ends equal.
     let before = read_models(&rp.pool).await;
-    rp.kill_projections();
-    onsale_projections::reset_all(&rp.pool)
-        .await
-        .expect("reset");
-    rp.start_projections().await.expect("projections");
+    rp.rebuild_projections().await.expect("a rebuild");
     converges(&rp, &brokers, &event).await;
     assert_eq!(read_models(&rp.pool).await, before);
     rp.stop().await;

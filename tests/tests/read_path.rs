@@ -428,11 +428,7 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
 
     // ...and a rebuild from zero.
     let before = read_models(&rp.pool).await;
-    rp.kill_projections();
-    onsale_projections::reset_all(&rp.pool)
-        .await
-        .expect("reset");
-    rp.start_projections().await.expect("projections");
+    rp.rebuild_projections().await.expect("a rebuild");
     let mut after = Value::Null;
     for _ in 0..300 {
         after = read_models(&rp.pool).await;
