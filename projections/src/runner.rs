@@ -493,8 +493,28 @@ impl<P: Projection> Runner<P> {
     /// no progress since the last check: Kafka lost or has not delivered its events.
     pub async fn check_table(&mut self, all: bool) -> anyhow::Result<()> {
         let heads = self.log.heads().await?;
+        let stored: HashMap<String, i64> = sqlx::query_as(
+            "SELECT show_id, last_sequence FROM projection_positions WHERE projection = $1",
+        )
+        .bind(P::NAME)
+        .fetch_all(&self.pool)
+        .await?
+        .into_iter()
+        .collect();
         for (show_id, head) in heads {
+            let moved_elsewhere =
+                |id: &ShowId, at: i64| stored.get(&id.to_string()).is_some_and(|s| *s > at);
             let show_id: ShowId = show_id.parse()?;
+            // Another process of this projection (its partition is theirs now) moved the show
+            // since this fold was loaded: it is not stalled, and this fold is stale.
+            if self
+                .shows
+                .get(&show_id)
+                .is_some_and(|f| moved_elsewhere(&show_id, f.last_sequence))
+            {
+                self.shows.remove(&show_id);
+                continue;
+            }
             self.ensure_loaded(show_id).await?;
             let f = self.shows.get_mut(&show_id).expect("loaded");
             let stalled = f.last_sequence == f.checked_at;

@@ -396,3 +396,53 @@ async fn a_three_broker_cluster_loses_a_leader_every_broker_and_the_topic_and_no
     topic_deleted_and_recreated(&cluster).await;
     eprintln!("topic deleted: done after {:?}", started.elapsed());
 }
+
+/// Two projection processes share the partitions through the consumer groups (the second
+/// joins while fans hold on four shows, so both fill shows from the table at start and the
+/// group moves partitions under load): every show ends with each event applied once by each
+/// projection, equal to a replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_projection_processes_share_the_partitions_and_apply_each_event_once() {
+    let db = TestDb::new().await.expect("db");
+    let brokers = shared_brokers().expect("brokers");
+    let rp = ReadPath::spawn_parts(&db, &brokers, |s| s.kafka.partitions = 6, &[])
+        .await
+        .expect("read path");
+    let mut events = Vec::new();
+    let mut loads = Vec::new();
+    for _ in 0..4 {
+        let event = rp.app.on_sale_event(1, 10, 10, None).await;
+        loads.push(hold_load(&rp, &event, 4, Arc::new(AtomicBool::new(false))));
+        events.push(event);
+    }
+    for load in &loads {
+        load.until_more(50).await;
+    }
+    let mut settings = onsale_tests::settings(&db);
+    settings.kafka.brokers = brokers.clone();
+    settings.kafka.partitions = 6;
+    let second = onsale_server::Server::build(settings, &[onsale_server::Part::Projections])
+        .await
+        .expect("a second projection process");
+    for load in &loads {
+        load.until_more(150).await;
+    }
+    for load in loads {
+        load.finish().await;
+    }
+    projections_at_head(&rp.pool)
+        .await
+        .expect("the projections catch up");
+    for event in &events {
+        let head: i64 =
+            sqlx::query_scalar("SELECT max(sequence) FROM events WHERE aggregate_id = $1")
+                .bind(event)
+                .fetch_one(&rp.pool)
+                .await
+                .expect("head");
+        rp.applied_once(event, head).await;
+        rp.seat_map_matches_replay(event).await;
+    }
+    second.shutdown().await.expect("the second process stops");
+    rp.stop().await;
+}
