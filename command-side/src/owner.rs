@@ -64,6 +64,12 @@ pub struct OwnerConfig {
         default_value_t = 5
     )]
     pub max_conflict_retries: u32,
+    /// How long (milliseconds) a caller waits for its command to be decided and committed. Past
+    /// it the answer is 503 UNAVAILABLE with Retry-After and nothing is acknowledged: a primary
+    /// whose synchronous standbys are all gone holds every commit (it fails closed), and a
+    /// commit that lands later is found by the retry's Idempotency-Key.
+    #[arg(long = "commit-timeout-ms", env = "ONSALE_COMMIT_TIMEOUT_MS", default_value = "5000", value_parser = millis)]
+    pub commit_timeout: Duration,
     /// Commands waiting for one show beyond this are answered 503 OVERLOADED instead of queued.
     #[arg(id = "max_queue", long = "max-queue", env = "ONSALE_MAX_QUEUE", default_value_t = 20_000, value_parser = at_least_one)]
     pub max_queue: usize,
@@ -254,9 +260,16 @@ impl Shows {
             let sender = self.owner(show);
             match sender.try_send(job) {
                 Ok(()) => {
-                    return rx
-                        .await
-                        .map_err(|_| CommandError::Internal("show owner stopped".into()))?
+                    let bound = self.inner.config.commit_timeout;
+                    return match tokio::time::timeout(bound, rx).await {
+                        Ok(answer) => answer
+                            .map_err(|_| CommandError::Internal("show owner stopped".into()))?,
+                        Err(_) => {
+                            metrics::counter!(onsale_telemetry::metrics::COMMITS_TIMED_OUT_TOTAL)
+                                .increment(1);
+                            Err(CommandError::Unavailable)
+                        }
+                    };
                 }
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     // Shed load with a clear answer rather than queue without bound.

@@ -30,6 +30,7 @@ fn config() -> OwnerConfig {
         sweep_every: Duration::from_secs(3_600),
         max_conflict_retries: 5,
         max_queue: 1_000,
+        commit_timeout: Duration::from_secs(5),
     }
 }
 
@@ -222,6 +223,47 @@ async fn a_commit_whose_answer_was_lost_is_found_by_its_retry() {
             .execute(show, hold(show, "ann", 1, Some("k1")))
             .await,
     );
+    let replayed = log.replay(show).await.expect("replay").show;
+    assert_eq!(replayed.holds().count(), 1);
+    assert!(replayed.hold(&retried).is_some());
+}
+
+/// A primary whose synchronous standbys are all gone holds every commit: the caller is answered
+/// `Unavailable` once the bound passes, nothing is acknowledged, and when the commit lands
+/// after all the retry with the same key finds it.
+#[tokio::test]
+async fn a_commit_held_past_the_bound_is_unavailable_and_its_retry_finds_it() {
+    let log = MemoryEventLog::default();
+    let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
+    let shows = Shows::new(
+        Arc::new(log.clone()),
+        Arc::new(SystemClock),
+        OwnerConfig {
+            commit_timeout: Duration::from_millis(200),
+            ..config()
+        },
+        stop.clone(),
+        tasks.clone(),
+    );
+    let show = on_sale(&shows).await;
+    log.hold_appends().await;
+    let started = std::time::Instant::now();
+    let first = tokio::time::timeout(
+        Duration::from_secs(10),
+        shows.execute(show, hold(show, "ann", 1, Some("k1"))),
+    )
+    .await
+    .expect("the caller is answered within its bound, not held with the commit");
+    match first {
+        Err(CommandError::Unavailable) => {}
+        other => panic!("a held commit is never acknowledged, got {other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    let before = log.appends();
+    // The standby returns: the held append commits, and the retry is answered with it.
+    log.release_appends();
+    let retried = held(shows.execute(show, hold(show, "ann", 1, Some("k1"))).await);
+    assert_eq!(log.appends(), before + 1, "the retry appended nothing");
     let replayed = log.replay(show).await.expect("replay").show;
     assert_eq!(replayed.holds().count(), 1);
     assert!(replayed.hold(&retried).is_some());

@@ -1,6 +1,14 @@
 //! The relay loop: peek a batch of whole transactions from the slot, publish, wait for every
-//! acknowledgement, then advance the slot past them.
+//! acknowledgement, record the positions, then advance the slot past them.
+//!
+//! On a replicated primary (docs/adr/010) the relay publishes only transactions a synchronous
+//! standby has flushed: PostgreSQL 15 decodes what the primary alone has written, and an event
+//! on the topic that a failover then loses would be a phantom every consumer keeps. And since
+//! PostgreSQL 15 does not carry logical slots to standbys, a promoted primary has no slot: the
+//! relay creates it and republishes from the events table every event after the positions it
+//! recorded (`relay_positions`), under a marker (`relay_gaps`) that survives a crash halfway.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -86,6 +94,16 @@ impl Relay {
         kafka: KafkaConfig,
         config: RelayConfig,
     ) -> anyhow::Result<Self> {
+        let relay = Self::connect(pool, kafka, config).await?;
+        relay.ensure_slot().await?;
+        Ok(relay)
+    }
+
+    async fn connect(
+        pool: PgPool,
+        kafka: KafkaConfig,
+        config: RelayConfig,
+    ) -> anyhow::Result<Self> {
         kafka.ensure_topic().await?;
         let producer: FutureProducer = kafka
             .client()
@@ -102,20 +120,6 @@ impl Relay {
         let db: String = sqlx::query_scalar("SELECT current_database()")
             .fetch_one(&pool)
             .await?;
-        let exists: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
-        )
-        .bind(&config.slot)
-        .fetch_one(&pool)
-        .await?;
-        if !exists {
-            sqlx::query("SELECT pg_create_logical_replication_slot($1, 'wal2json')")
-                .bind(&config.slot)
-                .execute(&pool)
-                .await
-                .context("create the replication slot")?;
-            tracing::info!(slot = %config.slot, "replication slot created");
-        }
         Ok(Self {
             log: PgEventLog::new(pool.clone()),
             pool,
@@ -125,6 +129,174 @@ impl Relay {
             db,
             marked: std::sync::Mutex::new(std::time::Instant::now()),
         })
+    }
+
+    /// Creates the slot when it is missing (the first start, or a primary promoted since) and
+    /// fills the gap: every event after the recorded positions is republished from the table.
+    /// The marker is written before the slot, so a gap is filled even if the relay dies in
+    /// between or halfway through. Returns how many events the gap fill published.
+    pub async fn ensure_slot(&self) -> anyhow::Result<usize> {
+        let exists: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
+        )
+        .bind(&self.config.slot)
+        .fetch_one(&self.pool)
+        .await?;
+        if !exists {
+            sqlx::query("INSERT INTO relay_gaps (slot) VALUES ($1) ON CONFLICT DO NOTHING")
+                .bind(&self.config.slot)
+                .execute(&self.pool)
+                .await
+                .context("mark the gap")?;
+            // Every transaction committing after the slot's consistent point is decoded from
+            // it; every one before is in the table when the gap fill reads it below.
+            sqlx::query("SELECT pg_create_logical_replication_slot($1, 'wal2json')")
+                .bind(&self.config.slot)
+                .execute(&self.pool)
+                .await
+                .context("create the replication slot")?;
+            metrics::counter!(onsale_telemetry::metrics::RELAY_SLOTS_CREATED_TOTAL).increment(1);
+            tracing::warn!(slot = %self.config.slot, "replication slot created (first start or a promoted primary)");
+        }
+        let open: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM relay_gaps WHERE slot = $1)")
+                .bind(&self.config.slot)
+                .fetch_one(&self.pool)
+                .await?;
+        if !open {
+            return Ok(0);
+        }
+        let published = self.fill_gap().await?;
+        sqlx::query("DELETE FROM relay_gaps WHERE slot = $1")
+            .bind(&self.config.slot)
+            .execute(&self.pool)
+            .await
+            .context("close the gap")?;
+        tracing::warn!(slot = %self.config.slot, published, "gap filled from the events table");
+        Ok(published)
+    }
+
+    /// Republishes (as `op: "r"`) every event past this slot's recorded positions, in order per
+    /// aggregate, recording positions as it goes.
+    async fn fill_gap(&self) -> anyhow::Result<usize> {
+        let lsn: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+            .fetch_one(&self.pool)
+            .await?;
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut after: (String, String, i64) = (String::new(), String::new(), 0);
+        let mut total = 0;
+        loop {
+            let rows = sqlx::query(
+                "SELECT e.aggregate_type, e.aggregate_id, e.sequence, e.event_type, e.event_version,
+                        e.payload::text AS payload, e.metadata::text AS metadata
+                   FROM events e
+                   LEFT JOIN relay_positions p ON p.slot = $1
+                        AND p.aggregate_type = e.aggregate_type AND p.aggregate_id = e.aggregate_id
+                  WHERE (e.aggregate_type, e.aggregate_id, e.sequence) > ($2, $3, $4)
+                    AND e.sequence > COALESCE(p.sequence, 0)
+                  ORDER BY e.aggregate_type, e.aggregate_id, e.sequence
+                  LIMIT 5000",
+            )
+            .bind(&self.config.slot)
+            .bind(&after.0)
+            .bind(&after.1)
+            .bind(after.2)
+            .fetch_all(&self.pool)
+            .await
+            .context("read the gap")?;
+            if rows.is_empty() {
+                return Ok(total);
+            }
+            let mut pending = Vec::with_capacity(rows.len());
+            let mut reached = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let row = EventRow {
+                    payload: serde_json::from_str(r.try_get::<&str, _>("payload")?)?,
+                    metadata: serde_json::from_str(r.try_get::<&str, _>("metadata")?)?,
+                    aggregate_type: r.try_get("aggregate_type")?,
+                    aggregate_id: r.try_get("aggregate_id")?,
+                    sequence: r.try_get("sequence")?,
+                    event_type: r.try_get("event_type")?,
+                    event_version: r.try_get("event_version")?,
+                };
+                after = (
+                    row.aggregate_type.clone(),
+                    row.aggregate_id.clone(),
+                    row.sequence,
+                );
+                reached.push(after.clone());
+                pending.push(self.publish(Envelope {
+                    op: "r".into(),
+                    before: None,
+                    after: row,
+                    source: self.source(lsn.clone(), lsn.clone(), None, now, true),
+                    ts_ms: now,
+                }));
+            }
+            total += pending.len();
+            try_join_all(pending).await?;
+            self.record_positions(&reached).await?;
+            metrics::counter!(onsale_telemetry::metrics::RELAY_GAP_EVENTS_TOTAL)
+                .increment(rows.len() as u64);
+        }
+    }
+
+    /// Records, after Kafka acknowledged them, the last published sequence of each aggregate.
+    async fn record_positions(&self, published: &[(String, String, i64)]) -> anyhow::Result<()> {
+        let mut last: HashMap<(&str, &str), i64> = HashMap::new();
+        for (t, id, seq) in published {
+            let e = last.entry((t.as_str(), id.as_str())).or_insert(*seq);
+            *e = (*e).max(*seq);
+        }
+        if last.is_empty() {
+            return Ok(());
+        }
+        let (mut types, mut ids, mut seqs) = (Vec::new(), Vec::new(), Vec::new());
+        for ((t, id), seq) in last {
+            types.push(t);
+            ids.push(id);
+            seqs.push(seq);
+        }
+        sqlx::query(
+            "INSERT INTO relay_positions (slot, aggregate_type, aggregate_id, sequence)
+             SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[])
+             ON CONFLICT (slot, aggregate_type, aggregate_id)
+             DO UPDATE SET sequence = GREATEST(relay_positions.sequence, EXCLUDED.sequence)",
+        )
+        .bind(&self.config.slot)
+        .bind(&types)
+        .bind(&ids)
+        .bind(&seqs)
+        .execute(&self.pool)
+        .await
+        .context("record the relay's positions")?;
+        Ok(())
+    }
+
+    /// The newest WAL position as durable as an acknowledged commit: on a primary with
+    /// synchronous standbys, the one the quorum (`ANY k` or `FIRST k`) has flushed; with no
+    /// synchronous replication configured, the primary's own flush. `None` while no standby of
+    /// a synchronous primary is connected: nothing may be published then.
+    async fn durable_lsn(&self) -> anyhow::Result<Option<String>> {
+        let names: String =
+            sqlx::query_scalar("SELECT current_setting('synchronous_standby_names')")
+                .fetch_one(&self.pool)
+                .await?;
+        let Some(k) = quorum_size(&names) else {
+            return Ok(Some(
+                sqlx::query_scalar("SELECT pg_current_wal_flush_lsn()::text")
+                    .fetch_one(&self.pool)
+                    .await?,
+            ));
+        };
+        Ok(sqlx::query_scalar(
+            "SELECT flush_lsn::text FROM pg_stat_replication
+              WHERE sync_state IN ('sync', 'quorum') AND flush_lsn IS NOT NULL
+              ORDER BY flush_lsn DESC OFFSET $1 LIMIT 1",
+        )
+        .bind(k as i64 - 1)
+        .fetch_optional(&self.pool)
+        .await?)
     }
 
     /// Runs until `shutdown` resolves; an error (broker or database away) is retried with backoff.
@@ -153,6 +325,10 @@ impl Relay {
                         // A broker that came back empty has no topic: make it again first.
                         if let Err(e) = self.kafka.ensure_topic().await {
                             tracing::warn!(error = %format!("{e:#}"), "events topic not ready");
+                        }
+                        // A promoted primary has no slot: make it and fill the gap.
+                        if let Err(e) = self.ensure_slot().await {
+                            tracing::warn!(error = %format!("{e:#}"), "replication slot not ready");
                         }
                     }
                 }
@@ -206,21 +382,25 @@ impl Relay {
         if self.config.mark_ms > 0 {
             self.mark().await?;
         }
+        let Some(durable) = self.durable_lsn().await? else {
+            // Fail closed: a synchronous primary with no standby acknowledges nothing, and the
+            // relay publishes nothing.
+            return Ok(Step::default());
+        };
+        let durable_at = parse_lsn(&durable).context("the durable LSN")?;
         let rows = sqlx::query(
-            "SELECT lsn::text AS lsn, data FROM pg_logical_slot_peek_changes($1, NULL, $2,
+            "SELECT lsn::text AS lsn, data FROM pg_logical_slot_peek_changes($1, $3::pg_lsn, $2,
                'format-version', '2', 'include-lsn', '1', 'include-timestamp', '1',
                'include-xids', '1', 'add-tables', 'public.events')",
         )
         .bind(&self.config.slot)
         .bind(self.config.batch)
+        .bind(&durable)
         .fetch_all(&self.pool)
         .await
         .context("peek the slot")?;
-        let Some(last) = rows.last() else {
-            self.record_lag().await;
-            return Ok(Step::default());
-        };
-        let last_lsn: String = last.try_get("lsn")?;
+        let mut last_lsn = None;
+        let mut reached = Vec::new();
         let mut pending = Vec::new();
         let mut tx_changes: Vec<(String, EventRow)> = Vec::new();
         let mut tx_id = None;
@@ -235,11 +415,22 @@ impl Relay {
                 }
                 Some("I") => tx_changes.push((lsn, event_row(&change)?)),
                 Some("C") => {
+                    // A commit's row carries the end of its record: a transaction ending past
+                    // what the standbys flushed waits for the next step.
+                    if parse_lsn(&lsn).is_none_or(|end| end > durable_at) {
+                        break;
+                    }
+                    last_lsn = Some(lsn.clone());
                     let ts_ms = change["timestamp"]
                         .as_str()
                         .and_then(parse_pg_time)
                         .unwrap_or_else(|| chrono::Utc::now().timestamp_millis());
                     for (change_lsn, after) in tx_changes.drain(..) {
+                        reached.push((
+                            after.aggregate_type.clone(),
+                            after.aggregate_id.clone(),
+                            after.sequence,
+                        ));
                         let envelope = Envelope {
                             op: "c".into(),
                             before: None,
@@ -255,8 +446,13 @@ impl Relay {
                 _ => {}
             }
         }
+        let Some(last_lsn) = last_lsn else {
+            self.record_lag().await;
+            return Ok(Step::default());
+        };
         let published = pending.len();
         try_join_all(pending).await?;
+        self.record_positions(&reached).await?;
         sqlx::query("SELECT pg_replication_slot_advance($1, $2::pg_lsn)")
             .bind(&self.config.slot)
             .bind(&last_lsn)
@@ -366,6 +562,28 @@ impl Relay {
     }
 }
 
+/// How many standbys a commit waits for under `synchronous_standby_names` (`ANY 1 (a, b)`,
+/// `FIRST 2 (a, b, c)`, `2 (a, b)`, `a, b`), or `None` when it names none.
+fn quorum_size(names: &str) -> Option<usize> {
+    let names = names.trim();
+    if names.is_empty() {
+        return None;
+    }
+    let rest = names
+        .strip_prefix("ANY ")
+        .or_else(|| names.strip_prefix("FIRST "))
+        .or_else(|| names.strip_prefix("any "))
+        .or_else(|| names.strip_prefix("first "))
+        .unwrap_or(names)
+        .trim_start();
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    if !digits.is_empty() && rest[digits.len()..].trim_start().starts_with('(') {
+        return digits.parse().ok().filter(|k| *k > 0);
+    }
+    // A plain list waits for its first standby.
+    Some(1)
+}
+
 /// The `events` row of a wal2json (format 2) insert.
 fn event_row(change: &Value) -> anyhow::Result<EventRow> {
     let mut row = serde_json::Map::new();
@@ -410,6 +628,17 @@ mod tests {
         let row = event_row(&change).expect("an insert parses");
         assert_eq!(row.sequence, 7);
         assert_eq!(row.payload, json!({"HoldReleased": {"hold_id": "h"}}));
+    }
+
+    #[test]
+    fn the_quorum_size_is_read_from_synchronous_standby_names() {
+        assert_eq!(quorum_size(""), None);
+        assert_eq!(quorum_size("ANY 1 (pg2,pg3)"), Some(1));
+        assert_eq!(quorum_size("ANY 1 (*)"), Some(1));
+        assert_eq!(quorum_size("FIRST 2 (a, b, c)"), Some(2));
+        assert_eq!(quorum_size("2 (a, b)"), Some(2));
+        assert_eq!(quorum_size("a, b"), Some(1));
+        assert_eq!(quorum_size("*"), Some(1));
     }
 
     #[test]

@@ -80,12 +80,19 @@ pub const RECONCILIATION_RESOLVED_TOTAL: &str = "onsale_reconciliation_resolved_
 pub const REFUND_OLDEST_PENDING_SECONDS: &str = "onsale_refund_oldest_pending_seconds";
 /// Refunds the processor made.
 pub const REFUNDS_TOTAL: &str = "onsale_refunds_total";
+/// Commands whose caller stopped waiting for the commit (the store held it past the bound:
+/// a primary with no synchronous standby) and was answered 503.
+pub const COMMITS_TIMED_OUT_TOTAL: &str = "onsale_commits_timed_out_total";
 /// Commands the domain refused (they wrote nothing).
 pub const REFUSALS_TOTAL: &str = "onsale_refusals_total";
 /// Relay steps that failed (broker or database away) and were retried.
 pub const RELAY_ERRORS_TOTAL: &str = "onsale_relay_errors_total";
 /// Events the relay published to Kafka.
 pub const RELAY_EVENTS_TOTAL: &str = "onsale_relay_events_total";
+/// Events republished from the table after the relay's slot was (re)created (a failover).
+pub const RELAY_GAP_EVENTS_TOTAL: &str = "onsale_relay_gap_events_total";
+/// Slots the relay created because its slot was missing (first start, or a promoted primary).
+pub const RELAY_SLOTS_CREATED_TOTAL: &str = "onsale_relay_slots_created_total";
 /// WAL bytes the relay's slot has not confirmed.
 pub const RELAY_LAG_BYTES: &str = "onsale_relay_lag_bytes";
 /// Ticket scans at the gate, by result.
@@ -246,6 +253,10 @@ pub fn describe() {
     );
     describe_counter!(REFUNDS_TOTAL, "Refunds the processor made.");
     describe_counter!(
+        COMMITS_TIMED_OUT_TOTAL,
+        "Commands whose caller stopped waiting for the commit and was answered 503."
+    );
+    describe_counter!(
         REFUSALS_TOTAL,
         "Commands the domain refused (they wrote nothing)."
     );
@@ -254,6 +265,14 @@ pub fn describe() {
         "Relay steps that failed (broker or database away) and were retried."
     );
     describe_counter!(RELAY_EVENTS_TOTAL, "Events the relay published to Kafka.");
+    describe_counter!(
+        RELAY_GAP_EVENTS_TOTAL,
+        "Events republished from the table after the relay's slot was (re)created (a failover)."
+    );
+    describe_counter!(
+        RELAY_SLOTS_CREATED_TOTAL,
+        "Slots the relay created because its slot was missing (first start, or a promoted primary)."
+    );
     describe_gauge!(
         RELAY_LAG_BYTES,
         "WAL bytes the relay's slot has not confirmed."

@@ -12,6 +12,7 @@ use onsale_edge::auth::{mint, Role};
 use onsale_server::{Part, Server, Settings};
 use serde_json::{json, Value};
 
+pub mod ha;
 pub mod payments;
 pub mod read_path;
 pub mod waiting_room;
@@ -30,6 +31,12 @@ impl TestDb {
     pub async fn new() -> anyhow::Result<Self> {
         let admin_url = std::env::var("ONSALE_TEST_DATABASE_URL")
             .context("ONSALE_TEST_DATABASE_URL is unset: run the tests with `make test`, which starts PostgreSQL")?;
+        Self::on(&admin_url).await
+    }
+
+    /// A fresh database on the cluster whose admin database is at `admin_url`.
+    pub async fn on(admin_url: &str) -> anyhow::Result<Self> {
+        let admin_url = admin_url.to_owned();
         let name = format!("t_{}", uuid::Uuid::new_v4().simple());
         let admin = sqlx::PgPool::connect(&admin_url)
             .await

@@ -286,9 +286,9 @@ pub struct PrivateCluster {
     dir: std::path::PathBuf,
 }
 
-const STACK_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/stack.sh");
+pub(crate) const STACK_SH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/stack.sh");
 
-fn stack_sh(args: &[&str]) -> anyhow::Result<()> {
+pub(crate) fn stack_sh(args: &[&str]) -> anyhow::Result<()> {
     let out = Command::new("bash").arg(STACK_SH).args(args).output()?;
     anyhow::ensure!(
         out.status.success(),
@@ -299,7 +299,7 @@ fn stack_sh(args: &[&str]) -> anyhow::Result<()> {
 }
 
 /// [`stack_sh`] without blocking the runtime (a broker takes seconds to start).
-async fn stack_sh_async(args: &[&str]) -> anyhow::Result<()> {
+pub(crate) async fn stack_sh_async(args: &[&str]) -> anyhow::Result<()> {
     let out = tokio::process::Command::new("bash")
         .arg(STACK_SH)
         .args(args)
