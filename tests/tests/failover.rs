@@ -115,6 +115,9 @@ async fn with_both_standbys_gone_commits_fail_closed_and_resume_when_one_returns
     app.server.shutdown().await.expect("shuts down");
 }
 
+/// Holds acknowledged: (hold id, seat).
+type Acked = Arc<Mutex<Vec<(String, String)>>>;
+
 /// Fans holding seats one at a time under their own keys, retrying a 503 or a cut connection
 /// with the same key, until `stop`. Collects every hold acknowledged (201), with its seat.
 fn holders(
@@ -123,10 +126,7 @@ fn holders(
     fans: usize,
     seats_each: usize,
     stop: Arc<AtomicBool>,
-) -> (
-    Arc<Mutex<Vec<(String, String)>>>,
-    Vec<tokio::task::JoinHandle<()>>,
-) {
+) -> (Acked, Vec<tokio::task::JoinHandle<()>>) {
     let acked = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for f in 0..fans {
