@@ -20,9 +20,11 @@
 #   scripts/stack.sh ha-kill-primary DIR     SIGKILL the primary's node (prints which)
 #   scripts/stack.sh ha-leader DIR           the primary's node number
 #   scripts/stack.sh ha-wait DIR primary|replicated [SECS]
-#   scripts/stack.sh up                      everything on the default ports (make up [BROKERS=3])
+#   scripts/stack.sh up                      everything on the default ports (make up [BROKERS=3] [HA=1])
 #   scripts/stack.sh kill-broker I           SIGKILL broker I of `up` (make kill-broker N=I)
 #   scripts/stack.sh start-broker I          bring it back (make start-broker N=I)
+#   scripts/stack.sh kill-primary            HA=1: SIGKILL the primary's node (make kill-primary)
+#   scripts/stack.sh start-db I              HA=1: start node I again, wait until replicated (make start-db N=I)
 #   scripts/stack.sh down                    stop everything `up` started (make down)
 set -euo pipefail
 
@@ -435,9 +437,9 @@ listen primary
   option httpchk GET /primary
   http-check expect status 200
   default-server inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions
-  server pg1 127.0.0.1:$((base + 1)) maxconn 1000 check port $((base + 21))
-  server pg2 127.0.0.1:$((base + 2)) maxconn 1000 check port $((base + 22))
-  server pg3 127.0.0.1:$((base + 3)) maxconn 1000 check port $((base + 23))
+  server pg1 127.0.0.1:$((base + 1)) maxconn 2000 check port $((base + 21))
+  server pg2 127.0.0.1:$((base + 2)) maxconn 2000 check port $((base + 22))
+  server pg3 127.0.0.1:$((base + 3)) maxconn 2000 check port $((base + 23))
 CFG
   nohup haproxy -f "$dir/haproxy.cfg" -db >"$dir/haproxy.log" 2>&1 &
   echo $! >"$dir/haproxy.pid"
@@ -569,7 +571,12 @@ start_onsale() {
 
 up() {
   if [ -d "$STACK_DIR" ]; then down; fi
-  pg_up "$STACK_DIR" "$PG_PORT"
+  if [ "${HA:-0}" = 1 ]; then
+    mkdir -p "$STACK_DIR"
+    ha_up "$STACK_DIR/ha" "$PG_PORT"
+  else
+    pg_up "$STACK_DIR" "$PG_PORT"
+  fi
   broker_up "$STACK_DIR" "$KAFKA_PORT" "$BROKERS"
   redis_up "$STACK_DIR" "$REDIS_PORT"
   (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim)
@@ -600,6 +607,7 @@ down() {
   broker_down "$STACK_DIR"
   redis_down "$STACK_DIR"
   # The relay's slot goes with the cluster.
+  ha_down "$STACK_DIR/ha"
   pg_down "$STACK_DIR"
   echo "stack stopped"
 }
@@ -627,7 +635,9 @@ case "${1:-}" in
   ha-wait) ha_wait "$2" "$3" "${4:-60}" ;;
   up) up ;;
   kill-broker) broker_kill "$STACK_DIR" "${2:?which broker}" ;;
+  kill-primary) ha_kill_primary "$STACK_DIR/ha" ;;
+  start-db) ha_start "$STACK_DIR/ha" "${2:?which node}" && ha_wait "$STACK_DIR/ha" replicated 90 ;;
   start-broker) broker_start "$STACK_DIR" "${2:?which broker}" ;;
   down) down ;;
-  *) sed -n '7,21p' "$0" >&2; exit 2 ;;
+  *) sed -n '7,28p' "$0" >&2; exit 2 ;;
 esac

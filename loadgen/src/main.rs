@@ -1,5 +1,6 @@
 //! `onsale-loadgen`: simulated fans for `make demo`, and the hold benchmarks of `make bench-holds`.
 
+mod drill;
 mod queue;
 mod reads;
 mod venue;
@@ -53,6 +54,11 @@ enum Command {
         /// The card-processor simulator, whose books count the charges per order.
         #[arg(long, default_value = "http://127.0.0.1:8090")]
         processor: String,
+        /// The failover drill: this shell command (`scripts/stack.sh kill-primary`) runs once,
+        /// as a fan between 20% and 60% of the crowd starts; afterwards every acknowledged hold
+        /// and order is checked in the log and the time without writes reported.
+        #[arg(long)]
+        kill_primary: Option<String>,
     },
     /// Create the benchmark show over HTTP and write fan tokens for wrk.
     Setup {
@@ -144,7 +150,9 @@ async fn main() -> anyhow::Result<()> {
             concurrency,
             auth,
             processor,
+            kill_primary,
         } => {
+            let drill = kill_primary.map(|c| Arc::new(drill::Drill::new(c, fans)));
             demo(
                 &base,
                 &database.database_url,
@@ -152,6 +160,7 @@ async fn main() -> anyhow::Result<()> {
                 concurrency,
                 auth.jwt_secret.expose_secret(),
                 &processor,
+                drill,
             )
             .await
         }
@@ -392,8 +401,9 @@ async fn post(
     key: Option<&str>,
     session: Option<&str>,
 ) -> (u16, Value) {
-    // A client's own retry loop: a 503 means "not committed, try again with the same key".
-    for attempt in 0..20u64 {
+    // A client's own retry loop: a 503 means "not committed, try again with the same key"; it
+    // keeps trying for about 40 s (a primary's failover takes 20-25 s).
+    for attempt in 0..50u64 {
         let mut req = http.post(url).bearer_auth(token).json(body);
         if let Some(k) = key {
             req = req.header("Idempotency-Key", k);
@@ -409,7 +419,7 @@ async fn post(
             }
             Err(_) => {}
         }
-        tokio::time::sleep(Duration::from_millis(50 * (attempt + 1))).await;
+        tokio::time::sleep(Duration::from_millis((50 * (attempt + 1)).min(1_000))).await;
     }
     (503, Value::Null)
 }
@@ -421,6 +431,7 @@ async fn demo(
     concurrency: usize,
     secret: &str,
     processor: &str,
+    drill: Option<Arc<drill::Drill>>,
 ) -> anyhow::Result<()> {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
@@ -442,6 +453,10 @@ async fn demo(
     let started = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
+    let watcher = drill.clone().map(|d| {
+        let (http, base) = (http.clone(), base.to_owned());
+        tokio::spawn(async move { d.watch_admission(http, base).await })
+    });
     for _ in 0..concurrency {
         let (http, tally, bar, next, orders) = (
             http.clone(),
@@ -453,11 +468,15 @@ async fn demo(
         let (hold_latency, order_latency) = (hold_latency.clone(), order_latency.clone());
         let queue_wait = queue_wait.clone();
         let (base, event, secret) = (base.to_owned(), event.clone(), secret.to_owned());
+        let drill = drill.clone();
         workers.push(tokio::spawn(async move {
             loop {
                 let fan = next.fetch_add(1, Ordering::Relaxed);
                 if fan >= u64::from(fans) {
                     break;
+                }
+                if let Some(d) = &drill {
+                    d.fan_starts(fan);
                 }
                 let token =
                     mint(&secret, &format!("fan-{fan}"), Role::Fan, 3600).unwrap_or_default();
@@ -495,6 +514,9 @@ async fn demo(
                     match status {
                         201 => {
                             bump(&tally.holds);
+                            if let Some(d) = &drill {
+                                d.acknowledged(answer["holdId"].as_str());
+                            }
                             held = Some(answer);
                             break;
                         }
@@ -537,6 +559,9 @@ async fn demo(
                             .record(t.elapsed().as_micros() as u64);
                         if status == 202 {
                             bump(&tally.orders);
+                            if let Some(d) = &drill {
+                                d.acknowledged(None);
+                            }
                             let order_id =
                                 answer["orderId"].as_str().unwrap_or_default().to_owned();
                             // Some fans never saw the answer and click again with the same key.
@@ -671,8 +696,25 @@ async fn demo(
         }
     }
     let show: ShowId = event.parse()?;
-    let replayed = PgEventLog::new(pool).replay(show).await?;
+    let replayed = PgEventLog::new(pool.clone()).replay(show).await?;
+    if let Some(w) = watcher {
+        w.abort();
+    }
     let mut log_mismatch = 0u64;
+    let drill_result = match &drill {
+        Some(d) => {
+            let ids: Vec<String> = orders.iter().map(|(o, _)| o.clone()).collect();
+            let report = d.report(&replayed.show, &ids);
+            // The projections, fed by the relay across the promotion, equal a replay.
+            let wrong = drill::Drill::seat_map_mismatches(&pool, &event, &replayed.show).await?;
+            println!("seat map against a replay of the log: {wrong} seats differ");
+            if wrong > 0 {
+                log_mismatch += 1;
+            }
+            Some(report)
+        }
+        None => None,
+    };
     let mut log_claimed = 0u64;
     for (seat, state) in replayed.show.seats() {
         if let Seat::PendingPayment(o) | Seat::Sold(o) = state {
@@ -790,7 +832,7 @@ async fn demo(
     if sold_twice > 0 || log_mismatch > 0 || t(&tally.other) > 0 {
         bail!("the on-sale broke an invariant");
     }
-    Ok(())
+    drill_result.unwrap_or(Ok(()))
 }
 
 async fn bench_command(

@@ -1,0 +1,197 @@
+//! The failover drill (`make drill-failover`): during the demo's on-sale the primary's machine
+//! is killed at a random moment (an operator's command), and afterwards every acknowledged hold
+//! and order is looked up one by one in the new primary's log, and the time without writes and
+//! the admission pause are reported.
+
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use onsale_domain::show::Show;
+use onsale_domain::{HoldId, OrderId};
+use rand::Rng;
+
+#[derive(Debug)]
+pub(crate) struct Drill {
+    command: String,
+    started: Instant,
+    /// The fan whose turn triggers the kill.
+    kill_at: u64,
+    killed_at: OnceLock<Instant>,
+    /// When each write (hold 201, order 202) was acknowledged.
+    acks: Mutex<Vec<Instant>>,
+    /// Every hold acknowledged.
+    holds: Mutex<Vec<String>>,
+    /// The lowest admission factor the service reported after the kill.
+    lowest_factor: Mutex<Option<f64>>,
+}
+
+impl Drill {
+    /// Kills with `command` when a fan between 20% and 60% of `fans` starts.
+    pub(crate) fn new(command: String, fans: u32) -> Self {
+        let fans = u64::from(fans.max(5));
+        let kill_at = rand::rng().random_range(fans / 5..fans * 3 / 5);
+        Self {
+            command,
+            started: Instant::now(),
+            kill_at,
+            killed_at: OnceLock::new(),
+            acks: Mutex::default(),
+            holds: Mutex::default(),
+            lowest_factor: Mutex::default(),
+        }
+    }
+
+    /// Called as fan `fan` starts: runs the kill on its turn (in the background).
+    pub(crate) fn fan_starts(&self, fan: u64) {
+        if fan != self.kill_at {
+            return;
+        }
+        let _ = self.killed_at.set(Instant::now());
+        let command = self.command.clone();
+        tokio::spawn(async move {
+            match tokio::process::Command::new("sh")
+                .args(["-c", &command])
+                .output()
+                .await
+            {
+                Ok(out) => println!(
+                    "\n[drill] fan {fan}: ran `{command}`: {}",
+                    String::from_utf8_lossy(&out.stdout).trim()
+                ),
+                Err(e) => println!("\n[drill] `{command}` failed: {e}"),
+            }
+        });
+    }
+
+    pub(crate) fn acknowledged(&self, hold: Option<&str>) {
+        let now = Instant::now();
+        if let Ok(mut a) = self.acks.lock() {
+            a.push(now);
+        }
+        if let (Some(h), Ok(mut holds)) = (hold, self.holds.lock()) {
+            holds.push(h.to_owned());
+        }
+    }
+
+    /// Samples the service's admission factor (its `/metrics`) until the run ends.
+    pub(crate) async fn watch_admission(&self, http: reqwest::Client, base: String) {
+        loop {
+            if let Some(killed) = self.killed_at.get() {
+                if killed.elapsed() > Duration::from_secs(120) {
+                    return;
+                }
+                let text = match http.get(format!("{base}/metrics")).send().await {
+                    Ok(r) => r.text().await.unwrap_or_default(),
+                    Err(_) => String::new(),
+                };
+                let factor = text
+                    .lines()
+                    .filter(|l| l.starts_with("onsale_admission_factor"))
+                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                    .reduce(f64::min);
+                if let (Some(f), Ok(mut low)) = (factor, self.lowest_factor.lock()) {
+                    *low = Some(low.map_or(f, |l: f64| l.min(f)));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Waits (60 s at most) until the seat map projection says of every seat what the replay
+    /// says; returns the seats that still differ.
+    pub(crate) async fn seat_map_mismatches(
+        pool: &sqlx::PgPool,
+        show_id: &str,
+        show: &Show,
+    ) -> anyhow::Result<usize> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let map: std::collections::HashMap<String, String> =
+                sqlx::query_as("SELECT seat_id, status FROM seat_map_seats WHERE show_id = $1")
+                    .bind(show_id)
+                    .fetch_all(pool)
+                    .await?
+                    .into_iter()
+                    .collect();
+            let wrong = show
+                .seats()
+                .filter(|(id, seat)| {
+                    map.get(*id).map(String::as_str)
+                        != Some(onsale_projections::fold::public_status(seat.status()))
+                })
+                .count();
+            if wrong == 0 || Instant::now() > deadline {
+                return Ok(wrong);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// The report; `Err` when an acknowledged write is missing from the log.
+    pub(crate) fn report(&self, show: &Show, orders: &[String]) -> anyhow::Result<()> {
+        let Some(killed) = self.killed_at.get().copied() else {
+            anyhow::bail!("the drill never killed the primary (fan {} never started)", self.kill_at);
+        };
+        let mut acks = self.acks.lock().map(|a| a.clone()).unwrap_or_default();
+        acks.sort();
+        // The longest stretch without an acknowledged write that overlaps the kill.
+        let mut window = Duration::ZERO;
+        let mut prev = acks.iter().rev().find(|t| **t <= killed).copied().unwrap_or(killed);
+        for t in acks.iter().filter(|t| **t > killed) {
+            window = window.max(*t - prev);
+            prev = *t;
+        }
+        let holds = self.holds.lock().map(|h| h.clone()).unwrap_or_default();
+        let lost_holds: Vec<&String> = holds
+            .iter()
+            .filter(|h| {
+                h.parse::<HoldId>()
+                    .map_or(true, |id| show.hold(&id).is_none())
+            })
+            .collect();
+        let lost_orders: Vec<&String> = orders
+            .iter()
+            .filter(|o| {
+                o.parse::<OrderId>()
+                    .map_or(true, |id| show.order(&id).is_none())
+            })
+            .collect();
+        let after = acks.iter().filter(|t| **t > killed).count();
+        println!("\n== failover drill ==");
+        println!(
+            "primary killed {:.1} s into the sale (fan {}); acknowledged writes after it: {after}",
+            (killed - self.started).as_secs_f64(),
+            self.kill_at
+        );
+        println!(
+            "seconds without an acknowledged write around the kill: {:.1}",
+            window.as_secs_f64()
+        );
+        println!(
+            "admission factor during the outage: lowest {} (0 = admission paused)",
+            self.lowest_factor
+                .lock()
+                .ok()
+                .and_then(|l| *l)
+                .map_or("not seen".to_owned(), |f| format!("{f:.2}"))
+        );
+        println!(
+            "acknowledged holds {} checked one by one in the log: {} lost; acknowledged orders {}: {} lost",
+            holds.len(),
+            lost_holds.len(),
+            orders.len(),
+            lost_orders.len()
+        );
+        if !lost_holds.is_empty() || !lost_orders.is_empty() {
+            anyhow::bail!(
+                "acknowledged writes lost: holds {:?}, orders {:?}",
+                lost_holds.iter().take(5).collect::<Vec<_>>(),
+                lost_orders.iter().take(5).collect::<Vec<_>>()
+            );
+        }
+        if after == 0 {
+            anyhow::bail!("no write was acknowledged after the kill: the service never recovered");
+        }
+        Ok(())
+    }
+}
