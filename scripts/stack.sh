@@ -14,6 +14,7 @@
 #   scripts/stack.sh broker-down DIR         stop every broker of DIR
 #   scripts/stack.sh broker-lib              resolve the broker's jars if missing, print their dir
 #   scripts/stack.sh py-tools                install grpcio-tools if missing, print the python
+#   scripts/stack.sh ha-tools                install etcd, HAProxy and Patroni if missing
 #   scripts/stack.sh ha-up DIR BASE          replicated PostgreSQL (3 nodes, Patroni, HAProxy on BASE)
 #   scripts/stack.sh ha-down DIR             stop it and remove DIR
 #   scripts/stack.sh ha-start|ha-stop|ha-kill DIR I   start, stop cleanly, SIGKILL node I
@@ -625,6 +626,7 @@ case "${1:-}" in
   redis-up) redis_up "$2" "$3" ;;
   redis-down) redis_down "$2" ;;
   py-tools) py_tools ;;
+  ha-tools) ensure_ha ;;
   ha-up) ha_up "$2" "$3" ;;
   ha-down) ha_down "$2" ;;
   ha-start) ha_start "$2" "$3" ;;
@@ -639,5 +641,5 @@ case "${1:-}" in
   start-db) ha_start "$STACK_DIR/ha" "${2:?which node}" && ha_wait "$STACK_DIR/ha" replicated 90 ;;
   start-broker) broker_start "$STACK_DIR" "${2:?which broker}" ;;
   down) down ;;
-  *) sed -n '7,28p' "$0" >&2; exit 2 ;;
+  *) sed -n '7,/^set -euo/p' "$0" | sed '$d' >&2; exit 2 ;;
 esac

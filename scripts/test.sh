@@ -18,6 +18,9 @@ export ONSALE_TEST_DATABASE_URL="postgres://onsale@127.0.0.1:$PORT/postgres"
 export ONSALE_TEST_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT"
 "$ROOT/scripts/stack.sh" redis-up "$DIR" "$REDIS_PORT"
 export ONSALE_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/"
+# The failover tests start replicated clusters of their own (etcd, Patroni, HAProxy): installed
+# once here, not by tests racing each other.
+"$ROOT/scripts/stack.sh" ha-tools
 # A client generated from proto/ in another language than Rust.
 ONSALE_TEST_PYTHON=$("$ROOT/scripts/stack.sh" py-tools)
 export ONSALE_TEST_PYTHON

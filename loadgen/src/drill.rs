@@ -23,6 +23,8 @@ pub(crate) struct Drill {
     holds: Mutex<Vec<String>>,
     /// The lowest admission factor the service reported after the kill.
     lowest_factor: Mutex<Option<f64>>,
+    /// When a primary first answered again through the operators' address after the kill.
+    promoted_at: OnceLock<Instant>,
 }
 
 impl Drill {
@@ -38,6 +40,7 @@ impl Drill {
             acks: Mutex::default(),
             holds: Mutex::default(),
             lowest_factor: Mutex::default(),
+            promoted_at: OnceLock::new(),
         }
     }
 
@@ -73,12 +76,31 @@ impl Drill {
         }
     }
 
-    /// Samples the service's admission factor (its `/metrics`) until the run ends.
-    pub(crate) async fn watch_admission(&self, http: reqwest::Client, base: String) {
+    /// After the kill: samples the service's admission factor (its `/metrics`), and notes when
+    /// a primary answers again at `database_url` (HAProxy's address), until the run ends.
+    pub(crate) async fn watch(&self, http: reqwest::Client, base: String, database_url: String) {
         loop {
             if let Some(killed) = self.killed_at.get() {
                 if killed.elapsed() > Duration::from_secs(120) {
                     return;
+                }
+                if self.promoted_at.get().is_none() {
+                    let primary = async {
+                        use sqlx::Connection;
+                        let mut c = sqlx::PgConnection::connect(&database_url).await?;
+                        sqlx::query_scalar::<_, bool>("SELECT NOT pg_is_in_recovery()")
+                            .fetch_one(&mut c)
+                            .await
+                    };
+                    // The old primary may still answer for the instant the kill takes.
+                    if killed.elapsed() > Duration::from_millis(500)
+                        && matches!(
+                            tokio::time::timeout(Duration::from_secs(1), primary).await,
+                            Ok(Ok(true))
+                        )
+                    {
+                        let _ = self.promoted_at.set(Instant::now());
+                    }
                 }
                 let text = match http.get(format!("{base}/metrics")).send().await {
                     Ok(r) => r.text().await.unwrap_or_default(),
@@ -167,6 +189,14 @@ impl Drill {
             "seconds without an acknowledged write around the kill: {:.1}",
             window.as_secs_f64()
         );
+        if let Some(p) = self.promoted_at.get() {
+            let first = acks.iter().find(|t| **t > *p);
+            println!(
+                "a new primary answered through HAProxy {:.1} s after the kill; onsale's first acknowledged write {} after that",
+                (*p - killed).as_secs_f64(),
+                first.map_or("never".to_owned(), |f| format!("{:.2} s", (*f - *p).as_secs_f64()))
+            );
+        }
         println!(
             "admission factor during the outage: lowest {} (0 = admission paused)",
             self.lowest_factor

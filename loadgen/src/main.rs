@@ -454,8 +454,8 @@ async fn demo(
     let next = Arc::new(AtomicU64::new(0));
     let mut workers = Vec::new();
     let watcher = drill.clone().map(|d| {
-        let (http, base) = (http.clone(), base.to_owned());
-        tokio::spawn(async move { d.watch_admission(http, base).await })
+        let (http, base, db) = (http.clone(), base.to_owned(), database_url.to_owned());
+        tokio::spawn(async move { d.watch(http, base, db).await })
     });
     for _ in 0..concurrency {
         let (http, tally, bar, next, orders) = (
