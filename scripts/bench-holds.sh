@@ -6,6 +6,8 @@
 # for 1- and 4-seat holds, uniform and skewed demand, 64 and 1,000 concurrent clients.
 # Every hold has a 1 s TTL so seats keep coming back and no run sells out. Each configuration
 # runs BENCH_REPEAT times (3) interleaved; the report gives medians.
+# HA=1: all three layers on a replicated primary (three nodes under Patroni, synchronous quorum
+# commit ANY 1 of two standbys, through HAProxy), as `make up HA=1` runs it.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-bench.XXXXXX)
@@ -16,16 +18,23 @@ CLIENTS=${BENCH_CLIENTS:-64 1000}
 REPEAT=${BENCH_REPEAT:-3}
 OUT=$ROOT/target/bench
 mkdir -p "$OUT"
-RESULTS=$OUT/holds.jsonl
+HA=${HA:-0}
+NAME=holds; [ "$HA" = 1 ] && NAME=holds-ha
+RESULTS=$OUT/$NAME.jsonl
 : >"$RESULTS"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
 cleanup() {
   [ -f "$DIR/onsale.pid" ] && kill "$(cat "$DIR/onsale.pid")" 2>/dev/null || true
+  "$ROOT/scripts/stack.sh" ha-down "$DIR/ha"
   "$ROOT/scripts/stack.sh" pg-down "$DIR"
 }
 trap cleanup EXIT
-PG_MAX_CONNECTIONS=1200 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
+if [ "$HA" = 1 ]; then
+  PG_MAX_CONNECTIONS=1200 "$ROOT/scripts/stack.sh" ha-up "$DIR/ha" "$PORT"
+else
+  PG_MAX_CONNECTIONS=1200 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
+fi
 DB="postgres://onsale@127.0.0.1:$PORT/onsale"
 (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-loadgen)
 BIN=$ROOT/target/release
@@ -92,4 +101,4 @@ for clients in $CLIENTS; do
   done
 done
 done
-python3 "$ROOT/scripts/bench/report.py" "$RESULTS" | tee "$OUT/holds.md"
+python3 "$ROOT/scripts/bench/report.py" "$RESULTS" | tee "$OUT/$NAME.md"
