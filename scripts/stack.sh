@@ -420,7 +420,11 @@ SH
     mkdir -p "$dir/pg-$i"
     ha_node_conf "$dir" "$base" "$i" >"$dir/pg-$i/patroni.yml"
   done
-  [ "$(id -u)" = 0 ] && chown -R postgres:postgres "$dir"/pg-*
+  if [ "$(id -u)" = 0 ]; then
+    chown -R postgres:postgres "$dir"/pg-*
+    # The postgres user must reach its nodes' directories (a mktemp parent is 0700).
+    chmod o+x "$(dirname "$dir")" "$dir"
+  fi
   cat >"$dir/haproxy.cfg" <<CFG
 # The read-write address: the node whose Patroni answers 200 on /primary. A node marked down
 # has its sessions cut, so no client keeps writing to a demoted or dead primary.

@@ -152,13 +152,21 @@ impl Drill {
     /// The report; `Err` when an acknowledged write is missing from the log.
     pub(crate) fn report(&self, show: &Show, orders: &[String]) -> anyhow::Result<()> {
         let Some(killed) = self.killed_at.get().copied() else {
-            anyhow::bail!("the drill never killed the primary (fan {} never started)", self.kill_at);
+            anyhow::bail!(
+                "the drill never killed the primary (fan {} never started)",
+                self.kill_at
+            );
         };
         let mut acks = self.acks.lock().map(|a| a.clone()).unwrap_or_default();
         acks.sort();
         // The longest stretch without an acknowledged write that overlaps the kill.
         let mut window = Duration::ZERO;
-        let mut prev = acks.iter().rev().find(|t| **t <= killed).copied().unwrap_or(killed);
+        let mut prev = acks
+            .iter()
+            .rev()
+            .find(|t| **t <= killed)
+            .copied()
+            .unwrap_or(killed);
         for t in acks.iter().filter(|t| **t > killed) {
             window = window.max(*t - prev);
             prev = *t;

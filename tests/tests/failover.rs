@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use onsale_domain::SystemClock;
+use onsale_kafka::{KafkaConfig, Relay, RelayConfig};
 use onsale_server::Part;
 use onsale_tests::ha::HaCluster;
 use onsale_tests::read_path::{projections_at_head, shared_brokers, topic_contents, ReadPath};
@@ -67,6 +68,22 @@ async fn with_both_standbys_gone_commits_fail_closed_and_resume_when_one_returns
     let ann = app.fan("ann");
     let (status, _, body) = hold_seat(&app, &event, &ann, "S1-R1-1", "h-1").await;
     assert_eq!(status, 201, "{body}");
+    // A relay of the test's own, stepped by hand (no WAL marks: making a slot waits for the
+    // transactions a missing standby holds).
+    let kafka = KafkaConfig {
+        brokers: shared_brokers().expect("brokers"),
+        events_topic: format!("onsale.events.{}", db.name),
+        partitions: 1,
+        replication: 1,
+    };
+    let relay_config = RelayConfig {
+        mark_ms: 0,
+        ..settings(&db).relay
+    };
+    let relay = Relay::start(db.pool().await.expect("pool"), kafka, relay_config)
+        .await
+        .expect("the relay");
+    while relay.step().await.expect("a step").published > 0 {}
 
     let primary = cluster.leader().await.expect("a primary");
     let standbys: Vec<u16> = (1..=3).filter(|i| *i != primary).collect();
@@ -87,6 +104,13 @@ async fn with_both_standbys_gone_commits_fail_closed_and_resume_when_one_returns
     let bob = app.fan("bob");
     let (status, _, body) = hold_seat(&app, &event, &bob, "S1-R1-3", "b-1").await;
     assert_eq!(status, 503, "{body}");
+    // The held hold is in the primary's WAL, decodable, but no standby has it: a failover now
+    // would lose it, so the relay does not publish it.
+    let step = tokio::time::timeout(Duration::from_secs(10), relay.step())
+        .await
+        .expect("a step publishes nothing and does not wait for a standby")
+        .expect("a step");
+    assert_eq!(step.published, 0, "nothing a standby lacks is published");
 
     // A standby returns: service resumes by itself, and the retries with the same keys are
     // answered with what committed (one hold each, not two).
@@ -107,6 +131,14 @@ async fn with_both_standbys_gone_commits_fail_closed_and_resume_when_one_returns
     };
     let (status, _, bob_hold) = hold_seat(&app, &event, &bob, "S1-R1-3", "b-1").await;
     assert_eq!(status, 201, "{bob_hold}");
+    // Replicated now: the relay publishes them.
+    let mut published = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while published < 2 {
+        published += relay.step().await.expect("a step").published;
+        assert!(Instant::now() < deadline, "published {published} of 2");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let show = app.replay(&event).await.show;
     assert_eq!(show.holds().count(), 3, "h-1, h-2 and b-1, once each");
     let ids: BTreeSet<String> = show.holds().map(|(id, _)| id.to_string()).collect();
