@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures::future::try_join_all;
-use onsale_eventlog::{EventLog, PgEventLog};
+use onsale_eventlog::{EventLog, LogRow, PgEventLog, ScanKey};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::Value;
 use sqlx::postgres::PgPool;
@@ -179,11 +179,7 @@ impl Relay {
     /// Republishes (as `op: "r"`) every event past this slot's recorded positions, in order per
     /// aggregate, recording positions as it goes.
     async fn fill_gap(&self) -> anyhow::Result<usize> {
-        let lsn: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
-            .fetch_one(&self.pool)
-            .await?;
-        let now = chrono::Utc::now().timestamp_millis();
-        let mut after: (String, String, i64) = (String::new(), String::new(), 0);
+        let mut after: ScanKey = (String::new(), String::new(), 0);
         let mut total = 0;
         loop {
             let rows = sqlx::query(
@@ -203,46 +199,69 @@ impl Relay {
             .bind(after.2)
             .fetch_all(&self.pool)
             .await
-            .context("read the gap")?;
-            if rows.is_empty() {
-                return Ok(total);
-            }
-            let mut pending = Vec::with_capacity(rows.len());
-            let mut reached = Vec::with_capacity(rows.len());
-            for r in &rows {
-                let row = EventRow {
-                    payload: serde_json::from_str(r.try_get::<&str, _>("payload")?)?,
-                    metadata: serde_json::from_str(r.try_get::<&str, _>("metadata")?)?,
+            .context("read the gap")?
+            .iter()
+            .map(|r| {
+                Ok(LogRow {
                     aggregate_type: r.try_get("aggregate_type")?,
                     aggregate_id: r.try_get("aggregate_id")?,
                     sequence: r.try_get("sequence")?,
                     event_type: r.try_get("event_type")?,
                     event_version: r.try_get("event_version")?,
-                };
-                after = (
-                    row.aggregate_type.clone(),
-                    row.aggregate_id.clone(),
-                    row.sequence,
-                );
-                reached.push(after.clone());
-                pending.push(self.publish(Envelope {
-                    op: "r".into(),
-                    before: None,
-                    after: row,
-                    source: self.source(lsn.clone(), lsn.clone(), None, now, true),
-                    ts_ms: now,
-                }));
-            }
-            total += pending.len();
-            try_join_all(pending).await?;
-            self.record_positions(&reached).await?;
+                    payload: r.try_get("payload")?,
+                    metadata: r.try_get("metadata")?,
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+            let published = self.republish(rows).await?;
+            let Some(last) = published.last() else {
+                return Ok(total);
+            };
+            after = last.clone();
+            total += published.len();
+            self.record_positions(&published).await?;
             metrics::counter!(onsale_telemetry::metrics::RELAY_GAP_EVENTS_TOTAL)
-                .increment(rows.len() as u64);
+                .increment(published.len() as u64);
         }
     }
 
+    /// Publishes rows of the events table as `op: "r"` (read from the table, not decoded from
+    /// the slot), waits for every acknowledgement, and returns their keys in order.
+    async fn republish(&self, rows: Vec<LogRow>) -> anyhow::Result<Vec<ScanKey>> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lsn: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+            .fetch_one(&self.pool)
+            .await?;
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut keys = Vec::with_capacity(rows.len());
+        let mut pending = Vec::with_capacity(rows.len());
+        for r in rows {
+            keys.push((r.aggregate_type.clone(), r.aggregate_id.clone(), r.sequence));
+            let row = EventRow {
+                payload: serde_json::from_str(&r.payload)?,
+                metadata: serde_json::from_str(&r.metadata)?,
+                aggregate_type: r.aggregate_type,
+                aggregate_id: r.aggregate_id,
+                sequence: r.sequence,
+                event_type: r.event_type,
+                event_version: r.event_version,
+            };
+            pending.push(self.publish(Envelope {
+                op: "r".into(),
+                before: None,
+                after: row,
+                source: self.source(lsn.clone(), lsn.clone(), None, now, true),
+                ts_ms: now,
+            }));
+        }
+        try_join_all(pending).await?;
+        Ok(keys)
+    }
+
     /// Records, after Kafka acknowledged them, the last published sequence of each aggregate.
-    async fn record_positions(&self, published: &[(String, String, i64)]) -> anyhow::Result<()> {
+    async fn record_positions(&self, published: &[ScanKey]) -> anyhow::Result<()> {
         let mut last: HashMap<(&str, &str), i64> = HashMap::new();
         for (t, id, seq) in published {
             let e = last.entry((t.as_str(), id.as_str())).or_insert(*seq);
@@ -471,43 +490,16 @@ impl Relay {
     /// Republishes the events table (one show, or all) as `op: "r"`: for a topic whose broker
     /// lost its data, or a new consumer that must start from zero. Consumers deduplicate.
     pub async fn backfill(&self, show: Option<&str>) -> anyhow::Result<usize> {
-        let lsn: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
-            .fetch_one(&self.pool)
-            .await?;
-        let now = chrono::Utc::now().timestamp_millis();
-        let mut after: (String, String, i64) = (String::new(), String::new(), 0);
+        let mut after: ScanKey = (String::new(), String::new(), 0);
         let mut total = 0;
         loop {
             let rows = self.log.scan(&after, show, 5_000).await?;
-            if rows.is_empty() {
+            let published = self.republish(rows).await?;
+            let Some(last) = published.last() else {
                 return Ok(total);
-            }
-            let mut pending = Vec::with_capacity(rows.len());
-            for r in rows {
-                let row = EventRow {
-                    payload: serde_json::from_str(&r.payload)?,
-                    metadata: serde_json::from_str(&r.metadata)?,
-                    aggregate_type: r.aggregate_type,
-                    aggregate_id: r.aggregate_id,
-                    sequence: r.sequence,
-                    event_type: r.event_type,
-                    event_version: r.event_version,
-                };
-                after = (
-                    row.aggregate_type.clone(),
-                    row.aggregate_id.clone(),
-                    row.sequence,
-                );
-                pending.push(self.publish(Envelope {
-                    op: "r".into(),
-                    before: None,
-                    after: row,
-                    source: self.source(lsn.clone(), lsn.clone(), None, now, true),
-                    ts_ms: now,
-                }));
-            }
-            total += pending.len();
-            try_join_all(pending).await?;
+            };
+            after = last.clone();
+            total += published.len();
         }
     }
 

@@ -363,6 +363,31 @@ pub async fn read_models(pool: &sqlx::PgPool) -> Value {
     })
 }
 
+/// Waits (bounded at 90 s) until the topic read from offset 0 holds every sequence 1..=`head`
+/// of `event` (at least once; a read that fails while a cluster settles is retried).
+pub async fn topic_holds_every_event(brokers: &str, topic: &str, event: &str, head: i64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let missing: Result<Vec<i64>, String> = topic_contents(brokers, topic)
+            .await
+            .map(|on_topic| {
+                (1..=head)
+                    .filter(|s| !on_topic.contains_key(&(event.to_owned(), *s)))
+                    .collect()
+            })
+            .map_err(|e| format!("{e:#}"));
+        if missing.as_ref().is_ok_and(Vec::is_empty) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "events missing from the topic (of {head}): {:?}",
+            missing.map(|m| (m.len(), m.into_iter().take(5).collect::<Vec<_>>()))
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// How often each (show, sequence) is on the topic, read from offset 0 of every partition to
 /// its end: what an analyst consuming the whole log sees. Every message must match the
 /// topic's documented schema (kafka/schema/onsale.events.schema.json).

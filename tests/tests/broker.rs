@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use onsale_kafka::{KafkaConfig, Misconfigured, Relay};
 use onsale_tests::read_path::{
-    projections_at_head, read_models, shared_brokers, topic_contents, KafkaCluster, ReadPath,
+    projections_at_head, read_models, shared_brokers, topic_contents, topic_holds_every_event,
+    KafkaCluster, ReadPath,
 };
 use onsale_tests::TestDb;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -225,27 +226,7 @@ async fn converges(rp: &ReadPath, brokers: &str, event: &str) {
         .await
         .expect("head");
     // The relay publishes everything it committed (it may repeat some: at least once).
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        // A read may fail while the cluster settles (a broker just killed or back): retried.
-        let missing: Result<Vec<i64>, String> = topic_contents(brokers, &rp.kafka.events_topic)
-            .await
-            .map(|on_topic| {
-                (1..=head)
-                    .filter(|s| !on_topic.contains_key(&(event.to_owned(), *s)))
-                    .collect()
-            })
-            .map_err(|e| format!("{e:#}"));
-        if missing.as_ref().is_ok_and(Vec::is_empty) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "events never reached the topic (of {head}): {:?}",
-            missing.map(|m| (m.len(), m.into_iter().take(5).collect::<Vec<_>>()))
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    topic_holds_every_event(brokers, &rp.kafka.events_topic, event, head).await;
     projections_at_head(&rp.pool)
         .await
         .expect("the projections catch up");

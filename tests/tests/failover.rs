@@ -20,7 +20,9 @@ use onsale_domain::SystemClock;
 use onsale_kafka::{KafkaConfig, Relay, RelayConfig};
 use onsale_server::Part;
 use onsale_tests::ha::HaCluster;
-use onsale_tests::read_path::{projections_at_head, shared_brokers, topic_contents, ReadPath};
+use onsale_tests::read_path::{
+    projections_at_head, shared_brokers, topic_holds_every_event, ReadPath,
+};
 use onsale_tests::{settings, TestApp};
 use serde_json::{json, Value};
 
@@ -278,26 +280,7 @@ async fn a_promotion_under_a_burst_of_holds_loses_no_acknowledged_hold_and_the_o
         .fetch_one(&rp.pool)
         .await
         .expect("head");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let missing: Result<Vec<i64>, String> = topic_contents(&brokers, &rp.kafka.events_topic)
-            .await
-            .map(|on_topic| {
-                (1..=head)
-                    .filter(|s| !on_topic.contains_key(&(event.clone(), *s)))
-                    .collect()
-            })
-            .map_err(|e| format!("{e:#}"));
-        if missing.as_ref().is_ok_and(Vec::is_empty) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "events missing from the topic (of {head}): {:?}",
-            missing.map(|m| (m.len(), m.into_iter().take(5).collect::<Vec<_>>()))
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    topic_holds_every_event(&brokers, &rp.kafka.events_topic, &event, head).await;
     let gap: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM relay_gaps)")
         .fetch_one(&rp.pool)
         .await
