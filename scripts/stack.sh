@@ -512,13 +512,13 @@ ha_wait() {
 
 # The operator's drill: the current primary's machine dies. SIGKILL to its Patroni (so nothing
 # restarts PostgreSQL in place) and to its postmaster and every backend (so a standby must be
-# promoted). Prints the node killed.
+# promoted). Says which node it killed.
 ha_kill_primary() {
-  local dir=$1 i pm
+  local dir=$1 i
   i=$(ha_leader "$dir")
   [ -n "$i" ] || { echo "no primary is running in $dir" >&2; return 1; }
   ha_kill "$dir" "$i"
-  echo "$i"
+  echo "killed node $i (the primary): its Patroni and its PostgreSQL; bring it back with make start-db N=$i"
 }
 
 ha_kill() {
