@@ -93,15 +93,26 @@ impl KafkaConfig {
         opts: &AdminOptions,
         replicas: usize,
     ) -> anyhow::Result<()> {
-        let described = admin
-            .describe_configs([&ResourceSpecifier::Topic(&self.events_topic)], opts)
-            .await
-            .context("describe the events topic")?;
-        let resource = described
-            .into_iter()
-            .next()
-            .context("no description of the events topic")?
-            .map_err(|e| anyhow::anyhow!("describe the events topic: {e}"))?;
+        // A topic another process has just created may be described with no configuration
+        // at all by a broker its metadata has not reached yet (a topic that exists always has
+        // entries, defaults included): asked again, boundedly, before anything is judged.
+        let mut attempts = 0;
+        let resource = loop {
+            let described = admin
+                .describe_configs([&ResourceSpecifier::Topic(&self.events_topic)], opts)
+                .await
+                .context("describe the events topic")?;
+            let resource = described
+                .into_iter()
+                .next()
+                .context("no description of the events topic")?
+                .map_err(|e| anyhow::anyhow!("describe the events topic: {e}"))?;
+            attempts += 1;
+            if !resource.entries.is_empty() || attempts >= 50 {
+                break resource;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
         let mut wrong = Vec::new();
         for (name, want) in self.topic_configs() {
             let have = resource.get(name).and_then(|e| e.value.clone());
