@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId};
 
 pub use memory::MemoryEventLog;
-pub use pg::{migrate, PgEventLog};
+pub use pg::{log_row, migrate, PgEventLog};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {

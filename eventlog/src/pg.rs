@@ -53,7 +53,9 @@ impl PgEventLog {
     }
 }
 
-fn log_row(r: &sqlx::postgres::PgRow) -> Result<LogRow, sqlx::Error> {
+/// A row of `events` selected with its columns named as in the table (payload and metadata as
+/// text): what a scan and the relay's gap fill read.
+pub fn log_row(r: &sqlx::postgres::PgRow) -> Result<LogRow, sqlx::Error> {
     Ok(LogRow {
         aggregate_type: r.try_get("aggregate_type")?,
         aggregate_id: r.try_get("aggregate_id")?,

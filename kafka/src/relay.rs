@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures::future::try_join_all;
-use onsale_eventlog::{EventLog, LogRow, PgEventLog, ScanKey};
+use onsale_eventlog::{log_row, EventLog, LogRow, PgEventLog, ScanKey};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::Value;
 use sqlx::postgres::PgPool;
@@ -201,17 +201,7 @@ impl Relay {
             .await
             .context("read the gap")?
             .iter()
-            .map(|r| {
-                Ok(LogRow {
-                    aggregate_type: r.try_get("aggregate_type")?,
-                    aggregate_id: r.try_get("aggregate_id")?,
-                    sequence: r.try_get("sequence")?,
-                    event_type: r.try_get("event_type")?,
-                    event_version: r.try_get("event_version")?,
-                    payload: r.try_get("payload")?,
-                    metadata: r.try_get("metadata")?,
-                })
-            })
+            .map(log_row)
             .collect::<Result<Vec<_>, sqlx::Error>>()?;
             let published = self.republish(rows).await?;
             let Some(last) = published.last() else {
