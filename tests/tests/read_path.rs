@@ -716,15 +716,22 @@ async fn the_relay_backfills_a_topic_from_the_events_table_in_debeziums_envelope
         .create()
         .expect("consumer");
     consumer.assign(&whole_topic(&kafka)).expect("assign");
-    let mut seen = Vec::new();
+    // A new slot fills its gap from the table when it starts (every aggregate: the venue too),
+    // and the backfill asked for publishes the show again: the show's events arrive, each at
+    // least once, as reads ("r"), each keyed by its aggregate.
+    let mut seen = std::collections::BTreeSet::new();
     while seen.len() < 2 {
         let m = tokio::time::timeout(Duration::from_secs(20), consumer.recv())
             .await
             .expect("in time")
             .expect("a message");
-        assert_eq!(m.key(), Some(event.as_bytes()), "keyed by show");
         let e: onsale_kafka::Envelope =
             serde_json::from_slice(m.payload().expect("payload")).expect("an envelope");
+        assert_eq!(
+            m.key(),
+            Some(e.after.aggregate_id.as_bytes()),
+            "keyed by its aggregate"
+        );
         assert_eq!(
             (
                 e.op.as_str(),
@@ -733,11 +740,12 @@ async fn the_relay_backfills_a_topic_from_the_events_table_in_debeziums_envelope
             ),
             ("r", "true", "events")
         );
-        seen.push((e.after.sequence, e.after.event_type));
+        if e.after.aggregate_id == event {
+            seen.insert((e.after.sequence, e.after.event_type));
+        }
     }
-    seen.sort();
     assert_eq!(
-        seen,
+        seen.into_iter().collect::<Vec<_>>(),
         [(1, "ShowScheduled".to_owned()), (2, "SeatsHeld".to_owned())]
     );
 
