@@ -1,8 +1,8 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test up down kill-broker start-broker kill-primary start-db drill-failover fmt lint bench bench-holds bench-reads bench-queue
+.PHONY: demo test up down kill-broker start-broker kill-primary start-db drill-failover kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes
 
 demo:
-	./scripts/demo.sh
+	NODES=$(NODES) ./scripts/demo.sh
 
 test:
 	./scripts/test.sh
@@ -10,10 +10,28 @@ test:
 # `make up BROKERS=3`: a three-broker Kafka cluster (replication 3, min.insync.replicas 2).
 # `make up HA=1`: PostgreSQL as three nodes under Patroni (synchronous quorum commit, HAProxy
 # routing to the primary) instead of one.
+# `make up NODES=3`: three `onsale serve` nodes behind HAProxy on :8080 and :50051, each show
+# owned by one node at a time (docs/adr/011), a hot-standby relay and two projection processes.
 BROKERS ?= 1
 HA ?= 0
+NODES ?= 1
 up:
-	BROKERS=$(BROKERS) HA=$(HA) ./scripts/stack.sh up
+	BROKERS=$(BROKERS) HA=$(HA) NODES=$(NODES) ./scripts/stack.sh up
+
+# The operator's drills on `make up NODES=3`: SIGKILL node N (its shows answer from another node
+# within seconds), SIGSTOP it (paused: another node takes its shows; SIGCONT with cont-node and
+# its stale decisions are fenced), start it again.
+kill-node:
+	./scripts/stack.sh kill-node $(N)
+
+stop-node:
+	./scripts/stack.sh stop-node $(N)
+
+cont-node:
+	./scripts/stack.sh cont-node $(N)
+
+start-node:
+	./scripts/stack.sh start-node $(N)
 
 # The operator's drill on `make up`'s cluster: SIGKILL broker N, then bring it back.
 kill-broker:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make demo: start the local stack, run a short on-sale of many simulated fans through the
 # waiting room against the REST API, print what happened and the double-sale check, and always stop the stack.
-# HA=1 runs it on replicated PostgreSQL; further arguments go to the load generator
+# HA=1 runs it on replicated PostgreSQL, NODES=3 on three command nodes behind the router; further arguments go to the load generator
 # (scripts/drill-failover.sh passes the failover drill's).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -11,7 +11,7 @@ trap '"$ROOT/scripts/stack.sh" down' EXIT
 ulimit -n 65536 2>/dev/null || true
 # The sale holds at most this many fans at once (the waiting room's N), fewer than the fans
 # arriving together, so the line does its job; a short tick keeps the demo short.
-ONSALE_ADMISSION_TARGET=${DEMO_ADMISSION_TARGET:-192} ONSALE_ADMISSION_TICK_MS=100 HA=${HA:-0} \
+ONSALE_ADMISSION_TARGET=${DEMO_ADMISSION_TARGET:-192} ONSALE_ADMISSION_TICK_MS=100 HA=${HA:-0} NODES=${NODES:-1} \
   "$ROOT/scripts/stack.sh" up
 (cd "$ROOT" && cargo build --release -q -p onsale-loadgen)
 "$ROOT/target/release/onsale-loadgen" demo --base "http://$LISTEN" \

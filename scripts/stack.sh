@@ -21,7 +21,9 @@
 #   scripts/stack.sh ha-kill-primary DIR     SIGKILL the primary's node (prints which)
 #   scripts/stack.sh ha-leader DIR           the primary's node number
 #   scripts/stack.sh ha-wait DIR primary|replicated [SECS]
-#   scripts/stack.sh up                      everything on the default ports (make up [BROKERS=3] [HA=1])
+#   scripts/stack.sh up                      everything on the default ports (make up [BROKERS=3] [HA=1] [NODES=3])
+#   scripts/stack.sh kill-node|stop-node|cont-node|start-node I   node I of `up NODES=n`
+#   scripts/stack.sh router-up DIR LISTEN GRPC N HTTP_BASE GRPC_BASE   HAProxy over N nodes
 #   scripts/stack.sh kill-broker I           SIGKILL broker I of `up` (make kill-broker N=I)
 #   scripts/stack.sh start-broker I          bring it back (make start-broker N=I)
 #   scripts/stack.sh kill-primary            HA=1: SIGKILL the primary's node (make kill-primary)
@@ -43,6 +45,10 @@ CACHE=${ONSALE_CACHE:-$HOME/.cache/onsale}
 VENV=$CACHE/venv
 # `make up BROKERS=3`: a cluster of three.
 BROKERS=${BROKERS:-1}
+# `make up NODES=3`: three `onsale serve` behind the router on LISTEN/GRPC_LISTEN.
+NODES=${NODES:-1}
+NODE_HTTP_BASE=${ONSALE_NODE_HTTP_BASE:-8180}
+NODE_GRPC_BASE=${ONSALE_NODE_GRPC_BASE:-50150}
 
 ensure_packages() {
   local missing=()
@@ -555,6 +561,100 @@ ha_down() {
   rm -rf "$dir"
 }
 
+# --- Many command nodes behind a router (`make up NODES=3`, docs/adr/011) ---
+# HAProxy (Debian) on the API's ports routes each request to a node by a consistent hash of the
+# show it names: /v1/events/{show}/..., /v1/holds/h_{show}_..., /v1/orders/o_{show}_..., and
+# POST /v1/orders by the holdId in its body. A node whose /healthz stops answering is out
+# within about a second, and its shows' requests go to the next node on the ring (which
+# claims the show once the dead node's registration lapsed, or forwards to its live owner).
+# gRPC (reads only) is spread round robin. Node i: HTTP NODE_HTTP_BASE+i, gRPC NODE_GRPC_BASE+i.
+router_up() {
+  local dir=$1 listen=$2 grpc=$3 n=$4 http_base=$5 grpc_base=$6 i servers="" gservers="" maxconn
+  ensure_ha
+  mkdir -p "$dir"
+  # Two descriptors per proxied connection, within this shell's limit.
+  maxconn=$(( ($(ulimit -n) - 200) / 2 ))
+  [ "$maxconn" -le 50000 ] || maxconn=50000
+  for i in $(seq 1 "$n"); do
+    servers="$servers  server node$i 127.0.0.1:$((http_base + i)) check"$'\n'
+    gservers="$gservers  server node$i 127.0.0.1:$((grpc_base + i)) check"$'\n'
+  done
+  # The router's own errors (no node up, a node died mid-request) are the API's: problem+json,
+  # 503 with Retry-After.
+  local code
+  for code in 502 503 504; do
+    printf 'HTTP/1.0 %s Service Unavailable\r\nCache-Control: no-cache\r\nConnection: close\r\nContent-Type: application/problem+json\r\nRetry-After: 1\r\n\r\n{"type":"https://onsale.dev/problems/unavailable","title":"Service Unavailable","status":503,"code":"UNAVAILABLE","detail":"no node can answer this request right now; retry shortly"}\n' 503 >"$dir/$code.http"
+  done
+  cat >"$dir/router.cfg" <<CFG
+global
+  maxconn $maxconn
+defaults
+  timeout connect 2s
+  timeout client 1h
+  timeout server 1h
+  timeout check 1s
+  timeout http-request 10s
+  errorfile 502 $dir/502.http
+  errorfile 503 $dir/503.http
+  errorfile 504 $dir/504.http
+frontend api
+  mode http
+  bind $listen
+  option http-buffer-request
+  http-request set-var(txn.show) path,field(4,/) if { path_beg /v1/events/ }
+  http-request set-var(txn.show) path,field(4,/),field(2,_) if { path_beg /v1/holds/ } || { path_beg /v1/orders/ }
+  http-request set-var(txn.show) req.body,json_query('\$.holdId'),field(2,_) if { method POST } { path /v1/orders }
+  http-request set-var(txn.show) path unless { var(txn.show) -m found }
+  default_backend nodes
+backend nodes
+  mode http
+  balance hash var(txn.show)
+  hash-type consistent
+  # A node that refuses the connection (it just died) is retried on the next one.
+  retries 2
+  option redispatch 1
+  option httpchk GET /healthz
+  default-server inter 500ms fall 2 rise 2 on-marked-down shutdown-sessions
+$servers
+frontend grpc
+  mode tcp
+  bind $grpc
+  default_backend grpc_nodes
+backend grpc_nodes
+  mode tcp
+  balance roundrobin
+  default-server inter 500ms fall 2 rise 2 on-marked-down shutdown-sessions
+$gservers
+CFG
+  haproxy -c -q -f "$dir/router.cfg" || { echo "the router's configuration is invalid: $dir/router.cfg" >&2; return 1; }
+  nohup haproxy -f "$dir/router.cfg" -db >"$dir/router.log" 2>&1 &
+  echo $! >"$dir/router.pid"
+  echo "router on $listen (REST, SSE) and $grpc (gRPC) over $n nodes"
+}
+
+router_down() {
+  local dir=$1
+  if [ -f "$dir/router.pid" ]; then kill "$(cat "$dir/router.pid")" 2>/dev/null || true; rm -f "$dir/router.pid"; fi
+}
+
+node_http() { echo "127.0.0.1:$((NODE_HTTP_BASE + $1))"; }
+node_grpc() { echo "127.0.0.1:$((NODE_GRPC_BASE + $1))"; }
+
+# Starts node I of `up NODES=n` (an `onsale serve` on its own ports).
+node_start() {
+  local i=$1
+  LISTEN=$(node_http "$i") GRPC_LISTEN=$(node_grpc "$i") \
+    ONSALE_PROCESSOR_URL="http://$PROCESSOR_LISTEN" start_onsale "node$i" serve
+}
+
+node_signal() {
+  local sig=$1 i=$2 f=$STACK_DIR/node$2.pid
+  [ -f "$f" ] || { echo "node $i is not running" >&2; return 1; }
+  kill "-$sig" "$(cat "$f")"
+  case $sig in KILL|TERM) rm -f "$f" ;; esac
+  echo "node $i: SIG$sig"
+}
+
 # The bootstrap list of `up`'s brokers.
 brokers_list() {
   local i list=""
@@ -589,9 +689,21 @@ up() {
   PROCESSOR_LISTEN=$PROCESSOR_LISTEN PROCESSOR_WEBHOOK_URL="http://$LISTEN/v1/webhooks/processor" \
     nohup "$ROOT/target/release/onsale-processor-sim" >"$STACK_DIR/processor.log" 2>&1 &
   echo $! >"$STACK_DIR/processor.pid"
-  ONSALE_PROCESSOR_URL="http://$PROCESSOR_LISTEN" start_onsale onsale serve
-  start_onsale relay relay --metrics-listen 127.0.0.1:9101
-  start_onsale project project --metrics-listen 127.0.0.1:9102
+  if [ "$NODES" -gt 1 ]; then
+    local i
+    for i in $(seq 1 "$NODES"); do node_start "$i"; done
+    router_up "$STACK_DIR" "$LISTEN" "$GRPC_LISTEN" "$NODES" "$NODE_HTTP_BASE" "$NODE_GRPC_BASE"
+    # A hot standby of the relay (one publishes), and two projection processes sharing the
+    # partitions.
+    start_onsale relay relay --metrics-listen 127.0.0.1:9101
+    start_onsale relay2 relay --metrics-listen 127.0.0.1:9111
+    start_onsale project project --metrics-listen 127.0.0.1:9102
+    start_onsale project2 project --metrics-listen 127.0.0.1:9112
+  else
+    ONSALE_PROCESSOR_URL="http://$PROCESSOR_LISTEN" start_onsale onsale serve
+    start_onsale relay relay --metrics-listen 127.0.0.1:9101
+    start_onsale project project --metrics-listen 127.0.0.1:9102
+  fi
   for _ in $(seq 1 120); do
     if curl -fsS "http://$LISTEN/readyz" >/dev/null 2>&1; then
       echo "onsale ready: REST and SSE on http://$LISTEN, gRPC and gRPC-web on $GRPC_LISTEN, Kafka on $(brokers_list), card processor on http://$PROCESSOR_LISTEN"
@@ -605,8 +717,14 @@ up() {
 }
 
 down() {
-  for p in onsale relay project processor; do
-    if [ -f "$STACK_DIR/$p.pid" ]; then kill "$(cat "$STACK_DIR/$p.pid")" 2>/dev/null || true; fi
+  local f
+  router_down "$STACK_DIR"
+  for f in "$STACK_DIR"/*.pid; do
+    [ -f "$f" ] || continue
+    case $(basename "$f") in onsale.pid|relay*.pid|project*.pid|processor.pid|node*.pid)
+      kill -CONT "$(cat "$f")" 2>/dev/null || true
+      kill "$(cat "$f")" 2>/dev/null || true ;;
+    esac
   done
   sleep 0.5
   broker_down "$STACK_DIR"
@@ -642,6 +760,12 @@ case "${1:-}" in
   up) up ;;
   kill-broker) broker_kill "$STACK_DIR" "${2:?which broker}" ;;
   kill-primary) ha_kill_primary "$STACK_DIR/ha" ;;
+  kill-node) node_signal KILL "${2:?which node}" ;;
+  stop-node) node_signal STOP "${2:?which node}" ;;
+  cont-node) node_signal CONT "${2:?which node}" ;;
+  start-node) node_start "${2:?which node}" ;;
+  router-up) router_up "$2" "$3" "$4" "$5" "$6" "$7" ;;
+  router-down) router_down "$2" ;;
   start-db) ha_start "$STACK_DIR/ha" "${2:?which node}" && ha_wait "$STACK_DIR/ha" replicated 90 ;;
   start-broker) broker_start "$STACK_DIR" "${2:?which broker}" ;;
   down) down ;;

@@ -1,11 +1,18 @@
 //! The command side of onsale: per-show owners ([`owner`]) that decide with the domain crate
 //! and commit to the event log with group commit, behind the REST command API ([`api`]).
 //!
-//! It does not read read models, and it does not wire itself: `onsale-server` builds it. What
-//! it still answers from a show's committed in-memory state is what a command needs next: a
-//! hold (`GET /v1/holds/{id}`) and the event page.
+//! With many nodes ([`cluster`]) each show is decided by the node that claimed it, under an
+//! epoch every append carries; a command reaching another node is forwarded to the owner.
+//!
+//! It does not read read models, and it does not wire itself: `onsale-server` builds it. Its
+//! reads (the event page, a show's schedule) come from the log's first event ([`catalog`]),
+//! never from an owner.
 
 pub mod api;
+pub mod catalog;
+pub mod cluster;
 pub mod owner;
 
+pub use catalog::Catalog;
+pub use cluster::{ClusterConfig, Found, ShowQuery};
 pub use owner::{Answer, CommandError, OwnerConfig, Shows};

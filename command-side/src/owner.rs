@@ -12,9 +12,9 @@
 //! committed) and the callers get `Unavailable`: nothing is acknowledged that was not
 //! committed.
 
-use std::any::Any;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use cqrs_es::event_sink::EventSink;
@@ -25,7 +25,10 @@ use onsale_domain::{
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
-use onsale_eventlog::{EventLog, StoreError};
+use onsale_eventlog::{Claim, EventLog, Node, StoreError};
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::{ClusterConfig, Forwarded, Found, Returned, ShowQuery};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -73,6 +76,8 @@ pub struct OwnerConfig {
     /// Commands waiting for one show beyond this are answered 503 OVERLOADED instead of queued.
     #[arg(id = "max_queue", long = "max-queue", env = "ONSALE_MAX_QUEUE", default_value_t = 20_000, value_parser = at_least_one)]
     pub max_queue: usize,
+    #[command(flatten)]
+    pub cluster: ClusterConfig,
 }
 
 fn secs(s: &str) -> Result<Duration, std::num::ParseIntError> {
@@ -90,8 +95,9 @@ fn at_least_one(s: &str) -> Result<usize, String> {
     }
 }
 
-/// Why a command got no answer from the domain.
-#[derive(Debug, Clone, thiserror::Error)]
+/// Why a command got no answer from the domain. Serializable: a command forwarded to the node
+/// owning its show comes back with it.
+#[derive(Debug, Clone, thiserror::Error, Serialize, Deserialize)]
 pub enum CommandError {
     #[error(transparent)]
     Domain(#[from] ShowError),
@@ -106,30 +112,26 @@ pub enum CommandError {
 }
 
 /// What a command answers with, computed from the committed state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Answer {
     Done,
     Hold(HoldView),
     Order(OrderView),
 }
 
-/// A query's result on its way out of the owner, typed again by [`Shows::query`].
-type Value = Box<dyn Any + Send>;
-
-/// A query runs against the live state and is answered once everything decided before it has
-/// committed; it may run again if that state is reloaded.
-type Read = Arc<dyn Fn(&Show) -> Result<Value, CommandError> + Send + Sync>;
-
 /// What a job is answered with.
 enum Reply {
     Answer(Answer),
-    Value(Value),
+    Found(Found),
 }
 
+#[derive(Clone)]
 enum Work {
     Command(ShowCommand),
-    Read(Read),
+    Ask(ShowQuery),
     Sweep,
+    /// Claim and load the show (a dead node's show: its sweeper must run), answered `Done`.
+    Wake,
 }
 
 struct Job {
@@ -137,7 +139,19 @@ struct Job {
     reply: Option<oneshot::Sender<Result<Reply, CommandError>>>,
     /// How many times the job was decided again after a version conflict.
     attempts: u32,
+    /// Forwarded by another node: never forwarded again.
+    forwarded: bool,
 }
+
+/// A show's owner task in this process.
+#[derive(Debug)]
+struct Handle {
+    tx: mpsc::Sender<Job>,
+    started: Instant,
+    id: u64,
+}
+
+static OWNER_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The registry of show owners in this process.
 #[derive(Clone, Debug)]
@@ -154,9 +168,15 @@ struct Inner {
     /// Every owner and every append and snapshot they start: the server waits for them.
     tasks: TaskTracker,
     config: OwnerConfig,
-    owners: Mutex<HashMap<ShowId, mpsc::Sender<Job>>>,
-    /// Whether a show has a waiting room: fixed when it is scheduled, so cached for good.
-    waiting_rooms: Mutex<HashMap<ShowId, bool>>,
+    owners: Mutex<HashMap<ShowId, Handle>>,
+    /// This process as the other nodes know it (a fresh id per process).
+    node: RwLock<Node>,
+    /// Shows another live node owns, as last seen, and since when: their commands are
+    /// forwarded there without asking the database each time.
+    elsewhere: Mutex<HashMap<ShowId, (Node, Instant)>>,
+    client: reqwest::Client,
+    /// Owner tasks still running: the node leaves (frees its shows) once they are done.
+    running: AtomicUsize,
 }
 
 impl Shows {
@@ -167,17 +187,106 @@ impl Shows {
         shutdown: CancellationToken,
         tasks: TaskTracker,
     ) -> Self {
-        Self {
+        let addr = config.cluster.advertise_addr.clone().unwrap_or_default();
+        let shows = Self {
             inner: Arc::new(Inner {
                 log,
                 clock,
                 shutdown,
-                tasks,
+                tasks: tasks.clone(),
+                node: RwLock::new(Node {
+                    id: uuid::Uuid::new_v4(),
+                    addr,
+                }),
+                elsewhere: Mutex::new(HashMap::new()),
+                client: reqwest::Client::builder()
+                    .timeout(config.commit_timeout + Duration::from_secs(1))
+                    .build()
+                    .unwrap_or_default(),
                 config,
                 owners: Mutex::new(HashMap::new()),
-                waiting_rooms: Mutex::new(HashMap::new()),
+                running: AtomicUsize::new(0),
             }),
+        };
+        tasks.spawn(shows.clone().keep_alive());
+        shows
+    }
+
+    pub fn cluster(&self) -> &ClusterConfig {
+        &self.inner.config.cluster
+    }
+
+    /// This node: its id and where the other nodes reach it.
+    pub fn node(&self) -> Node {
+        self.inner
+            .node
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Where other nodes reach this one (set once the API listens), unless configured.
+    pub fn advertise(&self, addr: &str) {
+        let mut node = self.inner.node.write().unwrap_or_else(|p| p.into_inner());
+        if node.addr.is_empty() {
+            node.addr = addr.to_owned();
         }
+    }
+
+    /// Keeps this node registered while it runs; retires owners of shows another node claimed
+    /// meanwhile (this one was presumed dead: paused, cut off); claims shows whose node died so
+    /// their lapsed holds are swept; and frees this node's shows when it stops.
+    async fn keep_alive(self) {
+        let ttl = self.inner.config.cluster.node_ttl;
+        let mut beat = tokio::time::interval(ttl / 5);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let shutdown = self.inner.shutdown.clone();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = beat.tick() => {}
+            }
+            let started = Instant::now();
+            match self.log().heartbeat(&self.node(), ttl).await {
+                Ok(owned) => self.retire_lost(&owned.into_iter().collect(), started),
+                Err(e) => {
+                    warn!(error = %e, "node heartbeat failed");
+                    continue;
+                }
+            }
+            match self.log().orphans(50).await {
+                Ok(orphans) => {
+                    for show in orphans {
+                        let shows = self.clone();
+                        self.inner.tasks.spawn(async move {
+                            let _ = shows.submit(show, Work::Wake, false).await;
+                        });
+                    }
+                }
+                Err(e) => warn!(error = %e, "orphaned shows not read"),
+            }
+        }
+        // Owners commit and answer what they took; then the shows are free for other nodes.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.inner.running.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if let Err(e) = self.log().leave(&self.node()).await {
+            warn!(error = %e, "node did not leave cleanly; its shows free up when its registration lapses");
+        }
+    }
+
+    /// Owners started before `since` whose show this node no longer owns stop taking work:
+    /// what reaches them from now on is routed anew (their appends would be fenced anyway).
+    fn retire_lost(&self, owned: &HashSet<ShowId>, since: Instant) {
+        let mut owners = self.lock();
+        owners.retain(|show, h| {
+            let keep = owned.contains(show) || h.started >= since || h.tx.is_closed();
+            if !keep {
+                warn!(%show, "another node claimed this show; its owner here retires");
+            }
+            keep
+        });
     }
 
     pub fn log(&self) -> &Arc<dyn EventLog> {
@@ -188,73 +297,154 @@ impl Shows {
         &self.inner.clock
     }
 
-    /// Runs a command on its show and answers once its events are committed.
+    /// Runs a command on its show and answers once its events are committed (on the node
+    /// that owns the show: forwarded there when it is another).
     pub async fn execute(
         &self,
         show: ShowId,
         command: ShowCommand,
     ) -> Result<Answer, CommandError> {
-        match self.submit(show, Work::Command(command)).await? {
+        match self.submit(show, Work::Command(command), false).await? {
             Reply::Answer(a) => Ok(a),
-            Reply::Value(_) => Err(CommandError::Internal("a command answered a query".into())),
+            Reply::Found(_) => Err(CommandError::Internal("a command answered a query".into())),
         }
     }
 
-    /// Whether the show has a waiting room (read through its owner once, then from memory).
-    pub async fn waiting_room(&self, show: ShowId) -> Result<bool, CommandError> {
-        if let Some(&w) = self
-            .inner
-            .waiting_rooms
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&show)
-        {
-            return Ok(w);
-        }
-        let w = self
-            .query(show, |s| {
-                s.info()
-                    .map(|i| i.waiting_room)
-                    .ok_or(ShowError::ShowNotFound)
-            })
-            .await?;
-        self.inner
-            .waiting_rooms
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(show, w);
-        Ok(w)
-    }
-
-    /// Asks the committed state of a show, through its owner, with the domain's own rules:
-    /// `f` runs once everything decided before it is committed (and again if the show is
-    /// reloaded meanwhile).
-    pub async fn query<T, F>(&self, show: ShowId, f: F) -> Result<T, CommandError>
-    where
-        T: Send + 'static,
-        F: Fn(&Show) -> Result<T, ShowError> + Send + Sync + 'static,
-    {
-        let read: Read = Arc::new(move |s| Ok(Box::new(f(s)?) as Value));
-        match self.submit(show, Work::Read(read)).await? {
-            Reply::Value(v) => v
-                .downcast::<T>()
-                .map(|v| *v)
-                .map_err(|_| CommandError::Internal("a query answered another type".into())),
+    /// Asks the committed state of a show with the domain's own rules, once everything decided
+    /// before it is committed. For what a command needs next (the payment jobs); the API's
+    /// reads never come here.
+    pub async fn ask(&self, show: ShowId, query: ShowQuery) -> Result<Found, CommandError> {
+        match self.submit(show, Work::Ask(query), false).await? {
+            Reply::Found(f) => Ok(f),
             Reply::Answer(_) => Err(CommandError::Internal("a query answered a command".into())),
         }
     }
 
-    async fn submit(&self, show: ShowId, work: Work) -> Result<Reply, CommandError> {
+    /// Work another node forwarded here: decided here, or refused (503) if this node does not
+    /// own the show either.
+    pub(crate) async fn run_forwarded(
+        &self,
+        show: ShowId,
+        work: Forwarded,
+    ) -> Result<Returned, CommandError> {
+        let work = match work {
+            Forwarded::Command(c) => Work::Command(c),
+            Forwarded::Ask(q) => Work::Ask(q),
+        };
+        Ok(match self.submit(show, work, true).await? {
+            Reply::Answer(a) => Returned::Answer(a),
+            Reply::Found(f) => Returned::Found(f),
+        })
+    }
+
+    fn remote_owner(&self, show: ShowId) -> Option<Node> {
+        let mut elsewhere = self
+            .inner
+            .elsewhere
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match elsewhere.get(&show) {
+            Some((node, at)) if at.elapsed() < Duration::from_secs(1) => Some(node.clone()),
+            Some(_) => {
+                elsewhere.remove(&show);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn owned_elsewhere(&self, show: ShowId, node: Option<Node>) {
+        let mut elsewhere = self
+            .inner
+            .elsewhere
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match node {
+            Some(n) => elsewhere.insert(show, (n, Instant::now())),
+            None => elsewhere.remove(&show),
+        };
+    }
+
+    /// Sends work to the node that owns its show and answers what that node answered.
+    async fn forward(&self, show: ShowId, to: &Node, work: Work) -> Result<Reply, CommandError> {
+        let body = match work {
+            Work::Command(c) => Forwarded::Command(c),
+            Work::Ask(q) => Forwarded::Ask(q),
+            // The owner sweeps and is awake already.
+            Work::Sweep | Work::Wake => return Ok(Reply::Answer(Answer::Done)),
+        };
+        metrics::counter!(onsale_telemetry::metrics::COMMANDS_FORWARDED_TOTAL).increment(1);
+        let url = format!(
+            "http://{}{}",
+            to.addr,
+            crate::cluster::WORK_PATH.replace("{id}", &show.to_string())
+        );
+        let sent = self
+            .inner
+            .client
+            .post(&url)
+            .header(
+                crate::cluster::SECRET_HEADER,
+                secrecy::ExposeSecret::expose_secret(&self.cluster().node_secret),
+            )
+            .json(&body)
+            .send()
+            .await;
+        let returned = match sent {
+            Ok(r) if r.status().is_success() => r
+                .json::<Result<Returned, CommandError>>()
+                .await
+                .map_err(|e| {
+                    warn!(%show, node = %to.addr, error = %e, "forwarded answer unreadable");
+                    CommandError::Unavailable
+                })?,
+            Ok(r) => {
+                warn!(%show, node = %to.addr, status = %r.status(), "forward refused");
+                self.owned_elsewhere(show, None);
+                return Err(CommandError::Unavailable);
+            }
+            Err(e) => {
+                // The owner is unreachable (it died; its registration lapses within the TTL,
+                // then a node claims the show): the caller retries.
+                warn!(%show, node = %to.addr, error = %e, "owner unreachable");
+                self.owned_elsewhere(show, None);
+                return Err(CommandError::Unavailable);
+            }
+        };
+        match returned {
+            Ok(Returned::Answer(a)) => Ok(Reply::Answer(a)),
+            Ok(Returned::Found(f)) => Ok(Reply::Found(f)),
+            Err(e) => {
+                if matches!(e, CommandError::Unavailable) {
+                    self.owned_elsewhere(show, None);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn submit(
+        &self,
+        show: ShowId,
+        work: Work,
+        forwarded: bool,
+    ) -> Result<Reply, CommandError> {
         if self.inner.shutdown.is_cancelled() {
             // Shutting down: nothing new is taken (503 with Retry-After; another node or this
             // one once restarted answers the retry).
             return Err(CommandError::ShuttingDown);
+        }
+        if !forwarded {
+            if let Some(node) = self.remote_owner(show) {
+                return self.forward(show, &node, work).await;
+            }
         }
         let (tx, rx) = oneshot::channel();
         let mut job = Job {
             work,
             reply: Some(tx),
             attempts: 0,
+            forwarded,
         };
         for _ in 0..2 {
             let sender = self.owner(show);
@@ -277,9 +467,14 @@ impl Shows {
                     return Err(CommandError::Overloaded);
                 }
                 Err(mpsc::error::TrySendError::Closed(back)) => {
-                    // The owner retired (an unknown show); start a fresh one.
+                    // The owner retired (an unknown show, or the show moved); route anew.
                     job = back;
-                    self.lock().remove(&show);
+                    let _ = self.lock().remove(&show);
+                    if !forwarded {
+                        if let Some(node) = self.remote_owner(show) {
+                            return self.forward(show, &node, job.work).await;
+                        }
+                    }
                 }
             }
         }
@@ -288,22 +483,66 @@ impl Shows {
         ))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ShowId, mpsc::Sender<Job>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ShowId, Handle>> {
         self.inner.owners.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn owner(&self, show: ShowId) -> mpsc::Sender<Job> {
         let mut owners = self.lock();
-        if let Some(tx) = owners.get(&show).filter(|tx| !tx.is_closed()) {
-            return tx.clone();
+        if let Some(h) = owners.get(&show).filter(|h| !h.tx.is_closed()) {
+            return h.tx.clone();
         }
         let (tx, rx) = mpsc::channel(self.inner.config.max_queue);
-        owners.insert(show, tx.clone());
-        self.inner
-            .tasks
-            .spawn(Owner::new(show, self.clone()).run(rx));
+        let id = OWNER_IDS.fetch_add(1, Ordering::Relaxed);
+        owners.insert(
+            show,
+            Handle {
+                tx: tx.clone(),
+                started: Instant::now(),
+                id,
+            },
+        );
+        self.inner.running.fetch_add(1, Ordering::SeqCst);
+        let owner = Owner::new(show, id, self.clone());
+        let running = self.clone();
+        self.inner.tasks.spawn(async move {
+            owner.run(rx).await;
+            running.inner.running.fetch_sub(1, Ordering::SeqCst);
+        });
         tx
     }
+
+    /// Removes this show's entry if it is still owner `id`'s.
+    fn forget(&self, show: ShowId, id: u64) {
+        let mut owners = self.lock();
+        if owners.get(&show).is_some_and(|h| h.id == id) {
+            owners.remove(&show);
+        }
+    }
+}
+
+/// Routes a job anew that reached an owner which no longer owns its show (it was fenced, or
+/// found the show claimed by another node) and answers its caller with what the show's owner
+/// answers. A job another node forwarded here is refused instead (503): that node's caller
+/// retries, and nothing is forwarded twice.
+fn reroute(shows: &Shows, show: ShowId, job: Job) {
+    let Job {
+        work,
+        reply,
+        forwarded,
+        ..
+    } = job;
+    let Some(reply) = reply else {
+        return;
+    };
+    if forwarded {
+        let _ = reply.send(Err(CommandError::Unavailable));
+        return;
+    }
+    let task = shows.clone();
+    shows.inner.tasks.spawn(async move {
+        let _ = reply.send(task.submit(show, work, false).await);
+    });
 }
 
 struct Loaded {
@@ -337,7 +576,14 @@ struct InFlight {
 
 struct Owner {
     show_id: ShowId,
+    /// Which of this process's owners of the show this is (its entry in the registry).
+    id: u64,
     shows: Shows,
+    /// The epoch the show was claimed with: every append carries it (the fence).
+    epoch: Option<i64>,
+    /// The show is not (or no longer) this node's: what reaches this owner is routed anew.
+    moved: bool,
+    adrift: Vec<Job>,
     state: Option<Loaded>,
     services: ShowServices,
     open: Batch,
@@ -352,14 +598,18 @@ struct Owner {
 }
 
 impl Owner {
-    fn new(show_id: ShowId, shows: Shows) -> Self {
+    fn new(show_id: ShowId, id: u64, shows: Shows) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let services = ShowServices {
             clock: shows.inner.clock.clone(),
         };
         Self {
             show_id,
+            id,
             shows,
+            epoch: None,
+            moved: false,
+            adrift: Vec::new(),
             state: None,
             services,
             open: Batch::default(),
@@ -379,6 +629,9 @@ impl Owner {
         let (mut retiring, mut closed, mut stopping) = (false, false, false);
         let shutdown = self.shows.inner.shutdown.clone();
         loop {
+            if self.moved && self.in_flight.is_none() {
+                return self.hand_over(rx);
+            }
             if self.broken && self.in_flight.is_none() {
                 self.recover().await;
             }
@@ -398,8 +651,15 @@ impl Owner {
                     // around, after answering what is already queued. (Once: a later command
                     // for this id starts a fresh owner, whose entry must stay.)
                     retiring = true;
-                    self.shows.lock().remove(&self.show_id);
+                    self.shows.forget(self.show_id, self.id);
                     rx.close();
+                    if let Some(epoch) = self.epoch {
+                        // Nothing to own: the claim goes, so random ids leave no rows behind.
+                        let (log, show) = (self.shows.log().clone(), self.show_id);
+                        self.shows.inner.tasks.spawn(async move {
+                            let _ = log.release(show, epoch).await;
+                        });
+                    }
                 }
             }
             let accepting = !closed
@@ -423,7 +683,7 @@ impl Owner {
                     None => closed = true,
                 },
                 _ = sweep.tick(), if accepting && self.state.is_some() => {
-                    self.take(Job { work: Work::Sweep, reply: None, attempts: 0 }).await;
+                    self.take(Job { work: Work::Sweep, reply: None, attempts: 0, forwarded: false }).await;
                 }
                 _ = shutdown.cancelled(), if !stopping => {
                     // What is queued is still taken, committed and answered; then `closed`.
@@ -432,6 +692,28 @@ impl Owner {
                 }
                 else => tokio::task::yield_now().await,
             }
+        }
+    }
+
+    /// This node does not own the show (any more): leave the registry, and route every job
+    /// not answered yet (decided here on a state that is not the show's any more, or queued)
+    /// to the show's owner.
+    fn hand_over(mut self, mut rx: mpsc::Receiver<Job>) {
+        self.shows.forget(self.show_id, self.id);
+        rx.close();
+        let mut jobs = std::mem::take(&mut self.adrift);
+        jobs.append(&mut self.redo);
+        jobs.extend(
+            std::mem::take(&mut self.open)
+                .decided
+                .into_iter()
+                .map(|d| d.job),
+        );
+        while let Ok(job) = rx.try_recv() {
+            jobs.push(job);
+        }
+        for job in jobs {
+            reroute(&self.shows, self.show_id, job);
         }
     }
 
@@ -445,9 +727,26 @@ impl Owner {
         }
     }
 
-    async fn ensure_loaded(&mut self) -> Result<(), CommandError> {
+    /// Claims the show if this owner has not yet, then loads it if it is not in memory.
+    /// `Ok(false)`: another live node owns the show.
+    async fn ensure_loaded(&mut self) -> Result<bool, CommandError> {
         if self.state.is_some() {
-            return Ok(());
+            return Ok(true);
+        }
+        if self.epoch.is_none() {
+            let (node, ttl) = (self.shows.node(), self.shows.cluster().node_ttl);
+            match self.shows.log().claim(self.show_id, &node, ttl).await {
+                Ok(Claim::Owned { epoch }) => {
+                    metrics::counter!(onsale_telemetry::metrics::SHOWS_CLAIMED_TOTAL).increment(1);
+                    self.epoch = Some(epoch);
+                }
+                Ok(Claim::Elsewhere(other)) => {
+                    self.shows.owned_elsewhere(self.show_id, Some(other));
+                    self.moved = true;
+                    return Ok(false);
+                }
+                Err(e) => return Err(store_error(e)),
+            }
         }
         let started = Instant::now();
         let loaded = self
@@ -464,7 +763,7 @@ impl Owner {
             snapshot_version: loaded.snapshot_version,
             snapshot_at: None,
         });
-        Ok(())
+        Ok(true)
     }
 
     /// Decides one job against the live state. A refusal writes nothing and is answered at
@@ -472,15 +771,28 @@ impl Owner {
     /// caller tries again, and no seat is ever sold on it). Everything else joins the open
     /// batch and is answered when that batch commits.
     async fn take(&mut self, job: Job) {
-        if let Err(e) = self.ensure_loaded().await {
-            return reply(job, Err(e));
+        if self.moved {
+            return self.adrift.push(job);
+        }
+        match self.ensure_loaded().await {
+            Ok(true) => {}
+            Ok(false) => return self.adrift.push(job),
+            Err(e) => return reply(job, Err(e)),
         }
         let Some(state) = self.state.as_mut() else {
             return reply(job, Err(CommandError::Unavailable));
         };
         let command = match &job.work {
-            Work::Read(read) => {
-                let answer = read(&state.show).map(Reply::Value);
+            Work::Ask(query) => {
+                let answer = query
+                    .ask(&state.show)
+                    .map(Reply::Found)
+                    .map_err(CommandError::Domain);
+                self.open.decided.push(Decided { job, answer });
+                return;
+            }
+            Work::Wake => {
+                let answer = Ok(Reply::Answer(Answer::Done));
                 self.open.decided.push(Decided { job, answer });
                 return;
             }
@@ -518,7 +830,7 @@ impl Owner {
         if self.broken || self.in_flight.is_some() || self.open.events.is_empty() {
             return;
         }
-        let Some(state) = self.state.as_ref() else {
+        let (Some(state), Some(epoch)) = (self.state.as_ref(), self.epoch) else {
             return;
         };
         let Batch { events, decided } = std::mem::take(&mut self.open);
@@ -527,7 +839,7 @@ impl Owner {
         let (log, done) = (self.shows.log().clone(), self.done_tx.clone());
         let (show, at) = (self.show_id, self.services.clock.now());
         self.shows.inner.tasks.spawn(async move {
-            let _ = done.send(log.append(show, after, at, &events).await);
+            let _ = done.send(log.append(show, epoch, after, at, &events).await);
         });
         self.in_flight = Some(InFlight {
             decided,
@@ -542,6 +854,15 @@ impl Owner {
         let Some(batch) = self.in_flight.take() else {
             return;
         };
+        if let Err(StoreError::Fenced) = result {
+            // Another node claimed the show while this one was presumed dead: nothing of the
+            // batch was written; it (and all after it) is decided again by the show's owner.
+            metrics::counter!(onsale_telemetry::metrics::APPENDS_FENCED_TOTAL).increment(1);
+            warn!(show = %self.show_id, "append fenced: another node owns this show now");
+            self.moved = true;
+            self.adrift.extend(batch.decided.into_iter().map(|d| d.job));
+            return;
+        }
         if let Err(e) = result {
             self.broken = true;
             return self.failed(batch.decided, e);
@@ -701,7 +1022,9 @@ fn answer(show: &Show, command: &ShowCommand) -> Answer {
 
 fn store_error(e: StoreError) -> CommandError {
     match e {
-        StoreError::Unavailable(_) | StoreError::Conflict => CommandError::Unavailable,
+        StoreError::Unavailable(_) | StoreError::Conflict | StoreError::Fenced => {
+            CommandError::Unavailable
+        }
         StoreError::Corrupt(m) => CommandError::Internal(m),
     }
 }

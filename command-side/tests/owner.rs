@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use onsale_command::{Answer, CommandError, OwnerConfig, Shows};
+use onsale_command::{Answer, ClusterConfig, CommandError, OwnerConfig, Shows};
 use onsale_domain::{
     AccountId, HoldId, Idempotency, IdempotencyKey, RowLayout, SectionLayout, ShowCommand,
     ShowError, ShowId, ShowInfo, SystemClock, VenueId, VenueLayout,
@@ -31,6 +31,11 @@ fn config() -> OwnerConfig {
         max_conflict_retries: 5,
         max_queue: 1_000,
         commit_timeout: Duration::from_secs(5),
+        cluster: ClusterConfig {
+            node_ttl: Duration::from_secs(5),
+            node_secret: "test-node-secret".into(),
+            advertise_addr: None,
+        },
     }
 }
 
@@ -159,24 +164,41 @@ async fn commands_taken_while_an_append_is_in_flight_commit_together() {
 }
 
 #[tokio::test]
-async fn a_stale_owner_reloads_after_a_conflict_and_decides_again() {
+async fn an_owner_whose_show_another_node_claimed_is_fenced_and_writes_nothing() {
     let log = MemoryEventLog::default();
     let (a, b) = (process(&log), process(&log));
     let show = on_sale(&a.shows).await;
     held(a.shows.execute(show, hold(show, "ann", 1, None)).await);
-    // Another process appends behind a's back: a's next append is at a stale version.
+    // While a lives, b does not take the show (it would forward to a; this test has no HTTP).
+    assert!(matches!(
+        b.shows.execute(show, hold(show, "bob", 2, None)).await,
+        Err(CommandError::Unavailable)
+    ));
+    // a is presumed dead (paused past its TTL): b claims the show and decides on it.
+    log.presume_dead(a.shows.node().id);
     held(b.shows.execute(show, hold(show, "bob", 2, None)).await);
-    held(a.shows.execute(show, hold(show, "cat", 3, None)).await);
-    match a.shows.execute(show, hold(show, "dan", 2, None)).await {
+    // a wakes with its stale state: what it decides is fenced, never written; its caller is
+    // not acknowledged (the show's owner answers the retry).
+    assert!(matches!(
+        a.shows.execute(show, hold(show, "cat", 2, None)).await,
+        Err(CommandError::Unavailable)
+    ));
+    match b.shows.execute(show, hold(show, "dan", 2, None)).await {
         Err(CommandError::Domain(ShowError::SeatUnavailable { .. })) => {}
-        other => panic!("a must see bob's hold after its reload, got {other:?}"),
+        other => panic!("seat 2 is bob's, got {other:?}"),
     }
+    held(b.shows.execute(show, hold(show, "dan", 3, None)).await);
     let replayed = log.replay(show).await.expect("replay").show;
+    let accounts: Vec<String> = replayed
+        .holds()
+        .map(|(_, h)| h.account.to_string())
+        .collect();
     assert_eq!(
-        replayed.holds().count(),
+        accounts.len(),
         3,
-        "ann, bob and cat; nothing twice"
+        "ann, bob and dan; cat's fenced decision nowhere: {accounts:?}"
     );
+    assert!(!accounts.iter().any(|a| a == "cat"));
 }
 
 #[tokio::test]

@@ -1,12 +1,15 @@
 //! The one error type of the domain. Each variant is a user-facing outcome with a stable code.
 
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 
 use crate::ids::OrderId;
 
 pub type Result<T, E = ShowError> = std::result::Result<T, E>;
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize)]
+/// Serializable both ways: a command forwarded to the node owning its show comes back with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum ShowError {
     #[error("the show does not exist")]
     ShowNotFound,
@@ -35,14 +38,14 @@ pub enum ShowError {
     #[error("no such order")]
     OrderNotFound,
     #[error("an order that is {0} cannot be cancelled")]
-    NotCancellable(&'static str),
+    NotCancellable(Cow<'static, str>),
     #[error("this idempotency key was used with a different request")]
     IdempotencyKeyReused,
     #[error("{entity} cannot go from {from} by {by}")]
     InvalidTransition {
-        entity: &'static str,
-        from: &'static str,
-        by: &'static str,
+        entity: Cow<'static, str>,
+        from: Cow<'static, str>,
+        by: Cow<'static, str>,
     },
 }
 

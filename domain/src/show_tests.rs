@@ -718,7 +718,7 @@ fn only_the_buyer_or_an_admin_cancels_and_only_a_paid_order() {
             placed(1, 1, "ann", &["A-1-1"], 12_000),
         ])
         .when(cancel_cmd("ann", false))
-        .then_expect_error(ShowError::NotCancellable("PENDING_PAYMENT"));
+        .then_expect_error(ShowError::NotCancellable("PENDING_PAYMENT".into()));
     // A refund is only owed for a cancelled or made-good order.
     at(1)
         .given(confirmed_order())
@@ -727,9 +727,9 @@ fn only_the_buyer_or_an_admin_cancels_and_only_a_paid_order() {
             refund_id: "re_1".into(),
         })
         .then_expect_error(ShowError::InvalidTransition {
-            entity: "order",
-            from: "CONFIRMED",
-            by: "refund",
+            entity: "order".into(),
+            from: "CONFIRMED".into(),
+            by: "refund".into(),
         });
 }
 
@@ -751,9 +751,9 @@ fn a_confirmed_order_never_fails_or_compensates() {
             reason: "late".into(),
         })
         .then_expect_error(ShowError::InvalidTransition {
-            entity: "order",
-            from: "CONFIRMED",
-            by: "payment failed",
+            entity: "order".into(),
+            from: "CONFIRMED".into(),
+            by: "payment failed".into(),
         });
     at(1)
         .given(given)
@@ -761,9 +761,9 @@ fn a_confirmed_order_never_fails_or_compensates() {
             order_id: order_id(1),
         })
         .then_expect_error(ShowError::InvalidTransition {
-            entity: "order",
-            from: "CONFIRMED",
-            by: "compensation",
+            entity: "order".into(),
+            from: "CONFIRMED".into(),
+            by: "compensation".into(),
         });
 }
 
@@ -817,9 +817,9 @@ fn a_pending_order_is_not_compensated_before_its_payment_failed() {
             order_id: order_id(1),
         })
         .then_expect_error(ShowError::InvalidTransition {
-            entity: "order",
-            from: "PENDING_PAYMENT",
-            by: "compensation",
+            entity: "order".into(),
+            from: "PENDING_PAYMENT".into(),
+            by: "compensation".into(),
         });
 }
 

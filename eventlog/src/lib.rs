@@ -28,6 +28,25 @@ pub enum StoreError {
     /// The log holds something this build cannot read.
     #[error("corrupt event log: {0}")]
     Corrupt(String),
+    /// The append carried an epoch that is no longer the show's: another node claimed the show
+    /// since (this one was paused or cut off). Nothing was written.
+    #[error("fenced: another node owns this show now")]
+    Fenced,
+}
+
+/// A command node as the log knows it: its id (fresh for every process) and where its HTTP API
+/// answers, for the commands other nodes forward to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub id: uuid::Uuid,
+    pub addr: String,
+}
+
+/// Who decides a show: this node, under an epoch every append carries, or another live node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    Owned { epoch: i64 },
+    Elsewhere(Node),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -69,13 +88,35 @@ pub type ScanKey = (String, String, i64);
 pub trait EventLog: Send + Sync + std::fmt::Debug {
     /// Appends `events` as sequences `after + 1 ..` of `show`. `at`, the time the events were
     /// decided, goes into each row's metadata for auditors.
+    /// `epoch` is the one the show was claimed with ([`EventLog::claim`]): if the show was
+    /// claimed again since, nothing is written and the answer is [`StoreError::Fenced`].
     async fn append(
         &self,
         show: ShowId,
+        epoch: i64,
         after: i64,
         at: DateTime<Utc>,
         events: &[ShowEvent],
     ) -> Result<()>;
+
+    /// Claims a show for `node` (registering the node as alive for `ttl`) unless another live
+    /// node owns it. A claim always starts a new epoch, so whatever an earlier owner (another
+    /// node, or this one before) still tries to append is fenced. Load the show only after it.
+    async fn claim(&self, show: ShowId, node: &Node, ttl: std::time::Duration) -> Result<Claim>;
+
+    /// Gives a show up (its owner retired): the next claim, by any node, finds it free.
+    async fn release(&self, show: ShowId, epoch: i64) -> Result<()>;
+
+    /// Keeps `node` alive for `ttl` more; answers the shows it still owns (a show another node
+    /// claimed while this one was presumed dead is no longer among them).
+    async fn heartbeat(&self, node: &Node, ttl: std::time::Duration) -> Result<Vec<ShowId>>;
+
+    /// The node stops: its shows are free at once.
+    async fn leave(&self, node: &Node) -> Result<()>;
+
+    /// Shows whose owner is no longer alive (a node died): the live nodes claim them so their
+    /// lapsed holds are swept and their next command finds an owner.
+    async fn orphans(&self, limit: i64) -> Result<Vec<ShowId>>;
 
     /// The latest snapshot, then every event after it.
     async fn load(&self, show: ShowId) -> Result<LoadedShow>;
@@ -109,6 +150,26 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
         upto: i64,
         limit: i64,
     ) -> Result<Vec<LogRow>>;
+
+    /// What a show was scheduled with (its first event, which never changes), `None` if the
+    /// show does not exist: what the event page and the waiting room read, without an owner.
+    async fn scheduled(
+        &self,
+        show: ShowId,
+    ) -> Result<Option<(onsale_domain::ShowInfo, onsale_domain::VenueLayout)>> {
+        let id = show.to_string();
+        let Some(first) = self.read_range(&id, 0, 1, 1).await?.into_iter().next() else {
+            return Ok(None);
+        };
+        match serde_json::from_str::<ShowEvent>(&first.payload) {
+            Ok(ShowEvent::ShowScheduled { info, layout }) => Ok(Some((info, layout))),
+            Ok(other) => Err(StoreError::Corrupt(format!(
+                "{id}@1 is {}, not ShowScheduled",
+                cqrs_es::DomainEvent::event_type(&other)
+            ))),
+            Err(e) => Err(StoreError::Corrupt(format!("{id}@1: {e}"))),
+        }
+    }
 
     /// Every show and the sequence of its last event.
     async fn heads(&self) -> Result<Vec<(String, i64)>>;

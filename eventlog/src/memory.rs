@@ -10,7 +10,9 @@ use chrono::{DateTime, Utc};
 use cqrs_es::{Aggregate, DomainEvent};
 use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId, VENUE_TYPE};
 
-use crate::{rebuilt, start_from, EventLog, LoadedShow, LogRow, Result, ScanKey, StoreError};
+use crate::{
+    rebuilt, start_from, Claim, EventLog, LoadedShow, LogRow, Node, Result, ScanKey, StoreError,
+};
 
 /// What the next appends do besides (or instead of) committing.
 #[derive(Debug, Default)]
@@ -27,6 +29,10 @@ struct State {
     snapshots: BTreeMap<String, Vec<(i64, String)>>,
     faults: Faults,
     appends: u64,
+    /// Show -> (owning node, epoch). Nodes in memory are alive unless marked dead.
+    owners: BTreeMap<ShowId, (uuid::Uuid, i64)>,
+    nodes: BTreeMap<uuid::Uuid, Node>,
+    dead: std::collections::BTreeSet<uuid::Uuid>,
 }
 
 #[derive(Debug, Clone)]
@@ -73,6 +79,11 @@ impl MemoryEventLog {
         self.gate.add_permits(OPEN);
     }
 
+    /// The node is presumed dead (its heartbeats stopped): its shows may be claimed by others.
+    pub fn presume_dead(&self, node: uuid::Uuid) {
+        self.lock().dead.insert(node);
+    }
+
     /// How many appends committed.
     pub fn appends(&self) -> u64 {
         self.lock().appends
@@ -108,10 +119,14 @@ impl EventLog for MemoryEventLog {
     async fn append(
         &self,
         show: ShowId,
+        epoch: i64,
         after: i64,
         at: DateTime<Utc>,
         events: &[ShowEvent],
     ) -> Result<()> {
+        if self.lock().owners.get(&show).map(|o| o.1) != Some(epoch) {
+            return Err(StoreError::Fenced);
+        }
         let _permit = self
             .gate
             .acquire()
@@ -257,6 +272,65 @@ impl EventLog for MemoryEventLog {
     async fn ping(&self) -> Result<()> {
         Ok(())
     }
+
+    async fn claim(&self, show: ShowId, node: &Node, _ttl: std::time::Duration) -> Result<Claim> {
+        let mut state = self.lock();
+        state.nodes.insert(node.id, node.clone());
+        state.dead.remove(&node.id);
+        let current = state.owners.get(&show).copied();
+        match current {
+            Some((owner, _)) if owner != node.id && !state.dead.contains(&owner) => {
+                let other = state.nodes.get(&owner).cloned().unwrap_or(Node {
+                    id: owner,
+                    addr: String::new(),
+                });
+                Ok(Claim::Elsewhere(other))
+            }
+            _ => {
+                let epoch = current.map_or(1, |(_, e)| e + 1);
+                state.owners.insert(show, (node.id, epoch));
+                Ok(Claim::Owned { epoch })
+            }
+        }
+    }
+
+    async fn release(&self, show: ShowId, epoch: i64) -> Result<()> {
+        let mut state = self.lock();
+        if state.owners.get(&show).is_some_and(|o| o.1 == epoch) {
+            state.owners.remove(&show);
+        }
+        Ok(())
+    }
+
+    async fn heartbeat(&self, node: &Node, _ttl: std::time::Duration) -> Result<Vec<ShowId>> {
+        let mut state = self.lock();
+        state.nodes.insert(node.id, node.clone());
+        state.dead.remove(&node.id);
+        Ok(state
+            .owners
+            .iter()
+            .filter(|(_, o)| o.0 == node.id)
+            .map(|(s, _)| *s)
+            .collect())
+    }
+
+    async fn leave(&self, node: &Node) -> Result<()> {
+        let mut state = self.lock();
+        state.owners.retain(|_, o| o.0 != node.id);
+        state.dead.insert(node.id);
+        Ok(())
+    }
+
+    async fn orphans(&self, limit: i64) -> Result<Vec<ShowId>> {
+        let state = self.lock();
+        Ok(state
+            .owners
+            .iter()
+            .filter(|(_, o)| state.dead.contains(&o.0))
+            .map(|(s, _)| *s)
+            .take(usize::try_from(limit).unwrap_or(usize::MAX))
+            .collect())
+    }
 }
 
 #[cfg(test)]
@@ -273,12 +347,22 @@ mod tests {
             hold_id: HoldId::new(show),
         };
         let two: Vec<ShowEvent> = (0..2).map(released).collect();
-        log.append(show, 0, Utc::now(), &two).await.expect("first");
+        let node = Node {
+            id: uuid::Uuid::new_v4(),
+            addr: String::new(),
+        };
+        let ttl = std::time::Duration::from_secs(5);
+        let Claim::Owned { epoch } = log.claim(show, &node, ttl).await.expect("claim") else {
+            panic!("a free show is claimed");
+        };
+        log.append(show, epoch, 0, Utc::now(), &two)
+            .await
+            .expect("first");
         assert!(matches!(
-            log.append(show, 1, Utc::now(), &two).await,
+            log.append(show, epoch, 1, Utc::now(), &two).await,
             Err(StoreError::Conflict)
         ));
-        log.append(show, 2, Utc::now(), &two[..1])
+        log.append(show, epoch, 2, Utc::now(), &two[..1])
             .await
             .expect("after the head");
         let events = log.events(show).await.expect("events");
@@ -286,5 +370,46 @@ mod tests {
         assert_eq!(sequences, [1, 2, 3]);
         assert!(events.iter().all(|e| e.event_type == "HoldReleased"));
         assert_eq!(log.heads().await.expect("heads"), [(show.to_string(), 3)]);
+    }
+
+    #[tokio::test]
+    async fn a_claim_by_another_node_fences_the_old_owners_appends() {
+        let log = MemoryEventLog::default();
+        let show = ShowId::random();
+        let ttl = std::time::Duration::from_secs(5);
+        let (a, b) = (
+            Node {
+                id: uuid::Uuid::new_v4(),
+                addr: "a".into(),
+            },
+            Node {
+                id: uuid::Uuid::new_v4(),
+                addr: "b".into(),
+            },
+        );
+        let Claim::Owned { epoch: old } = log.claim(show, &a, ttl).await.expect("a") else {
+            panic!("a free show is claimed");
+        };
+        assert_eq!(
+            log.claim(show, &b, ttl).await.expect("b"),
+            Claim::Elsewhere(a.clone())
+        );
+        log.presume_dead(a.id);
+        assert_eq!(log.orphans(10).await.expect("orphans"), [show]);
+        let Claim::Owned { epoch } = log.claim(show, &b, ttl).await.expect("b again") else {
+            panic!("a dead node's show is claimed");
+        };
+        assert!(epoch > old);
+        let e = [ShowEvent::HoldReleased {
+            hold_id: HoldId::new(show),
+        }];
+        assert!(matches!(
+            log.append(show, old, 0, Utc::now(), &e).await,
+            Err(StoreError::Fenced)
+        ));
+        log.append(show, epoch, 0, Utc::now(), &e)
+            .await
+            .expect("the new owner appends");
+        assert!(log.heartbeat(&a, ttl).await.expect("a wakes").is_empty());
     }
 }

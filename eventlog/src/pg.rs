@@ -9,7 +9,9 @@ use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId, VENUE_TYPE};
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 
-use crate::{rebuilt, start_from, EventLog, LoadedShow, LogRow, Result, ScanKey, StoreError};
+use crate::{
+    rebuilt, start_from, Claim, EventLog, LoadedShow, LogRow, Node, Result, ScanKey, StoreError,
+};
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
@@ -72,6 +74,7 @@ impl EventLog for PgEventLog {
     async fn append(
         &self,
         show: ShowId,
+        epoch: i64,
         after: i64,
         at: DateTime<Utc>,
         events: &[ShowEvent],
@@ -84,10 +87,15 @@ impl EventLog for PgEventLog {
             .map(serde_json::to_string)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        sqlx::query(
-            "INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata)
+        // The fence: the owner row is locked FOR SHARE by the same statement, so a claim (an
+        // UPDATE of the epoch) either committed before it, and the epoch no longer matches, or
+        // waits for this append to commit, and the new owner's load then sees it.
+        let written = sqlx::query(
+            "WITH fence AS (SELECT 1 FROM show_owners WHERE show_id = $2 AND epoch = $7 FOR SHARE)
+             INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata)
              SELECT $1, $2, s, t, '1', p::json, json_build_object('at', $6::text)
-               FROM UNNEST($3::bigint[], $4::text[], $5::text[]) AS u(s, t, p)",
+               FROM UNNEST($3::bigint[], $4::text[], $5::text[]) AS u(s, t, p)
+              WHERE EXISTS (SELECT 1 FROM fence)",
         )
         .bind(Show::TYPE)
         .bind(show.to_string())
@@ -95,8 +103,12 @@ impl EventLog for PgEventLog {
         .bind(&types)
         .bind(&payloads)
         .bind(at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+        .bind(epoch)
         .execute(&self.pool)
         .await?;
+        if written.rows_affected() == 0 && n > 0 {
+            return Err(StoreError::Fenced);
+        }
         Ok(())
     }
 
@@ -248,5 +260,114 @@ impl EventLog for PgEventLog {
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    async fn claim(&self, show: ShowId, node: &Node, ttl: std::time::Duration) -> Result<Claim> {
+        let id = show.to_string();
+        for _ in 0..3 {
+            // Look first: asking about a show a live node owns locks nothing.
+            let owner: Option<(uuid::Uuid, Option<String>, bool)> = sqlx::query_as(
+                "SELECT o.node_id, n.addr, COALESCE(n.alive_until > now(), false)
+                   FROM show_owners o LEFT JOIN nodes n ON n.node_id = o.node_id
+                  WHERE o.show_id = $1",
+            )
+            .bind(&id)
+            .fetch_optional(&self.pool)
+            .await?;
+            if let Some((owner, addr, true)) = &owner {
+                if *owner != node.id {
+                    return Ok(Claim::Elsewhere(Node {
+                        id: *owner,
+                        addr: addr.clone().unwrap_or_default(),
+                    }));
+                }
+            }
+            let epoch: Option<i64> = sqlx::query_scalar(
+                "WITH me AS (
+                   INSERT INTO nodes (node_id, addr, alive_until)
+                   VALUES ($2, $3, now() + make_interval(secs => $4::double precision))
+                   ON CONFLICT (node_id) DO UPDATE SET addr = EXCLUDED.addr, alive_until = EXCLUDED.alive_until)
+                 INSERT INTO show_owners (show_id, node_id, epoch) VALUES ($1, $2, 1)
+                 ON CONFLICT (show_id) DO UPDATE
+                   SET node_id = EXCLUDED.node_id, epoch = show_owners.epoch + 1, claimed_at = now()
+                 WHERE show_owners.node_id = EXCLUDED.node_id
+                    OR NOT EXISTS (SELECT 1 FROM nodes n
+                                    WHERE n.node_id = show_owners.node_id AND n.alive_until > now())
+                 RETURNING epoch",
+            )
+            .bind(&id)
+            .bind(node.id)
+            .bind(&node.addr)
+            .bind(ttl.as_secs_f64())
+            .fetch_optional(&self.pool)
+            .await?;
+            if let Some(epoch) = epoch {
+                return Ok(Claim::Owned { epoch });
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "show {show} changed hands three times during one claim"
+        )))
+    }
+
+    async fn release(&self, show: ShowId, epoch: i64) -> Result<()> {
+        sqlx::query("DELETE FROM show_owners WHERE show_id = $1 AND epoch = $2")
+            .bind(show.to_string())
+            .bind(epoch)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn heartbeat(&self, node: &Node, ttl: std::time::Duration) -> Result<Vec<ShowId>> {
+        let ids: Vec<String> = sqlx::query_scalar(
+            "WITH me AS (
+               INSERT INTO nodes (node_id, addr, alive_until)
+               VALUES ($1, $2, now() + make_interval(secs => $3::double precision))
+               ON CONFLICT (node_id) DO UPDATE SET addr = EXCLUDED.addr, alive_until = EXCLUDED.alive_until)
+             SELECT show_id FROM show_owners WHERE node_id = $1",
+        )
+        .bind(node.id)
+        .bind(&node.addr)
+        .bind(ttl.as_secs_f64())
+        .fetch_all(&self.pool)
+        .await?;
+        ids.iter()
+            .map(|i| {
+                i.parse()
+                    .map_err(|_| StoreError::Corrupt(format!("show id {i}")))
+            })
+            .collect()
+    }
+
+    async fn leave(&self, node: &Node) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM show_owners WHERE node_id = $1")
+            .bind(node.id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM nodes WHERE node_id = $1")
+            .bind(node.id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn orphans(&self, limit: i64) -> Result<Vec<ShowId>> {
+        let ids: Vec<String> = sqlx::query_scalar(
+            "SELECT o.show_id FROM show_owners o
+              WHERE NOT EXISTS (SELECT 1 FROM nodes n WHERE n.node_id = o.node_id AND n.alive_until > now())
+              ORDER BY o.claimed_at LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        ids.iter()
+            .map(|i| {
+                i.parse()
+                    .map_err(|_| StoreError::Corrupt(format!("show id {i}")))
+            })
+            .collect()
     }
 }

@@ -12,6 +12,7 @@
 
 pub mod backoff;
 pub mod envelope;
+pub mod leader;
 pub mod relay;
 pub mod topics;
 

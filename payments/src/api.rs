@@ -273,12 +273,23 @@ async fn cancel_order(
     let account = caller.account.clone();
     // Check first, with the domain's rule, so a refusal changes nothing (no ticket revoked for
     // an order that stays).
-    let before = state
+    let before = match state
         .shows
-        .query(order.show(), move |show| {
-            show.cancellable(&order, &account, admin).map(|o| o.state)
-        })
-        .await?;
+        .ask(
+            order.show(),
+            onsale_command::ShowQuery::Cancellable {
+                order,
+                account,
+                admin,
+            },
+        )
+        .await?
+    {
+        onsale_command::Found::Cancellable(status) => status,
+        other => {
+            return Err(CommandError::Internal(format!("cancellable answered {other:?}")).into())
+        }
+    };
     match tickets::revoke_for_cancel(&state.pool, &order.to_string(), &order.show().to_string())
         .await
         .map_err(db_unavailable)?

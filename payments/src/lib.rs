@@ -159,41 +159,38 @@ pub fn spawn_worker(
 
 /// The scheduled jobs: settlement reconciliation of yesterday and today, and the invariant
 /// monitor. Failures are logged and retried on the next turn.
-pub fn spawn_jobs(
+pub async fn run_jobs(
     pool: PgPool,
     shows: Shows,
     config: PaymentsConfig,
     processor: Arc<dyn Processor>,
-    shutdown: &CancellationToken,
-) -> JoinHandle<()> {
-    let shutdown = shutdown.clone();
-    tokio::spawn(async move {
-        let mut reconcile_tick =
-            tokio::time::interval(Duration::from_secs(config.reconcile_every_secs.max(1)));
-        let mut monitor_tick =
-            tokio::time::interval(Duration::from_secs(config.monitor_every_secs.max(1)));
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = reconcile_tick.tick() => {
-                    // A run cut short by shutdown is repeated whole by the next one (refunds are
-                    // keyed, findings recomputed), so it need not finish.
-                    let days = async {
-                        let today = chrono::Utc::now().date_naive();
-                        for day in [today - chrono::Duration::days(1), today] {
-                            if let Err(e) = reconcile::reconcile(&pool, &shows, processor.as_ref(), day).await {
-                                tracing::warn!(error = %format!("{e:#}"), %day, "reconciliation failed");
-                            }
+    shutdown: CancellationToken,
+) {
+    let mut reconcile_tick =
+        tokio::time::interval(Duration::from_secs(config.reconcile_every_secs.max(1)));
+    let mut monitor_tick =
+        tokio::time::interval(Duration::from_secs(config.monitor_every_secs.max(1)));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = reconcile_tick.tick() => {
+                // A run cut short by shutdown is repeated whole by the next one (refunds are
+                // keyed, findings recomputed), so it need not finish.
+                let days = async {
+                    let today = chrono::Utc::now().date_naive();
+                    for day in [today - chrono::Duration::days(1), today] {
+                        if let Err(e) = reconcile::reconcile(&pool, &shows, processor.as_ref(), day).await {
+                            tracing::warn!(error = %format!("{e:#}"), %day, "reconciliation failed");
                         }
-                    };
-                    shutdown.run_until_cancelled(days).await;
-                }
-                _ = monitor_tick.tick() => {
-                    if let Some(Err(e)) = shutdown.run_until_cancelled(monitor::check(&pool)).await {
-                        tracing::warn!(error = %format!("{e:#}"), "invariant check failed");
                     }
+                };
+                shutdown.run_until_cancelled(days).await;
+            }
+            _ = monitor_tick.tick() => {
+                if let Some(Err(e)) = shutdown.run_until_cancelled(monitor::check(&pool)).await {
+                    tracing::warn!(error = %format!("{e:#}"), "invariant check failed");
                 }
             }
         }
-    })
+    }
 }

@@ -47,12 +47,11 @@ fn finding(kind: &str, reference: &str, detail: impl Into<String>) -> Finding {
 
 async fn order_state(shows: &Shows, order: OrderId) -> Result<Option<OrderStatus>, String> {
     let state = shows
-        .query(order.show(), move |show| {
-            Ok(show.order(&order).map(|o| o.state))
-        })
+        .ask(order.show(), onsale_command::ShowQuery::OrderState(order))
         .await;
     match state {
-        Ok(s) => Ok(s),
+        Ok(onsale_command::Found::OrderState(s)) => Ok(s),
+        Ok(other) => Err(format!("order state answered {other:?}")),
         Err(CommandError::Domain(ShowError::ShowNotFound)) => Ok(None),
         Err(e) => Err(e.to_string()),
     }

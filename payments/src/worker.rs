@@ -331,7 +331,7 @@ impl Worker {
             Err(CommandError::Domain(ShowError::InvalidTransition { from, by, .. })) => {
                 metrics::counter!(onsale_telemetry::metrics::PAYMENT_OUTCOMES_REFUSED_TOTAL)
                     .increment(1);
-                tracing::info!(order = %order, from, by, "outcome refused by the state table; the order already moved");
+                tracing::info!(order = %order, %from, %by, "outcome refused by the state table; the order already moved");
                 Recorded::Done
             }
             Err(e) => Recorded::Later(e.to_string()),

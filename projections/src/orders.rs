@@ -14,7 +14,7 @@ struct Row {
     show_id: String,
     hold_id: String,
     account_id: String,
-    status: &'static str,
+    status: String,
     make_good: bool,
     seat_ids: Vec<String>,
     total_cents: i64,
@@ -23,10 +23,22 @@ struct Row {
     sequence: i64,
 }
 
-/// The orders projection.
+#[derive(Debug, Clone)]
+struct HoldRow {
+    hold_id: String,
+    show_id: String,
+    account_id: String,
+    seat_ids: Vec<String>,
+    expires_at: chrono::DateTime<chrono::Utc>,
+    status: &'static str,
+    sequence: i64,
+}
+
+/// The orders projection (and the holds: `GET /v1/holds/{id}`).
 #[derive(Debug, Default)]
 pub struct Orders {
     changed: HashMap<String, Row>,
+    holds: HashMap<String, HoldRow>,
 }
 
 impl Projection for Orders {
@@ -35,6 +47,25 @@ impl Projection for Orders {
     fn loaded(&mut self, _show_id: ShowId, _show: &Show) {}
 
     fn event(&mut self, ctx: &EventCtx<'_>) {
+        if let Some(hold) = ctx
+            .log
+            .event
+            .hold_id()
+            .and_then(|id| ctx.after.hold_view(&id))
+        {
+            self.holds.insert(
+                hold.hold_id.to_string(),
+                HoldRow {
+                    hold_id: hold.hold_id.to_string(),
+                    show_id: ctx.log.show_id.to_string(),
+                    account_id: hold.account.to_string(),
+                    seat_ids: hold.seat_ids.iter().map(ToString::to_string).collect(),
+                    expires_at: hold.expires_at,
+                    status: onsale_domain::transitions::Transition::name(hold.state),
+                    sequence: ctx.log.sequence,
+                },
+            );
+        }
         let Some(view) = ctx
             .log
             .event
@@ -50,7 +81,7 @@ impl Projection for Orders {
                 show_id: ctx.log.show_id.to_string(),
                 hold_id: view.hold_id.to_string(),
                 account_id: view.account.to_string(),
-                status: view.status,
+                status: view.status.into_owned(),
                 make_good: view.make_good,
                 seat_ids: view.seat_ids.iter().map(ToString::to_string).collect(),
                 total_cents: view.total_cents,
@@ -76,7 +107,7 @@ impl Projection for Orders {
             .bind(&r.show_id)
             .bind(&r.hold_id)
             .bind(&r.account_id)
-            .bind(r.status)
+            .bind(&r.status)
             .bind(&r.seat_ids)
             .bind(r.total_cents)
             .bind(r.placed_at)
@@ -86,11 +117,29 @@ impl Projection for Orders {
             .execute(&mut *tx)
             .await?;
         }
+        for h in self.holds.drain().map(|(_, h)| h) {
+            sqlx::query(
+                "INSERT INTO holds_view (hold_id, show_id, account_id, seat_ids, expires_at, status, sequence)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (hold_id) DO UPDATE
+                   SET status = EXCLUDED.status, sequence = EXCLUDED.sequence
+                 WHERE holds_view.sequence < EXCLUDED.sequence",
+            )
+            .bind(&h.hold_id)
+            .bind(&h.show_id)
+            .bind(&h.account_id)
+            .bind(&h.seat_ids)
+            .bind(h.expires_at)
+            .bind(h.status)
+            .bind(h.sequence)
+            .execute(&mut *tx)
+            .await?;
+        }
         Ok(())
     }
 
     async fn reset(tx: &mut PgConnection) -> anyhow::Result<()> {
-        sqlx::query("TRUNCATE orders_view")
+        sqlx::query("TRUNCATE orders_view, holds_view")
             .execute(&mut *tx)
             .await?;
         Ok(())

@@ -26,13 +26,14 @@ pub fn router(state: QueryState) -> Router {
         .route("/v1/events/{id}/updates", get(updates))
         .route("/v1/events/{id}/seats/{seat}/history", get(seat_history))
         .route("/v1/orders/{id}", get(get_order))
+        .route("/v1/holds/{id}", get(get_hold))
         .with_state(state)
 }
 
 #[derive(OpenApi)]
 #[openapi(
-    paths(seat_map, updates, seat_history, get_order),
-    components(schemas(OrderResponse, TicketRef, HistoryResponse, HistoryEntry))
+    paths(seat_map, updates, seat_history, get_order, get_hold),
+    components(schemas(OrderResponse, TicketRef, HistoryResponse, HistoryEntry, HoldResponse))
 )]
 #[derive(Debug)]
 pub struct QueryDoc;
@@ -247,6 +248,61 @@ pub struct OrderRow {
     pub make_good: bool,
 }
 
+/// How long a read of a hold or order not (yet) in its projection waits for the projection to
+/// fold what its show had committed when the read began.
+const READ_YOUR_WRITES: Duration = Duration::from_secs(2);
+
+/// A caller reads its own writes: a hold or an order acknowledged a moment ago may not be
+/// projected yet. Reads `row`; on a miss, waits (bounded) until the orders projection has
+/// folded every event the show had when the read began, then reads again. A miss after that is
+/// a real "not found" (an id that never existed costs one probe of the show's head).
+async fn read_own_write<T, F, Fut>(
+    state: &QueryState,
+    show: ShowId,
+    row: F,
+) -> Result<Option<T>, ApiError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, sqlx::Error>>,
+{
+    if let Some(r) = row().await.map_err(db_unavailable)? {
+        return Ok(Some(r));
+    }
+    let head: Option<i64> = sqlx::query_scalar(
+        "SELECT sequence FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1
+          ORDER BY sequence DESC LIMIT 1",
+    )
+    .bind(show.to_string())
+    .fetch_optional(&state.pool)
+    .await
+    .map_err(db_unavailable)?;
+    let Some(head) = head else {
+        return Ok(None);
+    };
+    let deadline = tokio::time::Instant::now() + READ_YOUR_WRITES;
+    loop {
+        let folded: Option<i64> = sqlx::query_scalar(
+            "SELECT last_sequence FROM projection_positions WHERE projection = 'orders' AND show_id = $1",
+        )
+        .bind(show.to_string())
+        .fetch_optional(&state.pool)
+        .await
+        .map_err(db_unavailable)?;
+        if folded.is_some_and(|f| f >= head) {
+            return row().await.map_err(db_unavailable);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            // The projection is behind: say so rather than claim the id does not exist.
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "PROJECTION_BEHIND",
+                "this was written a moment ago and is not readable yet; retry shortly",
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// The order, if the caller may see it (a fan only their own: another's is "not found").
 pub async fn find_order(
     state: &QueryState,
@@ -254,15 +310,16 @@ pub async fn find_order(
     id: &str,
 ) -> Result<OrderRow, ApiError> {
     let order_id: OrderId = id.parse()?;
-    let row: Option<OrderRow> = sqlx::query_as(
-        "SELECT order_id, show_id, hold_id, account_id, status, seat_ids, total_cents, placed_at, updated_at,
-                make_good
-           FROM orders_view WHERE order_id = $1",
-    )
-    .bind(order_id.to_string())
-    .fetch_optional(&state.pool)
-    .await
-    .map_err(db_unavailable)?;
+    let row = read_own_write(state, order_id.show(), || {
+        sqlx::query_as::<_, OrderRow>(
+            "SELECT order_id, show_id, hold_id, account_id, status, seat_ids, total_cents, placed_at, updated_at,
+                    make_good
+               FROM orders_view WHERE order_id = $1",
+        )
+        .bind(order_id.to_string())
+        .fetch_optional(&state.pool)
+    })
+    .await?;
     match row {
         Some(r) if caller.sees(&onsale_domain::AccountId::parse(&r.account_id)?) => Ok(r),
         _ => Err(ShowError::OrderNotFound.into()),
@@ -297,6 +354,45 @@ async fn get_order(
         make_good: r.make_good,
         tickets,
     }))
+}
+
+#[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct HoldResponse {
+    pub hold_id: String,
+    #[sqlx(rename = "show_id")]
+    pub event_id: String,
+    pub seat_ids: Vec<String>,
+    pub expires_at: chrono::DateTime<chrono::Utc>,
+    /// HELD, RELEASED, EXPIRED or ORDERED.
+    pub status: String,
+    #[serde(skip)]
+    pub account_id: String,
+}
+
+/// A hold of the caller's (an admin sees any), from the orders projection; a hold acknowledged
+/// a moment ago is read once the projection has it.
+#[utoipa::path(get, path = "/v1/holds/{id}", params(("id" = String, Path)), security(("bearer" = [])),
+    responses((status = 200, body = HoldResponse), (status = 404), (status = 422), (status = 503)))]
+async fn get_hold(
+    State(state): State<QueryState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<HoldResponse>, ApiError> {
+    let hold_id: onsale_domain::HoldId = id.parse()?;
+    let row = read_own_write(&state, hold_id.show(), || {
+        sqlx::query_as::<_, HoldResponse>(
+            "SELECT hold_id, show_id, seat_ids, expires_at, status, account_id
+               FROM holds_view WHERE hold_id = $1",
+        )
+        .bind(hold_id.to_string())
+        .fetch_optional(&state.pool)
+    })
+    .await?;
+    match row {
+        Some(r) if caller.sees(&onsale_domain::AccountId::parse(&r.account_id)?) => Ok(Json(r)),
+        _ => Err(ShowError::HoldNotFound.into()),
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]

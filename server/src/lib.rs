@@ -21,11 +21,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use onsale_command::api::AppState;
-use onsale_command::Shows;
-use onsale_domain::{Clock, ShowError, ShowId, SystemClock};
+use onsale_command::{Catalog, Shows};
+use onsale_domain::{Clock, ShowId, SystemClock};
 use onsale_edge::admission::BookingHealth;
 use onsale_eventlog::{EventLog, PgEventLog};
-use onsale_kafka::Relay;
+use onsale_kafka::{leader, Relay};
 use onsale_payments::PaymentsState;
 use onsale_query::QueryState;
 use onsale_waiting_room::{FactsFuture, ShowFacts, ShowSchedule, WaitingRoom};
@@ -72,6 +72,8 @@ pub struct Server {
     settings: Settings,
     /// Owners of shows, appending to the event log.
     pub shows: Shows,
+    /// Shows as scheduled, read through the read pool.
+    pub catalog: Catalog,
     /// The pool of reads and of background work (query side, payments, relay, projections).
     pub pool: PgPool,
     /// The query side, with the API.
@@ -100,25 +102,20 @@ impl Drop for Server {
     }
 }
 
-/// The waiting room learns a show's schedule from the show's owner.
+/// The waiting room learns a show's schedule from the catalog (the log's first event), never
+/// from the show's owner.
 #[derive(Debug)]
-struct OwnedSchedule(Shows);
+struct CatalogSchedule(Catalog);
 
-impl ShowSchedule for OwnedSchedule {
+impl ShowSchedule for CatalogSchedule {
     fn facts(&self, show: ShowId) -> FactsFuture<'_> {
         Box::pin(async move {
-            let facts = self
-                .0
-                .query(show, |s| {
-                    let info = s.info().ok_or(ShowError::ShowNotFound)?;
-                    Ok(ShowFacts {
-                        waiting_room: info.waiting_room,
-                        on_sale_at: info.on_sale_at,
-                        starts_at: info.starts_at,
-                    })
-                })
-                .await?;
-            Ok(facts)
+            let s = self.0.get(show).await?;
+            Ok(ShowFacts {
+                waiting_room: s.info.waiting_room,
+                on_sale_at: s.info.on_sale_at,
+                starts_at: s.info.starts_at,
+            })
         })
     }
 }
@@ -157,9 +154,11 @@ impl Server {
             shutdown.clone(),
             tracker.clone(),
         );
+        let catalog = Catalog::new(Arc::new(PgEventLog::new(pool.clone())));
         let mut server = Self {
             settings,
             shows,
+            catalog,
             pool,
             query: None,
             room: None,
@@ -216,7 +215,7 @@ impl Server {
         let room = WaitingRoom::connect(
             s.waiting_room.clone(),
             self.pool.clone(),
-            Arc::new(OwnedSchedule(self.shows.clone())),
+            Arc::new(CatalogSchedule(self.catalog.clone())),
             self.shutdown.clone(),
         )
         .await?;
@@ -229,6 +228,7 @@ impl Server {
         let health = query.health.clone();
         let state = AppState {
             shows: self.shows.clone(),
+            catalog: self.catalog.clone(),
             decoding_key: decoding_key.clone(),
             metrics: onsale_telemetry::metrics(),
             ready: Some(Arc::new(move || health.ready())),
@@ -239,6 +239,7 @@ impl Server {
             openapi: Arc::new(doc),
         };
         let mut router = onsale_command::api::router(state)
+            .merge(onsale_command::cluster::router(self.shows.clone()))
             .merge(onsale_query::rest::router(query.clone()))
             .merge(onsale_payments::router(PaymentsState {
                 shows: self.shows.clone(),
@@ -257,6 +258,8 @@ impl Server {
         let grpc = bind(&s.grpc_listen).await?;
         self.http = Some(http.local_addr()?);
         self.grpc = Some(grpc.local_addr()?);
+        // Other nodes forward commands for this node's shows here.
+        self.shows.advertise(&http.local_addr()?.to_string());
         self.serve("HTTP", http, router);
         self.serve("gRPC", grpc, onsale_query::grpc::router(query.clone()));
         tracing::info!(http = ?self.http, grpc = ?self.grpc, "onsale serving");
@@ -317,24 +320,46 @@ impl Server {
                 s.payments.worker_processor()?,
                 stop,
             )],
-            Part::Jobs => vec![onsale_payments::spawn_jobs(
-                self.pool.clone(),
-                self.shows.clone(),
-                s.payments.clone(),
-                s.payments.processor(Duration::from_secs(10))?,
-                stop,
-            )],
+            Part::Jobs => {
+                // Reconciliation and the invariant monitor: one active process among all.
+                let (pool, shows, config) =
+                    (self.pool.clone(), self.shows.clone(), s.payments.clone());
+                let processor = s.payments.processor(Duration::from_secs(10))?;
+                vec![tokio::spawn(leader::lead(
+                    self.pool.clone(),
+                    leader::keys::JOBS,
+                    "jobs",
+                    stop.clone(),
+                    move |term| {
+                        onsale_payments::run_jobs(
+                            pool.clone(),
+                            shows.clone(),
+                            config.clone(),
+                            processor.clone(),
+                            term,
+                        )
+                    },
+                ))]
+            }
             Part::Admitter => match &self.room {
                 Some(room) => room.spawn_admitter(self.health.clone()),
                 None => Vec::new(),
             },
             Part::Relay => {
-                let relay =
-                    Relay::start(self.pool.clone(), s.kafka.clone(), s.relay.clone()).await?;
-                let stop = stop.clone();
-                vec![tokio::spawn(async move {
-                    relay.run(stop.cancelled_owned()).await;
-                })]
+                let relay = Arc::new(
+                    Relay::start(self.pool.clone(), s.kafka.clone(), s.relay.clone()).await?,
+                );
+                // Exactly one relay publishes; the others are hot standbys.
+                vec![tokio::spawn(leader::lead(
+                    self.pool.clone(),
+                    leader::keys::RELAY,
+                    "relay",
+                    stop.clone(),
+                    move |term| {
+                        let relay = relay.clone();
+                        async move { relay.run(term.cancelled_owned()).await }
+                    },
+                ))]
             }
             Part::Projections => onsale_projections::spawn_all(
                 self.pool.clone(),

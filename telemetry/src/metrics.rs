@@ -26,6 +26,14 @@ pub const ADMITTER_ERRORS_TOTAL: &str = "onsale_admitter_errors_total";
 pub const ADMITTER_TICK_SECONDS: &str = "onsale_admitter_tick_seconds";
 /// Commands refused with 503 OVERLOADED because their show's queue was full.
 pub const COMMANDS_SHED_TOTAL: &str = "onsale_commands_shed_total";
+/// Commands (and queries) sent to the node that owns their show.
+pub const COMMANDS_FORWARDED_TOTAL: &str = "onsale_commands_forwarded_total";
+/// Appends refused by the ownership fence (another node claimed the show).
+pub const APPENDS_FENCED_TOTAL: &str = "onsale_appends_fenced_total";
+/// 1 while this process is the active instance of a singleton job (`job` label).
+pub const SINGLETON_ACTIVE: &str = "onsale_singleton_active";
+/// Shows this node claimed (first touch, a dead node's show, or after a fence).
+pub const SHOWS_CLAIMED_TOTAL: &str = "onsale_shows_claimed_total";
 /// Commands per group commit.
 pub const COMMIT_BATCH_COMMANDS: &str = "onsale_commit_batch_commands";
 /// Time of one group commit (the append of a batch).
@@ -161,6 +169,22 @@ pub fn describe() {
     describe_counter!(
         COMMANDS_SHED_TOTAL,
         "Commands refused with 503 OVERLOADED because their show's queue was full."
+    );
+    describe_counter!(
+        COMMANDS_FORWARDED_TOTAL,
+        "Commands and queries forwarded to the node that owns their show."
+    );
+    describe_counter!(
+        APPENDS_FENCED_TOTAL,
+        "Appends refused by the ownership fence: another node had claimed the show."
+    );
+    describe_gauge!(
+        SINGLETON_ACTIVE,
+        "1 while this process is the active instance of a singleton job (relay, jobs)."
+    );
+    describe_counter!(
+        SHOWS_CLAIMED_TOTAL,
+        "Shows this node claimed (first touch, a dead node's show, or after a fence)."
     );
     describe_histogram!(COMMIT_BATCH_COMMANDS, "Commands per group commit.");
     describe_histogram!(

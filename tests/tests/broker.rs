@@ -383,11 +383,15 @@ async fn a_three_broker_cluster_loses_a_leader_every_broker_and_the_topic_and_no
 /// joins while fans hold on four shows, so both fill shows from the table at start and the
 /// group moves partitions under load): every show ends with each event applied once by each
 /// projection, equal to a replay.
+/// Two processes of the relay and of the projections (`make up NODES=3` runs them so): one
+/// relay publishes while the other stands by; the active relay is killed mid-load and the
+/// standby takes over; a projection process is killed and the other takes its partitions.
+/// Every event reaches the topic and is applied once, and the seat maps match a replay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_projection_processes_share_the_partitions_and_apply_each_event_once() {
+async fn a_standby_relay_and_a_second_projection_process_take_over_from_killed_ones() {
     let db = TestDb::new().await.expect("db");
     let brokers = shared_brokers().expect("brokers");
-    let rp = ReadPath::spawn_parts(&db, &brokers, |s| s.kafka.partitions = 6, &[])
+    let mut rp = ReadPath::spawn_parts(&db, &brokers, |s| s.kafka.partitions = 6, &[])
         .await
         .expect("read path");
     let mut events = Vec::new();
@@ -403,11 +407,41 @@ async fn two_projection_processes_share_the_partitions_and_apply_each_event_once
     let mut settings = onsale_tests::settings(&db);
     settings.kafka.brokers = brokers.clone();
     settings.kafka.partitions = 6;
-    let second = onsale_server::Server::build(settings, &[onsale_server::Part::Projections])
+    let second = onsale_server::Server::build(
+        settings,
+        &[onsale_server::Part::Relay, onsale_server::Part::Projections],
+    )
+    .await
+    .expect("a second relay and projection process");
+    let active = |pool: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+               AND ((classid::bigint << 32) | objid::bigint) = $1",
+        )
+        .bind(onsale_kafka::leader::keys::RELAY)
+        .fetch_one(&pool)
         .await
-        .expect("a second projection process");
+        .expect("locks")
+    };
+    assert_eq!(active(rp.pool.clone()).await, 1, "one relay holds the lock");
     for load in &loads {
-        load.until_more(150).await;
+        load.until_more(100).await;
+    }
+    // The active relay (the first one started) dies; the standby publishes from here on.
+    rp.kill_relay();
+    for load in &loads {
+        load.until_more(100).await;
+    }
+    assert_eq!(
+        active(rp.pool.clone()).await,
+        1,
+        "the standby holds the lock now"
+    );
+    // The second process's projections die without leaving the group: after the session
+    // timeout their partitions go to the first process's.
+    second.kill(onsale_server::Part::Projections);
+    for load in &loads {
+        load.until_more(100).await;
     }
     for load in loads {
         load.finish().await;
@@ -422,6 +456,7 @@ async fn two_projection_processes_share_the_partitions_and_apply_each_event_once
                 .fetch_one(&rp.pool)
                 .await
                 .expect("head");
+        topic_holds_every_event(&brokers, &rp.kafka.events_topic, event, head).await;
         rp.applied_once(event, head).await;
         rp.seat_map_matches_replay(event).await;
     }

@@ -33,6 +33,8 @@ pub type ReadyCheck = std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Syn
 #[derive(Clone)]
 pub struct AppState {
     pub shows: Shows,
+    /// Shows as scheduled, for the event page and the waiting-room check (never the owners).
+    pub catalog: crate::Catalog,
     pub decoding_key: DecodingKey,
     pub metrics: Option<PrometheusHandle>,
     pub ready: Option<ReadyCheck>,
@@ -92,7 +94,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events", post(create_event))
         .route("/v1/events/{id}", get(get_event))
         .route("/v1/events/{id}/holds", post(create_hold))
-        .route("/v1/holds/{id}", get(get_hold).delete(release_hold))
+        .route("/v1/holds/{id}", axum::routing::delete(release_hold))
         .route("/v1/orders", post(place_order))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -110,7 +112,7 @@ pub fn router(state: AppState) -> Router {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "onsale", description = "Reserved-seat ticketing: the command API (contract v1)."),
-    paths(create_venue, create_event, get_event, create_hold, get_hold, release_hold, place_order),
+    paths(create_venue, create_event, get_event, create_hold, release_hold, place_order),
     components(schemas(NewVenue, SectionLayoutDoc, RowLayoutDoc, NewEvent, HoldRequest, HoldResponse, OrderRequest,
         OrderAccepted, Problem, VenueCreated, EventCreated)),
     modifiers(&BearerAuth)
@@ -314,51 +316,46 @@ async fn get_event(
 ) -> Result<Response, ApiError> {
     let show_id: ShowId = id.parse()?;
     let now = state.shows.clock().now();
-    let doc = state
-        .shows
-        .query(show_id, move |show| {
-            let info = show.info().ok_or(ShowError::ShowNotFound)?;
-            let status = if now < info.on_sale_at {
-                "SCHEDULED"
-            } else if now < info.starts_at {
-                "ON_SALE"
-            } else {
-                "STARTED"
-            };
-            let sections: Vec<Value> = show
-                .layout()
-                .sections()
-                .iter()
-                .map(|s| {
-                    json!({
-                        "section": s.section,
-                        "priceTier": s.price_tier,
-                        "priceCents": info.prices.get(&s.price_tier),
-                        "seats": s.rows.iter().map(|r| r.seats).sum::<u32>(),
-                    })
-                })
-                .collect();
-            let prices = info.prices.values();
-            Ok(json!({
-                "eventId": info.show_id.to_string(),
-                "name": info.name,
-                "performer": info.performer,
-                "venueId": info.venue_id.to_string(),
-                "venueName": info.venue_name,
-                "city": info.city,
-                "startsAt": info.starts_at,
-                "onSaleAt": info.on_sale_at,
-                "status": status,
-                "prices": info.prices,
-                "minPriceCents": prices.clone().min(),
-                "maxPriceCents": prices.max(),
-                "waitingRoom": info.waiting_room,
-                "holdTtlSeconds": info.hold_ttl_seconds,
-                "seatCount": show.seat_count(),
-                "sections": sections,
-            }))
+    let scheduled = state.catalog.get(show_id).await?;
+    let (info, layout) = (&scheduled.info, &scheduled.layout);
+    let status = if now < info.on_sale_at {
+        "SCHEDULED"
+    } else if now < info.starts_at {
+        "ON_SALE"
+    } else {
+        "STARTED"
+    };
+    let sections: Vec<Value> = layout
+        .sections()
+        .iter()
+        .map(|s| {
+            json!({
+                "section": s.section,
+                "priceTier": s.price_tier,
+                "priceCents": info.prices.get(&s.price_tier),
+                "seats": s.rows.iter().map(|r| r.seats).sum::<u32>(),
+            })
         })
-        .await?;
+        .collect();
+    let prices = info.prices.values();
+    let doc = json!({
+        "eventId": info.show_id.to_string(),
+        "name": info.name,
+        "performer": info.performer,
+        "venueId": info.venue_id.to_string(),
+        "venueName": info.venue_name,
+        "city": info.city,
+        "startsAt": info.starts_at,
+        "onSaleAt": info.on_sale_at,
+        "status": status,
+        "prices": info.prices,
+        "minPriceCents": prices.clone().min(),
+        "maxPriceCents": prices.max(),
+        "waitingRoom": info.waiting_room,
+        "holdTtlSeconds": info.hold_ttl_seconds,
+        "seatCount": layout.seat_count(),
+        "sections": sections,
+    });
     let body = serde_json::to_vec(&doc)
         .map_err(|e| crate::owner::CommandError::Internal(e.to_string()))?;
     let etag = format!("\"{}\"", &hex::encode(Sha256::digest(&body))[..32]);
@@ -536,32 +533,6 @@ async fn create_hold(
     }
 }
 
-/// A hold of the caller's.
-#[utoipa::path(get, path = "/v1/holds/{id}", params(("id" = String, Path)), security(("bearer" = [])),
-    responses((status = 200, description = "the hold and its status"), (status = 404, body = Problem)))]
-async fn get_hold(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    let hold_id: HoldId = id.parse()?;
-    let view = state
-        .shows
-        .query(hold_id.show(), move |show| Ok(show.hold_view(&hold_id)))
-        .await?;
-    match view {
-        Some(view) if caller.sees(&view.account) => Ok(Json(json!({
-            "holdId": view.hold_id.to_string(),
-            "eventId": view.event_id.to_string(),
-            "seatIds": view.seat_ids,
-            "expiresAt": view.expires_at,
-            "status": onsale_domain::transitions::Transition::name(view.state),
-        }))
-        .into_response()),
-        _ => Err(ShowError::HoldNotFound.into()),
-    }
-}
-
 /// Release a hold early. Idempotent.
 #[utoipa::path(delete, path = "/v1/holds/{id}", params(("id" = String, Path)), security(("bearer" = [])),
     responses((status = 204), (status = 404, body = Problem), (status = 409, body = Problem, description = "HOLD_ORDERED")))]
@@ -641,7 +612,7 @@ async fn place_order(
             [(header::LOCATION, format!("/v1/orders/{}", view.order_id))],
             Json(OrderAccepted {
                 order_id: view.order_id.to_string(),
-                status: view.status.to_owned(),
+                status: view.status.into_owned(),
             }),
         )
             .into_response()),
@@ -660,7 +631,9 @@ async fn admitted(
     caller: &Caller,
     headers: &HeaderMap,
 ) -> Result<(), ApiError> {
-    if caller.role == Role::Admin || !state.shows.waiting_room(show).await? {
+    // The show must exist (404 otherwise, before anything reaches an owner).
+    let waiting_room = state.catalog.get(show).await?.info.waiting_room;
+    if caller.role == Role::Admin || !waiting_room {
         return Ok(());
     }
     let Some(gate) = &state.gate else {

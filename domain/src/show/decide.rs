@@ -490,5 +490,9 @@ enum Kind {
 }
 
 fn refused(entity: &'static str, from: &'static str, by: &'static str) -> ShowError {
-    ShowError::InvalidTransition { entity, from, by }
+    ShowError::InvalidTransition {
+        entity: entity.into(),
+        from: from.into(),
+        by: by.into(),
+    }
 }

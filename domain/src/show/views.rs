@@ -3,7 +3,7 @@
 use super::*;
 
 /// A hold as the API reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HoldView {
     pub hold_id: HoldId,
@@ -15,14 +15,14 @@ pub struct HoldView {
 }
 
 /// An order as the API reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OrderView {
     pub order_id: OrderId,
     pub event_id: ShowId,
     pub hold_id: HoldId,
     pub account: AccountId,
-    pub status: &'static str,
+    pub status: std::borrow::Cow<'static, str>,
     pub seat_ids: Vec<SeatId>,
     pub total_cents: i64,
     pub placed_at: DateTime<Utc>,
@@ -118,7 +118,9 @@ impl Show {
             .filter(|o| admin || &o.account == account)
             .ok_or(ShowError::OrderNotFound)?;
         match order.state.verdict(OrderMove::Cancel) {
-            Verdict::Refused => Err(ShowError::NotCancellable(order.state.public_status())),
+            Verdict::Refused => Err(ShowError::NotCancellable(
+                order.state.public_status().into(),
+            )),
             Verdict::To(_) | Verdict::Already => Ok(order),
         }
     }
@@ -158,7 +160,7 @@ impl Show {
             event_id: id.show(),
             hold_id: order.hold_id,
             account: order.account.clone(),
-            status: order.state.public_status(),
+            status: order.state.public_status().into(),
             seat_ids: self.seat_names(&order.seats),
             total_cents: order.total_cents,
             placed_at: order.placed_at,

@@ -1,0 +1,61 @@
+//! What a show was scheduled with, for the reads that need it (the event page, whether a show
+//! has a waiting room, its on-sale window): read once from the log's first event through the
+//! read pool and kept in memory, since a schedule never changes. No read goes through a show's
+//! owner or the append pool, so a flood of GETs (of real or random ids) cannot fill an owner's
+//! queue or take the connections appends wait for.
+
+use std::sync::Arc;
+
+use onsale_domain::{ShowError, ShowId, ShowInfo, VenueLayout};
+use onsale_eventlog::{EventLog, StoreError};
+
+use crate::owner::CommandError;
+
+/// A show as scheduled.
+#[derive(Debug)]
+pub struct Scheduled {
+    pub info: ShowInfo,
+    pub layout: VenueLayout,
+}
+
+#[derive(Clone, Debug)]
+pub struct Catalog {
+    log: Arc<dyn EventLog>,
+    shows: moka::future::Cache<ShowId, Arc<Scheduled>>,
+}
+
+impl Catalog {
+    /// `log` reads through the read pool.
+    pub fn new(log: Arc<dyn EventLog>) -> Self {
+        Self {
+            log,
+            // A show's schedule is a few kilobytes: 100,000 of them fit in a few hundred MB at
+            // worst; the least used go first.
+            shows: moka::future::Cache::builder().max_capacity(100_000).build(),
+        }
+    }
+
+    /// The show as scheduled; `ShowNotFound` if no such show exists (not cached: it may be
+    /// scheduled a moment later).
+    pub async fn get(&self, show: ShowId) -> Result<Arc<Scheduled>, CommandError> {
+        if let Some(s) = self.shows.get(&show).await {
+            return Ok(s);
+        }
+        let log = self.log.clone();
+        let found = self
+            .shows
+            .try_get_with(show, async move {
+                match log.scheduled(show).await {
+                    Ok(Some((info, layout))) => Ok(Arc::new(Scheduled { info, layout })),
+                    Ok(None) => Err(None),
+                    Err(e) => Err(Some(e)),
+                }
+            })
+            .await;
+        found.map_err(|e: Arc<Option<StoreError>>| match e.as_ref() {
+            None => CommandError::Domain(ShowError::ShowNotFound),
+            Some(StoreError::Corrupt(m)) => CommandError::Internal(m.clone()),
+            Some(_) => CommandError::Unavailable,
+        })
+    }
+}

@@ -1,0 +1,469 @@
+//! Many command nodes (issue 14, docs/adr/011), with real `onsale serve` processes on one
+//! PostgreSQL: the ownership fence in the database; three nodes behind the HAProxy router
+//! with one SIGKILLed mid-sale (its shows answer from another node within 10 s, every
+//! acknowledged hold and order is in the log, no seat is held twice); and an owner paused with
+//! SIGSTOP past its TTL while another node takes its show, then resumed (what it decided on its
+//! stale state is never acknowledged, and the seat it would have sold twice is sold once).
+
+use std::collections::{HashMap, HashSet};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use onsale_domain::{ShowEvent, ShowId};
+use onsale_eventlog::{Claim, EventLog, Node, PgEventLog, StoreError};
+use onsale_tests::{Api, TestDb, SECRET};
+use serde_json::{json, Value};
+use tokio::process::Child;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A base port whose next `n` ports are free (the router's node ports are base + i).
+fn free_run(n: u16) -> u16 {
+    loop {
+        let base = free_port();
+        if base > 65_000 {
+            continue;
+        }
+        let held: Vec<_> = (1..=n)
+            .filter_map(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).ok())
+            .collect();
+        if held.len() == n as usize {
+            return base;
+        }
+    }
+}
+
+async fn wait_for<F: std::future::Future<Output = bool>>(
+    what: &str,
+    within: Duration,
+    mut check: impl FnMut() -> F,
+) -> Duration {
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    started.elapsed()
+}
+
+fn node(db: &TestDb, http: u16, grpc: u16, ttl_ms: Option<u64>) -> Child {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_onsale"));
+    cmd.arg("serve")
+        .env("DATABASE_URL", &db.url)
+        .env("ONSALE_JWT_SECRET", SECRET)
+        .env("ONSALE_LISTEN", format!("127.0.0.1:{http}"))
+        .env("ONSALE_GRPC_LISTEN", format!("127.0.0.1:{grpc}"))
+        // No processor and no Redis: orders stay pending (nothing is charged), shows have no
+        // waiting room.
+        .env("ONSALE_PROCESSOR_URL", "http://127.0.0.1:9")
+        .env_remove("ONSALE_REDIS_URL")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    if let Some(ms) = ttl_ms {
+        cmd.env("ONSALE_NODE_TTL_MS", ms.to_string());
+    }
+    cmd.spawn().expect("onsale starts")
+}
+
+async fn serving(api: &Api) {
+    let api = api.clone();
+    wait_for("onsale serves", Duration::from_secs(30), || {
+        let api = api.clone();
+        async move {
+            let res = api.http.get(format!("{}/healthz", api.base)).send().await;
+            res.is_ok_and(|r| r.status() == 200)
+        }
+    })
+    .await;
+}
+
+fn signal(child: &Child, sig: &str) {
+    let pid = child.id().expect("a pid").to_string();
+    let ok = std::process::Command::new("kill")
+        .args([format!("-{sig}"), pid])
+        .status()
+        .expect("kill runs");
+    assert!(ok.success());
+}
+
+async fn owner_port(pool: &sqlx::PgPool, show: &str) -> Option<u16> {
+    let addr: Option<String> = sqlx::query_scalar(
+        "SELECT n.addr FROM show_owners o JOIN nodes n USING (node_id) WHERE o.show_id = $1",
+    )
+    .bind(show)
+    .fetch_optional(pool)
+    .await
+    .expect("owner");
+    addr.and_then(|a| a.rsplit(':').next()?.parse().ok())
+}
+
+/// One hold request with a key, retried with the same key while the answer is 503 or nothing
+/// (bounded): what a client does. `Some(body)` once granted, `None` if refused (409).
+async fn hold_until_answered(api: &Api, token: &str, event: &str, key: &str) -> Option<Value> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let res = api
+            .http
+            .post(format!("{}/v1/events/{event}/holds", api.base))
+            .bearer_auth(token)
+            .header("Idempotency-Key", key)
+            .json(&json!({"quantity": 1}))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await;
+        if let Ok(r) = res {
+            match r.status().as_u16() {
+                201 => return Some(r.json().await.expect("json")),
+                409 | 429 => return None,
+                503 => assert!(
+                    r.headers().contains_key("retry-after"),
+                    "503 without Retry-After"
+                ),
+                other => panic!("unexpected {other}: {}", r.text().await.unwrap_or_default()),
+            }
+        }
+        assert!(Instant::now() < deadline, "{key}: no answer within 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_append_with_an_epoch_another_node_claimed_since_writes_nothing() {
+    let db = TestDb::new().await.expect("db");
+    let pool = db.pool().await.expect("pool");
+    let log = PgEventLog::new(pool.clone());
+    onsale_eventlog::migrate(&pool).await.expect("migrations");
+    let show = ShowId::random();
+    let ttl = Duration::from_secs(5);
+    let a = Node {
+        id: uuid::Uuid::new_v4(),
+        addr: "127.0.0.1:1".into(),
+    };
+    let b = Node {
+        id: uuid::Uuid::new_v4(),
+        addr: "127.0.0.1:2".into(),
+    };
+    let Claim::Owned { epoch: old } = log.claim(show, &a, ttl).await.expect("a claims") else {
+        panic!("a free show is claimed");
+    };
+    assert_eq!(
+        log.claim(show, &b, ttl).await.expect("b asks"),
+        Claim::Elsewhere(a.clone())
+    );
+    // a stops renewing (paused): once its registration lapsed, b claims.
+    sqlx::query("UPDATE nodes SET alive_until = now() - interval '1 second' WHERE node_id = $1")
+        .bind(a.id)
+        .execute(&pool)
+        .await
+        .expect("lapse");
+    assert_eq!(log.orphans(10).await.expect("orphans"), [show]);
+    let Claim::Owned { epoch } = log.claim(show, &b, ttl).await.expect("b claims") else {
+        panic!("a lapsed node's show is claimed");
+    };
+    assert!(epoch > old);
+    let e = [ShowEvent::HoldReleased {
+        hold_id: onsale_domain::HoldId::new(show),
+    }];
+    assert!(matches!(
+        log.append(show, old, 0, chrono::Utc::now(), &e).await,
+        Err(StoreError::Fenced)
+    ));
+    log.append(show, epoch, 0, chrono::Utc::now(), &e)
+        .await
+        .expect("the owner appends");
+    assert_eq!(
+        log.read_range(&show.to_string(), 0, 10, 10)
+            .await
+            .expect("rows")
+            .len(),
+        1
+    );
+    // a wakes: its heartbeat no longer lists the show.
+    assert!(log.heartbeat(&a, ttl).await.expect("a beats").is_empty());
+    assert_eq!(log.heartbeat(&b, ttl).await.expect("b beats"), [show]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_nodes_behind_the_router_lose_one_mid_sale_and_lose_nothing() {
+    let db = TestDb::new().await.expect("db");
+    let pool = db.pool().await.expect("pool");
+    let (http_base, grpc_base) = (free_run(3), free_run(3));
+    let mut nodes: Vec<Child> = (1..=3)
+        .map(|i| node(&db, http_base + i, grpc_base + i, None))
+        .collect();
+    for i in 1..=3 {
+        serving(&Api::new(&format!("http://127.0.0.1:{}", http_base + i))).await;
+    }
+    let dir = tempdir();
+    let (listen, grpc) = (free_port(), free_port());
+    let up =
+        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/stack.sh"))
+            .args([
+                "router-up",
+                &dir,
+                &format!("127.0.0.1:{listen}"),
+                &format!("127.0.0.1:{grpc}"),
+                "3",
+                &http_base.to_string(),
+                &grpc_base.to_string(),
+            ])
+            .status()
+            .expect("stack.sh runs");
+    assert!(up.success(), "the router starts");
+    let _router = Router(dir.clone());
+    let api = Api::new(&format!("http://127.0.0.1:{listen}"));
+    serving(&api).await;
+
+    let events: Vec<String> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            v.push(api.on_sale_event(2, 10, 50, None).await);
+        }
+        v
+    };
+    // The router sends each show's requests to one node: the show's owner.
+    for e in &events {
+        let (status, _) = api.get(&format!("/v1/events/{e}"), &api.fan("look")).await;
+        assert_eq!(status, 200);
+    }
+
+    let acked: Arc<Mutex<Vec<(String, Value, String)>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let granted = Arc::new(AtomicUsize::new(0));
+    let mut fans = Vec::new();
+    for f in 0..24usize {
+        let (api, events, acked, stop, granted) = (
+            api.clone(),
+            events.clone(),
+            acked.clone(),
+            stop.clone(),
+            granted.clone(),
+        );
+        fans.push(tokio::spawn(async move {
+            for n in 0.. {
+                if stop.load(Ordering::SeqCst) || n >= 6 {
+                    return;
+                }
+                let event = &events[(f + n) % events.len()];
+                // One hold per fan name; the per-account cap is not what this test is about.
+                let fan = format!("fan-{f}-{n}");
+                let token = api.fan(&fan);
+                if let Some(hold) =
+                    hold_until_answered(&api, &token, event, &format!("k-{f}-{n}")).await
+                {
+                    granted.fetch_add(1, Ordering::SeqCst);
+                    acked
+                        .lock()
+                        .expect("acked")
+                        .push((event.clone(), hold, fan));
+                }
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+        }));
+    }
+    wait_for("holds flow", Duration::from_secs(60), || {
+        let n = granted.load(Ordering::SeqCst);
+        async move { n >= 30 }
+    })
+    .await;
+    let victim = owner_port(&pool, &events[0])
+        .await
+        .expect("show 0 has an owner");
+    let i = usize::from(victim - http_base) - 1;
+    nodes[i].start_kill().expect("SIGKILL");
+    let killed = Instant::now();
+    // The dead node's show answers from another node within 10 s.
+    let probe = api.fan("probe");
+    let back = hold_until_answered(&api, &probe, &events[0], "probe-after-kill").await;
+    assert!(back.is_some(), "the probe's hold is granted");
+    let outage = killed.elapsed();
+    assert!(
+        outage < Duration::from_secs(10),
+        "show 0 answered again after {outage:?}"
+    );
+    let new_owner = owner_port(&pool, &events[0]).await.expect("an owner");
+    assert_ne!(new_owner, victim, "another node owns the dead node's show");
+    eprintln!("show 0 answered again {outage:?} after its node was killed");
+    for f in fans {
+        f.await.expect("fan");
+    }
+    stop.store(true, Ordering::SeqCst);
+
+    // Orders through the router (the body's holdId routes them), each sent twice with its key.
+    let acked = acked.lock().expect("acked").clone();
+    let mut orders: HashMap<String, String> = HashMap::new();
+    for (n, (_, hold, fan)) in acked.iter().enumerate().take(12) {
+        let token = api.fan(fan);
+        for _ in 0..2 {
+            let (status, body) = api.order(&hold["holdId"], &token, &format!("o-{n}")).await;
+            assert_eq!(status, 202, "{body}");
+            let id = body["orderId"].as_str().expect("order id").to_owned();
+            let hold_id = hold["holdId"].as_str().expect("hold").to_owned();
+            assert_eq!(orders.insert(hold_id, id.clone()).unwrap_or(id.clone()), id);
+        }
+    }
+
+    // The log is the witness: every acknowledged hold is there, no seat in two of them, one
+    // order per hold ordered.
+    let log = PgEventLog::new(pool.clone());
+    let mut seats = HashSet::new();
+    for event in &events {
+        let show: ShowId = event.parse().expect("show");
+        let replayed = log.replay(show).await.expect("replay").show;
+        let placed = log
+            .events(show)
+            .await
+            .expect("events")
+            .into_iter()
+            .filter(|e| e.event_type == "OrderPlaced")
+            .count();
+        let ordered_here = orders
+            .keys()
+            .filter(|h| h.parse::<onsale_domain::HoldId>().expect("hold id").show() == show)
+            .count();
+        assert_eq!(placed, ordered_here, "one OrderPlaced per ordered hold");
+        for (e, hold, _) in acked.iter().filter(|(e, _, _)| e == event) {
+            let id = hold["holdId"]
+                .as_str()
+                .expect("hold")
+                .parse()
+                .expect("hold id");
+            assert!(
+                replayed.hold(&id).is_some(),
+                "acknowledged hold {id} of {e} is in the log"
+            );
+            for seat in hold["seatIds"].as_array().expect("seats") {
+                assert!(
+                    seats.insert(format!("{e}/{seat}")),
+                    "{seat} of {e} held twice"
+                );
+            }
+        }
+    }
+    eprintln!("{} holds acknowledged, all in the log", acked.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_owner_wakes_to_find_its_show_moved_and_sells_nothing_twice() {
+    let db = TestDb::new().await.expect("db");
+    let pool = db.pool().await.expect("pool");
+    let (pa, pb) = (free_port(), free_port());
+    let a = node(&db, pa, free_port(), Some(2_000));
+    let _b = node(&db, pb, free_port(), Some(2_000));
+    let (api_a, api_b) = (
+        Api::new(&format!("http://127.0.0.1:{pa}")),
+        Api::new(&format!("http://127.0.0.1:{pb}")),
+    );
+    serving(&api_a).await;
+    serving(&api_b).await;
+    let event = api_a.on_sale_event(1, 1, 20, None).await;
+    let hold = |api: &Api, fan: &str, seat: &str| {
+        let (api, token, event, seat) = (api.clone(), api.fan(fan), event.clone(), seat.to_owned());
+        async move {
+            let res = api
+                .http
+                .post(format!("{}/v1/events/{event}/holds", api.base))
+                .bearer_auth(&token)
+                .json(&json!({"seatIds": [seat]}))
+                .timeout(Duration::from_secs(30))
+                .send()
+                .await
+                .expect("an answer");
+            let status = res.status().as_u16();
+            (status, res.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    let (status, first) = hold(&api_a, "ann", "S1-R1-1").await;
+    assert_eq!(status, 201, "{first}");
+    assert_eq!(owner_port(&pool, &event).await, Some(pa), "a owns the show");
+
+    // a is paused; a request for seat 2 waits in its socket.
+    signal(&a, "STOP");
+    let paused = Instant::now();
+    let queued = tokio::spawn(hold(&api_a, "cat", "S1-R1-2"));
+    // b takes the show once a's registration lapsed, and sells seat 2 to bob.
+    let bob: Arc<Mutex<Option<Value>>> = Arc::default();
+    wait_for("b decides the show", Duration::from_secs(20), || {
+        let attempt = hold(&api_b, "bob", "S1-R1-2");
+        let bob = bob.clone();
+        async move {
+            let (status, body) = attempt.await;
+            match status {
+                201 => {
+                    *bob.lock().expect("bob") = Some(body);
+                    true
+                }
+                503 => false,
+                other => panic!("b answered {other}: {body}"),
+            }
+        }
+    })
+    .await;
+    assert_eq!(owner_port(&pool, &event).await, Some(pb), "b owns the show");
+    eprintln!("b took the show {:?} after a was paused", paused.elapsed());
+    // Paused long enough that a is surely presumed dead, then a wakes.
+    let pause = Duration::from_secs(6);
+    if let Some(left) = pause.checked_sub(paused.elapsed()) {
+        tokio::time::sleep(left).await;
+    }
+    signal(&a, "CONT");
+    let (status, body) = queued.await.expect("the queued request");
+    assert_ne!(
+        status, 201,
+        "a decided on its stale state: that must not be acknowledged ({body})"
+    );
+    assert!(status == 409 || status == 503, "{status}: {body}");
+    // a forwards what it gets for the show to b now.
+    let (status, dan) = hold(&api_a, "dan", "S1-R1-3").await;
+    assert_eq!(status, 201, "{dan}");
+
+    let log = PgEventLog::new(pool);
+    let show: ShowId = event.parse().expect("show");
+    let replayed = log.replay(show).await.expect("replay").show;
+    let holders: Vec<String> = replayed
+        .holds()
+        .filter(|(_, h)| h.seats.len() == 1)
+        .map(|(_, h)| h.account.to_string())
+        .collect();
+    assert_eq!(holders.len(), 3, "ann, bob and dan: {holders:?}");
+    assert!(!holders.iter().any(|h| h == "cat"), "{holders:?}");
+    let bob = bob.lock().expect("bob").clone().expect("bob's hold");
+    for body in [first, bob, dan] {
+        let id = body["holdId"]
+            .as_str()
+            .expect("hold")
+            .parse()
+            .expect("hold id");
+        assert!(
+            replayed.hold(&id).is_some(),
+            "acknowledged {id} is in the log"
+        );
+    }
+}
+
+fn tempdir() -> String {
+    let dir = std::env::temp_dir().join(format!("onsale-router-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    dir.to_string_lossy().into_owned()
+}
+
+/// Stops the router when the test ends, however it ends.
+struct Router(String);
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        let _ =
+            std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/stack.sh"))
+                .args(["router-down", &self.0])
+                .status();
+    }
+}
