@@ -72,3 +72,8 @@ bench-reads:
 
 bench-queue:
 	./scripts/bench-queue.sh
+
+# Hold attempts/s over 20 shows on one node direct, one node behind the router, three nodes
+# behind the router (docs/capacity.md uses the figures).
+bench-nodes:
+	./scripts/bench-nodes.sh
