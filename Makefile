@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test up down kill-broker start-broker kill-primary start-db drill-failover kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes
+.PHONY: demo test up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
@@ -32,6 +32,11 @@ cont-node:
 
 start-node:
 	./scripts/stack.sh start-node $(N)
+
+# An on-sale in flight on three nodes, the show's node SIGKILLed at a random moment, and the
+# report: time without writes, every acknowledged hold and order checked in the log.
+drill-nodes:
+	./scripts/drill-nodes.sh
 
 # The operator's drill on `make up`'s cluster: SIGKILL broker N, then bring it back.
 kill-broker:

@@ -655,6 +655,15 @@ node_signal() {
   echo "node $i: SIG$sig"
 }
 
+# The node drill: SIGKILL the node that owns the most recently claimed show (the demo's show).
+node_kill_owner() {
+  local port
+  port=$(psql -h 127.0.0.1 -p "$PG_PORT" -U onsale -d onsale -Atc \
+    "SELECT split_part(n.addr, ':', 2) FROM show_owners o JOIN nodes n USING (node_id) ORDER BY o.claimed_at DESC LIMIT 1")
+  [ -n "$port" ] || { echo "no show has an owner yet" >&2; return 1; }
+  node_signal KILL $((port - NODE_HTTP_BASE))
+}
+
 # The bootstrap list of `up`'s brokers.
 brokers_list() {
   local i list=""
@@ -761,6 +770,7 @@ case "${1:-}" in
   kill-broker) broker_kill "$STACK_DIR" "${2:?which broker}" ;;
   kill-primary) ha_kill_primary "$STACK_DIR/ha" ;;
   kill-node) node_signal KILL "${2:?which node}" ;;
+  kill-owner) node_kill_owner ;;
   stop-node) node_signal STOP "${2:?which node}" ;;
   cont-node) node_signal CONT "${2:?which node}" ;;
   start-node) node_start "${2:?which node}" ;;

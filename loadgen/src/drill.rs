@@ -1,7 +1,7 @@
-//! The failover drill (`make drill-failover`): during the demo's on-sale the primary's machine
-//! is killed at a random moment (an operator's command), and afterwards every acknowledged hold
-//! and order is looked up one by one in the new primary's log, and the time without writes and
-//! the admission pause are reported.
+//! The failover drills (`make drill-failover`, `make drill-nodes`): during the demo's on-sale
+//! the primary's machine, or the command node owning the show, is killed at a random moment (an
+//! operator's command), and afterwards every acknowledged hold and order is looked up one by one
+//! in the log, and the time without writes and the admission pause are reported.
 
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -10,9 +10,28 @@ use onsale_domain::show::Show;
 use onsale_domain::{HoldId, OrderId};
 use rand::Rng;
 
+/// What the drill kills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Victim {
+    /// The PostgreSQL primary (`make up HA=1`).
+    Primary,
+    /// The command node owning the show (`make up NODES=3`).
+    Node,
+}
+
+impl Victim {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Primary => "the primary",
+            Self::Node => "the show's command node",
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Drill {
     command: String,
+    victim: Victim,
     started: Instant,
     /// The fan whose turn triggers the kill.
     kill_at: u64,
@@ -29,11 +48,12 @@ pub(crate) struct Drill {
 
 impl Drill {
     /// Kills with `command` when a fan between 20% and 60% of `fans` starts.
-    pub(crate) fn new(command: String, fans: u32) -> Self {
+    pub(crate) fn new(command: String, victim: Victim, fans: u32) -> Self {
         let fans = u64::from(fans.max(5));
         let kill_at = rand::rng().random_range(fans / 5..fans * 3 / 5);
         Self {
             command,
+            victim,
             started: Instant::now(),
             kill_at,
             killed_at: OnceLock::new(),
@@ -84,7 +104,7 @@ impl Drill {
                 if killed.elapsed() > Duration::from_secs(120) {
                     return;
                 }
-                if self.promoted_at.get().is_none() {
+                if self.victim == Victim::Primary && self.promoted_at.get().is_none() {
                     let primary = async {
                         use sqlx::Connection;
                         let mut c = sqlx::PgConnection::connect(&database_url).await?;
@@ -153,7 +173,8 @@ impl Drill {
     pub(crate) fn report(&self, show: &Show, orders: &[String]) -> anyhow::Result<()> {
         let Some(killed) = self.killed_at.get().copied() else {
             anyhow::bail!(
-                "the drill never killed the primary (fan {} never started)",
+                "the drill never killed {} (fan {} never started)",
+                self.victim.name(),
                 self.kill_at
             );
         };
@@ -189,7 +210,8 @@ impl Drill {
         let after = acks.iter().filter(|t| **t > killed).count();
         println!("\n== failover drill ==");
         println!(
-            "primary killed {:.1} s into the sale (fan {}); acknowledged writes after it: {after}",
+            "{} killed {:.1} s into the sale (fan {}); acknowledged writes after it: {after}",
+            self.victim.name(),
             (killed - self.started).as_secs_f64(),
             self.kill_at
         );

@@ -59,6 +59,10 @@ enum Command {
         /// and order is checked in the log and the time without writes reported.
         #[arg(long)]
         kill_primary: Option<String>,
+        /// The node drill: this shell command (`scripts/stack.sh kill-owner`) kills a command
+        /// node at the same random moment, with the same checks.
+        #[arg(long, conflicts_with = "kill_primary")]
+        kill_node: Option<String>,
     },
     /// Create the benchmark show over HTTP and write fan tokens for wrk.
     Setup {
@@ -151,8 +155,12 @@ async fn main() -> anyhow::Result<()> {
             auth,
             processor,
             kill_primary,
+            kill_node,
         } => {
-            let drill = kill_primary.map(|c| Arc::new(drill::Drill::new(c, fans)));
+            let drill = kill_primary
+                .map(|c| drill::Drill::new(c, drill::Victim::Primary, fans))
+                .or_else(|| kill_node.map(|c| drill::Drill::new(c, drill::Victim::Node, fans)))
+                .map(Arc::new);
             demo(
                 &base,
                 &database.database_url,

@@ -416,6 +416,7 @@ async fn a_standby_relay_and_a_second_projection_process_take_over_from_killed_o
     let active = |pool: sqlx::PgPool| async move {
         sqlx::query_scalar::<_, i64>(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
                AND ((classid::bigint << 32) | objid::bigint) = $1",
         )
         .bind(onsale_kafka::leader::keys::RELAY)
