@@ -248,14 +248,15 @@ pub struct OrderRow {
     pub make_good: bool,
 }
 
-/// How long a read of a hold or order not (yet) in its projection waits for the projection to
-/// fold what its show had committed when the read began.
+/// How long a read of a hold or order waits for the projection to fold what its show had
+/// committed when the read began.
 const READ_YOUR_WRITES: Duration = Duration::from_secs(2);
 
-/// A caller reads its own writes: a hold or an order acknowledged a moment ago may not be
-/// projected yet. Reads `row`; on a miss, waits (bounded) until the orders projection has
-/// folded every event the show had when the read began, then reads again. A miss after that is
-/// a real "not found" (an id that never existed costs one probe of the show's head).
+/// A caller reads its own writes: a hold or an order acknowledged (or released, or paid) a
+/// moment ago may not be projected yet. Reads the show's head as the read begins, waits
+/// (bounded) until the orders projection has folded up to it, then reads `row`: everything
+/// committed before the read is in the answer. Three index probes when the projection is
+/// current; an id of a show that does not exist costs one.
 async fn read_own_write<T, F, Fut>(
     state: &QueryState,
     show: ShowId,
@@ -265,9 +266,6 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<Option<T>, sqlx::Error>>,
 {
-    if let Some(r) = row().await.map_err(db_unavailable)? {
-        return Ok(Some(r));
-    }
     let head: Option<i64> = sqlx::query_scalar(
         "SELECT sequence FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1
           ORDER BY sequence DESC LIMIT 1",
@@ -292,11 +290,11 @@ where
             return row().await.map_err(db_unavailable);
         }
         if tokio::time::Instant::now() >= deadline {
-            // The projection is behind: say so rather than claim the id does not exist.
+            // The projection is behind: say so rather than answer from an older state.
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "PROJECTION_BEHIND",
-                "this was written a moment ago and is not readable yet; retry shortly",
+                "this changed a moment ago and is not readable yet; retry shortly",
             ));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -364,14 +362,14 @@ pub struct HoldResponse {
     pub event_id: String,
     pub seat_ids: Vec<String>,
     pub expires_at: chrono::DateTime<chrono::Utc>,
-    /// HELD, RELEASED, EXPIRED or ORDERED.
+    /// ACTIVE, RELEASED, EXPIRED or ORDERED.
     pub status: String,
     #[serde(skip)]
     pub account_id: String,
 }
 
-/// A hold of the caller's (an admin sees any), from the orders projection; a hold acknowledged
-/// a moment ago is read once the projection has it.
+/// A hold of the caller's (an admin sees any), from the orders projection, as of the moment
+/// of the read (a change acknowledged a moment ago is in it).
 #[utoipa::path(get, path = "/v1/holds/{id}", params(("id" = String, Path)), security(("bearer" = [])),
     responses((status = 200, body = HoldResponse), (status = 404), (status = 422), (status = 503)))]
 async fn get_hold(

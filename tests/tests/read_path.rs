@@ -968,3 +968,70 @@ async fn with_postgresql_away_the_last_good_map_is_served_stale_or_503_never_a_g
     .await;
     rp.stop().await;
 }
+
+/// Reads never go through a show's owner, yet a caller reads its own writes: a hold and an
+/// order are read back the moment they were acknowledged (the read waits, bounded, for the
+/// projection to reach the show's head), a hold's status follows release and order, another
+/// fan's hold is "not found", and the event page is served without an owner (for a show no node
+/// owns at that moment, too).
+#[tokio::test]
+async fn holds_orders_and_the_event_page_are_read_from_projections_and_caches_with_own_writes() {
+    let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
+    let app = &rp.app;
+    let event = app.on_sale_event(1, 1, 10, None).await;
+    let (ann, bob) = (app.fan("ann"), app.fan("bob"));
+    for n in 0..5 {
+        let (status, hold) = app
+            .hold(
+                &event,
+                &ann,
+                json!({"seatIds": [format!("S1-R1-{}", n + 1)]}),
+                None,
+            )
+            .await;
+        assert_eq!(status, 201, "{hold}");
+        let id = hold["holdId"].as_str().expect("id").to_owned();
+        let (status, read) = app.get(&format!("/v1/holds/{id}"), &ann).await;
+        assert_eq!(status, 200, "read your own hold at once: {read}");
+        assert_eq!(read["status"], "ACTIVE");
+        assert_eq!(read["seatIds"], hold["seatIds"]);
+        let (status, _) = app.get(&format!("/v1/holds/{id}"), &bob).await;
+        assert_eq!(status, 404, "another fan's hold is not found");
+        if n % 2 == 0 {
+            let (status, _) = app.delete(&format!("/v1/holds/{id}"), &ann).await;
+            assert_eq!(status, 204);
+            let (_, read) = app.get(&format!("/v1/holds/{id}"), &ann).await;
+            assert_eq!(read["status"], "RELEASED");
+        } else {
+            let (status, order) = app.order(&json!(id), &ann, &format!("k{n}")).await;
+            assert_eq!(status, 202, "{order}");
+            let order_id = order["orderId"].as_str().expect("order");
+            let (status, read) = app.get(&format!("/v1/orders/{order_id}"), &ann).await;
+            assert_eq!(status, 200, "read your own order at once: {read}");
+            let (_, read) = app.get(&format!("/v1/holds/{id}"), &ann).await;
+            assert_eq!(read["status"], "ORDERED");
+        }
+    }
+    let missing = onsale_domain::HoldId::new(event.parse().expect("show")).to_string();
+    let (status, body) = app.get(&format!("/v1/holds/{missing}"), &ann).await;
+    assert_eq!(status, 404, "{body}");
+    // The event page comes from the show's first event, not from its owner: the show's claim
+    // is gone (as after its node died) and the page still answers, and no owner is started.
+    sqlx::query("DELETE FROM show_owners")
+        .execute(&rp.pool)
+        .await
+        .expect("claims");
+    let (status, page) = app.get(&format!("/v1/events/{event}"), &ann).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["seatCount"], 10);
+    let owners: i64 = sqlx::query_scalar("SELECT count(*) FROM show_owners")
+        .fetch_one(&rp.pool)
+        .await
+        .expect("count");
+    assert_eq!(owners, 0, "a read claimed no show");
+    let (status, _) = app
+        .get(&format!("/v1/events/{}", uuid::Uuid::now_v7()), &ann)
+        .await;
+    assert_eq!(status, 404);
+    rp.stop().await;
+}
