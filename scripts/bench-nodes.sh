@@ -6,7 +6,9 @@
 #   router-1   the same node behind the HAProxy router (the router's cost)
 #   router-3   three nodes behind the router (each show's requests on its owner)
 # BENCH_REPEAT (3) interleaved runs of BENCH_SECONDS (10) with BENCH_CLIENTS (256) connections;
-# the report gives medians, and each node's RSS after its runs with the shows it owned.
+# the report gives medians, and each node's RSS after its runs with the shows it owned. First,
+# the memory of a loaded show: one node's RSS before and after each show took one hold (so its
+# owner claimed and loaded it). BENCH_REPEAT=0 measures only that.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-bench-nodes.XXXXXX)
@@ -67,6 +69,19 @@ for s in $(seq 1 "$SHOWS"); do
 done
 stop_nodes
 
+# Memory per loaded show.
+start_nodes 1
+pid=$(cat "$DIR/node1.pid")
+before=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
+token=$(head -1 "$DIR/tokens.txt")
+for e in ${events//,/ }; do
+  curl -fsS -o /dev/null -X POST -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+    -d '{"quantity":1}' "http://127.0.0.1:$((HTTP_BASE + 1))/v1/events/$e/holds"
+done
+after=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
+echo "memory: node RSS $((before / 1024)) MB with no show loaded, $((after / 1024)) MB with $SHOWS shows of 50,000 seats loaded: $(( (after - before) / SHOWS / 1024 )) MB per show" | tee "$OUT/nodes-memory.txt"
+stop_nodes
+
 run() { # name nodes url
   psql -qc "VACUUM ANALYZE" -c "CHECKPOINT" "$DB" >/dev/null
   start_nodes "$2"
@@ -87,6 +102,7 @@ for rep in $(seq 1 "$REPEAT"); do
   run router-1 1 "http://$ROUTER"
   run router-3 3 "http://$ROUTER"
 done
+[ "$REPEAT" -gt 0 ] || exit 0
 python3 - "$RESULTS" <<'PY' | tee "$OUT/nodes.md"
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
