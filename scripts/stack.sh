@@ -601,6 +601,8 @@ frontend api
   mode http
   bind $listen
   option http-buffer-request
+  # Node-to-node forwarding is never reachable from outside.
+  http-request deny deny_status 404 if { path_beg /internal/ }
   http-request set-var(txn.show) path,field(4,/) if { path_beg /v1/events/ }
   http-request set-var(txn.show) path,field(4,/),field(2,_) if { path_beg /v1/holds/ } || { path_beg /v1/orders/ }
   http-request set-var(txn.show) req.body,json_query('\$.holdId'),field(2,_) if { method POST } { path /v1/orders }

@@ -222,6 +222,34 @@ async fn three_nodes_behind_the_router_lose_one_mid_sale_and_lose_nothing() {
     let _router = Router(dir.clone());
     let api = Api::new(&format!("http://127.0.0.1:{listen}"));
     serving(&api).await;
+    // The nodes' forwarding route is not reachable through the router.
+    let res = api
+        .http
+        .post(format!(
+            "{}/internal/v1/shows/{}/work",
+            api.base,
+            ShowId::random()
+        ))
+        .header("x-onsale-node-secret", "onsale-dev-node-secret")
+        .body("{}")
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(res.status(), 404);
+    // On a node itself it wants the nodes' secret.
+    let res = api
+        .http
+        .post(format!(
+            "http://127.0.0.1:{}/internal/v1/shows/{}/work",
+            http_base + 1,
+            ShowId::random()
+        ))
+        .header("x-onsale-node-secret", "a guess")
+        .json(&json!({"Ask": {"OrderState": onsale_domain::OrderId::new(ShowId::random())}}))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(res.status(), 401);
 
     let events: Vec<String> = {
         let mut v = Vec::new();
