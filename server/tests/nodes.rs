@@ -1,7 +1,9 @@
 //! Many command nodes (issue 14, docs/adr/011), with real `onsale serve` processes on one
 //! PostgreSQL: the ownership fence in the database; three nodes behind the HAProxy router
-//! with one SIGKILLed mid-sale (its shows answer from another node within 10 s, every
-//! acknowledged hold and order is in the log, no seat is held twice); and an owner paused with
+//! (with `onsale relay`, `onsale project` and the card simulator) with one SIGKILLed mid-sale
+//! while payments are in flight (its shows answer from another node within 10 s, every
+//! acknowledged hold and order is in the log, no seat is held twice, no order is charged twice
+//! and every order is resolved); and an owner paused with
 //! SIGSTOP past its TTL while another node takes its show, then resumed (what it decided on its
 //! stale state is never acknowledged, and the seat it would have sold twice is sold once).
 
@@ -53,25 +55,47 @@ async fn wait_for<F: std::future::Future<Output = bool>>(
     started.elapsed()
 }
 
-fn node(db: &TestDb, http: u16, grpc: u16, ttl_ms: Option<u64>) -> Child {
+/// An `onsale` process on the test's database (and, for the read path, its slot and topic on
+/// the test run's broker), without Redis (shows have no waiting room).
+fn onsale(db: &TestDb, args: &[&str], env: &[(&str, String)]) -> Child {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_onsale"));
-    cmd.arg("serve")
+    cmd.args(args)
         .env("DATABASE_URL", &db.url)
         .env("ONSALE_JWT_SECRET", SECRET)
-        .env("ONSALE_LISTEN", format!("127.0.0.1:{http}"))
-        .env("ONSALE_GRPC_LISTEN", format!("127.0.0.1:{grpc}"))
-        // No processor and no Redis: orders stay pending (nothing is charged), shows have no
-        // waiting room.
-        .env("ONSALE_PROCESSOR_URL", "http://127.0.0.1:9")
+        .env("ONSALE_RELAY_SLOT", format!("slot_{}", db.name))
+        .env("ONSALE_EVENTS_TOPIC", format!("onsale.events.{}", db.name))
+        .env(
+            "ONSALE_KAFKA_BROKERS",
+            std::env::var("ONSALE_TEST_KAFKA_BROKERS").unwrap_or_default(),
+        )
         .env_remove("ONSALE_REDIS_URL")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .kill_on_drop(true);
-    if let Some(ms) = ttl_ms {
-        cmd.env("ONSALE_NODE_TTL_MS", ms.to_string());
+    for (k, v) in env {
+        cmd.env(k, v);
     }
     cmd.spawn().expect("onsale starts")
+}
+
+/// `onsale serve` on its own ports; `processor`: the card processor's URL (none: orders stay
+/// pending, nothing is charged).
+fn node(db: &TestDb, http: u16, grpc: u16, ttl_ms: Option<u64>, processor: Option<&str>) -> Child {
+    let mut env = vec![
+        ("ONSALE_LISTEN", format!("127.0.0.1:{http}")),
+        ("ONSALE_GRPC_LISTEN", format!("127.0.0.1:{grpc}")),
+        (
+            "ONSALE_PROCESSOR_URL",
+            processor.unwrap_or("http://127.0.0.1:9").to_owned(),
+        ),
+        ("ONSALE_CHARGE_TIMEOUT_MS", "500".to_owned()),
+        ("ONSALE_PAYMENT_POLL_MS", "100".to_owned()),
+    ];
+    if let Some(ms) = ttl_ms {
+        env.push(("ONSALE_NODE_TTL_MS", ms.to_string()));
+    }
+    onsale(db, &["serve"], &env)
 }
 
 async fn serving(api: &Api) {
@@ -197,9 +221,27 @@ async fn three_nodes_behind_the_router_lose_one_mid_sale_and_lose_nothing() {
     let db = TestDb::new().await.expect("db");
     let pool = db.pool().await.expect("pool");
     let (http_base, grpc_base) = (free_run(3), free_run(3));
+    // The card simulator, its webhooks to the router.
+    let sim = onsale_processor_sim::Sim::new(onsale_processor_sim::Settings {
+        hang_ms: 1_500,
+        settle_ms: 1_000,
+        webhook_jitter_ms: 200,
+        ..onsale_processor_sim::Settings::default()
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let sim_url = format!("http://{}", listener.local_addr().expect("addr"));
+    let server = sim.clone();
+    let _sim = tokio::spawn(async move {
+        let _ = server.run(listener, std::future::pending()).await;
+    });
     let mut nodes: Vec<Child> = (1..=3)
-        .map(|i| node(&db, http_base + i, grpc_base + i, None))
+        .map(|i| node(&db, http_base + i, grpc_base + i, None, Some(&sim_url)))
         .collect();
+    // The read path: the relay (the payment intake reads the log) and the projections.
+    let _relay = onsale(&db, &["relay"], &[]);
+    let _project = onsale(&db, &["project"], &[]);
     for i in 1..=3 {
         serving(&Api::new(&format!("http://127.0.0.1:{}", http_base + i))).await;
     }
@@ -222,6 +264,7 @@ async fn three_nodes_behind_the_router_lose_one_mid_sale_and_lose_nothing() {
     let _router = Router(dir.clone());
     let api = Api::new(&format!("http://127.0.0.1:{listen}"));
     serving(&api).await;
+    sim.update(|s| s.webhook_url = Some(format!("{}/v1/webhooks/processor", api.base)));
     // The nodes' forwarding route is not reachable through the router.
     let res = api
         .http
@@ -303,6 +346,42 @@ async fn three_nodes_behind_the_router_lose_one_mid_sale_and_lose_nothing() {
         async move { n >= 30 }
     })
     .await;
+    // Orders before the kill: their payments are in flight on the nodes when one dies.
+    let mut orders: HashMap<String, String> = HashMap::new();
+    let place = |n: usize, hold: Value, fan: String| {
+        let api = api.clone();
+        async move {
+            let token = api.fan(&fan);
+            let mut ids = Vec::new();
+            for _ in 0..2 {
+                let (status, body) = api.order(&hold["holdId"], &token, &format!("o-{n}")).await;
+                assert_eq!(status, 202, "{body}");
+                ids.push(body["orderId"].as_str().expect("order id").to_owned());
+            }
+            assert_eq!(
+                ids[0], ids[1],
+                "the retry with the same key answers the same order"
+            );
+            (
+                hold["holdId"].as_str().expect("hold").to_owned(),
+                ids.remove(0),
+                fan,
+            )
+        }
+    };
+    let early: Vec<(String, Value, String)> = acked
+        .lock()
+        .expect("acked")
+        .iter()
+        .take(10)
+        .cloned()
+        .collect();
+    let mut buyers = Vec::new();
+    for (n, (_, hold, fan)) in early.into_iter().enumerate() {
+        let (hold_id, order, fan) = place(n, hold, fan).await;
+        orders.insert(hold_id, order.clone());
+        buyers.push((order, fan));
+    }
     let victim = owner_port(&pool, &events[0])
         .await
         .expect("show 0 has an owner");
@@ -326,19 +405,37 @@ async fn three_nodes_behind_the_router_lose_one_mid_sale_and_lose_nothing() {
     }
     stop.store(true, Ordering::SeqCst);
 
-    // Orders through the router (the body's holdId routes them), each sent twice with its key.
+    // More orders after the kill, through the router (the body's holdId routes them), each sent
+    // twice with its key.
     let acked = acked.lock().expect("acked").clone();
-    let mut orders: HashMap<String, String> = HashMap::new();
-    for (n, (_, hold, fan)) in acked.iter().enumerate().take(12) {
-        let token = api.fan(fan);
-        for _ in 0..2 {
-            let (status, body) = api.order(&hold["holdId"], &token, &format!("o-{n}")).await;
-            assert_eq!(status, 202, "{body}");
-            let id = body["orderId"].as_str().expect("order id").to_owned();
-            let hold_id = hold["holdId"].as_str().expect("hold").to_owned();
-            assert_eq!(orders.insert(hold_id, id.clone()).unwrap_or(id.clone()), id);
-        }
+    for (n, (_, hold, fan)) in acked.iter().enumerate().skip(10).take(10) {
+        let (hold_id, order, fan) = place(n, hold.clone(), fan.clone()).await;
+        orders.insert(hold_id, order.clone());
+        buyers.push((order, fan));
     }
+    // Every order is resolved (paid or failed), and no order was charged twice: the
+    // simulator's books are the witness.
+    for (order, fan) in &buyers {
+        let token = api.fan(fan);
+        wait_for("the order is resolved", Duration::from_secs(90), || {
+            let (api, token, order) = (api.clone(), token.clone(), order.clone());
+            async move {
+                let (status, body) = api.get(&format!("/v1/orders/{order}"), &token).await;
+                status == 200 && body["status"] != "PENDING_PAYMENT"
+            }
+        })
+        .await;
+    }
+    let captures = sim.ledger().captures_per_reference();
+    assert!(
+        captures.values().all(|&n| n <= 1),
+        "an order charged twice: {captures:?}"
+    );
+    eprintln!(
+        "{} orders resolved, {} captured, none twice",
+        buyers.len(),
+        captures.len()
+    );
 
     // The log is the witness: every acknowledged hold is there, no seat in two of them, one
     // order per hold ordered.
@@ -385,8 +482,8 @@ async fn a_paused_owner_wakes_to_find_its_show_moved_and_sells_nothing_twice() {
     let db = TestDb::new().await.expect("db");
     let pool = db.pool().await.expect("pool");
     let (pa, pb) = (free_port(), free_port());
-    let a = node(&db, pa, free_port(), Some(2_000));
-    let _b = node(&db, pb, free_port(), Some(2_000));
+    let a = node(&db, pa, free_port(), Some(2_000), None);
+    let _b = node(&db, pb, free_port(), Some(2_000), None);
     let (api_a, api_b) = (
         Api::new(&format!("http://127.0.0.1:{pa}")),
         Api::new(&format!("http://127.0.0.1:{pb}")),
