@@ -88,9 +88,9 @@ run() { # name nodes url
   [ "$1" = direct-1 ] || router "$2"
   # Every node loads its shows first (the first request of a show claims and loads it).
   BENCH_EVENTS=$events BENCH_SEATS=1 BENCH_TOKENS=$DIR/tokens.txt \
-    wrk -t2 -c"$CLIENTS" -d2s --timeout 10s -s "$ROOT/scripts/bench/holds_many.lua" "$3" >/dev/null
+    wrk -t2 -c"$CLIENTS" -d2s --timeout 10s -s "$ROOT/scripts/bench/hold.lua" "$3" >/dev/null
   json=$(BENCH_EVENTS=$events BENCH_SEATS=1 BENCH_TOKENS=$DIR/tokens.txt \
-    wrk -t2 -c"$CLIENTS" -d"${SECS}s" --timeout 10s -s "$ROOT/scripts/bench/holds_many.lua" "$3" | tail -1)
+    wrk -t2 -c"$CLIENTS" -d"${SECS}s" --timeout 10s -s "$ROOT/scripts/bench/hold.lua" "$3" | tail -1)
   python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(config=sys.argv[2], rss=sys.argv[3]); print(json.dumps(d))' \
     "$json" "$1" "$(rss "$2" | tr '\n' ';')" >>"$RESULTS"
   echo "$1: $json"

@@ -246,13 +246,23 @@ impl Shows {
                 _ = shutdown.cancelled() => break,
                 _ = beat.tick() => {}
             }
+            let node = self.node();
+            // A process that serves no API (the relay, the projections) owns nothing and
+            // registers nothing; one that owns shows without an API (the command benchmark)
+            // keeps them alive but takes no dead node's shows: nobody could forward to it.
+            if node.addr.is_empty() && self.lock().is_empty() {
+                continue;
+            }
             let started = Instant::now();
-            match self.log().heartbeat(&self.node(), ttl).await {
+            match self.log().heartbeat(&node, ttl).await {
                 Ok(owned) => self.retire_lost(&owned.into_iter().collect(), started),
                 Err(e) => {
                     warn!(error = %e, "node heartbeat failed");
                     continue;
                 }
+            }
+            if node.addr.is_empty() {
+                continue;
             }
             match self.log().orphans(50).await {
                 Ok(orphans) => {

@@ -69,6 +69,15 @@ pub fn log_row(r: &sqlx::postgres::PgRow) -> Result<LogRow, sqlx::Error> {
     })
 }
 
+fn show_ids(ids: &[String]) -> Result<Vec<ShowId>> {
+    ids.iter()
+        .map(|i| {
+            i.parse()
+                .map_err(|_| StoreError::Corrupt(format!("show id {i}")))
+        })
+        .collect()
+}
+
 #[async_trait::async_trait]
 impl EventLog for PgEventLog {
     async fn append(
@@ -332,12 +341,7 @@ impl EventLog for PgEventLog {
         .bind(ttl.as_secs_f64())
         .fetch_all(&self.pool)
         .await?;
-        ids.iter()
-            .map(|i| {
-                i.parse()
-                    .map_err(|_| StoreError::Corrupt(format!("show id {i}")))
-            })
-            .collect()
+        show_ids(&ids)
     }
 
     async fn leave(&self, node: &Node) -> Result<()> {
@@ -363,11 +367,6 @@ impl EventLog for PgEventLog {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        ids.iter()
-            .map(|i| {
-                i.parse()
-                    .map_err(|_| StoreError::Corrupt(format!("show id {i}")))
-            })
-            .collect()
+        show_ids(&ids)
     }
 }

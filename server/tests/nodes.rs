@@ -15,16 +15,9 @@ use std::time::{Duration, Instant};
 
 use onsale_domain::{ShowEvent, ShowId};
 use onsale_eventlog::{Claim, EventLog, Node, PgEventLog, StoreError};
-use onsale_tests::{Api, TestDb, SECRET};
+use onsale_tests::{free_port, wait_for, Api, TestDb, SECRET};
 use serde_json::{json, Value};
 use tokio::process::Child;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 /// A base port whose next `n` ports are free (the router's node ports are base + i).
 fn free_run(n: u16) -> u16 {
@@ -40,19 +33,6 @@ fn free_run(n: u16) -> u16 {
             return base;
         }
     }
-}
-
-async fn wait_for<F: std::future::Future<Output = bool>>(
-    what: &str,
-    within: Duration,
-    mut check: impl FnMut() -> F,
-) -> Duration {
-    let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < within, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    started.elapsed()
 }
 
 /// An `onsale` process on the test's database (and, for the read path, its slot and topic on
@@ -96,18 +76,6 @@ fn node(db: &TestDb, http: u16, grpc: u16, ttl_ms: Option<u64>, processor: Optio
         env.push(("ONSALE_NODE_TTL_MS", ms.to_string()));
     }
     onsale(db, &["serve"], &env)
-}
-
-async fn serving(api: &Api) {
-    let api = api.clone();
-    wait_for("onsale serves", Duration::from_secs(30), || {
-        let api = api.clone();
-        async move {
-            let res = api.http.get(format!("{}/healthz", api.base)).send().await;
-            res.is_ok_and(|r| r.status() == 200)
-        }
-    })
-    .await;
 }
 
 fn signal(child: &Child, sig: &str) {
@@ -243,7 +211,9 @@ async fn three_nodes_behind_the_router_lose_one_mid_sale_and_lose_nothing() {
     let _relay = onsale(&db, &["relay"], &[]);
     let _project = onsale(&db, &["project"], &[]);
     for i in 1..=3 {
-        serving(&Api::new(&format!("http://127.0.0.1:{}", http_base + i))).await;
+        Api::new(&format!("http://127.0.0.1:{}", http_base + i))
+            .serving()
+            .await;
     }
     let dir = tempdir();
     let (listen, grpc) = (free_port(), free_port());
@@ -263,7 +233,7 @@ async fn three_nodes_behind_the_router_lose_one_mid_sale_and_lose_nothing() {
     assert!(up.success(), "the router starts");
     let _router = Router(dir.clone());
     let api = Api::new(&format!("http://127.0.0.1:{listen}"));
-    serving(&api).await;
+    api.serving().await;
     sim.update(|s| s.webhook_url = Some(format!("{}/v1/webhooks/processor", api.base)));
     // The nodes' forwarding route is not reachable through the router.
     let res = api
@@ -457,15 +427,7 @@ async fn three_nodes_behind_the_router_lose_one_mid_sale_and_lose_nothing() {
             .count();
         assert_eq!(placed, ordered_here, "one OrderPlaced per ordered hold");
         for (e, hold, _) in acked.iter().filter(|(e, _, _)| e == event) {
-            let id = hold["holdId"]
-                .as_str()
-                .expect("hold")
-                .parse()
-                .expect("hold id");
-            assert!(
-                replayed.hold(&id).is_some(),
-                "acknowledged hold {id} of {e} is in the log"
-            );
+            in_log(&replayed, hold);
             for seat in hold["seatIds"].as_array().expect("seats") {
                 assert!(
                     seats.insert(format!("{e}/{seat}")),
@@ -475,6 +437,17 @@ async fn three_nodes_behind_the_router_lose_one_mid_sale_and_lose_nothing() {
         }
     }
     eprintln!("{} holds acknowledged, all in the log", acked.len());
+    // Only the nodes that serve the API are nodes: the relay and the projections (which build
+    // the same composition root) never register, so never take a dead node's show that no one
+    // could forward to.
+    let unaddressed: i64 = sqlx::query_scalar("SELECT count(*) FROM nodes WHERE addr = ''")
+        .fetch_one(&pool)
+        .await
+        .expect("nodes");
+    assert_eq!(
+        unaddressed, 0,
+        "a process without an API registered as a node"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -488,8 +461,8 @@ async fn a_paused_owner_wakes_to_find_its_show_moved_and_sells_nothing_twice() {
         Api::new(&format!("http://127.0.0.1:{pa}")),
         Api::new(&format!("http://127.0.0.1:{pb}")),
     );
-    serving(&api_a).await;
-    serving(&api_b).await;
+    api_a.serving().await;
+    api_b.serving().await;
     let event = api_a.on_sale_event(1, 1, 20, None).await;
     let hold = |api: &Api, fan: &str, seat: &str| {
         let (api, token, event, seat) = (api.clone(), api.fan(fan), event.clone(), seat.to_owned());
@@ -563,16 +536,21 @@ async fn a_paused_owner_wakes_to_find_its_show_moved_and_sells_nothing_twice() {
     assert!(!holders.iter().any(|h| h == "cat"), "{holders:?}");
     let bob = bob.lock().expect("bob").clone().expect("bob's hold");
     for body in [first, bob, dan] {
-        let id = body["holdId"]
-            .as_str()
-            .expect("hold")
-            .parse()
-            .expect("hold id");
-        assert!(
-            replayed.hold(&id).is_some(),
-            "acknowledged {id} is in the log"
-        );
+        in_log(&replayed, &body);
     }
+}
+
+/// The hold a 201 answered with is in the replayed show.
+fn in_log(replayed: &onsale_domain::Show, hold: &Value) {
+    let id = hold["holdId"]
+        .as_str()
+        .expect("hold")
+        .parse()
+        .expect("hold id");
+    assert!(
+        replayed.hold(&id).is_some(),
+        "acknowledged hold {id} is in the log"
+    );
 }
 
 fn tempdir() -> String {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use onsale_domain::{AccountId, HoldId, IdempotencyKey, ShowId};
 use onsale_edge::auth::Role;
 use onsale_eventlog::{EventLog, PgEventLog};
-use onsale_tests::{Api, TestDb, SECRET};
+use onsale_tests::{free_port, wait_for, Api, TestDb, SECRET};
 use serde_json::json;
 
 /// What one hold request got.
@@ -31,25 +31,6 @@ struct Attempt {
     fan: String,
     key: String,
     outcome: Outcome,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-async fn wait_for<F: std::future::Future<Output = bool>>(
-    what: &str,
-    within: Duration,
-    mut check: impl FnMut() -> F,
-) {
-    let deadline = Instant::now() + within;
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -74,14 +55,7 @@ async fn sigterm_during_a_burst_of_holds_loses_no_answer_and_exits_zero() {
         .spawn()
         .expect("onsale starts");
     let api = Api::new(&format!("http://127.0.0.1:{port}"));
-    wait_for("onsale serves", Duration::from_secs(30), || {
-        let api = api.clone();
-        async move {
-            let res = api.http.get(format!("{}/healthz", api.base)).send().await;
-            res.is_ok_and(|r| r.status() == 200)
-        }
-    })
-    .await;
+    api.serving().await;
     let event = api.on_sale_event(4, 50, 50, None).await;
 
     let attempts = Arc::new(Mutex::new(Vec::<Attempt>::new()));

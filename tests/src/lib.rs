@@ -199,7 +199,41 @@ impl TestApp {
     }
 }
 
+/// A port nothing listens on at the moment of asking.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Waits until `check` holds, failing the test past `within`; answers how long it took.
+pub async fn wait_for<F: std::future::Future<Output = bool>>(
+    what: &str,
+    within: std::time::Duration,
+    mut check: impl FnMut() -> F,
+) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < within, "{what}: not within {within:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    started.elapsed()
+}
+
 impl Api {
+    /// Waits (30 s at most) until the process behind `base` answers `/healthz`.
+    pub async fn serving(&self) {
+        wait_for("onsale serves", std::time::Duration::from_secs(30), || {
+            let api = self.clone();
+            async move {
+                let res = api.http.get(format!("{}/healthz", api.base)).send().await;
+                res.is_ok_and(|r| r.status() == 200)
+            }
+        })
+        .await;
+    }
+
     pub fn new(base: &str) -> Self {
         Self {
             base: base.to_owned(),
