@@ -320,6 +320,8 @@ struct Tally {
     releases: AtomicU64,
     abandoned: AtomicU64,
     other: AtomicU64,
+    /// The first few unexpected answers, to say what they were.
+    other_seen: std::sync::Mutex<Vec<String>>,
     /// In the sale now (entered, not yet left), and the most at once.
     in_zone: AtomicU64,
     peak_in_zone: AtomicU64,
@@ -335,19 +337,33 @@ pub(crate) async fn admission_token(
     queue_token: &str,
     every: Duration,
 ) -> Option<String> {
+    // A browser's poll: a dropped connection (the node it reached died) is polled again, as
+    // long as the line answers again within 30 s.
+    let mut failing_since: Option<Instant> = None;
     loop {
-        let view: Value = http
+        let view = match http
             .get(room)
             .bearer_auth(token)
             .header("X-Onsale-Queue-Token", queue_token)
             .send()
             .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
-        if let Some(a) = view["admissionToken"].as_str() {
-            return Some(a.to_owned());
+        {
+            Ok(res) => res.json::<Value>().await.ok(),
+            Err(_) => None,
+        };
+        match view {
+            Some(view) => {
+                failing_since = None;
+                if let Some(a) = view["admissionToken"].as_str() {
+                    return Some(a.to_owned());
+                }
+            }
+            None if failing_since.is_some_and(|t| t.elapsed() > Duration::from_secs(30)) => {
+                return None;
+            }
+            None => {
+                failing_since.get_or_insert_with(Instant::now);
+            }
         }
         tokio::time::sleep(every).await;
     }
@@ -399,6 +415,16 @@ async fn queue_in(
 
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// An answer the demo did not expect: counted, and the first five kept for the report.
+fn unexpected(tally: &Tally, what: String) {
+    bump(&tally.other);
+    if let Ok(mut seen) = tally.other_seen.lock() {
+        if seen.len() < 5 {
+            seen.push(what);
+        }
+    }
 }
 
 async fn post(
@@ -490,7 +516,7 @@ async fn demo(
                     mint(&secret, &format!("fan-{fan}"), Role::Fan, 3600).unwrap_or_default();
                 let Some((session, waited)) = queue_in(&http, &base, &event, &token, &tally).await
                 else {
-                    bump(&tally.other);
+                    unexpected(&tally, "the waiting room did not let the fan in".into());
                     bar.inc(1);
                     continue;
                 };
@@ -531,7 +557,7 @@ async fn demo(
                         409 => bump(&tally.conflicts),
                         429 => bump(&tally.limited),
                         503 => bump(&tally.unavailable),
-                        _ => bump(&tally.other),
+                        other => unexpected(&tally, format!("hold: {other} {answer}")),
                     }
                 }
                 if let Some(hold) = held {
@@ -578,12 +604,12 @@ async fn demo(
                                 if s == 202 && again["orderId"] == answer["orderId"] {
                                     bump(&tally.replays_matched);
                                 } else {
-                                    bump(&tally.other);
+                                    unexpected(&tally, format!("order replay: {s} {again}"));
                                 }
                             }
                             orders.lock().await.push((order_id, token.clone()));
                         } else {
-                            bump(&tally.other);
+                            unexpected(&tally, format!("order: {status} {answer}"));
                         }
                     } else if roll < 0.85 {
                         let res = http
@@ -612,7 +638,7 @@ async fn demo(
                 if status == 204 {
                     tally.in_zone.fetch_sub(1, Ordering::Relaxed);
                 } else {
-                    bump(&tally.other);
+                    unexpected(&tally, format!("leave: {status}"));
                 }
                 bar.inc(1);
             }
@@ -760,6 +786,14 @@ async fn demo(
         t(&tally.abandoned)
     );
     println!("unexpected answers {:>8}", t(&tally.other));
+    for seen in tally
+        .other_seen
+        .lock()
+        .map(|s| s.clone())
+        .unwrap_or_default()
+    {
+        println!("  e.g. {seen}");
+    }
     let qw = queue_wait.lock().await;
     println!(
         "waiting room: every fan joined, waited (p50 {:.2} s, p99 {:.2} s) and entered; at most {} in the sale at once; {} entries found it full and retried",
