@@ -568,5 +568,6 @@ impl Drop for Router {
             std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/stack.sh"))
                 .args(["router-down", &self.0])
                 .status();
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
