@@ -33,10 +33,11 @@ cont-node:
 start-node:
 	./scripts/stack.sh start-node $(N)
 
-# An on-sale in flight on three nodes, the show's node SIGKILLed at a random moment, and the
-# report: time without writes, every acknowledged hold and order checked in the log.
+# An on-sale in flight on three nodes, the show's node SIGKILLed at a random moment (PAUSE=20:
+# SIGSTOPped for 20 s, then SIGCONT), and the report: time without writes, every acknowledged
+# hold and order checked in the log.
 drill-nodes:
-	./scripts/drill-nodes.sh
+	PAUSE=$(PAUSE) ./scripts/drill-nodes.sh
 
 # The operator's drill on `make up`'s cluster: SIGKILL broker N, then bring it back.
 kill-broker:

@@ -5,7 +5,11 @@
 # report: seconds without an acknowledged write, every acknowledged hold and order looked up in
 # the log (lost: 0), seats in two paid orders, charges per order, orders still pending, the seat
 # map against a replay. Always stops the stack. DRILL_FANS sets the crowd (6,000).
+# PAUSE=20: the node is paused (SIGSTOP) for 20 s instead, another node takes the show, and then
+# it runs on (SIGCONT) with its stale decisions, which the fence must refuse.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+action="kill-owner"
+[ -n "${PAUSE:-}" ] && action="pause-owner $PAUSE"
 NODES=3 DEMO_FANS=${DRILL_FANS:-6000} exec "$ROOT/scripts/demo.sh" \
-  --kill-node "$ROOT/scripts/stack.sh kill-owner"
+  --kill-node "$ROOT/scripts/stack.sh $action"

@@ -657,13 +657,28 @@ node_signal() {
   echo "node $i: SIG$sig"
 }
 
-# The node drill: SIGKILL the node that owns the most recently claimed show (the demo's show).
-node_kill_owner() {
+# The node that owns the most recently claimed show (the demo's show).
+node_owner() {
   local port
   port=$(psql -h 127.0.0.1 -p "$PG_PORT" -U onsale -d onsale -Atc \
     "SELECT split_part(n.addr, ':', 2) FROM show_owners o JOIN nodes n USING (node_id) ORDER BY o.claimed_at DESC LIMIT 1")
   [ -n "$port" ] || { echo "no show has an owner yet" >&2; return 1; }
-  node_signal KILL $((port - NODE_HTTP_BASE))
+  echo $((port - NODE_HTTP_BASE))
+}
+
+# The node drills: SIGKILL the show's node; or pause it (SIGSTOP) for SECS, then let it run on
+# (SIGCONT) after another node has taken its show.
+node_kill_owner() {
+  local i
+  i=$(node_owner) && node_signal KILL "$i"
+}
+
+node_pause_owner() {
+  local secs=$1 i
+  i=$(node_owner) || return 1
+  node_signal STOP "$i"
+  sleep "$secs"
+  node_signal CONT "$i"
 }
 
 # The bootstrap list of `up`'s brokers.
@@ -773,6 +788,7 @@ case "${1:-}" in
   kill-primary) ha_kill_primary "$STACK_DIR/ha" ;;
   kill-node) node_signal KILL "${2:?which node}" ;;
   kill-owner) node_kill_owner ;;
+  pause-owner) node_pause_owner "${2:-20}" ;;
   stop-node) node_signal STOP "${2:?which node}" ;;
   cont-node) node_signal CONT "${2:?which node}" ;;
   start-node) node_start "${2:?which node}" ;;

@@ -210,7 +210,8 @@ impl Drill {
         let after = acks.iter().filter(|t| **t > killed).count();
         println!("\n== failover drill ==");
         println!(
-            "{} killed {:.1} s into the sale (fan {}); acknowledged writes after it: {after}",
+            "`{}` hit {} {:.1} s into the sale (fan {}); acknowledged writes after it: {after}",
+            self.command,
             self.victim.name(),
             (killed - self.started).as_secs_f64(),
             self.kill_at
