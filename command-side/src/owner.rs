@@ -13,7 +13,7 @@
 //! committed.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -175,8 +175,8 @@ struct Inner {
     /// forwarded there without asking the database each time.
     elsewhere: Mutex<HashMap<ShowId, (Node, Instant)>>,
     client: reqwest::Client,
-    /// Owner tasks still running: the node leaves (frees its shows) once they are done.
-    running: AtomicUsize,
+    /// The owner tasks: the node leaves (frees its shows) once they are done.
+    owner_tasks: TaskTracker,
 }
 
 impl Shows {
@@ -205,7 +205,7 @@ impl Shows {
                     .unwrap_or_default(),
                 config,
                 owners: Mutex::new(HashMap::new()),
-                running: AtomicUsize::new(0),
+                owner_tasks: TaskTracker::new(),
             }),
         };
         tasks.spawn(shows.clone().keep_alive());
@@ -277,10 +277,8 @@ impl Shows {
             }
         }
         // Owners commit and answer what they took; then the shows are free for other nodes.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.inner.running.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.inner.owner_tasks.close();
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.inner.owner_tasks.wait()).await;
         if let Err(e) = self.log().leave(&self.node()).await {
             warn!(error = %e, "node did not leave cleanly; its shows free up when its registration lapses");
         }
@@ -512,13 +510,10 @@ impl Shows {
                 id,
             },
         );
-        self.inner.running.fetch_add(1, Ordering::SeqCst);
-        let owner = Owner::new(show, id, self.clone());
-        let running = self.clone();
-        self.inner.tasks.spawn(async move {
-            owner.run(rx).await;
-            running.inner.running.fetch_sub(1, Ordering::SeqCst);
-        });
+        let owner = Owner::new(show, id, self.clone()).run(rx);
+        self.inner
+            .tasks
+            .spawn(self.inner.owner_tasks.track_future(owner));
         tx
     }
 

@@ -15,25 +15,9 @@ use std::time::{Duration, Instant};
 
 use onsale_domain::{ShowEvent, ShowId};
 use onsale_eventlog::{Claim, EventLog, Node, PgEventLog, StoreError};
-use onsale_tests::{free_port, wait_for, Api, TestDb, SECRET};
+use onsale_tests::{free_port, free_ports, wait_for, Api, TestDb, SECRET};
 use serde_json::{json, Value};
 use tokio::process::Child;
-
-/// A base port whose next `n` ports are free (the router's node ports are base + i).
-fn free_run(n: u16) -> u16 {
-    loop {
-        let base = free_port();
-        if base > 65_000 {
-            continue;
-        }
-        let held: Vec<_> = (1..=n)
-            .filter_map(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).ok())
-            .collect();
-        if held.len() == n as usize {
-            return base;
-        }
-    }
-}
 
 /// An `onsale` process on the test's database (and, for the read path, its slot and topic on
 /// the test run's broker), without Redis (shows have no waiting room).
@@ -188,7 +172,7 @@ async fn an_append_with_an_epoch_another_node_claimed_since_writes_nothing() {
 async fn three_nodes_behind_the_router_lose_one_mid_sale_and_lose_nothing() {
     let db = TestDb::new().await.expect("db");
     let pool = db.pool().await.expect("pool");
-    let (http_base, grpc_base) = (free_run(3), free_run(3));
+    let (http_base, grpc_base) = (free_ports(&[1, 2, 3]), free_ports(&[1, 2, 3]));
     // The card simulator, its webhooks to the router.
     let sim = onsale_processor_sim::Sim::new(onsale_processor_sim::Settings {
         hang_ms: 1_500,
@@ -465,12 +449,21 @@ async fn a_paused_owner_wakes_to_find_its_show_moved_and_sells_nothing_twice() {
     api_b.serving().await;
     let event = api_a.on_sale_event(1, 1, 20, None).await;
     let hold = |api: &Api, fan: &str, seat: &str| {
-        let (api, token, event, seat) = (api.clone(), api.fan(fan), event.clone(), seat.to_owned());
+        let (api, token, event, seat, fan) = (
+            api.clone(),
+            api.fan(fan),
+            event.clone(),
+            seat.to_owned(),
+            fan.to_owned(),
+        );
         async move {
             let res = api
                 .http
                 .post(format!("{}/v1/events/{event}/holds", api.base))
                 .bearer_auth(&token)
+                // One key per fan and seat: a retry after a 503 gets the first attempt's answer
+                // if it committed after all.
+                .header("Idempotency-Key", format!("{fan}-{seat}"))
                 .json(&json!({"seatIds": [seat]}))
                 .timeout(Duration::from_secs(30))
                 .send()
@@ -508,11 +501,7 @@ async fn a_paused_owner_wakes_to_find_its_show_moved_and_sells_nothing_twice() {
     .await;
     assert_eq!(owner_port(&pool, &event).await, Some(pb), "b owns the show");
     eprintln!("b took the show {:?} after a was paused", paused.elapsed());
-    // Paused long enough that a is surely presumed dead, then a wakes.
-    let pause = Duration::from_secs(6);
-    if let Some(left) = pause.checked_sub(paused.elapsed()) {
-        tokio::time::sleep(left).await;
-    }
+    // a wakes, its stale state and the queued request in hand.
     signal(&a, "CONT");
     let (status, body) = queued.await.expect("the queued request");
     assert_ne!(

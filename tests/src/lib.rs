@@ -199,12 +199,25 @@ impl TestApp {
     }
 }
 
-/// A port nothing listens on at the moment of asking.
+/// A base port `p` for processes a test starts, with `p + o` free for every offset: drawn at
+/// random below the ephemeral range (32768 up), so no client's source port takes one before the
+/// process binds it, and two tests drawing at once rarely meet (each port is tried too).
+pub fn free_ports(offsets: &[u16]) -> u16 {
+    for _ in 0..200 {
+        let p = 20_000 + (uuid::Uuid::new_v4().as_u128() % 12_000) as u16;
+        if offsets
+            .iter()
+            .all(|o| std::net::TcpListener::bind(("127.0.0.1", p + o)).is_ok())
+        {
+            return p;
+        }
+    }
+    panic!("no free block of ports for offsets {offsets:?}")
+}
+
+/// A port for a process the test starts (see [`free_ports`]).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    free_ports(&[0])
 }
 
 /// Waits until `check` holds, failing the test past `within`; answers how long it took.

@@ -89,18 +89,8 @@ impl Drop for KafkaCluster {
 
 /// A port `p` with `p..p+n` (clients) and `p+50..p+50+n` (controllers) all free.
 fn free_port_range(n: u16) -> anyhow::Result<u16> {
-    for _ in 0..100 {
-        // Below the ephemeral range (32768 up): a client reconnecting to a killed broker could
-        // otherwise be given its port as a source port and hold it.
-        let p = 20_000 + (uuid::Uuid::new_v4().as_u128() % 12_000) as u16;
-        let free = (0..n)
-            .flat_map(|i| [p + i, p + 50 + i])
-            .all(|q| std::net::TcpListener::bind(("127.0.0.1", q)).is_ok());
-        if free {
-            return Ok(p);
-        }
-    }
-    anyhow::bail!("no free port range for {n} brokers")
+    let offsets: Vec<u16> = (0..n).flat_map(|i| [i, 50 + i]).collect();
+    Ok(crate::free_ports(&offsets))
 }
 
 /// The shared broker of the test run.
