@@ -38,7 +38,7 @@ macro_rules! uuid_id {
             fn from_str(s: &str) -> Result<Self, ShowError> {
                 Uuid::parse_str(s)
                     .map(Self)
-                    .map_err(|_| ShowError::Invalid(format!("{} is not a valid {} id", s, $what)))
+                    .map_err(|_| ShowError::Invalid(format!("{s:.80} is not a valid {} id", $what)))
             }
         }
 
@@ -115,8 +115,9 @@ show_scoped_id!(OrderId, "o", "order");
 /// seat-map query): 1 to 16 ASCII letters or digits.
 pub fn valid_label(what: &str, s: &str) -> Result<(), ShowError> {
     if s.is_empty() || s.len() > 16 || !s.chars().all(|c| c.is_ascii_alphanumeric()) {
+        let shown: String = s.chars().take(32).collect();
         return Err(ShowError::Invalid(format!(
-            "{what} {s:?} must be 1 to 16 letters or digits"
+            "{what} {shown:?} must be 1 to 16 letters or digits"
         )));
     }
     Ok(())
@@ -131,7 +132,8 @@ pub struct SeatId(String);
 
 impl SeatId {
     pub fn parse(s: &str) -> Result<Self, ShowError> {
-        let bad = || ShowError::Invalid(format!("{s:?} is not a seat id (section-row-number)"));
+        let shown: String = s.chars().take(80).collect();
+        let bad = || ShowError::Invalid(format!("{shown:?} is not a seat id (section-row-number)"));
         let mut parts = s.rsplitn(3, '-');
         let (number, row, section) = (parts.next(), parts.next(), parts.next());
         let (Some(number), Some(row), Some(section)) = (number, row, section) else {
@@ -263,6 +265,20 @@ mod tests {
         assert_eq!(parsed.show(), show);
         let json = serde_json::to_string(&hold).expect("json");
         assert_eq!(serde_json::from_str::<HoldId>(&json).expect("back"), hold);
+    }
+
+    #[test]
+    fn a_malformed_id_is_not_echoed_back_whole() {
+        let long = "x".repeat(10_000);
+        let messages = [
+            long.parse::<ShowId>().map(|_| ()),
+            long.parse::<HoldId>().map(|_| ()),
+            SeatId::parse(&long).map(|_| ()),
+        ];
+        for m in messages {
+            let e = m.expect_err("refused").to_string();
+            assert!(e.len() < 200, "{} characters: {e:.100}", e.len());
+        }
     }
 
     #[test]

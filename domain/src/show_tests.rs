@@ -168,6 +168,21 @@ fn scheduling_refuses_a_tier_without_a_price() {
 }
 
 #[test]
+fn scheduling_refuses_a_price_beyond_the_bound_so_no_order_total_can_overflow() {
+    let mut bad = info(600);
+    bad.prices.insert("Q".into(), i64::MAX / 2);
+    at(0)
+        .given_no_previous_events()
+        .when(ShowCommand::Schedule {
+            info: bad,
+            layout: layout(),
+        })
+        .then_expect_error(ShowError::Invalid(
+            "price of tier Q must be 0 to 100000000 cents".into(),
+        ));
+}
+
+#[test]
 fn holding_free_seats_emits_one_hold_expiring_after_the_ttl() {
     at(0)
         .given(vec![scheduled()])

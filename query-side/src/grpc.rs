@@ -60,8 +60,15 @@ fn caller<T>(state: &QueryState, req: &Request<T>) -> Result<Caller, Status> {
     auth::verify(token, &state.decoding_key).map_err(ApiError::into_status)
 }
 
-fn section(s: &str) -> Option<&str> {
-    (!s.is_empty()).then_some(s)
+/// The request's section, checked as the REST route checks it (a label of the venue grammar),
+/// so an arbitrary string never becomes a cache key; empty means every section.
+fn section(s: &str) -> Result<Option<&str>, Status> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    onsale_domain::ids::valid_label("section", s)
+        .map(|()| Some(s))
+        .map_err(|e| bad(&e.to_string()))
 }
 
 fn counts(c: &crate::hub::SectionCounts) -> pb::SectionCounts {
@@ -95,7 +102,7 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
             .event_id
             .parse::<onsale_domain::ShowId>()
             .map_err(|e| ApiError::into_status(e.into()))?;
-        let snap = match self.0.snapshots.get(show, section(&r.section)).await {
+        let snap = match self.0.snapshots.get(show, section(&r.section)?).await {
             Read::Fresh(s) | Read::Stale(s) => s,
             Read::Missing(Missing::Show) => {
                 return Err(ApiError::from(onsale_domain::ShowError::ShowNotFound).into_status())
@@ -146,7 +153,7 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
             .parse::<onsale_domain::ShowId>()
             .map_err(|e| ApiError::into_status(e.into()))?;
         let after = i64::try_from(r.after_seq).map_err(|_| bad("after_seq is too large"))?;
-        let sec = section(&r.section).map(str::to_owned);
+        let sec = section(&r.section)?.map(str::to_owned);
         let stream = self
             .0
             .hub

@@ -1035,3 +1035,44 @@ async fn holds_orders_and_the_event_page_are_read_from_projections_and_caches_wi
     assert_eq!(status, 404);
     rp.stop().await;
 }
+
+/// gRPC checks a requested section as REST does: a string that is no section label is refused
+/// (INVALID_ARGUMENT) before it reaches the seat-map cache or the hub.
+#[tokio::test]
+async fn grpc_refuses_a_section_that_is_no_label() {
+    let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
+    let event = rp.show_on_map(1, 1, 10).await;
+    let mut client = grpc_client(&rp).await;
+    for section in ["x".repeat(100_000), "S1 R1".to_owned()] {
+        let status = client
+            .get_seat_map(pb::GetSeatMapRequest {
+                event_id: event.clone(),
+                section: section.clone(),
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+        assert!(
+            status.message().len() < 300,
+            "the input is not echoed whole"
+        );
+        let status = client
+            .stream_deltas(pb::StreamDeltasRequest {
+                event_id: event.clone(),
+                section,
+                after_seq: 0,
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    }
+    let map = client
+        .get_seat_map(pb::GetSeatMapRequest {
+            event_id: event.clone(),
+            section: "S1".into(),
+        })
+        .await
+        .expect("a real section is served");
+    assert!(!map.into_inner().sections.is_empty());
+    rp.stop().await;
+}

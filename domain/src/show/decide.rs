@@ -112,7 +112,13 @@ impl Show {
                 if self.orders.contains_key(&order_id) {
                     return Err(ShowError::Invalid("order id already used".into()));
                 }
-                let total_cents = hold.seats.iter().map(|&i| self.seat_price(i)).sum();
+                // Prices are bounded at scheduling, so this cannot overflow; checked anyway, so
+                // a show scheduled before the bound refuses rather than wraps.
+                let total_cents = hold
+                    .seats
+                    .iter()
+                    .try_fold(0i64, |sum, &i| sum.checked_add(self.seat_price(i)))
+                    .ok_or_else(|| ShowError::Invalid("the order's total overflows".into()))?;
                 Ok(vec![ShowEvent::OrderPlaced {
                     order_id,
                     hold_id,
@@ -229,10 +235,10 @@ impl Show {
         }
         for tier in layout.price_tiers() {
             match info.prices.get(tier) {
-                Some(&cents) if cents >= 0 => {}
+                Some(&cents) if (0..=MAX_PRICE_CENTS).contains(&cents) => {}
                 Some(_) => {
                     return Err(ShowError::Invalid(format!(
-                        "price of tier {tier} is negative"
+                        "price of tier {tier} must be 0 to {MAX_PRICE_CENTS} cents"
                     )))
                 }
                 None => return Err(ShowError::Invalid(format!("no price for tier {tier}"))),
@@ -488,6 +494,10 @@ enum Kind {
     Hold,
     Order,
 }
+
+/// The highest price of a seat: a million in the currency's units. With at most a few dozen
+/// seats per order, a total stays far inside an `i64`.
+pub(super) const MAX_PRICE_CENTS: i64 = 100_000_000;
 
 fn refused(entity: &'static str, from: &'static str, by: &'static str) -> ShowError {
     ShowError::InvalidTransition {
