@@ -9,6 +9,9 @@
 # HA=1: all three layers on a replicated primary (three nodes under Patroni, synchronous quorum
 # commit ANY 1 of two standbys, through HAProxy), as `make up HA=1` runs it.
 set -euo pipefail
+# A local stack runs in development mode: unset secrets take built-in development values
+# (`onsale serve` refuses them otherwise; see docs/security.md).
+export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-bench.XXXXXX)
 PORT=${BENCH_PG_PORT:-54349}

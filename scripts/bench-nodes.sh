@@ -10,6 +10,9 @@
 # the memory of a loaded show: one node's RSS before and after each show took one hold (so its
 # owner claimed and loaded it). BENCH_REPEAT=0 measures only that.
 set -euo pipefail
+# A local stack runs in development mode: unset secrets take built-in development values
+# (`onsale serve` refuses them otherwise; see docs/security.md).
+export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-bench-nodes.XXXXXX)
 PORT=${BENCH_PG_PORT:-54359}

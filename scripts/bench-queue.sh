@@ -4,6 +4,9 @@
 #   joins/s through the REST API into a line of 1,000,000, and the live-session count against
 #   N during a simulated on-sale (fans wait, enter, keep their 3 s lease, walk away).
 set -euo pipefail
+# A local stack runs in development mode: unset secrets take built-in development values
+# (`onsale serve` refuses them otherwise; see docs/security.md).
+export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-bench-queue.XXXXXX)
 PORT=${BENCH_PG_PORT:-54359}

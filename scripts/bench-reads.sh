@@ -10,6 +10,9 @@
 # Apache Kafka runs with BENCH_BROKERS (1) brokers; with 3 the topic has three replicas and
 # min.insync.replicas 2. BENCH_ONLY=lag runs part 3 alone.
 set -euo pipefail
+# A local stack runs in development mode: unset secrets take built-in development values
+# (`onsale serve` refuses them otherwise; see docs/security.md).
+export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-bench-reads.XXXXXX)
 PG_PORT=${BENCH_PG_PORT:-54359}

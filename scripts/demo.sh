@@ -4,6 +4,9 @@
 # HA=1 runs it on replicated PostgreSQL, NODES=3 on three command nodes behind the router; further arguments go to the load generator
 # (scripts/drill-failover.sh passes the failover drill's).
 set -euo pipefail
+# A local stack runs in development mode: unset secrets take built-in development values
+# (`onsale serve` refuses them otherwise; see docs/security.md).
+export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PG_PORT=${ONSALE_PG_PORT:-54329}
 LISTEN=${ONSALE_LISTEN:-127.0.0.1:8080}

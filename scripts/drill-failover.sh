@@ -6,6 +6,9 @@
 # primary's log (lost: 0), seats in two paid orders, charges per order, orders still pending,
 # the seat map against a replay. Always stops the stack. DRILL_FANS sets the crowd (6,000).
 set -euo pipefail
+# A local stack runs in development mode: unset secrets take built-in development values
+# (`onsale serve` refuses them otherwise; see docs/security.md).
+export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 HA=1 DEMO_FANS=${DRILL_FANS:-6000} exec "$ROOT/scripts/demo.sh" \
   --kill-primary "$ROOT/scripts/stack.sh kill-primary"

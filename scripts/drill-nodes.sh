@@ -8,6 +8,9 @@
 # PAUSE=20: the node is paused (SIGSTOP) for 20 s instead, another node takes the show, and then
 # it runs on (SIGCONT) with its stale decisions, which the fence must refuse.
 set -euo pipefail
+# A local stack runs in development mode: unset secrets take built-in development values
+# (`onsale serve` refuses them otherwise; see docs/security.md).
+export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 action="kill-owner"
 [ -n "${PAUSE:-}" ] && action="pause-owner $PAUSE"

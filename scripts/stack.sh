@@ -30,6 +30,9 @@
 #   scripts/stack.sh start-db I              HA=1: start node I again, wait until replicated (make start-db N=I)
 #   scripts/stack.sh down                    stop everything `up` started (make down)
 set -euo pipefail
+# A local stack runs in development mode: unset secrets take built-in development values
+# (`onsale serve` refuses them otherwise; see docs/security.md).
+export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STACK_DIR=${ONSALE_STACK_DIR:-/tmp/onsale-stack}

@@ -27,8 +27,9 @@ pub struct ClusterConfig {
     /// dead: its shows may be claimed by another node. It renews five times per TTL.
     #[arg(long = "node-ttl-ms", env = "ONSALE_NODE_TTL_MS", default_value = "5000", value_parser = ttl)]
     pub node_ttl: Duration,
-    /// The secret the nodes present to each other when they forward a command.
-    #[arg(long = "node-secret", env = "ONSALE_NODE_SECRET", default_value = "onsale-dev-node-secret", value_parser = secret)]
+    /// The secret the nodes present to each other when they forward a command: at least 32
+    /// bytes (required unless development mode is on).
+    #[arg(long = "node-secret", env = "ONSALE_NODE_SECRET", default_value = "", hide_default_value = true, value_parser = secret)]
     pub node_secret: SecretString,
     /// Where other nodes reach this one's HTTP API (`host:port`); by default the address it
     /// listens on.

@@ -41,6 +41,8 @@ pub enum ShowError {
     NotCancellable(Cow<'static, str>),
     #[error("this idempotency key was used with a different request")]
     IdempotencyKeyReused,
+    #[error("the processor reports {reported} cents captured for an order of {expected}")]
+    AmountMismatch { expected: i64, reported: i64 },
     #[error("{entity} cannot go from {from} by {by}")]
     InvalidTransition {
         entity: Cow<'static, str>,
@@ -68,6 +70,7 @@ impl ShowError {
             Self::OrderNotFound => "ORDER_NOT_FOUND",
             Self::NotCancellable(_) => "ORDER_NOT_CANCELLABLE",
             Self::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
+            Self::AmountMismatch { .. } => "AMOUNT_MISMATCH",
             Self::InvalidTransition { .. } => "INVALID_TRANSITION",
         }
     }

@@ -505,6 +505,7 @@ fn payment_success_sells_and_is_idempotent() {
         .given(given.clone())
         .when(ShowCommand::RecordPaymentSucceeded {
             order_id: order_id(1),
+            amount_cents: None,
         })
         .then_expect_events(vec![ShowEvent::PaymentSucceeded {
             order_id: order_id(1),
@@ -518,8 +519,38 @@ fn payment_success_sells_and_is_idempotent() {
         }])
         .when(ShowCommand::RecordPaymentSucceeded {
             order_id: order_id(1),
+            amount_cents: None,
         })
         .then_expect_events(vec![]);
+}
+
+#[test]
+fn a_capture_of_another_amount_than_the_total_is_refused() {
+    let given = vec![
+        scheduled(),
+        held(1, "ann", &["A-1-1"], 600),
+        placed(1, 1, "ann", &["A-1-1"], 12_000),
+    ];
+    at(1)
+        .given(given.clone())
+        .when(ShowCommand::RecordPaymentSucceeded {
+            order_id: order_id(1),
+            amount_cents: Some(1),
+        })
+        .then_expect_error(ShowError::AmountMismatch {
+            expected: 12_000,
+            reported: 1,
+        });
+    at(1)
+        .given(given)
+        .when(ShowCommand::RecordPaymentSucceeded {
+            order_id: order_id(1),
+            amount_cents: Some(12_000),
+        })
+        .then_expect_events(vec![ShowEvent::PaymentSucceeded {
+            order_id: order_id(1),
+            at: t0() + Duration::seconds(1),
+        }]);
 }
 
 fn failed_order() -> Vec<ShowEvent> {
@@ -582,6 +613,7 @@ fn a_capture_after_failure_reinstates_the_order_while_its_seats_are_free() {
         .and(vec![held(2, "bob", &["A-1-2"], 60)])
         .when(ShowCommand::RecordPaymentSucceeded {
             order_id: order_id(1),
+            amount_cents: None,
         })
         .then_expect_events(vec![
             ShowEvent::HoldExpired {
@@ -608,6 +640,7 @@ fn a_capture_after_failure_never_takes_a_seat_from_its_new_holder() {
         .and(vec![held(2, "bob", &["A-1-2"], 600)])
         .when(ShowCommand::RecordPaymentSucceeded {
             order_id: order_id(1),
+            amount_cents: None,
         })
         .then_expect_events(vec![taken.clone()]);
     // Bob keeps his seat; a second report of the capture is a duplicate.
@@ -616,6 +649,7 @@ fn a_capture_after_failure_never_takes_a_seat_from_its_new_holder() {
         .and(vec![held(2, "bob", &["A-1-2"], 600), taken.clone()])
         .when(ShowCommand::RecordPaymentSucceeded {
             order_id: order_id(1),
+            amount_cents: None,
         })
         .then_expect_events(vec![]);
     at(0)
@@ -636,6 +670,7 @@ fn a_capture_after_failure_never_lifts_the_buyer_above_the_cap() {
         .and(vec![held(2, "ann", &others, 600)])
         .when(ShowCommand::RecordPaymentSucceeded {
             order_id: order_id(1),
+            amount_cents: None,
         })
         .then_expect_events(vec![ShowEvent::MakeGoodOwed {
             order_id: order_id(1),
@@ -707,6 +742,7 @@ fn cancelling_a_paid_order_returns_its_seats_once_and_owes_a_refund() {
         .and(vec![cancelled, refunded])
         .when(ShowCommand::RecordPaymentSucceeded {
             order_id: order_id(1),
+            amount_cents: None,
         })
         .then_expect_events(vec![]);
 }

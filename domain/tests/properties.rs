@@ -281,7 +281,10 @@ impl World {
             Op::Pay { pick, outcome } => {
                 if let Some(&order_id) = pick_from(&self.orders, pick) {
                     let cmd = match outcome {
-                        0 => ShowCommand::RecordPaymentSucceeded { order_id },
+                        0 => ShowCommand::RecordPaymentSucceeded {
+                order_id,
+                amount_cents: None,
+            },
                         1 => ShowCommand::RecordPaymentFailed {
                             order_id,
                             reason: "declined".into(),

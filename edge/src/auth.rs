@@ -19,26 +19,68 @@ pub enum Role {
     Auditor,
 }
 
+/// A bearer token's claims. `iss`, `aud`, `iat` and `exp` are required; `nbf` is honoured when
+/// present.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Claims {
     pub sub: String,
     pub role: Role,
+    pub iss: String,
+    pub aud: String,
+    pub iat: u64,
     pub exp: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<u64>,
 }
 
-/// Signs a token: the CLI's `token` command and the tests use it.
+/// The issuer and audience onsale signs and expects unless configured otherwise.
+pub const DEFAULT_ISSUER: &str = "onsale";
+pub const DEFAULT_AUDIENCE: &str = "onsale-api";
+/// The longest a token may live (`exp - iat`) unless configured otherwise: one day.
+pub const DEFAULT_MAX_LIFETIME_SECS: u64 = 86_400;
+/// Clock skew tolerated on `exp`, `nbf` and `iat`.
+const LEEWAY_SECS: u64 = 30;
+
+/// Signs a token with the default issuer and audience: the tests and the load generator use it.
 pub fn mint(secret: &str, sub: &str, role: Role, ttl_secs: u64) -> anyhow::Result<String> {
-    let exp = chrono::Utc::now().timestamp().max(0) as u64 + ttl_secs;
-    let claims = Claims {
-        sub: sub.to_owned(),
-        role,
-        exp,
-    };
+    mint_for(secret, DEFAULT_ISSUER, DEFAULT_AUDIENCE, sub, role, ttl_secs)
+}
+
+/// Signs a token for `sub` in `role`, issued now by `iss` for `aud`, valid for `ttl_secs`.
+pub fn mint_for(
+    secret: &str,
+    iss: &str,
+    aud: &str,
+    sub: &str,
+    role: Role,
+    ttl_secs: u64,
+) -> anyhow::Result<String> {
+    let iat = now_secs();
+    encode_claims(
+        secret,
+        &Claims {
+            sub: sub.to_owned(),
+            role,
+            iss: iss.to_owned(),
+            aud: aud.to_owned(),
+            iat,
+            exp: iat + ttl_secs,
+            nbf: None,
+        },
+    )
+}
+
+/// Signs `claims` as they are (tests build tokens that must be refused with it).
+pub fn encode_claims(secret: &str, claims: &Claims) -> anyhow::Result<String> {
     Ok(encode(
         &Header::new(Algorithm::HS256),
-        &claims,
+        claims,
         &EncodingKey::from_secret(secret.as_bytes()),
     )?)
+}
+
+fn now_secs() -> u64 {
+    chrono::Utc::now().timestamp().max(0) as u64
 }
 
 /// The verified caller of a request.
@@ -69,7 +111,7 @@ impl Caller {
 
 impl<S> FromRequestParts<S> for Caller
 where
-    DecodingKey: FromRef<S>,
+    Verifier: FromRef<S>,
     S: Send + Sync,
 {
     type Rejection = ApiError;
@@ -81,7 +123,7 @@ where
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| unauthenticated("an Authorization: Bearer token is required"))?;
-        verify(token, &DecodingKey::from_ref(state))
+        Verifier::from_ref(state).verify(token)
     }
 }
 
@@ -89,42 +131,292 @@ fn unauthenticated(detail: &str) -> ApiError {
     ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", detail)
 }
 
-/// The caller a bearer token names, if its signature and expiry hold (REST and gRPC).
-pub fn verify(token: &str, key: &DecodingKey) -> Result<Caller, ApiError> {
-    let data = decode::<Claims>(token, key, &Validation::new(Algorithm::HS256))
-        .map_err(|e| unauthenticated(&format!("invalid token: {e}")))?;
-    let account =
-        AccountId::parse(&data.claims.sub).map_err(|_| unauthenticated("invalid subject"))?;
-    Ok(Caller {
-        account,
-        role: data.claims.role,
-    })
+/// Checks bearer tokens: HS256 signature, issuer, audience, `exp` and `nbf` (with 30 s of
+/// leeway), and a lifetime (`exp - iat`) no longer than the configured cap.
+#[derive(Clone)]
+pub struct Verifier {
+    key: DecodingKey,
+    validation: Validation,
+    max_lifetime_secs: u64,
 }
 
-pub fn decoding_key(secret: &str) -> DecodingKey {
-    DecodingKey::from_secret(secret.as_bytes())
+impl std::fmt::Debug for Verifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Verifier")
+            .field("iss", &self.validation.iss)
+            .field("aud", &self.validation.aud)
+            .field("max_lifetime_secs", &self.max_lifetime_secs)
+            .finish_non_exhaustive()
+    }
 }
 
-/// How this process checks (and, for development tokens, signs) bearer tokens.
+impl Verifier {
+    pub fn new(secret: &str, iss: &str, aud: &str, max_lifetime_secs: u64) -> Self {
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.set_issuer(&[iss]);
+        validation.set_audience(&[aud]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        validation.validate_nbf = true;
+        validation.leeway = LEEWAY_SECS;
+        Self {
+            key: DecodingKey::from_secret(secret.as_bytes()),
+            validation,
+            max_lifetime_secs,
+        }
+    }
+
+    /// A verifier with the default issuer, audience and lifetime cap (tests).
+    pub fn with_defaults(secret: &str) -> Self {
+        Self::new(
+            secret,
+            DEFAULT_ISSUER,
+            DEFAULT_AUDIENCE,
+            DEFAULT_MAX_LIFETIME_SECS,
+        )
+    }
+
+    /// The caller a bearer token names (REST and gRPC). Why a token was refused is logged,
+    /// never told: the caller learns only that it was.
+    pub fn verify(&self, token: &str) -> Result<Caller, ApiError> {
+        let data = decode::<Claims>(token, &self.key, &self.validation).map_err(|e| {
+            tracing::debug!(error = %e, "bearer token refused");
+            unauthenticated("the bearer token is not valid")
+        })?;
+        let c = data.claims;
+        if c.exp.saturating_sub(c.iat) > self.max_lifetime_secs
+            || c.iat > now_secs() + LEEWAY_SECS
+        {
+            tracing::debug!(iat = c.iat, exp = c.exp, "bearer token lives too long");
+            return Err(unauthenticated("the bearer token is not valid"));
+        }
+        let account =
+            AccountId::parse(&c.sub).map_err(|_| unauthenticated("the bearer token is not valid"))?;
+        Ok(Caller {
+            account,
+            role: c.role,
+        })
+    }
+}
+
+/// How this process checks (and, for development tokens, signs) bearer tokens, and whether
+/// development mode is on.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AuthSettings {
-    /// HS256 secret for bearer tokens.
-    #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "onsale-dev-secret", value_parser = secret)]
+    /// HS256 secret for bearer tokens: at least 32 bytes (required unless development mode
+    /// is on).
+    #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "", hide_default_value = true, value_parser = secret)]
     pub jwt_secret: SecretString,
+    /// The issuer (`iss`) a bearer token must name.
+    #[arg(long, env = "ONSALE_JWT_ISSUER", default_value = DEFAULT_ISSUER)]
+    pub jwt_issuer: String,
+    /// The audience (`aud`) a bearer token must name.
+    #[arg(long, env = "ONSALE_JWT_AUDIENCE", default_value = DEFAULT_AUDIENCE)]
+    pub jwt_audience: String,
+    /// The longest lifetime (`exp - iat`, seconds) a bearer token may have.
+    #[arg(long, env = "ONSALE_JWT_MAX_LIFETIME_SECS", default_value_t = DEFAULT_MAX_LIFETIME_SECS)]
+    pub jwt_max_lifetime_secs: u64,
+    /// Development mode: secrets left unset take built-in development values and short ones
+    /// are accepted. `make up`, `make demo` and the tests turn it on; never in production.
+    #[arg(long = "dev-mode", env = "ONSALE_DEV_MODE", default_value_t = false, value_parser = clap::builder::BoolishValueParser::new())]
+    pub dev_mode: bool,
 }
 
 impl AuthSettings {
-    pub fn decoding_key(&self) -> DecodingKey {
-        decoding_key(self.jwt_secret.expose_secret())
+    pub fn verifier(&self) -> Verifier {
+        Verifier::new(
+            self.jwt_secret.expose_secret(),
+            &self.jwt_issuer,
+            &self.jwt_audience,
+            self.jwt_max_lifetime_secs,
+        )
     }
 
     /// Signs a token for `sub` in `role`, valid for `ttl_secs`.
     pub fn mint(&self, sub: &str, role: Role, ttl_secs: u64) -> anyhow::Result<String> {
-        mint(self.jwt_secret.expose_secret(), sub, role, ttl_secs)
+        mint_for(
+            self.jwt_secret.expose_secret(),
+            &self.jwt_issuer,
+            &self.jwt_audience,
+            sub,
+            role,
+            ttl_secs,
+        )
     }
+
+    /// These settings with the secret checked: see [`AuthSettings::secure`].
+    pub fn secured(mut self) -> Result<Self, SecretError> {
+        self.secure()?;
+        Ok(self)
+    }
+
+    /// The JWT secret checked (and, in development mode, defaulted): see [`require_secret`].
+    pub fn secure(&mut self) -> Result<(), SecretError> {
+        require_secret(
+            &mut self.jwt_secret,
+            "ONSALE_JWT_SECRET",
+            "onsale-dev-secret",
+            self.dev_mode,
+        )
+    }
+}
+
+/// The built-in development values of every secret: refused outside development mode.
+pub const DEV_SECRETS: &[&str] = &[
+    "onsale-dev-secret",
+    "onsale-dev-webhook-secret",
+    "onsale-dev-admission-secret",
+    "onsale-dev-node-secret",
+];
+
+/// The shortest secret accepted outside development mode (bytes).
+pub const MIN_SECRET_BYTES: usize = 32;
+
+/// Why a process refuses to start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("{0} is not set: set it to a random value of at least 32 bytes (or turn development mode on with ONSALE_DEV_MODE=1, never in production)")]
+    Missing(&'static str),
+    #[error("{0} is a built-in development secret: set a random value of at least 32 bytes")]
+    Default(&'static str),
+    #[error("{0} is shorter than 32 bytes: set a random value of at least 32 bytes")]
+    Short(&'static str),
+}
+
+/// Checks one secret setting (named by its environment variable): unset, a built-in
+/// development value or shorter than 32 bytes is refused, unless `dev` is on, where an unset
+/// secret takes `dev_default`.
+pub fn require_secret(
+    value: &mut SecretString,
+    env: &'static str,
+    dev_default: &str,
+    dev: bool,
+) -> Result<(), SecretError> {
+    let v = value.expose_secret();
+    if v.is_empty() {
+        if dev {
+            *value = SecretString::from(dev_default);
+            return Ok(());
+        }
+        return Err(SecretError::Missing(env));
+    }
+    if dev {
+        return Ok(());
+    }
+    if DEV_SECRETS.contains(&v) {
+        return Err(SecretError::Default(env));
+    }
+    if v.len() < MIN_SECRET_BYTES {
+        return Err(SecretError::Short(env));
+    }
+    Ok(())
 }
 
 /// Parses a secret setting (never printed: `Debug` shows it redacted).
 pub fn secret(s: &str) -> Result<SecretString, std::convert::Infallible> {
     Ok(SecretString::from(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "a-test-secret-of-at-least-32-bytes!";
+
+    fn claims(f: impl FnOnce(&mut Claims)) -> String {
+        let now = now_secs();
+        let mut c = Claims {
+            sub: "fan-1".into(),
+            role: Role::Fan,
+            iss: DEFAULT_ISSUER.into(),
+            aud: DEFAULT_AUDIENCE.into(),
+            iat: now,
+            exp: now + 600,
+            nbf: None,
+        };
+        f(&mut c);
+        encode_claims(KEY, &c).expect("signs")
+    }
+
+    fn refused(token: &str) -> ApiError {
+        let e = Verifier::with_defaults(KEY)
+            .verify(token)
+            .expect_err("the token is refused");
+        assert_eq!(e.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(e.code, "UNAUTHENTICATED");
+        assert_eq!(e.detail, "the bearer token is not valid", "no library text");
+        e
+    }
+
+    #[test]
+    fn a_token_of_the_right_issuer_and_audience_is_accepted() {
+        let c = Verifier::with_defaults(KEY)
+            .verify(&claims(|_| {}))
+            .expect("accepted");
+        assert_eq!(c.role, Role::Fan);
+        assert_eq!(c.account.as_str(), "fan-1");
+    }
+
+    #[test]
+    fn issuer_audience_signature_time_and_lifetime_are_checked() {
+        refused(&claims(|c| c.iss = "someone-else".into()));
+        refused(&claims(|c| c.aud = "another-api".into()));
+        refused(&claims(|c| c.nbf = Some(now_secs() + 600)));
+        refused(&claims(|c| c.exp = now_secs() - 120));
+        refused(&claims(|c| c.exp = c.iat + DEFAULT_MAX_LIFETIME_SECS + 1));
+        refused(&claims(|c| {
+            c.iat = now_secs() + 3_600;
+            c.exp = c.iat + 60;
+        }));
+        refused(&mint("another-secret-of-at-least-32-bytes", "fan-1", Role::Fan, 60).unwrap());
+        refused("not.a.token");
+    }
+
+    #[test]
+    fn a_token_without_issuer_audience_or_issue_time_is_refused() {
+        let now = now_secs();
+        for body in [
+            serde_json::json!({"sub": "fan-1", "role": "fan", "exp": now + 60}),
+            serde_json::json!({"sub": "fan-1", "role": "fan", "aud": DEFAULT_AUDIENCE, "iat": now, "exp": now + 60}),
+            serde_json::json!({"sub": "fan-1", "role": "fan", "iss": DEFAULT_ISSUER, "iat": now, "exp": now + 60}),
+            serde_json::json!({"sub": "fan-1", "role": "fan", "iss": DEFAULT_ISSUER, "aud": DEFAULT_AUDIENCE, "exp": now + 60}),
+        ] {
+            let t = encode(
+                &Header::new(Algorithm::HS256),
+                &body,
+                &EncodingKey::from_secret(KEY.as_bytes()),
+            )
+            .unwrap();
+            refused(&t);
+        }
+    }
+
+    #[test]
+    fn secrets_are_required_long_and_not_the_development_ones_outside_development() {
+        let check = |v: &str, dev: bool| {
+            let mut s = SecretString::from(v);
+            require_secret(&mut s, "ONSALE_X", "onsale-dev-secret", dev).map(|()| s)
+        };
+        assert_eq!(
+            check("", false).unwrap_err(),
+            SecretError::Missing("ONSALE_X")
+        );
+        assert!(check("", false)
+            .unwrap_err()
+            .to_string()
+            .starts_with("ONSALE_X is not set"));
+        assert_eq!(
+            check("onsale-dev-secret", false).unwrap_err(),
+            SecretError::Default("ONSALE_X")
+        );
+        assert_eq!(
+            check("short", false).unwrap_err(),
+            SecretError::Short("ONSALE_X")
+        );
+        assert!(check(KEY, false).is_ok());
+        assert_eq!(
+            check("", true).unwrap().expose_secret(),
+            "onsale-dev-secret"
+        );
+        assert_eq!(check("short", true).unwrap().expose_secret(), "short");
+    }
 }

@@ -126,6 +126,7 @@ impl From<ShowError> for ApiError {
             | ShowError::HoldExpired
             | ShowError::HoldOrdered(_)
             | ShowError::NotCancellable(_)
+            | ShowError::AmountMismatch { .. }
             | ShowError::InvalidTransition { .. } => StatusCode::CONFLICT,
         };
         let err = ApiError::new(status, e.code(), e.to_string());

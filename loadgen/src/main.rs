@@ -157,6 +157,7 @@ async fn main() -> anyhow::Result<()> {
             kill_primary,
             kill_node,
         } => {
+            let auth = auth.secured()?;
             let drill = kill_primary
                 .map(|c| drill::Drill::new(c, drill::Victim::Primary, fans))
                 .or_else(|| kill_node.map(|c| drill::Drill::new(c, drill::Victim::Node, fans)))
@@ -179,6 +180,7 @@ async fn main() -> anyhow::Result<()> {
             tokens_file,
             auth,
         } => {
+            let auth = auth.secured()?;
             let http = reqwest::Client::new();
             let secret = auth.jwt_secret.expose_secret();
             let event = create_show(&http, &base, secret, ttl, false).await?;
@@ -208,6 +210,7 @@ async fn main() -> anyhow::Result<()> {
             interval_ms,
             auth,
         } => {
+            let auth = auth.secured()?;
             let r = reads::bench_sse(
                 &base,
                 &event,
@@ -230,6 +233,7 @@ async fn main() -> anyhow::Result<()> {
             target,
             auth,
         } => {
+            let auth = auth.secured()?;
             queue::bench_ticks(&redis_url).await?;
             queue::bench_joins(
                 &base,
@@ -256,6 +260,7 @@ async fn main() -> anyhow::Result<()> {
             seconds,
             auth,
         } => {
+            let auth = auth.secured()?;
             println!(
                 "{}",
                 reads::hold_rate(

@@ -43,12 +43,14 @@ pub struct PaymentsConfig {
         default_value = "http://127.0.0.1:8090"
     )]
     pub processor_url: String,
-    /// The secret the processor signs its webhooks with.
+    /// The secret the processor signs its webhooks with: at least 32 bytes (required unless
+    /// development mode is on).
     #[arg(
         id = "webhook_secret",
         long = "webhook-secret",
         env = "ONSALE_WEBHOOK_SECRET",
-        default_value = "onsale-dev-webhook-secret",
+        default_value = "",
+        hide_default_value = true,
         value_parser = onsale_edge::auth::secret
     )]
     pub webhook_secret: SecretString,

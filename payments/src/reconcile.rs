@@ -111,13 +111,13 @@ pub async fn reconcile(
                 .unresolved
                 .push(finding("unresolved", reference, format!("could not read the order: {e}"))),
             (Some(o), Ok(Some(OrderStatus::PendingPayment))) => {
-                match record_capture(shows, o).await {
+                match record_capture(shows, o, line.amount_cents).await {
                     Ok(_) => report.resolved.push(finding("pending_resolved", reference, "capture recorded")),
                     Err(e) => report.unresolved.push(finding("unresolved", reference, e)),
                 }
             }
             (Some(o), Ok(Some(OrderStatus::PaymentFailed | OrderStatus::Failed))) => {
-                match record_capture(shows, o).await {
+                match record_capture(shows, o, line.amount_cents).await {
                     Ok(Some(OrderStatus::Confirmed)) => report.resolved.push(finding(
                         "late_capture_reinstated",
                         reference,
@@ -204,11 +204,18 @@ pub async fn reconcile(
 }
 
 /// Records a capture the settlement file showed, answering the order's state after it.
-async fn record_capture(shows: &Shows, order: OrderId) -> Result<Option<OrderStatus>, String> {
+async fn record_capture(
+    shows: &Shows,
+    order: OrderId,
+    amount_cents: i64,
+) -> Result<Option<OrderStatus>, String> {
     shows
         .execute(
             order.show(),
-            ShowCommand::RecordPaymentSucceeded { order_id: order },
+            ShowCommand::RecordPaymentSucceeded {
+                order_id: order,
+                amount_cents: Some(amount_cents),
+            },
         )
         .await
         .map_err(|e| e.to_string())?;

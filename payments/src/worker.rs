@@ -395,7 +395,10 @@ pub enum Outcome {
 impl Outcome {
     pub fn into_command(self, order_id: OrderId) -> ShowCommand {
         match self {
-            Self::Succeeded => ShowCommand::RecordPaymentSucceeded { order_id },
+            Self::Succeeded => ShowCommand::RecordPaymentSucceeded {
+                order_id,
+                amount_cents: None,
+            },
             Self::Failed(reason) => ShowCommand::RecordPaymentFailed { order_id, reason },
         }
     }

@@ -260,7 +260,10 @@ impl World {
             return;
         };
         match e.kind.as_str() {
-            "charge.succeeded" => self.record(ShowCommand::RecordPaymentSucceeded { order_id }),
+            "charge.succeeded" => self.record(ShowCommand::RecordPaymentSucceeded {
+                order_id,
+                amount_cents: None,
+            }),
             "charge.failed" => self.record(ShowCommand::RecordPaymentFailed {
                 order_id,
                 reason: "webhook".into(),
@@ -284,7 +287,10 @@ impl World {
                     OrderStatus::PendingPayment | OrderStatus::PaymentFailed | OrderStatus::Failed
                 )
             ) {
-                self.record(ShowCommand::RecordPaymentSucceeded { order_id });
+                self.record(ShowCommand::RecordPaymentSucceeded {
+                order_id,
+                amount_cents: None,
+            });
             }
         }
     }

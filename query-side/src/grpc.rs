@@ -4,7 +4,7 @@ use std::pin::Pin;
 
 use axum::http::StatusCode;
 use futures::{Stream, StreamExt};
-use onsale_edge::auth::{self, Caller};
+use onsale_edge::auth::Caller;
 use onsale_edge::ApiError;
 use onsale_proto::v1 as pb;
 use tonic::{Request, Response, Status};
@@ -57,7 +57,7 @@ fn caller<T>(state: &QueryState, req: &Request<T>) -> Result<Caller, Status> {
                 "authorization: Bearer metadata is required",
             ))
         })?;
-    auth::verify(token, &state.decoding_key).map_err(ApiError::into_status)
+    state.verifier.verify(token).map_err(ApiError::into_status)
 }
 
 /// The request's section, checked as the REST route checks it (a label of the venue grammar),

@@ -18,7 +18,7 @@ pub mod snapshots;
 use std::time::Duration;
 
 use axum::extract::FromRef;
-use jsonwebtoken::DecodingKey;
+use onsale_edge::auth::Verifier;
 use sqlx::postgres::PgPool;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -60,7 +60,7 @@ pub struct QueryState {
     pub snapshots: snapshots::Snapshots,
     pub hub: hub::Hub,
     pub health: health::Health,
-    pub decoding_key: DecodingKey,
+    pub verifier: Verifier,
 }
 
 impl std::fmt::Debug for QueryState {
@@ -69,9 +69,9 @@ impl std::fmt::Debug for QueryState {
     }
 }
 
-impl FromRef<QueryState> for DecodingKey {
+impl FromRef<QueryState> for Verifier {
     fn from_ref(state: &QueryState) -> Self {
-        state.decoding_key.clone()
+        state.verifier.clone()
     }
 }
 
@@ -83,7 +83,7 @@ impl QueryState {
         pool: PgPool,
         config: &QueryConfig,
         relay_slot: &str,
-        decoding_key: DecodingKey,
+        verifier: Verifier,
         shutdown: &CancellationToken,
         tasks: &TaskTracker,
     ) -> Self {
@@ -105,7 +105,7 @@ impl QueryState {
             snapshots,
             hub,
             health,
-            decoding_key,
+            verifier,
         }
     }
 }

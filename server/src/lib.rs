@@ -134,10 +134,11 @@ impl Server {
 
     /// As [`Server::build`], with the domain's "now" from `clock` (tests hold it still).
     pub async fn build_with_clock(
-        settings: Settings,
+        mut settings: Settings,
         parts: &[Part],
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Self> {
+        settings.secure()?;
         let db = &settings.database;
         // Appends get a pool of their own: a burst of seat-map misses, SSE resumes or payment
         // rounds must not take the connections the owners' appends are waiting for.
@@ -203,12 +204,12 @@ impl Server {
     async fn serve_api(&mut self) -> anyhow::Result<()> {
         use utoipa::OpenApi;
         let s = &self.settings;
-        let decoding_key = s.auth.decoding_key();
+        let verifier = s.auth.verifier();
         let query = QueryState::start(
             self.pool.clone(),
             &s.query,
             &s.relay.slot,
-            decoding_key.clone(),
+            verifier.clone(),
             &self.shutdown,
             &self.tracker,
         );
@@ -229,7 +230,7 @@ impl Server {
         let state = AppState {
             shows: self.shows.clone(),
             catalog: self.catalog.clone(),
-            decoding_key: decoding_key.clone(),
+            verifier: verifier.clone(),
             metrics: onsale_telemetry::metrics(),
             ready: Some(Arc::new(move || health.ready())),
             gate: room
@@ -244,13 +245,13 @@ impl Server {
             .merge(onsale_payments::router(PaymentsState {
                 shows: self.shows.clone(),
                 pool: self.pool.clone(),
-                decoding_key: decoding_key.clone(),
+                verifier: verifier.clone(),
                 processor: s.payments.processor(Duration::from_secs(10))?,
             }));
         if let Some(room) = &room {
             router = router.merge(onsale_waiting_room::api::router(
                 room.clone(),
-                decoding_key.clone(),
+                verifier.clone(),
             ));
         }
         let router = router.layer(tower_http::trace::TraceLayer::new_for_http());

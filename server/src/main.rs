@@ -178,7 +178,7 @@ async fn main() -> anyhow::Result<()> {
             role,
             ttl_secs,
         } => {
-            println!("{}", auth.mint(&sub, role, ttl_secs)?);
+            println!("{}", auth.secured()?.mint(&sub, role, ttl_secs)?);
             Ok(())
         }
     }

@@ -3,6 +3,7 @@
 
 use clap::Parser;
 use onsale_command::OwnerConfig;
+use onsale_edge::auth::{require_secret, SecretError};
 use onsale_edge::AuthSettings;
 use onsale_eventlog::DatabaseSettings;
 use onsale_kafka::{KafkaConfig, RelayConfig};
@@ -54,6 +55,32 @@ struct Only {
 }
 
 impl Settings {
+    /// Checks every secret before anything starts: an unset secret, a built-in development
+    /// value or one shorter than 32 bytes stops the process with the setting's name, unless
+    /// development mode is on (then unset secrets take development values).
+    pub fn secure(&mut self) -> Result<(), SecretError> {
+        let dev = self.auth.dev_mode;
+        self.auth.secure()?;
+        require_secret(
+            &mut self.payments.webhook_secret,
+            "ONSALE_WEBHOOK_SECRET",
+            "onsale-dev-webhook-secret",
+            dev,
+        )?;
+        require_secret(
+            &mut self.waiting_room.secret,
+            "ONSALE_ADMISSION_SECRET",
+            "onsale-dev-admission-secret",
+            dev,
+        )?;
+        require_secret(
+            &mut self.owners.cluster.node_secret,
+            "ONSALE_NODE_SECRET",
+            "onsale-dev-node-secret",
+            dev,
+        )
+    }
+
     /// Settings from arguments (the first is the program name) and the environment: how tests
     /// build them, with the same defaults as the `onsale` binary.
     pub fn try_parse_from<I, T>(args: I) -> Result<Self, clap::Error>
@@ -74,11 +101,43 @@ mod tests {
     #[test]
     fn every_setting_is_declared_once_with_a_name_of_its_own() {
         Only::command().debug_assert();
-        let s = Settings::try_parse_from(["onsale"]).expect("the defaults parse");
+        let mut s = Settings::try_parse_from(["onsale", "--dev-mode"]).expect("the defaults parse");
         assert_eq!(s.shutdown_timeout_secs, 10);
+        s.secure().expect("development mode fills the secrets in");
         assert!(
             !format!("{s:?}").contains("onsale-dev-secret"),
             "secrets never print"
         );
+    }
+
+    #[test]
+    fn without_development_mode_each_secret_is_required_by_name() {
+        let strong = "x".repeat(40);
+        let mut args = vec![];
+        for (flag, env) in [
+            ("--jwt-secret", "ONSALE_JWT_SECRET"),
+            ("--webhook-secret", "ONSALE_WEBHOOK_SECRET"),
+            ("--admission-secret", "ONSALE_ADMISSION_SECRET"),
+            ("--node-secret", "ONSALE_NODE_SECRET"),
+        ] {
+            let mut s = Settings::try_parse_from(
+                std::iter::once("onsale").chain(args.iter().map(String::as_str)),
+            )
+            .expect("parses");
+            assert_eq!(s.secure(), Err(SecretError::Missing(env)));
+            args.push(flag.to_owned());
+            args.push(strong.clone());
+        }
+        let mut s = Settings::try_parse_from(
+            std::iter::once("onsale").chain(args.iter().map(String::as_str)),
+        )
+        .expect("parses");
+        assert_eq!(s.secure(), Ok(()));
+        args[1] = "onsale-dev-secret".into();
+        let mut s = Settings::try_parse_from(
+            std::iter::once("onsale").chain(args.iter().map(String::as_str)),
+        )
+        .expect("parses");
+        assert_eq!(s.secure(), Err(SecretError::Default("ONSALE_JWT_SECRET")));
     }
 }

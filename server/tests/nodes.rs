@@ -25,6 +25,7 @@ fn onsale(db: &TestDb, args: &[&str], env: &[(&str, String)]) -> Child {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_onsale"));
     cmd.args(args)
         .env("DATABASE_URL", &db.url)
+        .env("ONSALE_DEV_MODE", "1")
         .env("ONSALE_JWT_SECRET", SECRET)
         .env("ONSALE_RELAY_SLOT", format!("slot_{}", db.name))
         .env("ONSALE_EVENTS_TOPIC", format!("onsale.events.{}", db.name))

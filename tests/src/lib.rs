@@ -126,6 +126,7 @@ pub fn settings(db: &TestDb) -> Settings {
         "onsale",
         "--database-url",
         &db.url,
+        "--dev-mode",
         "--jwt-secret",
         SECRET,
         "--pool-size",

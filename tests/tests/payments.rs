@@ -188,7 +188,7 @@ async fn duplicate_forged_and_out_of_order_webhooks_change_nothing() {
     assert_eq!(status, 200);
     let (status, again) = post_webhook(&p, &stale, p.config.webhook_secret.expose_secret()).await;
     assert_eq!((status, again["duplicate"].clone()), (200, json!(true)));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A GET reads the show as of the webhook's answer (own writes): no wait needed.
     let (_, now) =
         p.rp.app
             .get(&format!("/v1/orders/{order}"), &p.rp.app.fan("ann"))
@@ -203,6 +203,41 @@ async fn duplicate_forged_and_out_of_order_webhooks_change_nothing() {
         tickets, 2,
         "one ticket per seat, however often the success arrived"
     );
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn a_signed_webhook_of_another_amount_confirms_nothing() {
+    let (_db, mut p) = PaymentPath::start(|_| {}).await.expect("payment path");
+    // No worker: only webhooks move this order.
+    p.kill_worker();
+    let event = p.rp.show_on_map(1, 1, 5).await;
+    let order = p.buy(&event, "ann", &["S1-R1-1"], "tok_ok").await;
+    let (_, placed) =
+        p.rp.app
+            .get(&format!("/v1/orders/{order}"), &p.rp.app.fan("ann"))
+            .await;
+    let total = placed["totalCents"].as_i64().expect("a total");
+    let succeeded = |id: &str, amount: i64| {
+        json!({
+            "id": id, "type": "charge.succeeded", "created": chrono::Utc::now(),
+            "chargeKey": format!("key-{id}"), "chargeId": format!("ch-{id}"), "reference": order,
+            "status": "succeeded", "amountCents": amount,
+        })
+    };
+    let secret = p.config.webhook_secret.expose_secret().to_owned();
+    // A cent: signed, acknowledged (a redelivery cannot fix it), and the order stays unpaid.
+    let (status, _) = post_webhook(&p, &succeeded("evt_cheap", 1), &secret).await;
+    assert_eq!(status, 200);
+    let (_, after) =
+        p.rp.app
+            .get(&format!("/v1/orders/{order}"), &p.rp.app.fan("ann"))
+            .await;
+    assert_eq!(after["status"], "PENDING_PAYMENT", "{after}");
+    // The order's total: confirmed.
+    let (status, _) = post_webhook(&p, &succeeded("evt_full", total), &secret).await;
+    assert_eq!(status, 200);
+    p.order_becomes(&order, "ann", "CONFIRMED", 10).await;
     p.stop().await;
 }
 

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use chrono::{DateTime, TimeZone, Utc};
-use jsonwebtoken::DecodingKey;
+use onsale_edge::auth::Verifier;
 use onsale_domain::ShowId;
 use onsale_edge::auth::{Caller, Role};
 use onsale_edge::ApiError;
@@ -28,7 +28,7 @@ use crate::{eta, now_ms, WaitingRoom};
 #[derive(Clone)]
 pub struct RoomState {
     pub room: WaitingRoom,
-    pub decoding_key: DecodingKey,
+    pub verifier: Verifier,
     availability: moka::future::Cache<ShowId, &'static str>,
 }
 
@@ -38,13 +38,13 @@ impl std::fmt::Debug for RoomState {
     }
 }
 
-impl FromRef<RoomState> for DecodingKey {
+impl FromRef<RoomState> for Verifier {
     fn from_ref(s: &RoomState) -> Self {
-        s.decoding_key.clone()
+        s.verifier.clone()
     }
 }
 
-pub fn router(room: WaitingRoom, decoding_key: DecodingKey) -> Router {
+pub fn router(room: WaitingRoom, verifier: Verifier) -> Router {
     let availability = moka::future::Cache::builder()
         .time_to_live(Duration::from_secs(1))
         .max_capacity(10_000)
@@ -56,7 +56,7 @@ pub fn router(room: WaitingRoom, decoding_key: DecodingKey) -> Router {
         .route("/v1/events/{id}/leave", post(leave))
         .with_state(RoomState {
             room,
-            decoding_key,
+            verifier,
             availability,
         })
 }

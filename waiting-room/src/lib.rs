@@ -84,12 +84,14 @@ pub struct WaitingRoomConfig {
         default_value_t = 5
     )]
     pub fallback_per_sec: u32,
-    /// The key the waiting room's tokens are signed with.
+    /// The key the waiting room's tokens are signed with: at least 32 bytes (required unless
+    /// development mode is on).
     #[arg(
         id = "admission_secret",
         long = "admission-secret",
         env = "ONSALE_ADMISSION_SECRET",
-        default_value = "onsale-dev-admission-secret",
+        default_value = "",
+        hide_default_value = true,
         value_parser = onsale_edge::auth::secret
     )]
     pub secret: SecretString,

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
-use jsonwebtoken::DecodingKey;
+use onsale_edge::auth::Verifier;
 use metrics_exporter_prometheus::PrometheusHandle;
 use onsale_domain::{
     HoldId, Idempotency, IdempotencyKey, OrderId, SeatId, SectionLayout, ShowCommand, ShowError,
@@ -35,7 +35,7 @@ pub struct AppState {
     pub shows: Shows,
     /// Shows as scheduled, for the event page and the waiting-room check (never the owners).
     pub catalog: crate::Catalog,
-    pub decoding_key: DecodingKey,
+    pub verifier: Verifier,
     pub metrics: Option<PrometheusHandle>,
     pub ready: Option<ReadyCheck>,
     /// The waiting room's session check; `None`: this deployment has no waiting room.
@@ -47,9 +47,9 @@ pub struct AppState {
     pub openapi: std::sync::Arc<utoipa::openapi::OpenApi>,
 }
 
-impl axum::extract::FromRef<AppState> for DecodingKey {
+impl axum::extract::FromRef<AppState> for Verifier {
     fn from_ref(state: &AppState) -> Self {
-        state.decoding_key.clone()
+        state.verifier.clone()
     }
 }
 

@@ -130,8 +130,17 @@ impl Show {
                     idempotency,
                 }])
             }
-            ShowCommand::RecordPaymentSucceeded { order_id } => {
+            ShowCommand::RecordPaymentSucceeded {
+                order_id,
+                amount_cents,
+            } => {
                 let order = self.orders.get(&order_id).ok_or(ShowError::OrderNotFound)?;
+                if let Some(reported) = amount_cents.filter(|a| *a != order.total_cents) {
+                    return Err(ShowError::AmountMismatch {
+                        expected: order.total_cents,
+                        reported,
+                    });
+                }
                 if matches!(order.state, OrderState::PaymentFailed | OrderState::Failed) {
                     return Ok(self.late_capture(order_id, order, now));
                 }

@@ -59,8 +59,12 @@ pub enum ShowCommand {
         payment_token: String,
         idempotency: Idempotency,
     },
+    /// A capture: `amount_cents` is what the processor reports captured when it reports it
+    /// (a webhook, a settlement line); an amount other than the order's total is refused.
     RecordPaymentSucceeded {
         order_id: OrderId,
+        #[serde(default)]
+        amount_cents: Option<i64>,
     },
     RecordPaymentFailed {
         order_id: OrderId,

@@ -1,0 +1,74 @@
+//! `onsale serve` refuses to start without its secrets, naming the one missing, unless
+//! development mode is on. Nothing else is needed: the check runs before any connection.
+
+use std::process::Output;
+
+fn serve(envs: &[(&str, &str)]) -> Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_onsale"));
+    cmd.arg("serve");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("ONSALE_") || k == "DATABASE_URL" {
+            cmd.env_remove(k);
+        }
+    }
+    // Nothing listens here: a process that got past the secrets would fail on the database,
+    // with another message.
+    cmd.env("DATABASE_URL", "postgres://nobody@127.0.0.1:9/none");
+    cmd.envs(envs.iter().copied());
+    cmd.output().expect("onsale runs")
+}
+
+fn refused_naming(out: &Output, name: &str, why: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "onsale started: {err}");
+    assert!(
+        err.contains(&format!("{name} {why}")),
+        "the error names {name}: {err}"
+    );
+}
+
+const STRONG: &str = "0123456789abcdef0123456789abcdef-strong";
+
+#[test]
+fn serve_without_configuration_refuses_to_start_and_names_the_missing_secret() {
+    refused_naming(&serve(&[]), "ONSALE_JWT_SECRET", "is not set");
+    refused_naming(
+        &serve(&[("ONSALE_JWT_SECRET", STRONG)]),
+        "ONSALE_WEBHOOK_SECRET",
+        "is not set",
+    );
+    refused_naming(
+        &serve(&[
+            ("ONSALE_JWT_SECRET", STRONG),
+            ("ONSALE_WEBHOOK_SECRET", STRONG),
+        ]),
+        "ONSALE_ADMISSION_SECRET",
+        "is not set",
+    );
+    refused_naming(
+        &serve(&[
+            ("ONSALE_JWT_SECRET", STRONG),
+            ("ONSALE_WEBHOOK_SECRET", STRONG),
+            ("ONSALE_ADMISSION_SECRET", STRONG),
+        ]),
+        "ONSALE_NODE_SECRET",
+        "is not set",
+    );
+}
+
+#[test]
+fn a_development_or_short_secret_is_refused_outside_development_mode() {
+    refused_naming(
+        &serve(&[("ONSALE_JWT_SECRET", "onsale-dev-secret")]),
+        "ONSALE_JWT_SECRET",
+        "is a built-in development secret",
+    );
+    refused_naming(
+        &serve(&[
+            ("ONSALE_JWT_SECRET", STRONG),
+            ("ONSALE_WEBHOOK_SECRET", "sixteen-bytes-ok"),
+        ]),
+        "ONSALE_WEBHOOK_SECRET",
+        "is shorter than 32 bytes",
+    );
+}
