@@ -282,9 +282,9 @@ impl World {
                 if let Some(&order_id) = pick_from(&self.orders, pick) {
                     let cmd = match outcome {
                         0 => ShowCommand::RecordPaymentSucceeded {
-                order_id,
-                amount_cents: None,
-            },
+                            order_id,
+                            amount_cents: None,
+                        },
                         1 => ShowCommand::RecordPaymentFailed {
                             order_id,
                             reason: "declined".into(),

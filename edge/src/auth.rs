@@ -43,7 +43,14 @@ const LEEWAY_SECS: u64 = 30;
 
 /// Signs a token with the default issuer and audience: the tests and the load generator use it.
 pub fn mint(secret: &str, sub: &str, role: Role, ttl_secs: u64) -> anyhow::Result<String> {
-    mint_for(secret, DEFAULT_ISSUER, DEFAULT_AUDIENCE, sub, role, ttl_secs)
+    mint_for(
+        secret,
+        DEFAULT_ISSUER,
+        DEFAULT_AUDIENCE,
+        sub,
+        role,
+        ttl_secs,
+    )
 }
 
 /// Signs a token for `sub` in `role`, issued now by `iss` for `aud`, valid for `ttl_secs`.
@@ -183,14 +190,13 @@ impl Verifier {
             unauthenticated("the bearer token is not valid")
         })?;
         let c = data.claims;
-        if c.exp.saturating_sub(c.iat) > self.max_lifetime_secs
-            || c.iat > now_secs() + LEEWAY_SECS
+        if c.exp.saturating_sub(c.iat) > self.max_lifetime_secs || c.iat > now_secs() + LEEWAY_SECS
         {
             tracing::debug!(iat = c.iat, exp = c.exp, "bearer token lives too long");
             return Err(unauthenticated("the bearer token is not valid"));
         }
-        let account =
-            AccountId::parse(&c.sub).map_err(|_| unauthenticated("the bearer token is not valid"))?;
+        let account = AccountId::parse(&c.sub)
+            .map_err(|_| unauthenticated("the bearer token is not valid"))?;
         Ok(Caller {
             account,
             role: c.role,
@@ -367,7 +373,15 @@ mod tests {
             c.iat = now_secs() + 3_600;
             c.exp = c.iat + 60;
         }));
-        refused(&mint("another-secret-of-at-least-32-bytes", "fan-1", Role::Fan, 60).unwrap());
+        refused(
+            &mint(
+                "another-secret-of-at-least-32-bytes",
+                "fan-1",
+                Role::Fan,
+                60,
+            )
+            .expect("signs"),
+        );
         refused("not.a.token");
     }
 
@@ -385,7 +399,7 @@ mod tests {
                 &body,
                 &EncodingKey::from_secret(KEY.as_bytes()),
             )
-            .unwrap();
+            .expect("signs");
             refused(&t);
         }
     }

@@ -288,9 +288,9 @@ impl World {
                 )
             ) {
                 self.record(ShowCommand::RecordPaymentSucceeded {
-                order_id,
-                amount_cents: None,
-            });
+                    order_id,
+                    amount_cents: None,
+                });
             }
         }
     }

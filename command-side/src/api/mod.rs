@@ -8,12 +8,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
-use onsale_edge::auth::Verifier;
 use metrics_exporter_prometheus::PrometheusHandle;
 use onsale_domain::{
     HoldId, Idempotency, IdempotencyKey, OrderId, SeatId, SectionLayout, ShowCommand, ShowError,
     ShowId, ShowInfo, VenueEvent, VenueId, VenueLayout,
 };
+use onsale_edge::auth::Verifier;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
