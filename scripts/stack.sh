@@ -33,6 +33,8 @@ set -euo pipefail
 # A local stack runs in development mode: unset secrets take built-in development values
 # (`onsale serve` refuses them otherwise; see docs/security.md).
 export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
+# Every simulated fan comes from 127.0.0.1: no rate limit per client address here.
+export ONSALE_RATE_ADDRESS_PER_SEC=${ONSALE_RATE_ADDRESS_PER_SEC:-0}
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STACK_DIR=${ONSALE_STACK_DIR:-/tmp/onsale-stack}
@@ -604,6 +606,8 @@ frontend api
   mode http
   bind $listen
   option http-buffer-request
+  # The nodes rate-limit per client address: they trust the address appended here.
+  option forwardfor
   # Node-to-node forwarding is never reachable from outside.
   http-request deny deny_status 404 if { path_beg /internal/ }
   http-request set-var(txn.show) path,field(4,/) if { path_beg /v1/events/ }
@@ -648,7 +652,7 @@ node_grpc() { echo "127.0.0.1:$((NODE_GRPC_BASE + $1))"; }
 # Starts node I of `up NODES=n` (an `onsale serve` on its own ports).
 node_start() {
   local i=$1
-  LISTEN=$(node_http "$i") GRPC_LISTEN=$(node_grpc "$i") \
+  LISTEN=$(node_http "$i") GRPC_LISTEN=$(node_grpc "$i") ONSALE_TRUST_FORWARDED_FOR=1 \
     ONSALE_PROCESSOR_URL="http://$PROCESSOR_LISTEN" start_onsale "node$i" serve
 }
 

@@ -7,6 +7,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod limits;
 pub mod problem;
 
 pub use auth::{AuthSettings, Caller, Role};

@@ -37,6 +37,8 @@ pub struct ApiError {
     pub code: &'static str,
     pub detail: String,
     pub extra: Map<String, Value>,
+    /// `Retry-After` (seconds) on a 429 or 503; a 503 without one says 1.
+    pub retry_after_secs: Option<u64>,
 }
 
 impl ApiError {
@@ -46,7 +48,14 @@ impl ApiError {
             code,
             detail: detail.into(),
             extra: Map::new(),
+            retry_after_secs: None,
         }
+    }
+
+    /// The same error, answered with `Retry-After: secs`.
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after_secs = Some(secs.max(1));
+        self
     }
 
     pub fn with(mut self, key: &str, value: Value) -> Self {
@@ -96,6 +105,9 @@ impl ApiError {
         let mut s = tonic::Status::new(code, format!("{}: {}", self.code, self.detail));
         if let Ok(v) = self.code.parse() {
             s.metadata_mut().insert("onsale-code", v);
+        }
+        if let Some(secs) = self.retry_after_secs {
+            s.metadata_mut().insert("retry-after", secs.into());
         }
         s
     }
@@ -162,12 +174,62 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        let retry = match (self.retry_after_secs, self.status) {
+            (Some(secs), _) => Some(secs),
+            (None, StatusCode::SERVICE_UNAVAILABLE) => Some(1),
+            _ => None,
+        };
+        if let Some(secs) = retry {
             res.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         res
     }
+}
+
+/// Middleware: an error the framework answers by itself (a path or query that does not
+/// parse, an unknown route, a method not allowed, a body too large, a wrong media type) is
+/// answered problem+json with a code like every other error, its detail cut to 200
+/// characters. Answers that are already JSON, and successful ones, pass untouched.
+pub async fn problem_json(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let res = next.run(req).await;
+    let status = res.status();
+    let json = res
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.contains("json") || t.starts_with("application/grpc"));
+    if !(status.is_client_error() || status.is_server_error()) || json {
+        return res;
+    }
+    let (parts, body) = res.into_parts();
+    let text = axum::body::to_bytes(body, 4 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let code = match status {
+        StatusCode::UNAUTHORIZED => "UNAUTHENTICATED",
+        StatusCode::FORBIDDEN => "FORBIDDEN",
+        StatusCode::NOT_FOUND => "NOT_FOUND",
+        StatusCode::METHOD_NOT_ALLOWED => "METHOD_NOT_ALLOWED",
+        StatusCode::PAYLOAD_TOO_LARGE => "PAYLOAD_TOO_LARGE",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "UNSUPPORTED_MEDIA_TYPE",
+        StatusCode::TOO_MANY_REQUESTS => "RATE_LIMITED",
+        StatusCode::SERVICE_UNAVAILABLE => "UNAVAILABLE",
+        s if s.is_server_error() => "INTERNAL",
+        _ => "INVALID_REQUEST",
+    };
+    let detail = match text.trim() {
+        "" => status.canonical_reason().unwrap_or("error").to_owned(),
+        t => t.chars().take(200).collect(),
+    };
+    let mut out = ApiError::new(status, code, detail).into_response();
+    for (name, value) in parts.headers.iter() {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
 }
 
 #[cfg(test)]

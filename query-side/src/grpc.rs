@@ -154,6 +154,7 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
             .map_err(|e| ApiError::into_status(e.into()))?;
         let after = i64::try_from(r.after_seq).map_err(|_| bad("after_seq is too large"))?;
         let sec = section(&r.section)?.map(str::to_owned);
+        let slot = self.0.streams.open().map_err(ApiError::into_status)?;
         let stream = self
             .0
             .hub
@@ -168,6 +169,8 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
             })?
             .ok_or_else(|| ApiError::from(onsale_domain::ShowError::ShowNotFound).into_status())?;
         let out = stream.map(move |u| {
+            // The stream holds its slot of the cap until it ends.
+            let _open = &slot;
             Ok(pb::SeatMapUpdate {
                 update: Some(match u {
                     Update::Delta(d) => pb::seat_map_update::Update::Delta(pb::Delta {

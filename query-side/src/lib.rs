@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use axum::extract::FromRef;
 use onsale_edge::auth::Verifier;
+use onsale_edge::limits::StreamSlots;
 use sqlx::postgres::PgPool;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -61,6 +62,8 @@ pub struct QueryState {
     pub hub: hub::Hub,
     pub health: health::Health,
     pub verifier: Verifier,
+    /// The process's cap on open streams (SSE and gRPC `StreamDeltas`).
+    pub streams: StreamSlots,
 }
 
 impl std::fmt::Debug for QueryState {
@@ -84,6 +87,7 @@ impl QueryState {
         config: &QueryConfig,
         relay_slot: &str,
         verifier: Verifier,
+        streams: StreamSlots,
         shutdown: &CancellationToken,
         tasks: &TaskTracker,
     ) -> Self {
@@ -106,6 +110,7 @@ impl QueryState {
             hub,
             health,
             verifier,
+            streams,
         }
     }
 }

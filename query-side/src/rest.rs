@@ -172,6 +172,7 @@ async fn updates(
                 })?,
         ),
     };
+    let slot = state.streams.open()?;
     let stream = state
         .hub
         .subscribe(show, after)
@@ -188,6 +189,8 @@ async fn updates(
             .comment("onsale seat-map deltas"))
     });
     let events = stream.map(move |u| {
+        // The stream holds its slot of the cap until it ends.
+        let _open = &slot;
         Ok(match u {
             Update::Delta(d) => Event::default()
                 .id(d.seq.to_string())

@@ -12,6 +12,7 @@
 //!
 //! This crate decides nothing itself; it only connects the crates that do.
 
+pub mod http;
 mod settings;
 
 use std::collections::HashMap;
@@ -24,6 +25,7 @@ use onsale_command::api::AppState;
 use onsale_command::{Catalog, Shows};
 use onsale_domain::{Clock, ShowId, SystemClock};
 use onsale_edge::admission::BookingHealth;
+use onsale_edge::limits::{self, RateLimits, StreamSlots};
 use onsale_eventlog::{EventLog, PgEventLog};
 use onsale_kafka::{leader, Relay};
 use onsale_payments::PaymentsState;
@@ -36,6 +38,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use settings::Settings;
+
+/// The largest request body any route accepts (the largest real one, a venue of many sections,
+/// is a few KiB).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// What a process can run. The owners of shows exist in every process that needs them (the
 /// API and the payment worker record outcomes through them); each part's background tasks can
@@ -205,11 +211,13 @@ impl Server {
         use utoipa::OpenApi;
         let s = &self.settings;
         let verifier = s.auth.verifier();
+        let streams = StreamSlots::new(s.limits.max_streams);
         let query = QueryState::start(
             self.pool.clone(),
             &s.query,
             &s.relay.slot,
             verifier.clone(),
+            streams.clone(),
             &self.shutdown,
             &self.tracker,
         );
@@ -252,9 +260,27 @@ impl Server {
             router = router.merge(onsale_waiting_room::api::router(
                 room.clone(),
                 verifier.clone(),
+                streams,
             ));
         }
-        let router = router.layer(tower_http::trace::TraceLayer::new_for_http());
+        let rates = RateLimits::new(&s.limits, verifier);
+        self.prune_rate_limits(rates.clone());
+        // Innermost first: every body at most 64 KiB; the rate limits; the deadline; the
+        // framework's own errors as problem+json; the trace.
+        let router = router
+            .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+            .layer(axum::middleware::from_fn_with_state(
+                rates,
+                limits::rate_limit,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                Duration::from_millis(s.limits.request_timeout_ms),
+                limits::deadline,
+            ))
+            .layer(axum::middleware::from_fn(
+                onsale_edge::problem::problem_json,
+            ))
+            .layer(tower_http::trace::TraceLayer::new_for_http());
         let http = bind(&s.listen).await?;
         let grpc = bind(&s.grpc_listen).await?;
         self.http = Some(http.local_addr()?);
@@ -267,6 +293,17 @@ impl Server {
         self.query = Some(query);
         self.room = room;
         Ok(())
+    }
+
+    /// Forgets, every 10 s, the callers whose rate allowance is full again.
+    fn prune_rate_limits(&self, rates: RateLimits) {
+        let stop = self.shutdown.clone();
+        self.tracker.spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(10));
+            while stop.run_until_cancelled(every.tick()).await.is_some() {
+                rates.prune();
+            }
+        });
     }
 
     /// `/metrics` and `/healthz` of a process without the API.
@@ -290,22 +327,13 @@ impl Server {
     /// Serves `router` until shutdown: then it stops accepting and lets the requests in
     /// flight finish (streams end by themselves on the same token).
     fn serve(&self, what: &'static str, listener: TcpListener, router: axum::Router) {
-        use axum::serve::ListenerExt;
-        // Small answers must leave at once, not wait on Nagle and the peer's delayed ACK.
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::warn!(error = %e, "TCP_NODELAY not set");
-            }
-        });
-        let stop = self.shutdown.clone();
-        self.tracker.spawn(async move {
-            if let Err(e) = axum::serve(listener, router)
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await
-            {
-                tracing::error!(error = %e, "{what} server stopped");
-            }
-        });
+        self.tracker.spawn(http::serve(
+            what,
+            listener,
+            router,
+            self.settings.http.clone(),
+            self.shutdown.clone(),
+        ));
     }
 
     /// Starts (another instance of) a part's background tasks.

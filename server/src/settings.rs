@@ -4,7 +4,10 @@
 use clap::Parser;
 use onsale_command::OwnerConfig;
 use onsale_edge::auth::{require_secret, SecretError};
+use onsale_edge::limits::LimitSettings;
 use onsale_edge::AuthSettings;
+
+use crate::http::HttpSettings;
 use onsale_eventlog::DatabaseSettings;
 use onsale_kafka::{KafkaConfig, RelayConfig};
 use onsale_payments::PaymentsConfig;
@@ -32,6 +35,10 @@ pub struct Settings {
     pub relay: RelayConfig,
     #[command(flatten)]
     pub runner: RunnerConfig,
+    #[command(flatten)]
+    pub http: HttpSettings,
+    #[command(flatten)]
+    pub limits: LimitSettings,
     /// Where REST and SSE are served (port 0: any free port).
     #[arg(long, env = "ONSALE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,

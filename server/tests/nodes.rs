@@ -26,6 +26,8 @@ fn onsale(db: &TestDb, args: &[&str], env: &[(&str, String)]) -> Child {
     cmd.args(args)
         .env("DATABASE_URL", &db.url)
         .env("ONSALE_DEV_MODE", "1")
+        .env("ONSALE_RATE_ADDRESS_PER_SEC", "0")
+        .env("ONSALE_RATE_ACCOUNT_PER_SEC", "0")
         .env("ONSALE_JWT_SECRET", SECRET)
         .env("ONSALE_RELAY_SLOT", format!("slot_{}", db.name))
         .env("ONSALE_EVENTS_TOPIC", format!("onsale.events.{}", db.name))

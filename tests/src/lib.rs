@@ -127,6 +127,12 @@ pub fn settings(db: &TestDb) -> Settings {
         "--database-url",
         &db.url,
         "--dev-mode",
+        // Every test client is 127.0.0.1 and some loop one account fast: the limits have
+        // tests of their own.
+        "--rate-address-per-sec",
+        "0",
+        "--rate-account-per-sec",
+        "0",
         "--jwt-secret",
         SECRET,
         "--pool-size",

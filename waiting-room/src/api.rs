@@ -2,6 +2,8 @@
 //! enter, heartbeat.
 
 use std::convert::Infallible;
+
+use futures::StreamExt;
 use std::time::Duration;
 
 use axum::extract::{FromRef, Path, State};
@@ -14,6 +16,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use onsale_domain::ShowId;
 use onsale_edge::auth::Verifier;
 use onsale_edge::auth::{Caller, Role};
+use onsale_edge::limits::StreamSlots;
 use onsale_edge::ApiError;
 use onsale_edge::ApiJson;
 use rand::Rng;
@@ -29,6 +32,7 @@ use crate::{eta, now_ms, WaitingRoom};
 pub struct RoomState {
     pub room: WaitingRoom,
     pub verifier: Verifier,
+    streams: StreamSlots,
     availability: moka::future::Cache<ShowId, &'static str>,
 }
 
@@ -44,7 +48,7 @@ impl FromRef<RoomState> for Verifier {
     }
 }
 
-pub fn router(room: WaitingRoom, verifier: Verifier) -> Router {
+pub fn router(room: WaitingRoom, verifier: Verifier, streams: StreamSlots) -> Router {
     let availability = moka::future::Cache::builder()
         .time_to_live(Duration::from_secs(1))
         .max_capacity(10_000)
@@ -57,6 +61,7 @@ pub fn router(room: WaitingRoom, verifier: Verifier) -> Router {
         .with_state(RoomState {
             room,
             verifier,
+            streams,
             availability,
         })
 }
@@ -348,6 +353,7 @@ async fn view(
     if !sse {
         return Ok(Json(status(&state, show, &account).await?).into_response());
     }
+    let slot = state.streams.open()?;
     let stream = futures::stream::unfold(
         (state, show, account, false),
         |(state, show, account, done)| async move {
@@ -375,7 +381,12 @@ async fn view(
             }
             Some((Ok::<_, Infallible>(event), (state, show, account, admitted)))
         },
-    );
+    )
+    // The stream holds its slot of the cap until it ends.
+    .map(move |e| {
+        let _open = &slot;
+        e
+    });
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response())

@@ -105,7 +105,6 @@ pub fn router(state: AppState) -> Router {
                 |State(state): State<AppState>| async move { Json(state.openapi.as_ref().clone()) },
             ),
         )
-        .layer(axum::extract::DefaultBodyLimit::max(64 * 1024))
         .with_state(state)
 }
 

@@ -1,0 +1,311 @@
+//! What keeps a process standing (issue 15, items 3 and 6): the header-read timeout, the
+//! connection cap, the stream cap, the rate limits per account and per address, the request
+//! deadline, the body limit on every route, and problem+json for the framework's own errors.
+//! Each against a real `onsale` API on a real PostgreSQL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use onsale_domain::SystemClock;
+use onsale_server::Settings;
+use onsale_tests::read_path::{shared_brokers, ReadPath};
+use onsale_tests::{settings, wait_for, TestApp, TestDb};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn app_with(db: &TestDb, tweak: impl FnOnce(&mut Settings)) -> TestApp {
+    let mut s = settings(db);
+    tweak(&mut s);
+    TestApp::spawn_with(s, Arc::new(SystemClock))
+        .await
+        .expect("the API starts")
+}
+
+/// Whether the server closes `tcp` (end of stream or reset) within `within`.
+async fn closed_within(tcp: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    loop {
+        match tokio::time::timeout(within, tcp.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+fn addr(app: &TestApp) -> String {
+    app.base.trim_start_matches("http://").to_owned()
+}
+
+#[tokio::test]
+async fn a_client_trickling_its_headers_is_cut_off() {
+    let db = TestDb::new().await.expect("db");
+    let app = app_with(&db, |s| s.http.header_read_timeout_ms = 300).await;
+    let mut slow = TcpStream::connect(addr(&app)).await.expect("connects");
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .expect("writes");
+    assert!(
+        closed_within(&mut slow, Duration::from_secs(5)).await,
+        "a request whose headers never end holds no connection"
+    );
+    // A client that sends its request at once is served.
+    let r = app
+        .http
+        .get(format!("{}/healthz", app.base))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn connections_past_the_cap_are_closed_and_come_back_when_one_ends() {
+    let db = TestDb::new().await.expect("db");
+    let app = app_with(&db, |s| s.http.max_connections = 2).await;
+    let first = TcpStream::connect(addr(&app)).await.expect("first");
+    let _second = TcpStream::connect(addr(&app)).await.expect("second");
+    // Accepted by the kernel, then closed by onsale: no request is read from it.
+    let mut third = TcpStream::connect(addr(&app)).await.expect("third");
+    assert!(closed_within(&mut third, Duration::from_secs(5)).await);
+    drop(first);
+    wait_for(
+        "a connection is served again",
+        Duration::from_secs(10),
+        || {
+            let http = reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .expect("client");
+            let url = format!("{}/healthz", app.base);
+            async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn streams_past_the_cap_answer_503_with_retry_after() {
+    // A stream needs the show's seat map: the whole read path runs here.
+    let db = TestDb::new().await.expect("db");
+    let rp = ReadPath::spawn_parts(
+        &db,
+        &shared_brokers().expect("broker"),
+        |s| s.limits.max_streams = 1,
+        &[],
+    )
+    .await
+    .expect("the read path starts");
+    let event = rp.show_on_map(1, 1, 4).await;
+    let app = &rp.app;
+    let url = format!("{}/v1/events/{event}/updates", app.base);
+    let open = app.http.get(&url).send().await.expect("the first stream");
+    assert_eq!(open.status(), 200);
+    let refused = app.http.get(&url).send().await.expect("an answer");
+    assert_eq!(refused.status(), 503);
+    assert_eq!(
+        refused.headers().get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"5"[..])
+    );
+    let body: Value = refused.json().await.expect("problem+json");
+    assert_eq!(body["code"], "TOO_MANY_STREAMS");
+    drop(open);
+    wait_for("the slot comes back", Duration::from_secs(10), || {
+        let req = app.http.get(&url).send();
+        async move { req.await.is_ok_and(|r| r.status() == 200) }
+    })
+    .await;
+    rp.stop().await;
+}
+
+#[tokio::test]
+async fn holds_past_an_accounts_rate_answer_429_and_others_are_served() {
+    let db = TestDb::new().await.expect("db");
+    let app = app_with(&db, |s| {
+        s.limits.rate_account_per_sec = 1;
+        s.limits.rate_account_burst = 2;
+    })
+    .await;
+    let event = app.on_sale_event(1, 1, 10, None).await;
+    let ann = app.fan("ann");
+    for seat in ["S1-R1-1", "S1-R1-2"] {
+        let (status, body) = app
+            .hold(&event, &ann, json!({"seatIds": [seat]}), None)
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let r = app
+        .http
+        .post(format!("{}/v1/events/{event}/holds", app.base))
+        .bearer_auth(&ann)
+        .json(&json!({"seatIds": ["S1-R1-3"]}))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(r.status(), 429);
+    let wait: u64 = r
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .expect("Retry-After in seconds");
+    assert!((1..=2).contains(&wait), "{wait}");
+    let body: Value = r.json().await.expect("problem+json");
+    assert_eq!(body["code"], "RATE_LIMITED");
+    // Nothing was held by the refused request, and another fan is not slowed by ann.
+    let (status, body) = app
+        .hold(
+            &event,
+            &app.fan("bob"),
+            json!({"seatIds": ["S1-R1-3"]}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+}
+
+#[tokio::test]
+async fn writes_past_an_addresses_rate_answer_429_whoever_signs_them() {
+    let db = TestDb::new().await.expect("db");
+    let app = app_with(&db, |s| {
+        s.limits.rate_address_per_sec = 1;
+        s.limits.rate_address_burst = 3;
+    })
+    .await;
+    let event = app.on_sale_event(1, 1, 10, None).await;
+    let mut statuses = Vec::new();
+    for (i, fan) in ["a1", "a2", "a3", "a4"].iter().enumerate() {
+        let (status, _) = app
+            .hold(
+                &event,
+                &app.fan(fan),
+                json!({"seatIds": [format!("S1-R1-{}", i + 1)]}),
+                None,
+            )
+            .await;
+        statuses.push(status);
+    }
+    assert_eq!(statuses, [201, 201, 201, 429]);
+    // Reads are not rate-limited.
+    let (status, _) = app
+        .get(&format!("/v1/events/{event}"), &app.fan("a4"))
+        .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_request_past_its_deadline_answers_503() {
+    let db = TestDb::new().await.expect("db");
+    // No projections run here: a GET of a hold waits (2 s at most) for the orders
+    // projection, longer than this deadline.
+    let app = app_with(&db, |s| s.limits.request_timeout_ms = 300).await;
+    let event = app.on_sale_event(1, 1, 4, None).await;
+    let ann = app.fan("ann");
+    let (status, hold) = app
+        .hold(&event, &ann, json!({"seatIds": ["S1-R1-1"]}), None)
+        .await;
+    assert_eq!(status, 201, "{hold}");
+    let hold_id = hold["holdId"].as_str().expect("hold id");
+    let r = app
+        .http
+        .get(format!("{}/v1/holds/{hold_id}", app.base))
+        .bearer_auth(&ann)
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(r.status(), 503);
+    assert!(r.headers().get("retry-after").is_some());
+    let body: Value = r.json().await.expect("problem+json");
+    assert_eq!(body["code"], "REQUEST_TIMEOUT");
+}
+
+#[tokio::test]
+async fn every_route_limits_its_body_and_answers_the_frameworks_errors_as_problems() {
+    let db = TestDb::new().await.expect("db");
+    let app = TestApp::spawn(&db).await.expect("the API starts");
+    let event = app.on_sale_event(1, 1, 4, None).await;
+    let big = "x".repeat(100 * 1024);
+    for path in [
+        "/v1/scans".to_owned(),
+        "/v1/webhooks/processor".to_owned(),
+        format!("/v1/events/{event}/holds"),
+        "/v1/orders".to_owned(),
+    ] {
+        let r = app
+            .http
+            .post(format!("{}{path}", app.base))
+            .bearer_auth(app.admin())
+            .header("content-type", "application/json")
+            .body(format!("{{\"pad\": \"{big}\"}}"))
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(r.status(), 413, "{path}");
+        assert_eq!(
+            r.headers().get("content-type").map(|v| v.as_bytes()),
+            Some(&b"application/problem+json"[..]),
+            "{path}"
+        );
+        let body: Value = r.json().await.expect("problem+json");
+        assert_eq!(body["code"], "PAYLOAD_TOO_LARGE", "{path}");
+    }
+    let problem = |r: reqwest::Response| async move {
+        let status = r.status().as_u16();
+        let ct = r
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let body: Value = r.json().await.unwrap_or(Value::Null);
+        (
+            status,
+            ct,
+            body["code"].as_str().unwrap_or_default().to_owned(),
+        )
+    };
+    for (req, want) in [
+        // A query that does not parse.
+        (
+            app.http.get(format!(
+                "{}/v1/events/{event}/seats?section=S1&section=S2",
+                app.base
+            )),
+            Some((400, "INVALID_REQUEST")),
+        ),
+        // A path that is no UTF-8.
+        (
+            app.http
+                .get(format!("{}/v1/orders/%FF%FE", app.base))
+                .bearer_auth(app.fan("ann")),
+            Some((400, "INVALID_REQUEST")),
+        ),
+        // No such route.
+        (
+            app.http.get(format!("{}/v1/nothing/here", app.base)),
+            Some((404, "NOT_FOUND")),
+        ),
+        // A method the route does not serve.
+        (
+            app.http.put(format!("{}/v1/orders", app.base)),
+            Some((405, "METHOD_NOT_ALLOWED")),
+        ),
+        // A body that is not JSON.
+        (
+            app.http
+                .post(format!("{}/v1/events/{event}/holds", app.base))
+                .bearer_auth(app.fan("ann"))
+                .header("content-type", "text/plain")
+                .body("seats please"),
+            Some((415, "UNSUPPORTED_MEDIA_TYPE")),
+        ),
+    ] {
+        let (status, ct, code) = problem(req.send().await.expect("an answer")).await;
+        assert_eq!(ct, "application/problem+json", "{status} {code}");
+        assert!(!code.is_empty(), "{status} has a code");
+        if let Some((s, c)) = want {
+            assert_eq!((status, code.as_str()), (s, c));
+        }
+    }
+}
