@@ -61,11 +61,21 @@ struct MapRow {
 }
 type Entry = Result<Arc<Snapshot>, Missing>;
 
+/// Why a map was not built: the show (or section) does not exist, or the read failed.
+#[derive(Debug, Clone)]
+enum NotBuilt {
+    Missing(Missing),
+    Failed,
+}
+
 #[derive(Debug, Clone)]
 pub struct Snapshots {
     pool: PgPool,
     hub: Hub,
-    cache: Cache<Key, Entry>,
+    cache: Cache<Key, Arc<Snapshot>>,
+    /// Shows and sections found missing, for a second: kept apart (and small), so requests
+    /// for made-up ids never push real maps out of `cache`.
+    missing: Cache<(ShowId, Option<String>), Missing>,
     /// The last good map per (show, section), for when PostgreSQL is away.
     last_good: Cache<(ShowId, Option<String>), Arc<Snapshot>>,
     rebuilds: Arc<std::sync::atomic::AtomicU64>,
@@ -90,12 +100,22 @@ impl Snapshots {
                 .max_capacity(10_000)
                 .time_to_live(ttl)
                 .build(),
+            missing: Cache::builder()
+                .max_capacity(1_000)
+                .time_to_live(Duration::from_secs(1))
+                .build(),
             last_good: Cache::builder()
                 .max_capacity(10_000)
                 .time_to_live(Duration::from_secs(600))
                 .build(),
             rebuilds: Arc::default(),
         }
+    }
+
+    /// How many maps are cached (made-up ids are never among them).
+    pub async fn cached(&self) -> u64 {
+        self.cache.run_pending_tasks().await;
+        self.cache.entry_count()
     }
 
     /// How many times a map was read from PostgreSQL (misses that shared a rebuild count once).
@@ -106,31 +126,39 @@ impl Snapshots {
     /// The map of a show (and a section's seats). Concurrent misses of one key wait for one
     /// rebuild (moka's `try_get_with`); a new delta changes the key, the TTL bounds staleness.
     pub async fn get(&self, show: ShowId, section: Option<&str>) -> Read {
+        let wanted = (show, section.map(str::to_owned));
+        if let Some(m) = self.missing.get(&wanted).await {
+            return Read::Missing(m);
+        }
         let seq = self.hub.current_seq(show).unwrap_or(-1);
         let key = (show, section.map(str::to_owned), seq);
         let built = self
             .cache
             .try_get_with(key, async {
-                let r = self.build(show, section).await;
-                if let Err(e) = &r {
-                    tracing::warn!(%show, error = %e, "seat map not read");
+                match self.build(show, section).await {
+                    Ok(Ok(s)) => Ok(s),
+                    Ok(Err(m)) => Err(NotBuilt::Missing(m)),
+                    Err(e) => {
+                        tracing::warn!(%show, error = %e, "seat map not read");
+                        Err(NotBuilt::Failed)
+                    }
                 }
-                r
             })
             .await;
         match built {
-            Ok(Ok(s)) => {
+            Ok(s) => {
                 metrics::counter!(onsale_telemetry::metrics::SEAT_MAP_READS_TOTAL).increment(1);
                 Read::Fresh(s)
             }
-            Ok(Err(m)) => Read::Missing(m),
-            Err(_) => match self
-                .last_good
-                .get(&(show, section.map(str::to_owned)))
-                .await
-            {
-                Some(s) => Read::Stale(s),
-                None => Read::Unavailable,
+            Err(e) => match &*e {
+                NotBuilt::Missing(m) => {
+                    self.missing.insert(wanted, m.clone()).await;
+                    Read::Missing(m.clone())
+                }
+                NotBuilt::Failed => match self.last_good.get(&wanted).await {
+                    Some(s) => Read::Stale(s),
+                    None => Read::Unavailable,
+                },
             },
         }
     }

@@ -1076,3 +1076,33 @@ async fn grpc_refuses_a_section_that_is_no_label() {
     assert!(!map.into_inner().sections.is_empty());
     rp.stop().await;
 }
+
+/// Seat maps of made-up shows and sections are answered 404 and never enter the seat-map
+/// cache, so they cannot push real maps out of it.
+#[tokio::test]
+async fn unknown_shows_never_enter_the_seat_map_cache() {
+    let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
+    let event = rp.show_on_map(1, 1, 10).await;
+    let fan = rp.app.fan("ann");
+    let before = rp.reads.snapshots.cached().await;
+    for i in 0..300 {
+        let made_up = onsale_domain::ShowId::random().to_string();
+        let (status, body) = rp
+            .app
+            .get(&format!("/v1/events/{made_up}/seats"), &fan)
+            .await;
+        assert_eq!(status, 404, "{i}: {body}");
+        let (status, _) = rp
+            .app
+            .get(&format!("/v1/events/{event}/seats?section=Z{i}"), &fan)
+            .await;
+        assert_eq!(status, 404);
+    }
+    assert!(
+        rp.reads.snapshots.cached().await <= before + 1,
+        "made-up ids are not cached"
+    );
+    let (status, _) = rp.app.get(&format!("/v1/events/{event}/seats"), &fan).await;
+    assert_eq!(status, 200);
+    rp.stop().await;
+}
