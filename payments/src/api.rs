@@ -300,9 +300,14 @@ async fn cancel_order(
             return Err(CommandError::Internal(format!("cancellable answered {other:?}")).into())
         }
     };
-    match tickets::revoke_for_cancel(&state.pool, &order.to_string(), &order.show().to_string())
-        .await
-        .map_err(db_unavailable)?
+    match tickets::revoke_for_cancel(
+        &state.pool,
+        &order.to_string(),
+        &order.show().to_string(),
+        caller.account.as_str(),
+    )
+    .await
+    .map_err(db_unavailable)?
     {
         Revocation::Revoked => {}
         Revocation::AlreadyScanned { ticket_id, seat_id } => {
@@ -326,6 +331,11 @@ async fn cancel_order(
             },
         )
         .await?;
+    // Not remembered (the database went away just now): the jobs find the cancellation
+    // unfinished and record it again, which the show answers as already done.
+    if let Err(e) = tickets::cancellation_recorded(&state.pool, &order.to_string()).await {
+        tracing::warn!(%order, error = %e, "cancellation recorded, not remembered");
+    }
     metrics::counter!(onsale_telemetry::metrics::ORDERS_CANCELLED_TOTAL).increment(1);
     let body = Cancelled {
         order_id: order.to_string(),

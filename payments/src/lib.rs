@@ -161,6 +161,51 @@ pub fn spawn_worker(
 
 /// The scheduled jobs: settlement reconciliation of yesterday and today, and the invariant
 /// monitor. Failures are logged and retried on the next turn.
+/// How long a cancellation may stand between its two steps before the jobs finish it.
+const CANCELLATION_GRACE: Duration = Duration::from_secs(5);
+
+/// Finishes the cancellations interrupted after their tickets were revoked: `CancelOrder` is
+/// recorded again (by whoever cancelled, with the admin's right, as the check passed when
+/// they asked); an order that cannot be cancelled any more (it failed meanwhile) has nothing
+/// left to finish. A command that fails is tried again on the next round. Answers how many
+/// were finished.
+pub async fn finish_cancellations(
+    pool: &PgPool,
+    shows: &Shows,
+    grace: Duration,
+) -> anyhow::Result<usize> {
+    let mut finished = 0;
+    for (order, show, by) in tickets::unfinished_cancellations(pool, grace).await? {
+        let (Ok(order_id), Ok(account)) = (
+            order.parse::<onsale_domain::OrderId>(),
+            onsale_domain::AccountId::parse(&by),
+        ) else {
+            tracing::error!(%order, %show, "an unfinished cancellation names no order");
+            continue;
+        };
+        let command = onsale_domain::ShowCommand::CancelOrder {
+            order_id,
+            account,
+            admin: true,
+        };
+        match shows.execute(order_id.show(), command).await {
+            Ok(_)
+            | Err(onsale_command::CommandError::Domain(
+                onsale_domain::ShowError::NotCancellable(_)
+                | onsale_domain::ShowError::OrderNotFound,
+            )) => {
+                tickets::cancellation_recorded(pool, &order).await?;
+                tracing::info!(%order, "interrupted cancellation finished");
+                finished += 1;
+            }
+            Err(e) => {
+                tracing::warn!(%order, error = %e, "interrupted cancellation not finished yet")
+            }
+        }
+    }
+    Ok(finished)
+}
+
 pub async fn run_jobs(
     pool: PgPool,
     shows: Shows,
@@ -172,9 +217,18 @@ pub async fn run_jobs(
         tokio::time::interval(Duration::from_secs(config.reconcile_every_secs.max(1)));
     let mut monitor_tick =
         tokio::time::interval(Duration::from_secs(config.monitor_every_secs.max(1)));
+    let mut cancellations_tick = tokio::time::interval(CANCELLATION_GRACE);
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
+            _ = cancellations_tick.tick() => {
+                if let Some(Err(e)) = shutdown
+                    .run_until_cancelled(finish_cancellations(&pool, &shows, CANCELLATION_GRACE))
+                    .await
+                {
+                    tracing::warn!(error = %format!("{e:#}"), "unfinished cancellations not read");
+                }
+            }
             _ = reconcile_tick.tick() => {
                 // A run cut short by shutdown is repeated whole by the next one (refunds are
                 // keyed, findings recomputed), so it need not finish.

@@ -1,6 +1,7 @@
 //! The invariant, monitored rather than assumed: no seat has more than one confirmed order,
 //! every seat the map shows sold has exactly one order that pays for it (pending or confirmed)
-//! and the other way round, and no seat has two live tickets. It reads the read models, which
+//! and the other way round, no seat has two live tickets, and every seat of an order confirmed
+//! for a minute has a live ticket. It reads the read models, which
 //! are built by other code than the aggregate that guarantees these, and compares a show's seat
 //! map and orders only when both projections stand at the same position (so lag is not an
 //! alarm).
@@ -16,11 +17,17 @@ pub struct Violation {
     pub seat_id: String,
 }
 
-pub const CHECKS: [&str; 3] = [
+pub const CHECKS: [&str; 4] = [
     "seat_confirmed_twice",
     "sold_seat_order_mismatch",
     "seat_ticketed_twice",
+    "confirmed_without_ticket",
 ];
+
+/// How long after its confirmation an order's seat may still be without a live ticket (the
+/// ticket issuer is a log consumer; a cancellation between its two steps is finished within
+/// seconds).
+pub const TICKET_WINDOW_SECS: i64 = 60;
 
 pub async fn check(pool: &PgPool) -> anyhow::Result<Vec<Violation>> {
     let violations: Vec<Violation> = sqlx::query_as(
@@ -52,8 +59,15 @@ pub async fn check(pool: &PgPool) -> anyhow::Result<Vec<Violation>> {
          UNION ALL
          SELECT 'seat_ticketed_twice', show_id, seat_id
            FROM tickets WHERE revoked_at IS NULL
-          GROUP BY show_id, seat_id HAVING count(*) > 1",
+          GROUP BY show_id, seat_id HAVING count(*) > 1
+         UNION ALL
+         SELECT 'confirmed_without_ticket', o.show_id, s
+           FROM orders_view o, unnest(o.seat_ids) s
+          WHERE o.status = 'CONFIRMED' AND o.updated_at < now() - make_interval(secs => $1)
+            AND NOT EXISTS (SELECT 1 FROM tickets t
+                             WHERE t.order_id = o.order_id AND t.seat_id = s AND t.revoked_at IS NULL)",
     )
+    .bind(TICKET_WINDOW_SECS as f64)
     .fetch_all(pool)
     .await?;
     for c in CHECKS {

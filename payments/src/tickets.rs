@@ -110,7 +110,15 @@ impl Projection for TicketIssuer {
                         .increment(1);
                 }
                 Change::Revoke { order_id, show_id } => {
-                    revoke_locked(tx, &order_id, &show_id).await?;
+                    // The log has the cancellation: it is recorded.
+                    revoke_locked(tx, &order_id, &show_id, None).await?;
+                    sqlx::query(
+                        "UPDATE ticket_orders SET cancel_recorded_at = COALESCE(cancel_recorded_at, now())
+                          WHERE order_id = $1",
+                    )
+                    .bind(&order_id)
+                    .execute(&mut *tx)
+                    .await?;
                 }
             }
         }
@@ -140,14 +148,22 @@ async fn lock_order(
     .await
 }
 
-/// Marks the order cancelled for ticketing and revokes its unscanned tickets.
-async fn revoke_locked(tx: &mut PgConnection, order_id: &str, show_id: &str) -> sqlx::Result<u64> {
+/// Marks the order cancelled for ticketing (by `by`, when a caller asked) and revokes its
+/// unscanned tickets.
+async fn revoke_locked(
+    tx: &mut PgConnection,
+    order_id: &str,
+    show_id: &str,
+    by: Option<&str>,
+) -> sqlx::Result<u64> {
     sqlx::query(
-        "INSERT INTO ticket_orders (order_id, show_id, cancelled_at) VALUES ($1, $2, now())
-         ON CONFLICT (order_id) DO UPDATE SET cancelled_at = COALESCE(ticket_orders.cancelled_at, now())",
+        "INSERT INTO ticket_orders (order_id, show_id, cancelled_at, cancelled_by) VALUES ($1, $2, now(), $3)
+         ON CONFLICT (order_id) DO UPDATE SET cancelled_at = COALESCE(ticket_orders.cancelled_at, now()),
+                                              cancelled_by = COALESCE(ticket_orders.cancelled_by, EXCLUDED.cancelled_by)",
     )
     .bind(order_id)
     .bind(show_id)
+    .bind(by)
     .execute(&mut *tx)
     .await?;
     Ok(sqlx::query(
@@ -170,29 +186,62 @@ pub enum Revocation {
 }
 
 /// The first guarantee of a cancellation: its tickets stop working before its seats go back on
-/// sale. One transaction: lock the order's ticketing row, refuse if a ticket was scanned, else
-/// revoke them all.
+/// sale. One transaction: lock the order's ticketing row and every ticket of the order (so a
+/// scan either committed before, and is seen, or waits and then finds its ticket revoked),
+/// refuse if a ticket was scanned, else revoke them all and remember who cancelled, until
+/// [`cancellation_recorded`].
 pub async fn revoke_for_cancel(
     pool: &PgPool,
     order_id: &str,
     show_id: &str,
+    by: &str,
 ) -> sqlx::Result<Revocation> {
     let mut tx = pool.begin().await?;
     lock_order(&mut tx, order_id, show_id).await?;
-    let scanned: Option<(Uuid, String)> = sqlx::query_as(
-        "SELECT ticket_id, seat_id FROM tickets WHERE order_id = $1 AND scanned_at IS NOT NULL
-          ORDER BY seat_id LIMIT 1 FOR UPDATE",
+    let tickets: Vec<(Uuid, String, bool)> = sqlx::query_as(
+        "SELECT ticket_id, seat_id, scanned_at IS NOT NULL FROM tickets WHERE order_id = $1
+          ORDER BY seat_id FOR UPDATE",
     )
     .bind(order_id)
-    .fetch_optional(&mut *tx)
+    .fetch_all(&mut *tx)
     .await?;
-    if let Some((ticket_id, seat_id)) = scanned {
+    if let Some((ticket_id, seat_id, _)) = tickets.into_iter().find(|t| t.2) {
         tx.rollback().await?;
         return Ok(Revocation::AlreadyScanned { ticket_id, seat_id });
     }
-    revoke_locked(&mut tx, order_id, show_id).await?;
+    revoke_locked(&mut tx, order_id, show_id, Some(by)).await?;
     tx.commit().await?;
     Ok(Revocation::Revoked)
+}
+
+/// The second step of a cancellation, `CancelOrder`, is in the show's log.
+pub async fn cancellation_recorded(pool: &PgPool, order_id: &str) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE ticket_orders SET cancel_recorded_at = COALESCE(cancel_recorded_at, now())
+          WHERE order_id = $1",
+    )
+    .bind(order_id)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Cancellations whose tickets were revoked at least `age` ago but whose `CancelOrder` was
+/// never recorded (the process died, or the command failed, in between): order, show and who
+/// cancelled. At most 100, oldest first.
+pub async fn unfinished_cancellations(
+    pool: &PgPool,
+    age: std::time::Duration,
+) -> sqlx::Result<Vec<(String, String, String)>> {
+    sqlx::query_as(
+        "SELECT order_id, show_id, COALESCE(cancelled_by, 'onsale') FROM ticket_orders
+          WHERE cancelled_at IS NOT NULL AND cancel_recorded_at IS NULL
+            AND cancelled_at < now() - make_interval(secs => $1)
+          ORDER BY cancelled_at LIMIT 100",
+    )
+    .bind(age.as_secs_f64())
+    .fetch_all(pool)
+    .await
 }
 
 fn step_mac(secret: &[u8], ticket: Uuid, step: i64) -> [u8; MAC_LEN] {

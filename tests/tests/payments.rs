@@ -547,3 +547,171 @@ async fn the_invariant_monitor_alarms_on_a_seat_confirmed_twice() {
     );
     p.stop().await;
 }
+
+/// A scan that lands while a cancellation is deciding: the cancellation locks the order's
+/// tickets first, so the scan either came first (the cancellation is refused, TICKET_USED) or
+/// finds its ticket revoked. Never both admitted and refunded.
+#[tokio::test]
+async fn a_scan_racing_a_cancellation_is_never_admitted_and_refunded() {
+    let (_db, p) = PaymentPath::start(|_| {}).await.expect("payment path");
+    let event = p.rp.show_on_map(1, 1, 5).await;
+    let order = p.buy(&event, "ann", &["S1-R1-1"], "tok_ok").await;
+    p.order_with_tickets(&order, "ann", "CONFIRMED", 1, 20)
+        .await;
+    let ticket: uuid::Uuid =
+        sqlx::query_scalar("SELECT ticket_id FROM tickets WHERE order_id = $1")
+            .bind(&order)
+            .fetch_one(&p.rp.pool)
+            .await
+            .expect("ticket");
+    // The gate's scan, caught between its update and its commit.
+    let mut gate = p.rp.pool.begin().await.expect("tx");
+    let admitted = sqlx::query(
+        "UPDATE tickets SET scanned_at = now()
+          WHERE ticket_id = $1 AND scanned_at IS NULL AND revoked_at IS NULL",
+    )
+    .bind(ticket)
+    .execute(&mut *gate)
+    .await
+    .expect("scan")
+    .rows_affected();
+    assert_eq!(admitted, 1);
+    let cancelling = {
+        let p = p.rp.app.clone();
+        let order = order.clone();
+        tokio::spawn(async move {
+            p.post(
+                &format!("/v1/orders/{order}/cancel"),
+                &p.fan("ann"),
+                json!({}),
+                None,
+            )
+            .await
+        })
+    };
+    // The cancellation waits on the ticket's lock...
+    onsale_tests::wait_for(
+        "the cancellation waits for the gate",
+        Duration::from_secs(10),
+        || {
+            let pool = p.rp.pool.clone();
+            async move {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT count(*) FROM pg_stat_activity
+                  WHERE wait_event_type = 'Lock' AND datname = current_database()",
+                )
+                .fetch_one(&pool)
+                .await
+                .is_ok_and(|n| n > 0)
+            }
+        },
+    )
+    .await;
+    // ...and sees the scan once it commits.
+    gate.commit().await.expect("the scan commits");
+    let (status, body) = cancelling.await.expect("answered");
+    assert_eq!(
+        (status, body["code"].clone()),
+        (409, json!("TICKET_USED")),
+        "{body}"
+    );
+    let (_, now) =
+        p.rp.app
+            .get(&format!("/v1/orders/{order}"), &p.rp.app.fan("ann"))
+            .await;
+    assert_eq!(now["status"], "CONFIRMED", "{now}");
+    assert_eq!(
+        p.sim
+            .ledger()
+            .refunds()
+            .filter(|r| r.reference == order)
+            .count(),
+        0
+    );
+    p.stop().await;
+}
+
+/// A cancellation interrupted after its tickets were revoked (the process died, or the show's
+/// command failed) is finished by the jobs: the order is cancelled and refunded, not left
+/// confirmed with dead tickets.
+#[tokio::test]
+async fn an_interrupted_cancellation_is_finished_by_the_jobs() {
+    let (_db, p) = PaymentPath::start(|_| {}).await.expect("payment path");
+    let event = p.rp.show_on_map(1, 1, 5).await;
+    let order = p.buy(&event, "ann", &["S1-R1-1"], "tok_ok").await;
+    p.order_with_tickets(&order, "ann", "CONFIRMED", 1, 20)
+        .await;
+    // Step one only, as the handler does before it dies.
+    let revoked = tickets::revoke_for_cancel(&p.rp.pool, &order, &event, "ann")
+        .await
+        .expect("revoked");
+    assert_eq!(revoked, tickets::Revocation::Revoked);
+    let finished =
+        onsale_payments::finish_cancellations(&p.rp.pool, p.rp.app.shows(), Duration::ZERO)
+            .await
+            .expect("jobs");
+    assert_eq!(finished, 1);
+    let refunded = p.order_becomes(&order, "ann", "REFUNDED", 20).await;
+    assert!(refunded["tickets"]
+        .as_array()
+        .expect("tickets")
+        .iter()
+        .all(|t| t["revoked"] == true));
+    // Nothing is left to finish, and the seat is on sale again.
+    let again = onsale_payments::finish_cancellations(&p.rp.pool, p.rp.app.shows(), Duration::ZERO)
+        .await
+        .expect("jobs");
+    assert_eq!(again, 0);
+    let (status, hold) =
+        p.rp.app
+            .hold(
+                &event,
+                &p.rp.app.fan("bob"),
+                json!({"seatIds": ["S1-R1-1"]}),
+                None,
+            )
+            .await;
+    assert_eq!(status, 201, "{hold}");
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn the_invariant_monitor_alarms_on_a_confirmed_order_without_a_live_ticket() {
+    let (_db, p) = PaymentPath::start(|_| {}).await.expect("payment path");
+    let event = p.rp.show_on_map(1, 1, 5).await;
+    let order = p.buy(&event, "ann", &["S1-R1-1"], "tok_ok").await;
+    p.order_with_tickets(&order, "ann", "CONFIRMED", 1, 20)
+        .await;
+    // Confirmed for longer than the window, with its ticket killed behind the show's back.
+    sqlx::query(
+        "UPDATE orders_view SET updated_at = now() - interval '10 minutes' WHERE order_id = $1",
+    )
+    .bind(&order)
+    .execute(&p.rp.pool)
+    .await
+    .expect("backdate");
+    let healthy = onsale_payments::monitor::check(&p.rp.pool)
+        .await
+        .expect("check");
+    assert!(
+        !healthy
+            .iter()
+            .any(|v| v.check == "confirmed_without_ticket"),
+        "{healthy:?}"
+    );
+    sqlx::query("UPDATE tickets SET revoked_at = now() WHERE order_id = $1")
+        .bind(&order)
+        .execute(&p.rp.pool)
+        .await
+        .expect("revoke");
+    let found = onsale_payments::monitor::check(&p.rp.pool)
+        .await
+        .expect("check");
+    assert!(
+        found
+            .iter()
+            .any(|v| v.check == "confirmed_without_ticket" && v.seat_id == "S1-R1-1"),
+        "{found:?}"
+    );
+    p.stop().await;
+}
