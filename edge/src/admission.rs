@@ -17,12 +17,16 @@ pub enum GateRefusal {
     /// The caller holds no live session of this show's waiting room.
     #[error("{0}")]
     AdmissionRequired(String),
+    /// Where sessions are kept cannot be read now.
+    #[error("the waiting room's sessions are unreachable")]
+    Unavailable,
 }
 
 pub type GateFuture<'a> = Pin<Box<dyn Future<Output = Result<(), GateRefusal>> + Send + 'a>>;
 
 /// Checks that `account` holds a live session of `show`'s waiting room (`session` is the
-/// `X-Onsale-Session` header), without a database round trip.
+/// `X-Onsale-Session` header): Redis for sessions of the line, PostgreSQL only for the few the
+/// fallback opened while Redis was away.
 pub trait SessionGate: Send + Sync + std::fmt::Debug {
     fn check<'a>(
         &'a self,

@@ -487,6 +487,46 @@ async fn redis_away_falls_back_to_a_slow_pace_not_an_open_gate_and_recovers() {
         )
         .await;
     assert_eq!(status, 201, "{hold}");
+    // The fallback's admission enters once: a retry while its session lives is answered...
+    let (status, again) = room.enter(&event, "ann", &admission).await;
+    assert_eq!(status, 200, "{again}");
+    // ...a heartbeat renews the session PostgreSQL knows...
+    let (status, beat) = room.heartbeat(&event, "ann", session).await;
+    assert_eq!(status, 200, "{beat}");
+    // ...and once the fan leaves, the session is gone for the gate and the heartbeat, and the
+    // admission cannot open another.
+    let (status, left) = room
+        .app
+        .post(
+            &format!("/v1/events/{event}/leave"),
+            &room.app.fan("ann"),
+            json!({"sessionId": session}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204, "{left}");
+    let (status, body) = room
+        .hold(
+            &event,
+            "ann",
+            Some(session),
+            json!({"seatIds": ["S1-R1-2"]}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (403, json!("ADMISSION_REQUIRED"))
+    );
+    let (status, body) = room.heartbeat(&event, "ann", session).await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (410, json!("SESSION_EXPIRED"))
+    );
+    let (status, body) = room.enter(&event, "ann", &admission).await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (403, json!("ADMISSION_USED"))
+    );
     // Redis comes up: positions come back.
     let dir = std::env::temp_dir().join(format!("onsale-redis-{port}"));
     std::fs::create_dir_all(&dir).expect("dir");

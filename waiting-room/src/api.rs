@@ -262,7 +262,7 @@ async fn status(state: &RoomState, show: ShowId, account: &str) -> Result<Value,
                     sub: account.to_owned(),
                     show: show.to_string(),
                     pos: 0,
-                    jti: format!("fb:{}", uuid::Uuid::new_v4()),
+                    jti: crate::fallback::new_id(),
                     exp_ms: now + room.grace().as_millis() as i64,
                     paused_ms: 0,
                     exp: Utc::now().timestamp() + 24 * 3600,
@@ -445,8 +445,12 @@ async fn enter(
         })?;
     let now = now_ms();
     let lease_ms = now + room.lease().as_millis() as i64;
-    let sid = uuid::Uuid::new_v4().to_string();
-    let fallback = claims.jti.starts_with("fb:");
+    let fallback = crate::fallback::is_fallback(&claims.jti);
+    let sid = if fallback {
+        crate::fallback::new_id()
+    } else {
+        uuid::Uuid::new_v4().to_string()
+    };
     let paused_now = if fallback {
         Ok(0)
     } else {
@@ -463,7 +467,24 @@ async fn enter(
         ));
     }
     let entered = if fallback {
-        Ok((Entered::Yes, sid.clone()))
+        // Redis is away: PostgreSQL remembers the admission, so it enters once.
+        match crate::fallback::enter(
+            &room.pool,
+            &claims.jti,
+            &sid,
+            &show.to_string(),
+            &account,
+            ms_to_time(lease_ms),
+        )
+        .await
+        {
+            Ok(crate::fallback::FallbackEntry::Session(sid)) => Ok((Entered::Yes, sid)),
+            Ok(crate::fallback::FallbackEntry::Used) => Ok((Entered::Replayed, sid)),
+            Err(e) => {
+                tracing::warn!(error = %e, "the fallback's sessions are unreachable");
+                return Err(ApiError::unavailable());
+            }
+        }
     } else {
         room.store
             .enter(
@@ -546,11 +567,29 @@ async fn heartbeat(
     let room = &state.room;
     let now = now_ms();
     let until = now + room.lease().as_millis() as i64;
-    let live = match room.store.heartbeat(show, &claims.sid, until, now).await {
-        Ok(live) => live,
-        Err(e) => {
-            redis_down(&e);
-            claims.lease_ms > now
+    let (live, until) = if crate::fallback::is_fallback(&claims.sid) {
+        // A session the fallback opened lives in PostgreSQL: renewed only if it is there.
+        let renewed = crate::fallback::heartbeat(
+            &room.pool,
+            &claims.sid,
+            &show.to_string(),
+            &account,
+            ms_to_time(until),
+        )
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "the fallback's sessions are unreachable");
+            ApiError::unavailable()
+        })?;
+        (renewed, until)
+    } else {
+        match room.store.heartbeat(show, &claims.sid, until, now).await {
+            Ok(live) => (live, until),
+            Err(e) => {
+                // Redis is away: the lease signed into the token stands, never extended.
+                redis_down(&e);
+                (claims.lease_ms > now, claims.lease_ms)
+            }
         }
     };
     if !live {
@@ -577,13 +616,22 @@ async fn leave(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<HeartbeatRequest>,
 ) -> Result<Response, ApiError> {
-    let (show, _, claims) = own_session(&state, &id, &caller, &body.session_id).await?;
+    let (show, account, claims) = own_session(&state, &id, &caller, &body.session_id).await?;
     let room = &state.room;
-    room.store.leave(show, &claims.sid).await.map_err(|e| {
-        store_unavailable(
-            &e,
-            "the waiting room's store is unreachable; the session ends with its lease",
-        )
-    })?;
+    if crate::fallback::is_fallback(&claims.sid) {
+        crate::fallback::leave(&room.pool, &claims.sid, &show.to_string(), &account)
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "the fallback's sessions are unreachable");
+                ApiError::unavailable()
+            })?;
+    } else {
+        room.store.leave(show, &claims.sid).await.map_err(|e| {
+            store_unavailable(
+                &e,
+                "the waiting room's store is unreachable; the session ends with its lease",
+            )
+        })?;
+    }
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -13,6 +13,7 @@ pub mod admitter;
 pub mod api;
 pub mod controller;
 pub mod eta;
+pub mod fallback;
 pub mod store;
 pub mod tokens;
 
@@ -265,11 +266,20 @@ impl SessionGate for WaitingRoom {
                 .verify(token, tokens::SESSION, account.as_str(), &show.to_string())
                 .map_err(|_| admission_required("the session is not yours, or not valid"))?;
             let now = now_ms();
-            let live = match self.store.lease(show, &claims.sid).await {
-                Ok(lease) => lease.is_some_and(|l| l > now),
-                Err(e) => {
-                    tracing::warn!(error = %e, "redis unreachable; checking the signed lease");
-                    claims.lease_ms > now
+            let live = if fallback::is_fallback(&claims.sid) {
+                fallback::live(&self.pool, &claims.sid, &show.to_string(), account.as_str())
+                    .await
+                    .map_err(|e| {
+                        tracing::warn!(error = %e, "the fallback's sessions are unreachable");
+                        GateRefusal::Unavailable
+                    })?
+            } else {
+                match self.store.lease(show, &claims.sid).await {
+                    Ok(lease) => lease.is_some_and(|l| l > now),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "redis unreachable; checking the signed lease");
+                        claims.lease_ms > now
+                    }
                 }
             };
             if live {

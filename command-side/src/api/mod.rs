@@ -651,6 +651,11 @@ async fn admitted(
             GateRefusal::AdmissionRequired(why) => {
                 ApiError::new(StatusCode::FORBIDDEN, "ADMISSION_REQUIRED", why)
             }
+            GateRefusal::Unavailable => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "WAITING_ROOM_UNAVAILABLE",
+                "the waiting room's sessions cannot be checked now; retry shortly",
+            ),
         })
 }
 
