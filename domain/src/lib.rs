@@ -25,7 +25,8 @@ pub use ids::{AccountId, HoldId, IdempotencyKey, OrderId, SeatId, ShowId, VenueI
 pub use layout::{RowLayout, SectionLayout, VenueLayout};
 pub use show::{
     HoldStatus, HoldView, Idempotency, OrderStatus, OrderView, Show, ShowCommand, ShowEvent,
-    ShowInfo, ShowServices, MAX_SEATS_PER_ACCOUNT,
+    ShowInfo, ShowServices, FINISHED_HOLDS_KEPT_PER_ACCOUNT, IDEMPOTENCY_KEY_HOURS,
+    MAX_SEATS_PER_ACCOUNT,
 };
 pub use venue::{VenueEvent, VENUE_TYPE};
 

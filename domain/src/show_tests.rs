@@ -907,3 +907,119 @@ fn commands_on_an_unscheduled_show_are_refused() {
         .when(hold_cmd(1, "ann", &["A-1-1"]))
         .then_expect_error(ShowError::ShowNotFound);
 }
+
+/// A show built by applying `events` in order, as a load does.
+fn folded(events: impl IntoIterator<Item = ShowEvent>) -> Show {
+    let mut show = Show::default();
+    for e in events {
+        cqrs_es::Aggregate::apply(&mut show, e);
+    }
+    show
+}
+
+fn looped(n: u128) -> Show {
+    folded(std::iter::once(scheduled()).chain((1..=n).flat_map(|i| {
+        [
+            held(i, "ann", &["A-1-1"], 600),
+            ShowEvent::HoldReleased {
+                hold_id: hold_id(i),
+            },
+        ]
+    })))
+}
+
+#[test]
+fn a_fan_looping_hold_and_release_grows_nothing() {
+    let small = looped(100);
+    let large = looped(5_000);
+    assert!(
+        large.history_len() <= FINISHED_HOLDS_KEPT_PER_ACCOUNT,
+        "{} remembered",
+        large.history_len()
+    );
+    assert_eq!(
+        serde_json::to_vec(&small).expect("json").len(),
+        serde_json::to_vec(&large).expect("json").len(),
+        "the snapshot does not grow with the loop"
+    );
+    // The holds the fan just had still answer HOLD_EXPIRED; a forgotten one, not found.
+    let given: Vec<ShowEvent> = std::iter::once(scheduled())
+        .chain((1..=40).flat_map(|i| {
+            [
+                held(i, "ann", &["A-1-1"], 600),
+                ShowEvent::HoldReleased {
+                    hold_id: hold_id(i),
+                },
+            ]
+        }))
+        .collect();
+    let order = |hold: u128| ShowCommand::PlaceOrder {
+        order_id: order_id(1),
+        hold_id: hold_id(hold),
+        account: acct("ann"),
+        payment_token: "tok_ok".into(),
+        idempotency: idem("k-order", "fp"),
+    };
+    at(1)
+        .given(given.clone())
+        .when(order(40))
+        .then_expect_error(ShowError::HoldExpired);
+    at(1)
+        .given(given)
+        .when(order(1))
+        .then_expect_error(ShowError::HoldNotFound);
+}
+
+#[test]
+fn idempotency_keys_are_kept_a_day_and_then_forgotten_with_their_holds() {
+    let hour = |i: i64| t0() + Duration::hours(i);
+    let keyed = |i: u128| ShowEvent::SeatsHeld {
+        hold_id: hold_id(i),
+        account_id: acct("ann"),
+        seat_ids: seats(&["A-1-1"]),
+        expires_at: hour(i as i64),
+        best_available: false,
+        idempotency: Some(idem(&format!("k-{i}"), "fp")),
+    };
+    let show = folded(std::iter::once(scheduled()).chain((1..=100).flat_map(|i| {
+        [
+            keyed(i),
+            ShowEvent::HoldReleased {
+                hold_id: hold_id(i),
+            },
+        ]
+    })));
+    // Keys of the last 24 hours (and their holds) are remembered, older ones are not.
+    assert!(show
+        .hold_for_key(&acct("ann"), &idem("k-100", "fp").key)
+        .is_some());
+    assert!(show
+        .hold_for_key(&acct("ann"), &idem("k-77", "fp").key)
+        .is_some());
+    assert!(show
+        .hold_for_key(&acct("ann"), &idem("k-70", "fp").key)
+        .is_none());
+    assert!(show.hold_view(&hold_id(77)).is_some());
+    assert!(
+        show.history_len()
+            <= 2 * (IDEMPOTENCY_KEY_HOURS as usize + 1) + FINISHED_HOLDS_KEPT_PER_ACCOUNT,
+        "{} remembered",
+        show.history_len()
+    );
+    // A snapshot taken now and loaded again forgets the same ones later.
+    let reloaded: Show =
+        serde_json::from_slice(&serde_json::to_vec(&show).expect("json")).expect("loads");
+    let more = |mut s: Show| {
+        for i in 101..=130 {
+            cqrs_es::Aggregate::apply(&mut s, keyed(i));
+            cqrs_es::Aggregate::apply(
+                &mut s,
+                ShowEvent::HoldReleased {
+                    hold_id: hold_id(i),
+                },
+            );
+        }
+        serde_json::to_value(&s).expect("json")
+    };
+    assert_eq!(more(show), more(reloaded));
+}

@@ -558,3 +558,73 @@ async fn redis_away_falls_back_to_a_slow_pace_not_an_open_gate_and_recovers() {
     let _ = redis.wait();
     assert!(position.is_i64(), "a position once Redis answers");
 }
+
+/// Once a show starts its sale is over: the admitter stops ticking its line and every key of
+/// it expires (an hour later), so Redis does not keep the lines of every past show.
+#[tokio::test]
+async fn the_line_of_a_show_that_started_is_retired_and_its_keys_expire() {
+    let db = TestDb::new().await.expect("db");
+    let mut room = Room::start(&db, |_| {}).await.expect("room");
+    let store = room.room.store.clone();
+    let now = chrono::Utc::now().timestamp_millis();
+    let (past, coming) = (
+        onsale_domain::ShowId::random(),
+        onsale_domain::ShowId::random(),
+    );
+    store
+        .register(past, now - 120_000, now - 1_000)
+        .await
+        .expect("register");
+    store
+        .register(coming, now - 120_000, now + 3_600_000)
+        .await
+        .expect("register");
+    let mut redis = room.redis.clone();
+    for show in [past, coming] {
+        let _: () = redis::cmd("HSET")
+            .arg(onsale_waiting_room::store::key(show, "pos"))
+            .arg("ann")
+            .arg(1)
+            .query_async(&mut redis)
+            .await
+            .expect("a place in line");
+    }
+    room.start_admitter().await;
+    onsale_tests::wait_for(
+        "the started show is retired",
+        Duration::from_secs(10),
+        || {
+            let mut redis = room.redis.clone();
+            async move {
+                let member: bool = redis::cmd("SISMEMBER")
+                    .arg("wr:shows")
+                    .arg(past.to_string())
+                    .query_async(&mut redis)
+                    .await
+                    .expect("sismember");
+                !member
+            }
+        },
+    )
+    .await;
+    let ttl = |show| {
+        let mut redis = room.redis.clone();
+        async move {
+            let ms: i64 = redis::cmd("PTTL")
+                .arg(onsale_waiting_room::store::key(show, "pos"))
+                .query_async(&mut redis)
+                .await
+                .expect("pttl");
+            ms
+        }
+    };
+    let expires = ttl(past).await;
+    assert!(
+        expires > 0 && expires <= onsale_waiting_room::admitter::RETIRED_KEYS_KEEP_MS,
+        "{expires}"
+    );
+    assert_eq!(ttl(coming).await, -1, "a show still to come keeps its line");
+    let shows = store.shows().await.expect("shows");
+    assert!(shows.iter().any(|(s, _, _)| *s == coming));
+    room.kill_admitters();
+}

@@ -63,7 +63,13 @@ impl Admitter {
         metrics::gauge!(onsale_telemetry::metrics::ADMISSION_FACTOR).set(factor);
         let target = self.controller.target(self.room.config.target);
         let paused = self.controller.paused();
-        for (show, opens) in self.room.store.shows().await? {
+        for (show, opens, starts) in self.room.store.shows().await? {
+            if now_ms() >= starts {
+                // The show started: its sale is over, its line is of no use to anyone.
+                self.room.store.retire(show, RETIRED_KEYS_KEEP_MS).await?;
+                tracing::info!(%show, "the show started: its waiting room is retired");
+                continue;
+            }
             let started = Instant::now();
             let t = self
                 .room
@@ -97,6 +103,9 @@ impl Admitter {
     }
 }
 
+/// How long a started show's waiting-room keys stay in Redis (for a look after the fact).
+pub const RETIRED_KEYS_KEEP_MS: i64 = 3_600_000;
+
 /// The stall alarm, for one show: positions admitted in the last 30 s is zero while the queue
 /// is not empty, the sale is open and admission is not deliberately paused.
 pub async fn stalled(room: &WaitingRoom, show: ShowId, paused: bool) -> redis::RedisResult<bool> {
@@ -115,7 +124,7 @@ pub async fn watchdog(room: WaitingRoom, every: Duration, shutdown: Cancellation
         let Ok(shows) = room.store.shows().await else {
             continue;
         };
-        for (show, opens) in shows {
+        for (show, opens, _) in shows {
             if now_ms() < opens + 30_000 {
                 continue;
             }

@@ -192,7 +192,11 @@ async fn join_line(
 ) -> redis::RedisResult<(Option<i64>, Option<f64>)> {
     let room = &state.room;
     room.store
-        .register(show, facts.on_sale_at.timestamp_millis())
+        .register(
+            show,
+            facts.on_sale_at.timestamp_millis(),
+            facts.starts_at.timestamp_millis(),
+        )
         .await?;
     // An admission whose window lapsed is void: the fan goes to the back (A2).
     let standing = room.store.standing(show, account).await?;

@@ -12,7 +12,9 @@
 //! session), `passes` (sorted set: when the line reached each admitted_through), `hist` (recent
 //! ticks, for the claim rate), `paused` (total paused ms), `last` (last tick ms), `rate` (EWMA of
 //! positions admitted per second), `eta` (hash account -> last ETA told), `used:<jti>`
-//! (admission tokens already traded). `wr:shows` is the set of shows with a line.
+//! (admission tokens already traded), `opens` and `starts` (the sale's opening and the show's
+//! start). `wr:shows` is the set of shows with a line; once a show starts, the admitter takes
+//! it out and its keys expire an hour later.
 
 use onsale_domain::ShowId;
 use redis::aio::ConnectionManager;
@@ -23,6 +25,12 @@ pub fn key(show: ShowId, part: &str) -> String {
 }
 
 const SHOWS: &str = "wr:shows";
+
+/// Every key of a show's family but the admission tokens' (`used:<jti>`, which expire alone).
+pub const PARTS: [&str; 17] = [
+    "pos", "pre", "open", "next", "tail", "admitted", "leases", "reserved", "claimed", "passes",
+    "hist", "paused", "last", "rate", "eta", "opens", "starts",
+];
 
 /// The positions one process takes from the counter at a time.
 pub const BLOCK: i64 = 100;
@@ -142,29 +150,54 @@ impl Store {
         })
     }
 
-    /// Registers the show's line (the admitter ticks every show in `wr:shows`).
-    pub async fn register(&self, show: ShowId, opens_at_ms: i64) -> redis::RedisResult<()> {
+    /// Registers the show's line (the admitter ticks every show in `wr:shows`) with when its
+    /// sale opens and when the show starts (ms): past the start, the line is retired.
+    pub async fn register(
+        &self,
+        show: ShowId,
+        opens_at_ms: i64,
+        starts_at_ms: i64,
+    ) -> redis::RedisResult<()> {
         let mut c = self.conn()?;
         redis::pipe()
             .sadd(SHOWS, show.to_string())
             .ignore()
             .set_nx(key(show, "opens"), opens_at_ms)
             .ignore()
+            .set_nx(key(show, "starts"), starts_at_ms)
+            .ignore()
             .query_async(&mut c)
             .await
     }
 
-    /// Every show with a line, and when it opens (ms).
-    pub async fn shows(&self) -> redis::RedisResult<Vec<(ShowId, i64)>> {
+    /// Every show with a line: when its sale opens and when it starts (ms; `i64::MAX` if not
+    /// known).
+    pub async fn shows(&self) -> redis::RedisResult<Vec<(ShowId, i64, i64)>> {
         let mut c = self.conn()?;
         let shows: Vec<String> = c.smembers(SHOWS).await?;
         let mut out = Vec::with_capacity(shows.len());
         // Only this code writes the set, with show ids; anything else in it is skipped.
         for s in shows.iter().filter_map(|s| s.parse::<ShowId>().ok()) {
-            let opens: Option<i64> = c.get(key(s, "opens")).await?;
-            out.push((s, opens.unwrap_or(0)));
+            let (opens, starts): (Option<i64>, Option<i64>) = redis::pipe()
+                .get(key(s, "opens"))
+                .get(key(s, "starts"))
+                .query_async(&mut c)
+                .await?;
+            out.push((s, opens.unwrap_or(0), starts.unwrap_or(i64::MAX)));
         }
         Ok(out)
+    }
+
+    /// The show started: its line leaves `wr:shows` (no admitter ticks it again) and every key
+    /// of it expires `keep_ms` later (admission tokens already have a day's expiry of their own).
+    pub async fn retire(&self, show: ShowId, keep_ms: i64) -> redis::RedisResult<()> {
+        let mut c = self.conn()?;
+        let mut pipe = redis::pipe();
+        pipe.srem(SHOWS, show.to_string()).ignore();
+        for part in PARTS {
+            pipe.pexpire(key(show, part), keep_ms).ignore();
+        }
+        pipe.query_async(&mut c).await
     }
 
     /// Takes a block of positions for this process: `None` before the opening draw.

@@ -59,6 +59,44 @@ impl Show {
                 self.move_seat(i, SeatMove::Release, Seat::Available);
             }
         }
+        self.forget_finished(hold_id);
+    }
+
+    /// A hold that just finished joins its account's finished holds; past the few kept, the
+    /// oldest is forgotten (no rule needs it: its seats are free, it has no order and no key).
+    fn forget_finished(&mut self, hold_id: &HoldId) {
+        let Some(hold) = self.holds.get(hold_id).filter(|h| h.forgettable()) else {
+            return;
+        };
+        let account = hold.account.clone();
+        let finished = self.index.account_finished.entry(account).or_default();
+        finished.insert(*hold_id);
+        while finished.len() > FINISHED_HOLDS_KEPT_PER_ACCOUNT {
+            if let Some(oldest) = finished.pop_first() {
+                self.holds.remove(&oldest);
+            }
+        }
+    }
+
+    /// Forgets the idempotency keys used more than [`IDEMPOTENCY_KEY_HOURS`] before `now`, and
+    /// the finished holds they kept.
+    fn forget_old_keys(&mut self, now: DateTime<Utc>) {
+        let horizon = now - Duration::hours(IDEMPOTENCY_KEY_HOURS);
+        while let Some((at, account, key)) = self.index.key_ages.first().cloned() {
+            if at >= horizon {
+                break;
+            }
+            self.index.key_ages.pop_first();
+            let Some(record) = self.idempotency.remove(&(account, key)) else {
+                continue;
+            };
+            if let Outcome::Hold(h) = record.outcome {
+                if let Some(hold) = self.holds.get_mut(&h) {
+                    hold.keyed = false;
+                }
+                self.forget_finished(&h);
+            }
+        }
     }
 
     fn lower_hold_floor(&mut self, seat: u32, expires_at: DateTime<Utc>) {
@@ -109,8 +147,9 @@ impl Aggregate for Show {
                     self.move_seat(i, SeatMove::Hold, Seat::Held(hold_id));
                     self.lower_hold_floor(i, expires_at);
                 }
+                let keyed = idempotency.is_some();
                 if let Some(idem) = idempotency {
-                    self.remember(&account_id, idem, Outcome::Hold(hold_id));
+                    self.remember(&account_id, idem, Outcome::Hold(hold_id), expires_at);
                 }
                 self.index
                     .account_holds
@@ -126,6 +165,7 @@ impl Aggregate for Show {
                         expires_at,
                         state: HoldState::Active,
                         order: None,
+                        keyed,
                     },
                 );
             }
@@ -149,7 +189,12 @@ impl Aggregate for Show {
                 for &i in &seats {
                     self.move_seat(i, SeatMove::Order, Seat::PendingPayment(order_id));
                 }
-                self.remember(&account_id, idempotency, Outcome::Order(order_id));
+                self.remember(
+                    &account_id,
+                    idempotency,
+                    Outcome::Order(order_id),
+                    placed_at,
+                );
                 self.index
                     .account_orders
                     .entry(account_id.clone())
@@ -236,7 +281,17 @@ impl Aggregate for Show {
 }
 
 impl Show {
-    fn remember(&mut self, account: &AccountId, idem: Idempotency, outcome: Outcome) {
+    fn remember(
+        &mut self,
+        account: &AccountId,
+        idem: Idempotency,
+        outcome: Outcome,
+        at: DateTime<Utc>,
+    ) {
+        self.forget_old_keys(at);
+        self.index
+            .key_ages
+            .insert((at, account.clone(), idem.key.clone()));
         let key = (account.clone(), idem.key.clone());
         self.idempotency.insert(
             key,
@@ -245,6 +300,7 @@ impl Show {
                 key: idem.key,
                 fingerprint: idem.fingerprint,
                 outcome,
+                at,
             },
         );
     }

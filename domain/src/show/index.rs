@@ -30,6 +30,11 @@ pub(super) struct Index {
     pub(super) account_holds: HashMap<AccountId, Vec<HoldId>>,
     pub(super) account_orders: HashMap<AccountId, Vec<OrderId>>,
     pub(super) expiry: BTreeSet<(DateTime<Utc>, HoldId)>,
+    /// Per account, its finished holds made without a key (oldest id first: ids sort by
+    /// creation), at most [`FINISHED_HOLDS_KEPT_PER_ACCOUNT`].
+    pub(super) account_finished: HashMap<AccountId, BTreeSet<HoldId>>,
+    /// Every remembered idempotency key by when it was used, oldest first.
+    pub(super) key_ages: BTreeSet<(DateTime<Utc>, AccountId, IdempotencyKey)>,
 }
 
 impl Show {
@@ -92,7 +97,15 @@ impl Show {
                     .or_default()
                     .push(*id);
                 ix.expiry.insert((hold.expires_at, *id));
+            } else if hold.forgettable() {
+                ix.account_finished
+                    .entry(hold.account.clone())
+                    .or_default()
+                    .insert(*id);
             }
+        }
+        for r in self.idempotency.values() {
+            ix.key_ages.insert((r.at, r.account.clone(), r.key.clone()));
         }
         for (id, order) in &self.orders {
             ix.account_orders

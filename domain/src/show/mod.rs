@@ -35,6 +35,13 @@ use crate::transitions::{
 pub const MAX_SEATS_PER_ACCOUNT: u32 = 8;
 /// The hold TTL when a show does not set its own.
 pub const DEFAULT_HOLD_TTL_SECONDS: u32 = 600;
+/// Finished holds (released or expired, never ordered, made without an idempotency key) a show
+/// remembers per account, newest first: enough to answer `HOLD_EXPIRED` for the holds a fan
+/// just had; older ones are forgotten, so a fan looping hold -> release grows nothing.
+pub const FINISHED_HOLDS_KEPT_PER_ACCOUNT: usize = 16;
+/// How long an idempotency key (and the finished hold it made) is remembered: API.md promises
+/// at least 24 hours. Measured from the hold's expiry or the order's placing.
+pub const IDEMPOTENCY_KEY_HOURS: i64 = 24;
 
 pub use crate::transitions::{HoldState as HoldStatus, OrderState as OrderStatus};
 
@@ -69,6 +76,9 @@ pub struct Hold {
     pub expires_at: DateTime<Utc>,
     pub state: HoldState,
     pub order: Option<OrderId>,
+    /// Made under an idempotency key: remembered as long as the key is.
+    #[serde(default)]
+    pub keyed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,6 +109,10 @@ struct IdempotencyRecord {
     key: IdempotencyKey,
     fingerprint: String,
     outcome: Outcome,
+    /// When the key was used, as the log says (the hold's expiry, the order's placing): the
+    /// key is forgotten [`IDEMPOTENCY_KEY_HOURS`] after it.
+    #[serde(default)]
+    at: DateTime<Utc>,
 }
 
 /// The services a show needs from outside: only the clock.
@@ -163,5 +177,14 @@ impl From<ShowSnapshot> for Show {
         };
         show.rebuild_index();
         show
+    }
+}
+
+impl Hold {
+    /// Finished without an order or a key: nothing but the fan's memory refers to it.
+    fn forgettable(&self) -> bool {
+        matches!(self.state, HoldState::Released | HoldState::Expired)
+            && self.order.is_none()
+            && !self.keyed
     }
 }

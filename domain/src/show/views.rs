@@ -129,9 +129,10 @@ impl Show {
         self.orders.iter()
     }
 
-    /// How many holds and orders the show remembers: what a snapshot's size grows with.
+    /// How many holds, orders and idempotency keys the show remembers: what its memory and
+    /// its snapshot's size grow with.
     pub fn history_len(&self) -> usize {
-        self.holds.len() + self.orders.len()
+        self.holds.len() + self.orders.len() + self.idempotency.len()
     }
 
     pub fn seat_names(&self, seats: &[u32]) -> Vec<SeatId> {
