@@ -1,11 +1,18 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes
+.PHONY: demo test fuzz-api up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
 
 test:
 	./scripts/test.sh
+
+# schemathesis against the local stack's /openapi.json: every check, a token for each role,
+# FUZZ_EXAMPLES (120) examples per operation and phase; 0 server errors and 0 schema
+# violations or it fails. `make test` runs a short, seeded version (tests/tests/fuzz_api.rs).
+FUZZ_EXAMPLES ?= 120
+fuzz-api:
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) ./scripts/fuzz-api.sh
 
 # `make up BROKERS=3`: a three-broker Kafka cluster (replication 3, min.insync.replicas 2).
 # `make up HA=1`: PostgreSQL as three nodes under Patroni (synchronous quorum commit, HAProxy

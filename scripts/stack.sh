@@ -14,6 +14,7 @@
 #   scripts/stack.sh broker-down DIR         stop every broker of DIR
 #   scripts/stack.sh broker-lib              resolve the broker's jars if missing, print their dir
 #   scripts/stack.sh py-tools                install grpcio-tools if missing, print the python
+#   scripts/stack.sh fuzz-tools              install schemathesis if missing, print its command
 #   scripts/stack.sh ha-tools                install etcd, HAProxy and Patroni if missing
 #   scripts/stack.sh ha-up DIR BASE          replicated PostgreSQL (3 nodes, Patroni, HAProxy on BASE)
 #   scripts/stack.sh ha-down DIR             stop it and remove DIR
@@ -272,6 +273,18 @@ py_tools() {
     "$VENV/bin/pip" install -q 'grpcio-tools==1.*' 'grpcio==1.*' >&2
   fi
   echo "$VENV/bin/python"
+}
+
+# schemathesis (PyPI), pinned, in a virtualenv of its own; prints its command.
+FUZZ_VENV=$CACHE/fuzz
+fuzz_tools() {
+  if ! "$FUZZ_VENV/bin/schemathesis" --version 2>/dev/null | grep -q '4.32.5'; then
+    ensure_packages
+    echo "installing schemathesis into $FUZZ_VENV" >&2
+    python3 -m venv "$FUZZ_VENV" >&2
+    "$FUZZ_VENV/bin/pip" install -q 'schemathesis==4.32.5' >&2
+  fi
+  echo "$FUZZ_VENV/bin/schemathesis"
 }
 
 # A throwaway Redis (no persistence: the waiting room's state is soft and rebuilt by joins).
@@ -781,6 +794,7 @@ case "${1:-}" in
   redis-up) redis_up "$2" "$3" ;;
   redis-down) redis_down "$2" ;;
   py-tools) py_tools ;;
+  fuzz-tools) fuzz_tools ;;
   ha-tools) ensure_ha ;;
   ha-up) ha_up "$2" "$3" ;;
   ha-down) ha_down "$2" ;;

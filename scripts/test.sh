@@ -24,6 +24,9 @@ export ONSALE_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/"
 # A client generated from proto/ in another language than Rust.
 ONSALE_TEST_PYTHON=$("$ROOT/scripts/stack.sh" py-tools)
 export ONSALE_TEST_PYTHON
+# schemathesis, for the short fuzzing of the API against its OpenAPI document.
+ONSALE_TEST_SCHEMATHESIS=$("$ROOT/scripts/stack.sh" fuzz-tools)
+export ONSALE_TEST_SCHEMATHESIS
 cd "$ROOT"
 # The crate graph of ARCHITECTURE.md: the domain stays free of I/O crates, the query side and
 # the waiting room do not reach into the command side, and the onsale binary does not link the

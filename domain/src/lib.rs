@@ -26,7 +26,7 @@ pub use layout::{RowLayout, SectionLayout, VenueLayout};
 pub use show::{
     HoldStatus, HoldView, Idempotency, OrderStatus, OrderView, Show, ShowCommand, ShowEvent,
     ShowInfo, ShowServices, FINISHED_HOLDS_KEPT_PER_ACCOUNT, IDEMPOTENCY_KEY_HOURS,
-    MAX_SEATS_PER_ACCOUNT,
+    MAX_PRICE_CENTS, MAX_SEATS_PER_ACCOUNT,
 };
 pub use venue::{VenueEvent, VENUE_TYPE};
 

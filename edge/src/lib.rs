@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod auth;
 pub mod limits;
+pub mod openapi;
 pub mod problem;
 
 pub use auth::{AuthSettings, Caller, Role};
@@ -17,3 +18,40 @@ pub use problem::{ApiError, Problem};
 #[derive(Debug, axum::extract::FromRequest)]
 #[from_request(via(axum::Json), rejection(ApiError))]
 pub struct ApiJson<T>(pub T);
+
+/// A JSON integer as JSON Schema reads one: `155` and `155.0` are the same integer (a client
+/// or a generator may send either); a fraction, or a value outside `T`, is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Integer<T>(pub T);
+
+impl<'de, T: TryFrom<i64>> serde::Deserialize<'de> for Integer<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let n = serde_json::Number::deserialize(d)?;
+        let whole = n.as_i64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() <= 9.007_199_254_740_992e15)
+                .map(|f| f as i64)
+        });
+        let value = whole.ok_or_else(|| D::Error::custom(format!("{n} is not an integer")))?;
+        T::try_from(value)
+            .map(Integer)
+            .map_err(|_| D::Error::custom(format!("{value} is out of range")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Integer;
+
+    #[test]
+    fn an_integer_may_be_written_with_a_zero_fraction() {
+        let parse = |s: &str| serde_json::from_str::<Integer<u32>>(s).map(|i| i.0).ok();
+        assert_eq!(parse("155"), Some(155));
+        assert_eq!(parse("155.0"), Some(155));
+        assert_eq!(parse("155.5"), None);
+        assert_eq!(parse("-1"), None);
+        assert_eq!(parse("\"155\""), None);
+        assert_eq!(parse("1e20"), None);
+    }
+}

@@ -209,7 +209,7 @@ async fn get_barcode(
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ScanRequest {
     pub event_id: String,
     pub code: String,

@@ -397,7 +397,7 @@ async fn view(
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EnterRequest {
     pub admission_token: String,
 }
@@ -529,7 +529,7 @@ async fn enter(
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HeartbeatRequest {
     pub session_id: String,
 }

@@ -22,7 +22,7 @@ use utoipa::{OpenApi, ToSchema};
 use crate::owner::{Answer, CommandError, Shows};
 use onsale_edge::admission::GateRefusal;
 use onsale_edge::{ApiError, Problem};
-use onsale_edge::{ApiJson, Caller, Role};
+use onsale_edge::{ApiJson, Caller, Integer, Role};
 
 const DEFAULT_HOLD_TTL_SECONDS: u32 = onsale_domain::show::DEFAULT_HOLD_TTL_SECONDS;
 
@@ -43,8 +43,8 @@ pub struct AppState {
     /// The hold path's recent latencies and failures (the admission controller's input).
     pub health: std::sync::Arc<onsale_edge::admission::BookingHealth>,
     /// The OpenAPI document served at `/openapi.json`: [`ApiDoc`], plus the query side's paths
-    /// when it is served by the same process.
-    pub openapi: std::sync::Arc<utoipa::openapi::OpenApi>,
+    /// when it is served by the same process, made exact (`onsale_edge::openapi::exact`).
+    pub openapi: std::sync::Arc<Value>,
 }
 
 impl axum::extract::FromRef<AppState> for Verifier {
@@ -88,9 +88,16 @@ impl std::fmt::Debug for AppState {
     }
 }
 
+/// The largest venue body: 200 sections of 100 rows fit (the schema's bounds).
+pub const VENUE_BODY_BYTES: usize = 1024 * 1024;
+
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/v1/venues", post(create_venue))
+        // A venue's layout is the one large body (up to 200 sections of 100 rows).
+        .route(
+            "/v1/venues",
+            post(create_venue).layer(axum::extract::DefaultBodyLimit::max(VENUE_BODY_BYTES)),
+        )
         .route("/v1/events", post(create_event))
         .route("/v1/events/{id}", get(get_event))
         .route("/v1/events/{id}/holds", post(create_hold))
@@ -101,9 +108,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics_page))
         .route(
             "/openapi.json",
-            get(
-                |State(state): State<AppState>| async move { Json(state.openapi.as_ref().clone()) },
-            ),
+            get(|State(state): State<AppState>| async move { Json(state.openapi.clone()) }),
         )
         .with_state(state)
 }
@@ -139,14 +144,15 @@ impl utoipa::Modify for BearerAuth {
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RowLayoutDoc {
     row: String,
-    seats: u32,
+    #[schema(value_type = u32)]
+    seats: Integer<u32>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SectionLayoutDoc {
     section: String,
     price_tier: String,
@@ -154,7 +160,7 @@ pub struct SectionLayoutDoc {
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NewVenue {
     name: String,
     city: String,
@@ -197,7 +203,7 @@ async fn create_venue(
                     .into_iter()
                     .map(|r| onsale_domain::RowLayout {
                         row: r.row,
-                        seats: r.seats,
+                        seats: r.seats.0,
                     })
                     .collect(),
             })
@@ -223,7 +229,7 @@ async fn create_venue(
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NewEvent {
     name: String,
     performer: String,
@@ -231,10 +237,12 @@ pub struct NewEvent {
     starts_at: DateTime<Utc>,
     on_sale_at: DateTime<Utc>,
     /// Cents per price tier of the venue.
-    prices: BTreeMap<String, i64>,
+    #[schema(value_type = BTreeMap<String, i64>)]
+    prices: BTreeMap<String, Integer<i64>>,
     #[serde(default)]
     waiting_room: bool,
-    hold_ttl_seconds: Option<u32>,
+    #[schema(value_type = Option<u32>)]
+    hold_ttl_seconds: Option<Integer<u32>>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -288,9 +296,11 @@ async fn create_event(
         performer: text("performer", &body.performer, 200)?,
         starts_at: body.starts_at,
         on_sale_at: body.on_sale_at,
-        prices: body.prices,
+        prices: body.prices.into_iter().map(|(t, c)| (t, c.0)).collect(),
         waiting_room: body.waiting_room,
-        hold_ttl_seconds: body.hold_ttl_seconds.unwrap_or(DEFAULT_HOLD_TTL_SECONDS),
+        hold_ttl_seconds: body
+            .hold_ttl_seconds
+            .map_or(DEFAULT_HOLD_TTL_SECONDS, |t| t.0),
     };
     state
         .shows
@@ -382,7 +392,8 @@ pub struct HoldRequest {
     /// Explicit seats, all or none.
     seat_ids: Option<Vec<String>>,
     /// Best available: how many seats (adjacent in one row where possible).
-    quantity: Option<i64>,
+    #[schema(value_type = Option<i64>)]
+    quantity: Option<Integer<i64>>,
     /// Best available within this section.
     section: Option<String>,
 }
@@ -481,7 +492,7 @@ async fn create_hold(
                 idempotency,
             }
         }
-        (None, Some(quantity)) => {
+        (None, Some(Integer(quantity))) => {
             let quantity = u32::try_from(quantity)
                 .ok()
                 .filter(|&q| q >= 1)

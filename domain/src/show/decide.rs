@@ -504,10 +504,6 @@ enum Kind {
     Order,
 }
 
-/// The highest price of a seat: a million in the currency's units. With at most a few dozen
-/// seats per order, a total stays far inside an `i64`.
-pub(super) const MAX_PRICE_CENTS: i64 = 100_000_000;
-
 fn refused(entity: &'static str, from: &'static str, by: &'static str) -> ShowError {
     ShowError::InvalidTransition {
         entity: entity.into(),

@@ -33,6 +33,9 @@ use crate::transitions::{
 
 /// The per-account cap: seats across one account's live holds and live orders for a show.
 pub const MAX_SEATS_PER_ACCOUNT: u32 = 8;
+/// The highest price of a seat: a million in the currency's units. With at most a few dozen
+/// seats per order, a total stays far inside an `i64`.
+pub const MAX_PRICE_CENTS: i64 = 100_000_000;
 /// The hold TTL when a show does not set its own.
 pub const DEFAULT_HOLD_TTL_SECONDS: u32 = 600;
 /// Finished holds (released or expired, never ordered, made without an idempotency key) a show
