@@ -87,6 +87,8 @@ struct Inner {
     deliveries: Vec<Delivery>,
     /// Webhook deliveries the receiver answered 2xx.
     delivered: u64,
+    /// Calls answered 503 during an outage.
+    refused: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -126,6 +128,11 @@ impl Sim {
     /// How many webhook deliveries the receiver has answered 2xx (duplicates count each).
     pub fn delivered(&self) -> u64 {
         self.lock().delivered
+    }
+
+    /// How many calls the outage switch has answered 503.
+    pub fn refused(&self) -> u64 {
+        self.lock().refused
     }
 
     pub fn ledger(&self) -> Ledger {
@@ -249,7 +256,11 @@ fn refused(e: &LedgerError) -> Response {
 }
 
 fn outage(sim: &Sim) -> Option<Response> {
-    sim.settings().outage.then(|| {
+    let mut inner = sim.lock();
+    if inner.settings.outage {
+        inner.refused += 1;
+    }
+    inner.settings.outage.then(|| {
         let mut r = problem(
             StatusCode::SERVICE_UNAVAILABLE,
             "processor_unavailable",

@@ -251,7 +251,17 @@ async fn a_processor_outage_keeps_orders_pending_and_they_resolve_after() {
         let seat = format!("S1-R1-{}", i + 1);
         orders.push((p.buy(&event, fan, &[seat.as_str()], "tok_ok").await, *fan));
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The worker tries the processor and is refused, again and again (each order at least
+    // twice): still, no order fails.
+    onsale_tests::wait_for(
+        "the worker meets the outage",
+        Duration::from_secs(20),
+        || {
+            let refused = p.sim.refused();
+            async move { refused >= 6 }
+        },
+    )
+    .await;
     for (order, fan) in &orders {
         let (_, o) =
             p.rp.app

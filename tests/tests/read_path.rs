@@ -559,7 +559,15 @@ async fn a_thousand_cold_misses_share_one_rebuild_and_etags_spare_the_body() {
     let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
     let event = rp.show_on_map(4, 10, 25).await;
     // Let the cache entry lapse, then miss it a thousand times at once.
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    onsale_tests::wait_for(
+        "the map's cache entry lapses",
+        Duration::from_secs(10),
+        || {
+            let s = rp.reads.snapshots.clone();
+            async move { s.cached().await == 0 }
+        },
+    )
+    .await;
     let before = rp.reads.snapshots.rebuilds();
     let show: onsale_domain::ShowId = event.parse().expect("show id");
     let reads: Vec<_> = (0..1_000)
@@ -937,7 +945,15 @@ async fn with_postgresql_away_the_last_good_map_is_served_stale_or_503_never_a_g
     db.close().await.expect("close");
     // Past the cache's TTL, a read needs PostgreSQL: the last good map, marked stale, with the
     // asOf it was read at.
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    onsale_tests::wait_for(
+        "the map's cache entry lapses",
+        Duration::from_secs(10),
+        || {
+            let s = rp.reads.snapshots.clone();
+            async move { s.cached().await == 0 }
+        },
+    )
+    .await;
     let res = rp.app.http.get(&url).send().await.expect("answers");
     assert_eq!(res.status(), 200);
     assert_eq!(res.headers()["warning"], "110 - \"Response is Stale\"");

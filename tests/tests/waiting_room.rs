@@ -339,9 +339,21 @@ async fn admission_pauses_when_the_hold_path_fails_resumes_after_and_extends_the
     // fan0 is admitted (its 2 s grace starts); then the event store goes away.
     let admission = room.admitted(&event, "fan0", &fans[0], 10).await;
     db.close().await.expect("close");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The controller sees the store away and pauses (the pause is published)...
+    onsale_tests::wait_for("admission pauses", Duration::from_secs(10), || {
+        let room = &room;
+        let event = &event;
+        async move { room.get_int(event, "paused").await > 0 }
+    })
+    .await;
     let before = room.get_int(&event, "admitted").await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // ...for longer than fan0's 2 s grace window, admitting nobody.
+    onsale_tests::wait_for("a pause of 2.5 s", Duration::from_secs(15), || {
+        let room = &room;
+        let event = &event;
+        async move { room.get_int(event, "paused").await >= 2_500 }
+    })
+    .await;
     assert_eq!(
         room.get_int(&event, "admitted").await,
         before,
