@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test fuzz-api up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes
+.PHONY: demo test fuzz-api up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
@@ -85,6 +85,10 @@ bench-reads:
 
 bench-queue:
 	./scripts/bench-queue.sh
+
+# What the per-account rate limit costs the REST hold path: on against off, in one run.
+bench-limits:
+	./scripts/bench-limits.sh
 
 # Hold attempts/s over 20 shows on one node direct, one node behind the router, three nodes
 # behind the router (docs/capacity.md uses the figures).
