@@ -558,16 +558,22 @@ async fn the_invariant_monitor_alarms_on_a_seat_confirmed_twice() {
     p.stop().await;
 }
 
+/// A payment path with ann's order for S1-R1-1 confirmed and its ticket issued.
+async fn confirmed_with_a_ticket() -> (onsale_tests::TestDb, PaymentPath, String, String) {
+    let (db, p) = PaymentPath::start(|_| {}).await.expect("payment path");
+    let event = p.rp.show_on_map(1, 1, 5).await;
+    let order = p.buy(&event, "ann", &["S1-R1-1"], "tok_ok").await;
+    p.order_with_tickets(&order, "ann", "CONFIRMED", 1, 20)
+        .await;
+    (db, p, event, order)
+}
+
 /// A scan that lands while a cancellation is deciding: the cancellation locks the order's
 /// tickets first, so the scan either came first (the cancellation is refused, TICKET_USED) or
 /// finds its ticket revoked. Never both admitted and refunded.
 #[tokio::test]
 async fn a_scan_racing_a_cancellation_is_never_admitted_and_refunded() {
-    let (_db, p) = PaymentPath::start(|_| {}).await.expect("payment path");
-    let event = p.rp.show_on_map(1, 1, 5).await;
-    let order = p.buy(&event, "ann", &["S1-R1-1"], "tok_ok").await;
-    p.order_with_tickets(&order, "ann", "CONFIRMED", 1, 20)
-        .await;
+    let (_db, p, _, order) = confirmed_with_a_ticket().await;
     let ticket: uuid::Uuid =
         sqlx::query_scalar("SELECT ticket_id FROM tickets WHERE order_id = $1")
             .bind(&order)
@@ -646,11 +652,7 @@ async fn a_scan_racing_a_cancellation_is_never_admitted_and_refunded() {
 /// confirmed with dead tickets.
 #[tokio::test]
 async fn an_interrupted_cancellation_is_finished_by_the_jobs() {
-    let (_db, p) = PaymentPath::start(|_| {}).await.expect("payment path");
-    let event = p.rp.show_on_map(1, 1, 5).await;
-    let order = p.buy(&event, "ann", &["S1-R1-1"], "tok_ok").await;
-    p.order_with_tickets(&order, "ann", "CONFIRMED", 1, 20)
-        .await;
+    let (_db, p, event, order) = confirmed_with_a_ticket().await;
     // Step one only, as the handler does before it dies.
     let revoked = tickets::revoke_for_cancel(&p.rp.pool, &order, &event, "ann")
         .await
@@ -687,11 +689,7 @@ async fn an_interrupted_cancellation_is_finished_by_the_jobs() {
 
 #[tokio::test]
 async fn the_invariant_monitor_alarms_on_a_confirmed_order_without_a_live_ticket() {
-    let (_db, p) = PaymentPath::start(|_| {}).await.expect("payment path");
-    let event = p.rp.show_on_map(1, 1, 5).await;
-    let order = p.buy(&event, "ann", &["S1-R1-1"], "tok_ok").await;
-    p.order_with_tickets(&order, "ann", "CONFIRMED", 1, 20)
-        .await;
+    let (_db, p, _, order) = confirmed_with_a_ticket().await;
     // Confirmed for longer than the window, with its ticket killed behind the show's back.
     sqlx::query(
         "UPDATE orders_view SET updated_at = now() - interval '10 minutes' WHERE order_id = $1",

@@ -559,15 +559,7 @@ async fn a_thousand_cold_misses_share_one_rebuild_and_etags_spare_the_body() {
     let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
     let event = rp.show_on_map(4, 10, 25).await;
     // Let the cache entry lapse, then miss it a thousand times at once.
-    onsale_tests::wait_for(
-        "the map's cache entry lapses",
-        Duration::from_secs(10),
-        || {
-            let s = rp.reads.snapshots.clone();
-            async move { s.cached().await == 0 }
-        },
-    )
-    .await;
+    cache_lapses(&rp).await;
     let before = rp.reads.snapshots.rebuilds();
     let show: onsale_domain::ShowId = event.parse().expect("show id");
     let reads: Vec<_> = (0..1_000)
@@ -945,15 +937,7 @@ async fn with_postgresql_away_the_last_good_map_is_served_stale_or_503_never_a_g
     db.close().await.expect("close");
     // Past the cache's TTL, a read needs PostgreSQL: the last good map, marked stale, with the
     // asOf it was read at.
-    onsale_tests::wait_for(
-        "the map's cache entry lapses",
-        Duration::from_secs(10),
-        || {
-            let s = rp.reads.snapshots.clone();
-            async move { s.cached().await == 0 }
-        },
-    )
-    .await;
+    cache_lapses(&rp).await;
     let res = rp.app.http.get(&url).send().await.expect("answers");
     assert_eq!(res.status(), 200);
     assert_eq!(res.headers()["warning"], "110 - \"Response is Stale\"");
@@ -1121,4 +1105,17 @@ async fn unknown_shows_never_enter_the_seat_map_cache() {
     let (status, _) = rp.app.get(&format!("/v1/events/{event}/seats"), &fan).await;
     assert_eq!(status, 200);
     rp.stop().await;
+}
+
+/// Waits (10 s at most) until the seat-map cache holds nothing: its entries lapsed.
+async fn cache_lapses(rp: &ReadPath) {
+    onsale_tests::wait_for(
+        "the map's cache entry lapses",
+        Duration::from_secs(10),
+        || {
+            let s = rp.reads.snapshots.clone();
+            async move { s.cached().await == 0 }
+        },
+    )
+    .await;
 }
