@@ -84,9 +84,12 @@ fn body_rules() -> Vec<(&'static str, Value)> {
                     "seatIds": {"minItems": 1, "maxItems": 64, "items": {"type": "string", "pattern": SEAT}},
                     "quantity": {"minimum": 1, "maximum": u32::MAX},
                     "section": {"pattern": LABEL}},
+                // Explicit seats, or a quantity (and maybe a section); a null is an absence.
                 "oneOf": [
-                    {"required": ["seatIds"], "not": {"anyOf": [{"required": ["quantity"]}, {"required": ["section"]}]}},
-                    {"required": ["quantity"], "not": {"required": ["seatIds"]}}]}),
+                    {"required": ["seatIds"], "properties": {
+                        "seatIds": {"type": "array"}, "quantity": {"type": "null"}, "section": {"type": "null"}}},
+                    {"required": ["quantity"], "properties": {
+                        "quantity": {"type": "integer"}, "seatIds": {"type": "null"}}}]}),
         ),
         (
             "OrderRequest",
@@ -152,10 +155,12 @@ fn problem(description: &str) -> Value {
         "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}})
 }
 
-fn retry_after(mut response: Value) -> Value {
+/// `Retry-After` on a response: sent with every answer of its status (`always`), or with some
+/// of them (a 429 `HOLD_LIMIT` has none: waiting does not lift it).
+fn retry_after(mut response: Value, always: bool) -> Value {
     response["headers"] = json!({"Retry-After": {
         "description": "Seconds to wait before trying again.",
-        "required": true,
+        "required": always,
         "schema": {"type": "integer", "minimum": 1}}});
     response
 }
@@ -258,9 +263,12 @@ fn complete(method: &str, path: &str, op: &mut Value) {
         add("422", problem("The body is not valid JSON of the request's schema, or breaks a rule of it (INVALID_REQUEST, MALFORMED_JSON)"));
     }
     if rate_limited(method, path) {
-        let r = retry_after(problem(
-            "Too many requests from this account or address (RATE_LIMITED)",
-        ));
+        let r = retry_after(
+            problem(
+                "Too many requests from this account or address (RATE_LIMITED, with Retry-After)",
+            ),
+            false,
+        );
         match responses.get_mut("429") {
             Some(existing) => existing["headers"] = r["headers"].clone(),
             None => {
@@ -268,9 +276,12 @@ fn complete(method: &str, path: &str, op: &mut Value) {
             }
         }
     }
-    let unavailable = retry_after(problem(
-        "An outage (UNAVAILABLE), a deadline (REQUEST_TIMEOUT), a projection behind (PROJECTION_BEHIND) or a cap (TOO_MANY_STREAMS): retry after Retry-After",
-    ));
+    let unavailable = retry_after(
+        problem(
+            "An outage (UNAVAILABLE), a deadline (REQUEST_TIMEOUT), a projection behind (PROJECTION_BEHIND) or a cap (TOO_MANY_STREAMS): retry after Retry-After",
+        ),
+        true,
+    );
     match responses.get_mut("503") {
         Some(existing) => existing["headers"] = unavailable["headers"].clone(),
         None => {
@@ -282,14 +293,24 @@ fn complete(method: &str, path: &str, op: &mut Value) {
             r["links"] = links;
         }
     }
-    // A success documented without a body still answers JSON.
+    // A success documented without a body still answers JSON; the streams answer
+    // text/event-stream (the waiting room's view either, by its Accept header).
+    let stream = json!({"schema": {"type": "string"}});
+    let object = json!({"schema": {"type": "object"}});
+    let content = match (method, path) {
+        ("get", "/v1/events/{id}/updates") => json!({"text/event-stream": stream}),
+        ("get", "/v1/events/{id}/waiting-room") => {
+            json!({"application/json": object, "text/event-stream": stream})
+        }
+        _ => json!({"application/json": object}),
+    };
     for (status, response) in responses.iter_mut() {
         let empty = response
             .get("content")
             .and_then(Value::as_object)
             .is_none_or(Map::is_empty);
         if status.starts_with('2') && status != "204" && empty {
-            response["content"] = json!({"application/json": {"schema": {"type": "object"}}});
+            response["content"] = content.clone();
         }
     }
 }

@@ -333,12 +333,20 @@ async fn view(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let (show, _) = show_with_room(&state, &id).await?;
-    let account = caller.account.to_string();
+    // The header first: a request without it is refused whatever the show.
     let token = headers
         .get("x-onsale-queue-token")
         .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            err(
+                StatusCode::FORBIDDEN,
+                "INVALID_QUEUE_TOKEN",
+                "the queue token is missing, not yours or not valid",
+            )
+        })?;
+    let (show, _) = show_with_room(&state, &id).await?;
+    let account = caller.account.to_string();
     state
         .room
         .signer
