@@ -165,6 +165,18 @@ fn retry_after(mut response: Value, always: bool) -> Value {
     response
 }
 
+/// The schema of one server-sent event with these names.
+fn sse(names: &[&str]) -> Value {
+    json!({"schema": {
+        "type": "object",
+        "required": ["data"],
+        "properties": {
+            "event": {"type": "string", "enum": names},
+            "data": {"type": "string", "description": "A JSON document"},
+            "id": {"type": "string"},
+            "retry": {"type": "integer", "minimum": 0}}}})
+}
+
 /// Deep merge of `patch` into `target` (objects merge, anything else replaces).
 fn merge(target: &mut Value, patch: Value) {
     match (target, patch) {
@@ -294,14 +306,16 @@ fn complete(method: &str, path: &str, op: &mut Value) {
         }
     }
     // A success documented without a body still answers JSON; the streams answer
-    // text/event-stream (the waiting room's view either, by its Accept header).
-    let stream = json!({"schema": {"type": "string"}});
+    // text/event-stream (the waiting room's view either, by its Accept header), each event
+    // described as schemathesis and OpenAPI 3.2 read one: its name, its data (JSON text), its id.
     let object = json!({"schema": {"type": "object"}});
     let content = match (method, path) {
-        ("get", "/v1/events/{id}/updates") => json!({"text/event-stream": stream}),
-        ("get", "/v1/events/{id}/waiting-room") => {
-            json!({"application/json": object, "text/event-stream": stream})
+        ("get", "/v1/events/{id}/updates") => {
+            json!({"text/event-stream": sse(&["delta", "resync", "closing"])})
         }
+        ("get", "/v1/events/{id}/waiting-room") => json!({
+            "application/json": object,
+            "text/event-stream": sse(&["status", "admitted", "closing"])}),
         _ => json!({"application/json": object}),
     };
     for (status, response) in responses.iter_mut() {
