@@ -542,20 +542,29 @@ async fn the_invariant_monitor_alarms_on_a_seat_confirmed_twice() {
     .execute(&p.rp.pool)
     .await
     .expect("plant");
-    let found = onsale_payments::monitor::check(&p.rp.pool)
-        .await
-        .expect("check");
-    assert!(
-        found
-            .iter()
-            .any(|v| v.check == "seat_confirmed_twice" && v.seat_id == "S1-R1-1"),
-        "{found:?}"
-    );
+    let found = monitor_finds(&p, "seat_confirmed_twice", "S1-R1-1").await;
     assert!(
         found.iter().any(|v| v.check == "sold_seat_order_mismatch"),
         "{found:?}"
     );
     p.stop().await;
+}
+
+/// Runs the invariant monitor and asserts it raised `check` on `seat`; answers everything it
+/// found.
+async fn monitor_finds(
+    p: &PaymentPath,
+    check: &str,
+    seat: &str,
+) -> Vec<onsale_payments::monitor::Violation> {
+    let found = onsale_payments::monitor::check(&p.rp.pool)
+        .await
+        .expect("check");
+    assert!(
+        found.iter().any(|v| v.check == check && v.seat_id == seat),
+        "{found:?}"
+    );
+    found
 }
 
 /// A payment path with ann's order for S1-R1-1 confirmed and its ticket issued.
@@ -712,14 +721,6 @@ async fn the_invariant_monitor_alarms_on_a_confirmed_order_without_a_live_ticket
         .execute(&p.rp.pool)
         .await
         .expect("revoke");
-    let found = onsale_payments::monitor::check(&p.rp.pool)
-        .await
-        .expect("check");
-    assert!(
-        found
-            .iter()
-            .any(|v| v.check == "confirmed_without_ticket" && v.seat_id == "S1-R1-1"),
-        "{found:?}"
-    );
+    monitor_finds(&p, "confirmed_without_ticket", "S1-R1-1").await;
     p.stop().await;
 }
