@@ -69,6 +69,8 @@ pub struct Relay {
     db: String,
     /// When a running-transactions record was last forced into the WAL (see [`Relay::mark`]).
     marked: std::sync::Mutex<std::time::Instant>,
+    /// The connection marks are made on (see [`Relay::mark`]).
+    mark_conn: tokio::sync::Mutex<Option<sqlx::postgres::PgConnection>>,
 }
 
 impl std::fmt::Debug for Relay {
@@ -128,6 +130,7 @@ impl Relay {
             config,
             db,
             marked: std::sync::Mutex::new(std::time::Instant::now()),
+            mark_conn: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -136,6 +139,15 @@ impl Relay {
     /// The marker is written before the slot, so a gap is filled even if the relay dies in
     /// between or halfway through. Returns how many events the gap fill published.
     pub async fn ensure_slot(&self) -> anyhow::Result<usize> {
+        // Marks were permanent slots before: one a crash left behind would pin WAL.
+        sqlx::query(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+              WHERE slot_name = $1 AND NOT temporary AND NOT active",
+        )
+        .bind(format!("{}_mark", self.config.slot))
+        .execute(&self.pool)
+        .await
+        .context("drop a stale mark slot")?;
         let exists: bool = sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
         )
@@ -354,42 +366,53 @@ impl Relay {
     /// to 15 s of WAL again. Creating (and dropping) a logical slot writes such a record, so
     /// once a second the relay makes one and the next advance can move `restart_lsn` up to it
     /// (ADR 005; PostgreSQL 16 has `pg_log_standby_snapshot()` for this).
-    async fn mark(&self) -> anyhow::Result<()> {
+    ///
+    /// The mark only saves work: it never stands in the way of a step. The slot is temporary
+    /// (a relay killed halfway leaves nothing behind: its session's end drops it), a mark that
+    /// fails (another relay's mark of the same name, still being made) is skipped, and one that
+    /// waits longer than a second is abandoned.
+    async fn mark(&self) {
         let due = self
             .marked
             .lock()
             .map(|m| m.elapsed() >= Duration::from_millis(self.config.mark_ms))
             .unwrap_or(true);
         if !due {
-            return Ok(());
+            return;
         }
-        let name = format!("{}_mark", self.config.slot);
-        // One a crash left behind would pin WAL and fail the create.
-        sqlx::query("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1")
-            .bind(&name)
-            .execute(&self.pool)
-            .await
-            .context("drop a stale mark slot")?;
-        sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')")
-            .bind(&name)
-            .execute(&self.pool)
-            .await
-            .context("mark the WAL")?;
-        sqlx::query("SELECT pg_drop_replication_slot($1)")
-            .bind(&name)
-            .execute(&self.pool)
-            .await
-            .context("drop the mark slot")?;
         if let Ok(mut m) = self.marked.lock() {
             *m = std::time::Instant::now();
         }
-        Ok(())
+        let name = format!("{}_mark", self.config.slot);
+        // On a connection of its own, out of the pool: an abandoned mark drops it, and with it
+        // the session and any temporary slot it was making.
+        let kept = self.mark_conn.lock().await.take();
+        let mark = async {
+            let mut conn = match kept {
+                Some(c) => c,
+                None => self.pool.acquire().await?.detach(),
+            };
+            sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput', true)")
+                .bind(&name)
+                .execute(&mut conn)
+                .await?;
+            sqlx::query("SELECT pg_drop_replication_slot($1)")
+                .bind(&name)
+                .execute(&mut conn)
+                .await?;
+            Ok::<_, sqlx::Error>(conn)
+        };
+        match tokio::time::timeout(Duration::from_secs(1), mark).await {
+            Ok(Ok(conn)) => *self.mark_conn.lock().await = Some(conn),
+            Ok(Err(e)) => tracing::debug!(error = %e, "WAL mark skipped"),
+            Err(_) => tracing::debug!("WAL mark abandoned after 1 s"),
+        }
     }
 
     /// One batch: decode, publish, await every acknowledgement, advance.
     pub async fn step(&self) -> anyhow::Result<Step> {
         if self.config.mark_ms > 0 {
-            self.mark().await?;
+            self.mark().await;
         }
         let Some(durable) = self.durable_lsn().await? else {
             // Fail closed: a synchronous primary with no standby acknowledges nothing, and the

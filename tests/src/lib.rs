@@ -27,8 +27,20 @@ pub struct TestDb {
     pub name: String,
 }
 
+/// The process's logs go to the test's captured output (printed when it fails), at `warn`
+/// unless `ONSALE_TEST_LOG` says otherwise (an `EnvFilter`, e.g. `onsale_kafka=debug,warn`).
+pub fn log_to_the_test() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ONSALE_TEST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
 impl TestDb {
     pub async fn new() -> anyhow::Result<Self> {
+        log_to_the_test();
         let admin_url = std::env::var("ONSALE_TEST_DATABASE_URL")
             .context("ONSALE_TEST_DATABASE_URL is unset: run the tests with `make test`, which starts PostgreSQL")?;
         Self::on(&admin_url).await
