@@ -44,6 +44,17 @@ pub enum SeatMove {
     Reinstate,
 }
 
+impl SeatStatus {
+    /// The status the public seat map shows: a pending payment counts as sold, a hold does not
+    /// show (only in its section's `held` count).
+    pub fn public(self) -> &'static str {
+        match self {
+            Self::Available | Self::Held => "AVAILABLE",
+            Self::PendingPayment | Self::Sold => "SOLD",
+        }
+    }
+}
+
 impl Transition for SeatStatus {
     type Move = SeatMove;
     fn verdict(self, by: SeatMove) -> Verdict<Self> {

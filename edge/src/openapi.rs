@@ -38,6 +38,10 @@ fn parameter_schema(path: &str, name: &str) -> Option<Value> {
         "ticketId" => json!({"type": "string", "pattern": UUID, "maxLength": 45}),
         "seat" => json!({"type": "string", "pattern": SEAT}),
         "section" => json!({"type": "string", "pattern": LABEL}),
+        "at" => json!({"type": "string", "format": "date-time"}),
+        "atSequence" => json!({"type": "integer", "format": "int64", "minimum": 1}),
+        "limit" => json!({"type": "integer", "minimum": 1, "maximum": 1000}),
+        "cursor" => json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,200}$"}),
         "Idempotency-Key" => json!({"type": "string", "pattern": KEY, "maxLength": 255}),
         _ => return None,
     })

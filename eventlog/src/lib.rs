@@ -8,6 +8,7 @@
 //! database (integration tests always use PostgreSQL). It decides nothing: the domain decides,
 //! the log only keeps what was decided, in order, once.
 
+pub mod chain;
 mod memory;
 mod pg;
 
@@ -15,7 +16,7 @@ use chrono::{DateTime, Utc};
 use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId};
 
 pub use memory::MemoryEventLog;
-pub use pg::{log_row, migrate, PgEventLog};
+pub use pg::{log_row, migrate, Past, PgEventLog, Until};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -242,7 +243,16 @@ pub struct DatabaseSettings {
     /// Connections in each of the process's pools (appends; reads; payments).
     #[arg(long, env = "ONSALE_DB_POOL", default_value_t = 16)]
     pub pool_size: u32,
+    /// The role every connection acts as (`SET ROLE` once connected): by default `onsale_app`,
+    /// which the migrations create and which may read and append the log but never change
+    /// it. Empty: act as the login role (which must then be trusted as much as the owner).
+    /// Migrations always run as the login role.
+    #[arg(long, env = "ONSALE_DATABASE_ROLE", default_value = APP_ROLE)]
+    pub database_role: String,
 }
+
+/// The role the processes act as, created by the migrations (0009).
+pub const APP_ROLE: &str = "onsale_app";
 
 impl DatabaseSettings {
     /// A pool of `size` connections, connected lazily; a connection that cannot be had within
@@ -254,10 +264,36 @@ impl DatabaseSettings {
         use anyhow::Context;
         let options: sqlx::postgres::PgConnectOptions =
             self.database_url.parse().context("parse DATABASE_URL")?;
+        let role = (!self.database_role.is_empty())
+            .then(|| format!("SET ROLE \"{}\"", self.database_role.replace('"', "\"\"")));
         Ok(sqlx::postgres::PgPoolOptions::new()
             .max_connections(size)
             .acquire_timeout(std::time::Duration::from_secs(2))
             .test_before_acquire(ping_before_use)
+            .after_connect(move |conn, _| {
+                let role = role.clone();
+                Box::pin(async move {
+                    if let Some(set) = role {
+                        sqlx::Executor::execute(conn, set.as_str()).await?;
+                    }
+                    Ok(())
+                })
+            })
             .connect_lazy_with(options))
+    }
+
+    /// Applies the migrations as the login role (the owner of the schema), on a connection
+    /// of their own.
+    pub async fn migrate(&self) -> anyhow::Result<()> {
+        use anyhow::Context;
+        let options: sqlx::postgres::PgConnectOptions =
+            self.database_url.parse().context("parse DATABASE_URL")?;
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(std::time::Duration::from_secs(10))
+            .connect_lazy_with(options);
+        let applied = migrate(&pool).await;
+        pool.close().await;
+        applied
     }
 }

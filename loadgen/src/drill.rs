@@ -158,8 +158,7 @@ impl Drill {
             let wrong = show
                 .seats()
                 .filter(|(id, seat)| {
-                    map.get(*id).map(String::as_str)
-                        != Some(onsale_projections::fold::public_status(seat.status()))
+                    map.get(*id).map(String::as_str) != Some(seat.status().public())
                 })
                 .count();
             if wrong == 0 || Instant::now() > deadline {

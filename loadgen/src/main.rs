@@ -892,8 +892,8 @@ async fn bench_command(
     ttl: u32,
 ) -> anyhow::Result<()> {
     // The pool and the owners as `onsale serve` builds them.
+    database.migrate().await?;
     let pool = database.pool(database.pool_size, false)?;
-    onsale_eventlog::migrate(&pool).await?;
     let shows = Shows::new(
         Arc::new(PgEventLog::new(pool)),
         Arc::new(SystemClock),

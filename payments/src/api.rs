@@ -232,9 +232,15 @@ async fn scan(
 ) -> Result<Json<Admitted>, ApiError> {
     caller.require(&[Role::Scanner, Role::Admin])?;
     let show: ShowId = body.event_id.parse()?;
-    let result = tickets::scan(&state.pool, &show.to_string(), &body.code, Utc::now())
-        .await
-        .map_err(db_unavailable)?;
+    let result = tickets::scan(
+        &state.pool,
+        &show.to_string(),
+        &body.code,
+        caller.account.as_str(),
+        Utc::now(),
+    )
+    .await
+    .map_err(db_unavailable)?;
     match result {
         Ok((ticket_id, seat_id)) => {
             metrics::counter!(onsale_telemetry::metrics::SCANS_TOTAL, "result" => "admitted")

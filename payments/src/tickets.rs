@@ -330,6 +330,7 @@ pub async fn scan(
     pool: &PgPool,
     show_id: &str,
     code: &str,
+    by: &str,
     now: DateTime<Utc>,
 ) -> sqlx::Result<Result<(Uuid, String), ScanRefusal>> {
     let Some(code) = Code::parse(code) else {
@@ -354,12 +355,13 @@ pub async fn scan(
         return Ok(Err(ScanRefusal::ExpiredCode));
     }
     let admitted: Option<String> = sqlx::query_scalar(
-        "UPDATE tickets SET scanned_at = $2
+        "UPDATE tickets SET scanned_at = $2, scanned_by = $3
           WHERE ticket_id = $1 AND scanned_at IS NULL AND revoked_at IS NULL
           RETURNING seat_id",
     )
     .bind(code.ticket)
     .bind(now)
+    .bind(by)
     .fetch_optional(pool)
     .await?;
     if let Some(seat) = admitted {

@@ -97,15 +97,6 @@ pub fn apply<R>(show: &mut Show, log: &LogEvent, f: impl FnOnce(&EventCtx<'_>) -
     })
 }
 
-/// The per-seat status the public map shows: a pending payment counts as sold, a hold does not
-/// show (only in the section's `held` count).
-pub fn public_status(s: SeatStatus) -> &'static str {
-    match s {
-        SeatStatus::Available | SeatStatus::Held => "AVAILABLE",
-        SeatStatus::PendingPayment | SeatStatus::Sold => "SOLD",
-    }
-}
-
 /// The state of seat `i` of `show` after the event.
 pub fn status_at(show: &Show, i: u32) -> SeatStatus {
     show.seat_at(i)

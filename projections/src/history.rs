@@ -1,7 +1,11 @@
-//! Seat history for auditors: every event that touched each seat, in log order.
+//! Seat history for auditors: every event that touched each seat, in log order, with who did
+//! it, when it was decided and committed, its commit LSN and what else it said. (Tickets
+//! issued, scanned and revoked are not in the log: the query side reads them from `tickets`
+//! and interleaves them.)
 
 use cqrs_es::DomainEvent;
-use onsale_domain::{Show, ShowId};
+use onsale_domain::{Show, ShowEvent, ShowId};
+use serde_json::{json, Value};
 use sqlx::postgres::PgConnection;
 
 use crate::fold::EventCtx;
@@ -17,6 +21,63 @@ struct Rows {
     hold_id: Vec<Option<String>>,
     order_id: Vec<Option<String>>,
     account_id: Vec<Option<String>>,
+    committed_at: Vec<Option<chrono::DateTime<chrono::Utc>>>,
+    lsn: Vec<Option<String>>,
+    actor: Vec<Option<String>>,
+    detail: Vec<Option<Value>>,
+}
+
+/// Who did it (an account, or the part of onsale or the processor that decided it) and what
+/// else the event said that an auditor asks about.
+fn actor_and_detail(event: &ShowEvent, account: Option<&str>) -> (Option<String>, Option<Value>) {
+    let account = account.map(str::to_owned);
+    match event {
+        ShowEvent::ShowScheduled { .. } => (Some("onsale:catalog".into()), None),
+        ShowEvent::SeatsHeld {
+            account_id,
+            expires_at,
+            best_available,
+            ..
+        } => (
+            Some(account_id.to_string()),
+            Some(json!({ "expiresAt": expires_at, "bestAvailable": best_available })),
+        ),
+        ShowEvent::HoldReleased { .. } => (account, None),
+        ShowEvent::HoldExpired { .. } => (Some("onsale:expiry".into()), None),
+        ShowEvent::OrderPlaced {
+            account_id,
+            total_cents,
+            ..
+        } => (
+            Some(account_id.to_string()),
+            Some(json!({ "totalCents": total_cents })),
+        ),
+        ShowEvent::PaymentSucceeded { .. } => (Some("processor".into()), None),
+        ShowEvent::PaymentFailed { reason, .. } => {
+            (Some("processor".into()), Some(json!({ "reason": reason })))
+        }
+        ShowEvent::PaymentAmbiguous { reason, .. } => (
+            Some("onsale:payments".into()),
+            Some(json!({ "reason": reason })),
+        ),
+        ShowEvent::OrderCompensated { .. } => (Some("onsale:payments".into()), None),
+        ShowEvent::OrderReinstated { .. } => {
+            (Some("processor".into()), Some(json!({ "late": true })))
+        }
+        ShowEvent::MakeGoodOwed {
+            taken_seat_ids,
+            reason,
+            ..
+        } => (
+            Some("onsale:payments".into()),
+            Some(json!({ "late": true, "takenSeatIds": taken_seat_ids, "reason": reason })),
+        ),
+        ShowEvent::OrderCancelled { by, .. } => (Some(by.to_string()), None),
+        ShowEvent::OrderRefunded { refund_id, .. } => (
+            Some("processor".into()),
+            Some(json!({ "refundId": refund_id })),
+        ),
+    }
 }
 
 /// The seat-history projection.
@@ -37,8 +98,25 @@ impl Projection for SeatHistory {
         let hold = hold.or_else(|| order.and_then(|o| show.order(&o)).map(|o| o.hold_id));
         let account = hold
             .and_then(|h| show.hold(&h))
-            .map(|h| h.account.to_string());
-        for &(seat, _) in ctx.touched {
+            .map(|h| h.account.to_string())
+            .or_else(|| {
+                order
+                    .and_then(|o| show.order(&o))
+                    .map(|o| o.account.to_string())
+            });
+        let (actor, detail) = actor_and_detail(event, account.as_deref());
+        // A late capture's make-good and a refund move no seat, but belong to the history of
+        // the order's seats.
+        let seats: Vec<u32> = if ctx.touched.is_empty() {
+            order
+                .and_then(|o| show.order(&o))
+                .map(|o| o.seats.clone())
+                .unwrap_or_default()
+        } else {
+            ctx.touched.iter().map(|&(seat, _)| seat).collect()
+        };
+        let lsn = ctx.log.commit_lsn.map(onsale_kafka::envelope::format_lsn);
+        for seat in seats {
             let Some((seat_id, _)) = show.seat_at(seat) else {
                 continue;
             };
@@ -51,6 +129,10 @@ impl Projection for SeatHistory {
             r.hold_id.push(hold.map(|h| h.to_string()));
             r.order_id.push(order.map(|o| o.to_string()));
             r.account_id.push(account.clone());
+            r.committed_at.push(ctx.log.committed_at);
+            r.lsn.push(lsn.clone());
+            r.actor.push(actor.clone());
+            r.detail.push(detail.clone());
         }
     }
 
@@ -62,9 +144,11 @@ impl Projection for SeatHistory {
         // The position check already skips applied events; the key makes a second insert of the
         // same (show, seat, sequence) impossible rather than merely unlikely.
         sqlx::query(
-            "INSERT INTO seat_history (show_id, seat_id, sequence, at, type, hold_id, order_id, account_id)
+            "INSERT INTO seat_history (show_id, seat_id, sequence, at, type, hold_id, order_id, account_id,
+                                       committed_at, lsn, actor, detail)
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::timestamptz[], $5::text[],
-                                  $6::text[], $7::text[], $8::text[])
+                                  $6::text[], $7::text[], $8::text[], $9::timestamptz[], $10::text[],
+                                  $11::text[], $12::jsonb[])
              ON CONFLICT DO NOTHING",
         )
         .bind(&r.show_id)
@@ -75,6 +159,10 @@ impl Projection for SeatHistory {
         .bind(&r.hold_id)
         .bind(&r.order_id)
         .bind(&r.account_id)
+        .bind(&r.committed_at)
+        .bind(&r.lsn)
+        .bind(&r.actor)
+        .bind(&r.detail)
         .execute(&mut *tx)
         .await?;
         Ok(())

@@ -15,7 +15,7 @@ use onsale_domain::{Show, ShowId};
 use serde_json::json;
 use sqlx::postgres::PgConnection;
 
-use crate::fold::{public_status, status_at, EventCtx};
+use crate::fold::{status_at, EventCtx};
 use crate::runner::Projection;
 
 /// Deltas kept per show for clients that resume (`Last-Event-ID`, `after_seq`); older gaps resync.
@@ -124,8 +124,8 @@ impl Projection for SeatMap {
             *state.counts[section].bucket(after) += 1;
             state.dirty_sections.insert(section);
             state.pending = true;
-            if public_status(before) != public_status(after) {
-                state.dirty_seats.insert(seat, public_status(after));
+            if before.public() != after.public() {
+                state.dirty_seats.insert(seat, after.public());
             }
         }
     }

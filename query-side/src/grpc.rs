@@ -232,7 +232,11 @@ impl pb::audit_server::Audit for Grpc {
     ) -> Result<Response<pb::SeatHistory>, Status> {
         let who = caller(&self.0, &req)?;
         let r = req.get_ref();
-        let h = rest::find_history(&self.0, &who, &r.event_id, &r.seat_id)
+        let page = rest::HistoryQuery {
+            limit: (r.limit > 0).then_some(i64::from(r.limit)),
+            cursor: (!r.cursor.is_empty()).then(|| r.cursor.clone()),
+        };
+        let h = rest::find_history(&self.0, &who, &r.event_id, &r.seat_id, &page)
             .await
             .map_err(ApiError::into_status)?;
         Ok(Response::new(pb::SeatHistory {
@@ -241,14 +245,20 @@ impl pb::audit_server::Audit for Grpc {
                 .entries
                 .into_iter()
                 .map(|e| pb::SeatHistoryEntry {
-                    sequence: e.sequence,
+                    sequence: e.sequence.unwrap_or(0),
                     at: e.at.to_rfc3339(),
                     r#type: e.kind,
                     hold_id: e.hold_id.unwrap_or_default(),
                     order_id: e.order_id.unwrap_or_default(),
                     account_id: e.account_id.unwrap_or_default(),
+                    committed_at: e.committed_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                    lsn: e.lsn.unwrap_or_default(),
+                    actor: e.actor.unwrap_or_default(),
+                    ticket_id: e.ticket_id.map(|t| t.to_string()).unwrap_or_default(),
+                    detail_json: e.detail.map(|d| d.to_string()).unwrap_or_default(),
                 })
                 .collect(),
+            next_cursor: h.next_cursor.unwrap_or_default(),
         }))
     }
 }

@@ -44,12 +44,26 @@ pub struct SectionQuery {
     section: Option<String>,
 }
 
+/// The seat map's query: a section's detail, and (auditors, admins) a map of the past.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+pub struct MapQuery {
+    /// Per-seat detail for this section only.
+    section: Option<String>,
+    /// The map as it was at this instant (RFC 3339): after the last event decided at or
+    /// before it. Auditors and admins.
+    at: Option<String>,
+    /// The map as it was right after this event of the show's log (from 1). Auditors and
+    /// admins.
+    at_sequence: Option<i64>,
+}
+
 fn parse_show(id: &str) -> Result<ShowId, ApiError> {
     Ok(id.parse::<ShowId>()?)
 }
 
-fn parse_section(q: &SectionQuery) -> Result<Option<&str>, ApiError> {
-    let Some(s) = q.section.as_deref() else {
+fn parse_section(section: Option<&str>) -> Result<Option<&str>, ApiError> {
+    let Some(s) = section else {
         return Ok(None);
     };
     match onsale_domain::ids::valid_label("section", s) {
@@ -84,16 +98,30 @@ fn db_unavailable(e: sqlx::Error) -> ApiError {
 
 /// The seat map: section counts, and a section's seats with `?section=`. Cached; `ETag` and
 /// `If-None-Match` spare the body.
-#[utoipa::path(get, path = "/v1/events/{id}/seats", params(("id" = String, Path), SectionQuery),
-    responses((status = 200, description = "{eventId, asOf, lsn, seq, sections, seats?}"), (status = 304), (status = 404), (status = 503)))]
+#[utoipa::path(get, path = "/v1/events/{id}/seats", params(("id" = String, Path), MapQuery),
+    responses((status = 200, description = "{eventId, asOf, lsn, seq, sections, seats?}; with at or atSequence the map of the past (seq: the log's sequence)"),
+        (status = 304), (status = 403), (status = 404), (status = 422), (status = 503)))]
 async fn seat_map(
     State(state): State<QueryState>,
     Path(id): Path<String>,
-    Query(q): Query<SectionQuery>,
+    Query(q): Query<MapQuery>,
+    caller: Result<Caller, ApiError>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let show = parse_show(&id)?;
-    let section = parse_section(&q)?;
+    let section = parse_section(q.section.as_deref())?;
+    if let Some(until) = parse_until(&q)? {
+        caller?.require(&[Role::Auditor, Role::Admin])?;
+        let map = past_map(&state, show, until, section).await?;
+        return Ok((
+            [(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("private, no-cache"),
+            )],
+            Json(map),
+        )
+            .into_response());
+    }
     let (snap, stale) = match state.snapshots.get(show, section).await {
         Read::Fresh(s) => (s, false),
         Read::Stale(s) => (s, true),
@@ -144,6 +172,70 @@ async fn seat_map(
     Ok(res)
 }
 
+fn parse_until(q: &MapQuery) -> Result<Option<onsale_eventlog::Until>, ApiError> {
+    let bad = |detail: &str| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "INVALID_REQUEST",
+            detail.to_owned(),
+        )
+    };
+    match (&q.at, q.at_sequence) {
+        (None, None) => Ok(None),
+        (Some(_), Some(_)) => Err(bad("give at or atSequence, not both")),
+        (None, Some(n)) if n >= 1 => Ok(Some(onsale_eventlog::Until::Sequence(n))),
+        (None, Some(_)) => Err(bad("atSequence counts the show's events from 1")),
+        (Some(t), None) => chrono::DateTime::parse_from_rfc3339(t)
+            .map(|t| Some(onsale_eventlog::Until::Time(t.with_timezone(&chrono::Utc))))
+            .map_err(|_| bad("at is an RFC 3339 time, e.g. 2026-12-01T19:30:00Z")),
+    }
+}
+
+/// The map of a show as it was, rebuilt from the log (the nearest kept snapshot plus the
+/// events after it). Its `seq` is the last event of the show's log folded in (not a delta
+/// seq) and its `asOf` when that event was decided; `lsn` is empty (the log's rows do not
+/// know their commit's LSN).
+pub async fn past_map(
+    state: &QueryState,
+    show: ShowId,
+    until: onsale_eventlog::Until,
+    section: Option<&str>,
+) -> Result<crate::snapshots::SeatMap, ApiError> {
+    use onsale_eventlog::Past;
+    let log = onsale_eventlog::PgEventLog::new(state.pool.clone());
+    let past = log.load_until(show, until).await.map_err(|e| match e {
+        onsale_eventlog::StoreError::Corrupt(m) => {
+            tracing::error!(%m, "a show of the past could not be rebuilt");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "INTERNAL",
+                "the log could not be read",
+            )
+        }
+        other => db_unavailable(sqlx::Error::Protocol(other.to_string())),
+    })?;
+    match past {
+        Past::Found {
+            show: s,
+            sequence,
+            at,
+            ..
+        } => crate::snapshots::map_of(&s, show.to_string(), at, sequence, String::new(), section)
+            .map_err(missing),
+        Past::NoShow => Err(ShowError::ShowNotFound.into()),
+        Past::Before => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NOT_SCHEDULED_YET",
+            "the show was scheduled after that instant",
+        )),
+        Past::Beyond { head } => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "BEYOND_THE_LOG",
+            format!("the show's log ends at sequence {head}"),
+        )),
+    }
+}
+
 /// Server-sent deltas: `id:` is the delta `seq`, `event: delta` or `event: resync`;
 /// `Last-Event-ID` resumes.
 #[utoipa::path(get, path = "/v1/events/{id}/updates", params(("id" = String, Path), SectionQuery),
@@ -155,7 +247,7 @@ async fn updates(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let show = parse_show(&id)?;
-    let section = parse_section(&q)?.map(str::to_owned);
+    let section = parse_section(q.section.as_deref())?.map(str::to_owned);
     let after = match headers.get("last-event-id") {
         None => None,
         Some(v) => Some(
@@ -396,17 +488,37 @@ async fn get_hold(
     }
 }
 
+/// One change of a seat: an event of the show's log (with its `sequence`), or a ticket of the
+/// seat issued, scanned or revoked (`ticketId`, no sequence: tickets are not in the log).
 #[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryEntry {
-    pub sequence: i64,
+    /// The event's sequence in the show's log; null for a ticket's entries.
+    pub sequence: Option<i64>,
+    /// When it was decided (a ticket: issued, scanned or revoked).
     pub at: chrono::DateTime<chrono::Utc>,
+    /// When its transaction committed, where the relay saw it (null if it came from the table).
+    pub committed_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// SeatsHeld, HoldReleased, HoldExpired, OrderPlaced, PaymentSucceeded, PaymentFailed,
+    /// PaymentAmbiguous, OrderCompensated, OrderReinstated, MakeGoodOwed, OrderCancelled,
+    /// OrderRefunded, ShowScheduled; TicketIssued, TicketScanned, TicketRevoked.
     #[serde(rename = "type")]
     #[sqlx(rename = "type")]
     pub kind: String,
     pub hold_id: Option<String>,
     pub order_id: Option<String>,
     pub account_id: Option<String>,
+    /// The commit's LSN, where the relay saw it.
+    pub lsn: Option<String>,
+    /// Who did it: an account, `processor`, or the part of onsale that decided it
+    /// (`onsale:expiry`, `onsale:payments`, `onsale:tickets`, `onsale:catalog`).
+    pub actor: Option<String>,
+    pub ticket_id: Option<uuid::Uuid>,
+    /// What else the event said: a failure's reason, a refund's id, a hold's expiry...
+    #[schema(value_type = Option<Object>)]
+    pub detail: Option<serde_json::Value>,
+    #[serde(skip)]
+    pub src: i32,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -414,27 +526,148 @@ pub struct HistoryEntry {
 pub struct HistoryResponse {
     pub seat_id: String,
     pub entries: Vec<HistoryEntry>,
+    /// Where the next page starts (`?cursor=`); absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
-/// A seat's history (auditors and admins), checked: the show and the seat must exist.
+/// A page of a seat's history.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryQuery {
+    /// Entries per page, 1 to 1000 (default 200).
+    pub limit: Option<i64>,
+    /// The previous page's `nextCursor`.
+    pub cursor: Option<String>,
+}
+
+pub const HISTORY_PAGE: i64 = 200;
+pub const HISTORY_PAGE_MAX: i64 = 1_000;
+
+/// The position after an entry: (time in microseconds, source, sequence, ticket), opaque to
+/// callers.
+type HistoryKey = (i64, i32, i64, uuid::Uuid);
+
+fn history_cursor(e: &HistoryEntry) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!(
+        "{}.{}.{}.{}",
+        e.at.timestamp_micros(),
+        e.src,
+        e.sequence.unwrap_or(0),
+        e.ticket_id.unwrap_or_default()
+    ))
+}
+
+fn parse_history_cursor(c: &str) -> Result<HistoryKey, ApiError> {
+    use base64::Engine;
+    let bad = || {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "INVALID_REQUEST",
+            "cursor is not one this server gave",
+        )
+    };
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(c)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(bad)?;
+    let mut parts = raw.splitn(4, '.');
+    let mut next = || parts.next().ok_or_else(bad);
+    Ok((
+        next()?.parse().map_err(|_| bad())?,
+        next()?.parse().map_err(|_| bad())?,
+        next()?.parse().map_err(|_| bad())?,
+        next()?.parse().map_err(|_| bad())?,
+    ))
+}
+
+/// A page of a seat's history (auditors and admins), checked: the show and the seat must
+/// exist. The log's entries and the seat's tickets, interleaved in time order.
 pub async fn find_history(
     state: &QueryState,
     caller: &Caller,
     show: &str,
     seat: &str,
+    page: &HistoryQuery,
 ) -> Result<HistoryResponse, ApiError> {
     caller.require(&[Role::Auditor, Role::Admin])?;
     let show = parse_show(show)?;
-    let entries: Vec<HistoryEntry> = sqlx::query_as(
-        "SELECT sequence, at, type, hold_id, order_id, account_id FROM seat_history
-          WHERE show_id = $1 AND seat_id = $2 ORDER BY sequence",
+    let limit = match page.limit {
+        None => HISTORY_PAGE,
+        Some(n) if (1..=HISTORY_PAGE_MAX).contains(&n) => n,
+        Some(_) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "INVALID_REQUEST",
+                format!("limit is 1 to {HISTORY_PAGE_MAX}"),
+            ))
+        }
+    };
+    let after = match &page.cursor {
+        Some(c) => Some(parse_history_cursor(c)?),
+        None => None,
+    };
+    let (from, src, seq, ticket) = match after {
+        Some((micros, src, seq, ticket)) => (
+            Some(
+                chrono::DateTime::from_timestamp_micros(micros).ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "INVALID_REQUEST",
+                        "cursor is not one this server gave",
+                    )
+                })?,
+            ),
+            src,
+            seq,
+            ticket,
+        ),
+        None => (None, 0, 0, uuid::Uuid::nil()),
+    };
+    let mut entries: Vec<HistoryEntry> = sqlx::query_as(
+        "SELECT * FROM (
+           SELECT h.sequence, h.at, h.committed_at, h.type, h.hold_id, h.order_id, h.account_id,
+                  h.lsn, h.actor, NULL::uuid AS ticket_id, h.detail, 0 AS src
+             FROM seat_history h WHERE h.show_id = $1 AND h.seat_id = $2
+           UNION ALL
+           SELECT NULL, t.issued_at, NULL, 'TicketIssued', NULL, t.order_id, t.account_id,
+                  NULL, 'onsale:tickets', t.ticket_id, NULL, 1
+             FROM tickets t WHERE t.show_id = $1 AND t.seat_id = $2
+           UNION ALL
+           SELECT NULL, t.scanned_at, NULL, 'TicketScanned', NULL, t.order_id, t.account_id,
+                  NULL, t.scanned_by, t.ticket_id, NULL, 2
+             FROM tickets t WHERE t.show_id = $1 AND t.seat_id = $2 AND t.scanned_at IS NOT NULL
+           UNION ALL
+           SELECT NULL, t.revoked_at, NULL, 'TicketRevoked', NULL, t.order_id, t.account_id,
+                  NULL, o.cancelled_by, t.ticket_id, NULL, 3
+             FROM tickets t LEFT JOIN ticket_orders o ON o.order_id = t.order_id
+            WHERE t.show_id = $1 AND t.seat_id = $2 AND t.revoked_at IS NOT NULL
+         ) e
+         WHERE ($3::timestamptz IS NULL
+                OR (e.at, e.src, COALESCE(e.sequence, 0), COALESCE(e.ticket_id, '00000000-0000-0000-0000-000000000000'::uuid))
+                   > ($3::timestamptz, $4, $5, $6))
+         ORDER BY e.at, e.src, COALESCE(e.sequence, 0), COALESCE(e.ticket_id, '00000000-0000-0000-0000-000000000000'::uuid)
+         LIMIT $7",
     )
     .bind(show.to_string())
     .bind(seat)
+    .bind(from)
+    .bind(src)
+    .bind(seq)
+    .bind(ticket)
+    .bind(limit + 1)
     .fetch_all(&state.pool)
     .await
     .map_err(db_unavailable)?;
-    if entries.is_empty() {
+    let next_cursor = if entries.len() as i64 > limit {
+        entries.truncate(limit as usize);
+        entries.last().map(history_cursor)
+    } else {
+        None
+    };
+    if entries.is_empty() && after.is_none() {
         let known: (bool, bool) = sqlx::query_as(
             "SELECT EXISTS (SELECT 1 FROM seat_map_shows WHERE show_id = $1),
                     EXISTS (SELECT 1 FROM seat_map_seats WHERE show_id = $1 AND seat_id = $2)",
@@ -453,16 +686,20 @@ pub async fn find_history(
     Ok(HistoryResponse {
         seat_id: seat.to_owned(),
         entries,
+        next_cursor,
     })
 }
 
 /// Every event that touched a seat, in log order (auditor, admin).
-#[utoipa::path(get, path = "/v1/events/{id}/seats/{seat}/history", params(("id" = String, Path), ("seat" = String, Path)),
-    security(("bearer" = [])), responses((status = 200, body = HistoryResponse), (status = 403), (status = 404)))]
+#[utoipa::path(get, path = "/v1/events/{id}/seats/{seat}/history", params(("id" = String, Path), ("seat" = String, Path), HistoryQuery),
+    security(("bearer" = [])), responses((status = 200, body = HistoryResponse), (status = 400), (status = 403), (status = 404)))]
 async fn seat_history(
     State(state): State<QueryState>,
     caller: Caller,
     Path((id, seat)): Path<(String, String)>,
+    Query(page): Query<HistoryQuery>,
 ) -> Result<Json<HistoryResponse>, ApiError> {
-    Ok(Json(find_history(&state, &caller, &id, &seat).await?))
+    Ok(Json(
+        find_history(&state, &caller, &id, &seat, &page).await?,
+    ))
 }

@@ -32,6 +32,67 @@ pub struct SeatMap {
     pub seats: Option<Vec<SeatState>>,
 }
 
+/// The map of `show` as a fold left it (a map of the past): counts per section, and the
+/// seats of `section` if asked. `seq` and `lsn` are the caller's to set.
+pub fn map_of(
+    show: &onsale_domain::Show,
+    event_id: String,
+    as_of: chrono::DateTime<chrono::Utc>,
+    seq: i64,
+    lsn: String,
+    section: Option<&str>,
+) -> Result<SeatMap, Missing> {
+    use onsale_domain::transitions::SeatStatus;
+    let status = |i: u32| {
+        show.seat_at(i)
+            .map_or(SeatStatus::Available, |(_, s)| s.status())
+    };
+    let ranges = show.layout().section_ranges();
+    let mut seats = None;
+    let mut sections = Vec::with_capacity(ranges.len());
+    for (name, range) in ranges {
+        let mut c = SectionCounts {
+            section: name.to_owned(),
+            total: range.len() as i32,
+            available: 0,
+            held: 0,
+            sold: 0,
+        };
+        for i in range.clone() {
+            match status(i) {
+                SeatStatus::Available => c.available += 1,
+                SeatStatus::Held => c.held += 1,
+                SeatStatus::PendingPayment | SeatStatus::Sold => c.sold += 1,
+            }
+        }
+        if section == Some(name) {
+            let ids: Vec<u32> = range.collect();
+            seats = Some(
+                show.seat_names(&ids)
+                    .into_iter()
+                    .zip(&ids)
+                    .map(|(seat_id, &i)| SeatState {
+                        seat_id,
+                        status: status(i).public().to_owned(),
+                    })
+                    .collect(),
+            );
+        }
+        sections.push(c);
+    }
+    if section.is_some() && seats.is_none() {
+        return Err(Missing::Section);
+    }
+    Ok(SeatMap {
+        event_id,
+        as_of,
+        lsn,
+        seq,
+        sections,
+        seats,
+    })
+}
+
 /// A map ready to send: the value, its JSON and its entity tag.
 #[derive(Debug)]
 pub struct Snapshot {

@@ -148,9 +148,9 @@ impl Server {
         let db = &settings.database;
         // Appends get a pool of their own: a burst of seat-map misses, SSE resumes or payment
         // rounds must not take the connections the owners' appends are waiting for.
+        db.migrate().await?;
         let append_pool = db.pool(db.pool_size, false)?;
         let pool = db.pool(db.pool_size, true)?;
-        onsale_eventlog::migrate(&append_pool).await?;
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
         let log: Arc<dyn EventLog> = Arc::new(PgEventLog::new(append_pool));

@@ -56,6 +56,26 @@ enum Command {
         #[arg(long)]
         show: String,
     },
+    /// Print a show's seat map as it was (rebuilt from the log: the nearest snapshot plus the
+    /// events after it), as the API's map of the past (`?at=`, `?atSequence=`) answers it.
+    Replay {
+        #[command(flatten)]
+        database: DatabaseSettings,
+        /// The show (event) id.
+        #[arg(long)]
+        show: String,
+        /// An RFC 3339 instant, or a sequence of the show's log; the present if not given.
+        #[arg(long)]
+        until: Option<String>,
+        /// Print this section's seats too.
+        #[arg(long)]
+        section: Option<String>,
+    },
+    /// The auditors' checks of the log.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
     /// Reconcile a day's settlement file with the orders (both directions) and print the report.
     Reconcile {
         #[command(flatten)]
@@ -74,6 +94,19 @@ enum Command {
         role: Role,
         #[arg(long, default_value_t = 3600)]
         ttl_secs: u64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Recompute the log's hash chains (every aggregate, or one show) and name the first row
+    /// that was changed, removed or inserted after the fact; exits non-zero if one was.
+    Verify {
+        #[command(flatten)]
+        database: DatabaseSettings,
+        /// The show (event) id; every aggregate of the log if not given.
+        #[arg(long)]
+        show: Option<String>,
     },
 }
 
@@ -98,8 +131,8 @@ async fn main() -> anyhow::Result<()> {
             show,
         } => {
             onsale_telemetry::init_tracing();
+            settings.database.migrate().await?;
             let pool = settings.database.pool(4, true)?;
-            onsale_eventlog::migrate(&pool).await?;
             let relay = onsale_kafka::Relay::start(pool, settings.kafka, settings.relay).await?;
             let n = relay.backfill(show.as_deref()).await?;
             println!("republished {n} events");
@@ -115,8 +148,8 @@ async fn main() -> anyhow::Result<()> {
         Command::Project { settings, rebuild } => {
             onsale_telemetry::init_tracing();
             if rebuild {
+                settings.database.migrate().await?;
                 let pool = settings.database.pool(2, true)?;
-                onsale_eventlog::migrate(&pool).await?;
                 onsale_projections::reset_all(&pool).await?;
                 tracing::info!("read models deleted; rebuilding from zero");
             }
@@ -169,6 +202,86 @@ async fn main() -> anyhow::Result<()> {
                 loaded.snapshot_version,
                 loaded.version - loaded.snapshot_version,
                 replayed.version
+            );
+            Ok(())
+        }
+        Command::Replay {
+            database,
+            show,
+            until,
+            section,
+        } => {
+            let show: onsale_domain::ShowId = show.parse()?;
+            let until = match until.as_deref() {
+                None => onsale_eventlog::Until::Sequence(i64::MAX),
+                Some(u) => match u.parse::<i64>() {
+                    Ok(n) if n >= 1 => onsale_eventlog::Until::Sequence(n),
+                    Ok(_) => anyhow::bail!("--until counts the show's events from 1"),
+                    Err(_) => onsale_eventlog::Until::Time(
+                        chrono::DateTime::parse_from_rfc3339(u)
+                            .map_err(|_| {
+                                anyhow::anyhow!("--until is a sequence or an RFC 3339 time")
+                            })?
+                            .with_timezone(&chrono::Utc),
+                    ),
+                },
+            };
+            let log = onsale_server::event_log(&database)?;
+            let past = match log.load_until(show, until).await? {
+                onsale_eventlog::Past::Beyond { head }
+                    if until == onsale_eventlog::Until::Sequence(i64::MAX) =>
+                {
+                    log.load_until(show, onsale_eventlog::Until::Sequence(head))
+                        .await?
+                }
+                other => other,
+            };
+            match past {
+                onsale_eventlog::Past::Found {
+                    show: s,
+                    sequence,
+                    at,
+                    ..
+                } => {
+                    let map = onsale_query::snapshots::map_of(
+                        &s,
+                        show.to_string(),
+                        at,
+                        sequence,
+                        String::new(),
+                        section.as_deref(),
+                    )
+                    .map_err(|_| anyhow::anyhow!("the show has no such section"))?;
+                    println!("{}", serde_json::to_string_pretty(&map)?);
+                    Ok(())
+                }
+                onsale_eventlog::Past::NoShow => anyhow::bail!("no such show"),
+                onsale_eventlog::Past::Before => {
+                    anyhow::bail!("the show was scheduled after that instant")
+                }
+                onsale_eventlog::Past::Beyond { head } => {
+                    anyhow::bail!("the show's log ends at sequence {head}")
+                }
+            }
+        }
+        Command::Audit {
+            command: AuditCommand::Verify { database, show },
+        } => {
+            if let Some(show) = &show {
+                show.parse::<onsale_domain::ShowId>()?;
+            }
+            let pool = database.pool(2, true)?;
+            let verified = onsale_eventlog::chain::verify(&pool, show.as_deref(), 10_000).await?;
+            if let Some(b) = verified.broken {
+                anyhow::bail!(
+                    "the log was altered: {b} ({} events of {} aggregates verified before it)",
+                    verified.events,
+                    verified.aggregates
+                );
+            }
+            println!(
+                "ok: {} events of {} aggregates, every hash chain intact",
+                verified.events, verified.aggregates
             );
             Ok(())
         }

@@ -244,11 +244,7 @@ impl ReadPath {
         .into_iter()
         .collect();
         for (seat_id, seat) in show.seats() {
-            assert_eq!(
-                statuses[seat_id],
-                onsale_projections::fold::public_status(seat.status()),
-                "{seat_id}"
-            );
+            assert_eq!(statuses[seat_id], seat.status().public(), "{seat_id}");
         }
     }
 

@@ -24,6 +24,64 @@ fn seat_status(map: &Value, seat: &str) -> String {
         .unwrap_or_default()
 }
 
+/// A seat's full history (auditor), read a page of `page` entries at a time, once it holds
+/// every type of `types` (the projection trails the log): the entries of all pages.
+async fn history_with(
+    p: &PaymentPath,
+    event: &str,
+    seat: &str,
+    types: &[&str],
+    page: usize,
+) -> Vec<Value> {
+    let auditor = p.rp.app.token("auditor-1", Role::Auditor);
+    let path = format!("/v1/events/{event}/seats/{seat}/history");
+    let full =
+        p.rp.eventually(&path, &auditor, |s, h| {
+            s == 200
+                && types.iter().all(|t| {
+                    h["entries"]
+                        .as_array()
+                        .is_some_and(|e| e.iter().any(|x| x["type"] == *t))
+                })
+        })
+        .await;
+    let full = full["entries"].as_array().expect("entries").clone();
+    // The same entries, page by page.
+    let mut paged = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let (status, body) =
+            p.rp.app
+                .get(&format!("{path}?limit={page}{cursor}"), &auditor)
+                .await;
+        assert_eq!(status, 200, "{body}");
+        let entries = body["entries"].as_array().expect("entries");
+        assert!(entries.len() <= page);
+        paged.extend(entries.iter().cloned());
+        match body["nextCursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => break,
+        }
+    }
+    assert_eq!(paged, full, "the pages of {seat}'s history");
+    // Every entry says who did it; what came through the relay says where it committed.
+    for e in &full {
+        assert!(e["actor"].is_string(), "{e}");
+        if e["committedAt"].is_string() {
+            assert!(e["lsn"].as_str().is_some_and(|l| l.contains('/')), "{e}");
+        }
+    }
+    full
+}
+
+/// The entry of `kind` in a history.
+fn entry<'a>(history: &'a [Value], kind: &str) -> &'a Value {
+    history
+        .iter()
+        .find(|e| e["type"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {history:?}"))
+}
+
 #[tokio::test]
 async fn every_payment_token_resolves_end_to_end() {
     let (_db, p) = PaymentPath::start(|_| {}).await.expect("payment path");
@@ -73,6 +131,31 @@ async fn every_payment_token_resolves_end_to_end() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(p.open_payments().await, 0, "every payment is closed");
+    // The auditor sees each seat's payment story: the ambiguity, then the outcome.
+    let slow = history_with(
+        &p,
+        &event,
+        "S1-R1-4",
+        &[
+            "SeatsHeld",
+            "OrderPlaced",
+            "PaymentAmbiguous",
+            "PaymentSucceeded",
+            "TicketIssued",
+        ],
+        2,
+    )
+    .await;
+    assert_eq!(entry(&slow, "SeatsHeld")["actor"], "cat");
+    assert_eq!(entry(&slow, "OrderPlaced")["orderId"], slow_ok.as_str());
+    assert_eq!(entry(&slow, "PaymentSucceeded")["actor"], "processor");
+    assert!(entry(&slow, "PaymentAmbiguous")["detail"]["reason"].is_string());
+    assert!(entry(&slow, "TicketIssued")["ticketId"].is_string());
+    let declined = history_with(&p, &event, "S1-R1-3", &["PaymentFailed"], 3).await;
+    assert!(entry(&declined, "PaymentFailed")["detail"]["reason"]
+        .as_str()
+        .is_some_and(|r| !r.is_empty()));
+    assert!(declined.iter().all(|e| e["type"] != "TicketIssued"));
     p.stop().await;
 }
 
@@ -364,6 +447,23 @@ async fn late_settlement_reinstates_a_free_seat_and_refunds_with_a_make_good_whe
     .expect("reconcile");
     assert!(again.resolved.is_empty(), "{again:?}");
     assert!(again.unresolved.is_empty(), "{again:?}");
+    // The late captures are in the seats' histories.
+    let resold_seat =
+        history_with(&p, &event, "S1-R1-1", &["MakeGoodOwed", "OrderRefunded"], 4).await;
+    let make_good = entry(&resold_seat, "MakeGoodOwed");
+    assert_eq!(
+        (
+            make_good["orderId"].as_str(),
+            make_good["detail"]["late"].as_bool()
+        ),
+        (Some(resold.as_str()), Some(true))
+    );
+    assert!(entry(&resold_seat, "OrderRefunded")["detail"]["refundId"].is_string());
+    let free_seat = history_with(&p, &event, "S1-R1-2", &["OrderReinstated"], 4).await;
+    assert_eq!(
+        entry(&free_seat, "OrderReinstated")["orderId"],
+        free.as_str()
+    );
     p.stop().await;
 }
 
@@ -509,6 +609,38 @@ async fn tickets_scan_once_and_a_cancellation_revokes_refunds_and_returns_the_se
         (409, json!("ORDER_NOT_CANCELLABLE"))
     );
     p.sim.update(|s| s.outage = false);
+    // The auditor's view: the scan and who made it; the cancellation, the revocation and the
+    // refund with who asked; the seat sold again after.
+    let scanned = history_with(&p, &event, "S1-R1-1", &["TicketIssued", "TicketScanned"], 2).await;
+    assert_eq!(entry(&scanned, "TicketScanned")["actor"], "gate-7");
+    assert_eq!(
+        entry(&scanned, "TicketScanned")["ticketId"],
+        ticket["ticketId"]
+    );
+    let cancelled = history_with(
+        &p,
+        &event,
+        "S1-R1-2",
+        &[
+            "OrderCancelled",
+            "TicketRevoked",
+            "OrderRefunded",
+            "TicketIssued",
+        ],
+        3,
+    )
+    .await;
+    assert_eq!(entry(&cancelled, "OrderCancelled")["actor"], "bob");
+    assert_eq!(entry(&cancelled, "TicketRevoked")["actor"], "bob");
+    let kinds: Vec<&str> = cancelled
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    let at = |k: &str| kinds.iter().position(|x| *x == k).expect("kind");
+    assert!(
+        at("TicketIssued") < at("TicketRevoked") && at("OrderPlaced") < at("OrderCancelled"),
+        "{kinds:?}"
+    );
     p.stop().await;
 }
 

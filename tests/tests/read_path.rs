@@ -305,6 +305,56 @@ async fn commands_reach_the_seat_map_the_sse_stream_and_the_grpc_stream() {
         .collect();
     assert_eq!(kinds, ["ShowScheduled", "SeatsHeld", "OrderPlaced"]);
     assert_eq!(history["entries"][1]["accountId"], "ann");
+    // The same over gRPC (Audit), a page of two, then the rest.
+    let mut audit = pb::audit_client::AuditClient::connect(rp.grpc.clone())
+        .await
+        .expect("grpc");
+    let ask = |cursor: String| {
+        let mut req = tonic::Request::new(pb::GetSeatHistoryRequest {
+            event_id: event.clone(),
+            seat_id: "S1-R1-1".into(),
+            limit: 2,
+            cursor,
+        });
+        req.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {auditor}").parse().expect("header"),
+        );
+        req
+    };
+    let first = audit
+        .get_seat_history(ask(String::new()))
+        .await
+        .expect("a page")
+        .into_inner();
+    assert_eq!(first.entries.len(), 2);
+    assert!(!first.next_cursor.is_empty());
+    let rest = audit
+        .get_seat_history(ask(first.next_cursor.clone()))
+        .await
+        .expect("the last page")
+        .into_inner();
+    assert!(rest.next_cursor.is_empty());
+    let grpc_entries: Vec<(i64, String, String)> = first
+        .entries
+        .iter()
+        .chain(&rest.entries)
+        .map(|e| (e.sequence, e.r#type.clone(), e.actor.clone()))
+        .collect();
+    let rest_entries: Vec<(i64, String, String)> = history["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| {
+            (
+                e["sequence"].as_i64().expect("sequence"),
+                e["type"].as_str().expect("type").to_owned(),
+                e["actor"].as_str().expect("actor").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(grpc_entries, rest_entries);
+    assert_eq!(rest_entries[1].2, "ann", "who held it");
     let (status, _) = rp
         .app
         .get(&format!("/v1/events/{event}/seats/S1-R1-1/history"), &ann)
