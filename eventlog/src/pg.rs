@@ -8,6 +8,8 @@ use cqrs_es::{Aggregate, DomainEvent};
 use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId, VENUE_TYPE};
 use sqlx::postgres::PgPool;
 use sqlx::Row;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use crate::{
     rebuilt, start_from, Claim, EventLog, LoadedShow, LogRow, Node, Result, ScanKey, StoreError,
@@ -31,14 +33,62 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
         .context("apply the migrations")
 }
 
+/// The hash of each show's last appended event, as this process appended it: the next
+/// append chains from it without reading it back.
+type ChainHeads = Arc<Mutex<HashMap<ShowId, (i64, [u8; 32])>>>;
+
 #[derive(Debug, Clone)]
 pub struct PgEventLog {
     pool: PgPool,
+    heads: ChainHeads,
 }
 
 impl PgEventLog {
     pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+        Self {
+            pool,
+            heads: Arc::default(),
+        }
+    }
+
+    /// The hash event `after` of `show` carries: remembered from this process's last append,
+    /// else read. `None` if the row has none (the trigger then chains the new rows).
+    async fn chain_head(&self, show: ShowId, after: i64) -> Result<Option<[u8; 32]>> {
+        if after == 0 {
+            return Ok(Some(crate::chain::GENESIS));
+        }
+        if let Some((seq, hash)) = self.heads.lock().ok().and_then(|h| h.get(&show).copied()) {
+            if seq == after {
+                return Ok(Some(hash));
+            }
+        }
+        let stored: Option<Option<Vec<u8>>> = sqlx::query_scalar(
+            "SELECT hash FROM events WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence = $3",
+        )
+        .bind(Show::TYPE)
+        .bind(show.to_string())
+        .bind(after)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(stored.flatten().and_then(|h| <[u8; 32]>::try_from(h).ok()))
+    }
+
+    fn remember_head(&self, show: ShowId, head: Option<(i64, [u8; 32])>) {
+        if let Ok(mut heads) = self.heads.lock() {
+            match head {
+                Some(h) => {
+                    // A node owns a bounded number of shows at a time; past that, start over
+                    // (a head forgotten is read back once).
+                    if heads.len() >= 100_000 {
+                        heads.clear();
+                    }
+                    heads.insert(show, h);
+                }
+                None => {
+                    heads.remove(&show);
+                }
+            }
+        }
     }
 
     async fn tail(&self, id: &str, after: i64) -> Result<Vec<(i64, String)>> {
@@ -198,6 +248,7 @@ impl EventLog for PgEventLog {
         events: &[ShowEvent],
     ) -> Result<()> {
         let n = events.len() as i64;
+        let id = show.to_string();
         let sequences: Vec<i64> = (after + 1..=after + n).collect();
         let types: Vec<String> = events.iter().map(DomainEvent::event_type).collect();
         let payloads = events
@@ -205,28 +256,56 @@ impl EventLog for PgEventLog {
             .map(serde_json::to_string)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let metadata = serde_json::json!({
+            "at": at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+        })
+        .to_string();
+        // Each row's link of the show's hash chain (migration 0009), computed here so the
+        // append statement does no per-row lookup; rows without one are chained by the trigger.
+        let mut head = self.chain_head(show, after).await?;
+        let hashes: Vec<Option<Vec<u8>>> = sequences
+            .iter()
+            .zip(types.iter().zip(&payloads))
+            .map(|(&seq, (t, p))| {
+                head = head.map(|prev| {
+                    crate::chain::row_hash(&prev, Show::TYPE, &id, seq, t, "1", p, &metadata)
+                });
+                head.map(|h| h.to_vec())
+            })
+            .collect();
         // The fence: the owner row is locked FOR SHARE by the same statement, so a claim (an
         // UPDATE of the epoch) either committed before it, and the epoch no longer matches, or
         // waits for this append to commit, and the new owner's load then sees it.
         let written = sqlx::query(
             "WITH fence AS (SELECT 1 FROM show_owners WHERE show_id = $2 AND epoch = $7 FOR SHARE)
-             INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata)
-             SELECT $1, $2, s, t, '1', p::json, json_build_object('at', $6::text)
-               FROM UNNEST($3::bigint[], $4::text[], $5::text[]) AS u(s, t, p)
+             INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata, hash)
+             SELECT $1, $2, s, t, '1', p::json, $6::json, h
+               FROM UNNEST($3::bigint[], $4::text[], $5::text[], $8::bytea[]) AS u(s, t, p, h)
               WHERE EXISTS (SELECT 1 FROM fence)",
         )
         .bind(Show::TYPE)
-        .bind(show.to_string())
+        .bind(&id)
         .bind(&sequences)
         .bind(&types)
         .bind(&payloads)
-        .bind(at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+        .bind(&metadata)
         .bind(epoch)
+        .bind(&hashes)
         .execute(&self.pool)
-        .await?;
+        .await;
+        let written = match written {
+            Ok(w) => w,
+            Err(e) => {
+                // Whether it landed is unknown: the next append reads the head back.
+                self.remember_head(show, None);
+                return Err(e.into());
+            }
+        };
         if written.rows_affected() == 0 && n > 0 {
+            self.remember_head(show, None);
             return Err(StoreError::Fenced);
         }
+        self.remember_head(show, head.map(|h| (after + n, h)));
         Ok(())
     }
 
