@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test fuzz-api up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits
+.PHONY: demo test fuzz-api up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
@@ -89,6 +89,11 @@ bench-queue:
 # What the per-account rate limit costs the REST hold path: on against off, in one run.
 bench-limits:
 	./scripts/bench-limits.sh
+
+# Catalog search on 100,000 shows: PostgreSQL in process and over HTTP, tantivy in process
+# (ADR 013).
+bench-search:
+	./scripts/bench-search.sh
 
 # Hold attempts/s over 20 shows on one node direct, one node behind the router, three nodes
 # behind the router (docs/capacity.md uses the figures).

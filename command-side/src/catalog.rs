@@ -35,6 +35,17 @@ impl Catalog {
         }
     }
 
+    /// A venue as registered, read through the read pool; `None` if there is none.
+    pub async fn venue(
+        &self,
+        venue: onsale_domain::VenueId,
+    ) -> Result<Option<onsale_domain::VenueEvent>, CommandError> {
+        self.log.load_venue(venue).await.map_err(|e| match e {
+            StoreError::Corrupt(m) => CommandError::Internal(m),
+            _ => CommandError::Unavailable,
+        })
+    }
+
     /// The show as scheduled; `ShowNotFound` if no such show exists (not cached: it may be
     /// scheduled a moment later).
     pub async fn get(&self, show: ShowId) -> Result<Arc<Scheduled>, CommandError> {

@@ -31,6 +31,9 @@ fn parameter_schema(path: &str, name: &str) -> Option<Value> {
         "id" if path.starts_with("/v1/events/") => {
             json!({"type": "string", "pattern": UUID, "maxLength": 45})
         }
+        "id" if path.starts_with("/v1/venues/") => {
+            json!({"type": "string", "pattern": UUID, "maxLength": 45})
+        }
         "id" if path.starts_with("/v1/holds/") => json!({"type": "string", "pattern": scoped("h")}),
         "id" if path.starts_with("/v1/orders/") => {
             json!({"type": "string", "pattern": scoped("o")})

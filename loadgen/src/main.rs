@@ -3,6 +3,7 @@
 mod drill;
 mod queue;
 mod reads;
+mod search;
 mod venue;
 
 use std::collections::HashMap;
@@ -93,6 +94,24 @@ enum Command {
         ttl: u32,
         #[command(flatten)]
         owners: OwnerConfig,
+    },
+    /// The catalog search on a synthetic catalog: fill, then queries/s and latency in process
+    /// and (with --base) over HTTP (`make bench-search`).
+    BenchSearch {
+        #[command(flatten)]
+        database: DatabaseSettings,
+        /// A running `onsale serve` on the same database, for the HTTP figures.
+        #[arg(long)]
+        base: Option<String>,
+        #[arg(long, default_value_t = 100_000)]
+        shows: usize,
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        /// Also write the catalog and the queries as TSV here (for search-compare).
+        #[arg(long)]
+        export: Option<std::path::PathBuf>,
     },
     /// SSE fan-out: many subscribers on one show, hold-to-delta latency per subscriber and hold.
     BenchSse {
@@ -201,6 +220,18 @@ async fn main() -> anyhow::Result<()> {
             ttl,
             owners,
         } => bench_command(&database, owners, clients, seats, skewed, seconds, ttl).await,
+        Command::BenchSearch {
+            database,
+            base,
+            shows,
+            clients,
+            seconds,
+            export,
+        } => {
+            database.migrate().await?;
+            let pool = database.pool(clients as u32 + 2, false)?;
+            search::run(pool, base, shows, clients, seconds, export).await
+        }
         Command::BenchSse {
             base,
             event,

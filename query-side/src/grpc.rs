@@ -24,7 +24,11 @@ pub fn router(state: QueryState) -> axum::Router {
             .layer(pb::orders_server::OrdersServer::new(Grpc(state.clone()))),
     )
     .add_service(
-        tonic_web::GrpcWebLayer::new().layer(pb::audit_server::AuditServer::new(Grpc(state))),
+        tonic_web::GrpcWebLayer::new()
+            .layer(pb::audit_server::AuditServer::new(Grpc(state.clone()))),
+    )
+    .add_service(
+        tonic_web::GrpcWebLayer::new().layer(pb::events_server::EventsServer::new(Grpc(state))),
     )
     .into_axum_router()
 }
@@ -221,6 +225,71 @@ impl pb::orders_server::Orders for Grpc {
             placed_at: r.placed_at.to_rfc3339(),
             updated_at: r.updated_at.to_rfc3339(),
         }))
+    }
+}
+
+fn summary(e: crate::catalog::EventSummary) -> pb::EventSummary {
+    pb::EventSummary {
+        event_id: e.event_id,
+        name: e.name,
+        performer: e.performer,
+        venue_id: e.venue_id,
+        venue_name: e.venue_name,
+        city: e.city,
+        starts_at: e.starts_at.to_rfc3339(),
+        on_sale_at: e.on_sale_at.to_rfc3339(),
+        status: e.status,
+        min_price_cents: e.min_price_cents,
+        max_price_cents: e.max_price_cents,
+        waiting_room: e.waiting_room,
+    }
+}
+
+#[tonic::async_trait]
+impl pb::events_server::Events for Grpc {
+    async fn search_events(
+        &self,
+        req: Request<pb::SearchEventsRequest>,
+    ) -> Result<Response<pb::SearchEventsResponse>, Status> {
+        let r = req.into_inner();
+        let given = |s: String| (!s.is_empty()).then_some(s);
+        let query = crate::catalog::SearchQuery {
+            q: given(r.q),
+            city: given(r.city),
+            date: given(r.date),
+            from: given(r.from),
+            to: given(r.to),
+            status: given(r.status),
+            min_price: r.min_price_cents,
+            max_price: r.max_price_cents,
+            limit: (r.limit > 0).then_some(i64::from(r.limit)),
+            cursor: given(r.cursor),
+        };
+        let found = crate::catalog::search(&self.0.pool, &query)
+            .await
+            .map_err(ApiError::into_status)?;
+        Ok(Response::new(pb::SearchEventsResponse {
+            events: found.events.into_iter().map(summary).collect(),
+            next_cursor: found.next_cursor.unwrap_or_default(),
+        }))
+    }
+
+    async fn get_event(
+        &self,
+        req: Request<pb::GetEventRequest>,
+    ) -> Result<Response<pb::EventSummary>, Status> {
+        let id: onsale_domain::ShowId = req
+            .get_ref()
+            .event_id
+            .parse()
+            .map_err(|e: onsale_domain::ShowError| ApiError::from(e).into_status())?;
+        match crate::catalog::get(&self.0.pool, &id.to_string())
+            .await
+            .map_err(ApiError::into_status)?
+        {
+            Some(e) => Ok(Response::new(summary(e))),
+            None => Err(ApiError::from(onsale_domain::ShowError::ShowNotFound).into_status()),
+        }
     }
 }
 

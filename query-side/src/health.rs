@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 use crate::QueryConfig;
 
 /// The projections `/readyz` expects to hear from.
-pub const PROJECTIONS: [&str; 3] = ["seat_map", "orders", "seat_history"];
+pub const PROJECTIONS: [&str; 4] = ["seat_map", "orders", "seat_history", "catalog"];
 
 #[derive(Debug, Clone)]
 pub struct Health {

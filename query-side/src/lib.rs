@@ -9,6 +9,7 @@
 //! - [`rest`]: the REST and SSE routes of API.md; [`grpc`]: the same over gRPC and gRPC-web.
 //! - [`health`]: relay and projection lag, for `/readyz` and `/metrics`.
 
+pub mod catalog;
 pub mod grpc;
 pub mod health;
 pub mod hub;

@@ -22,6 +22,7 @@ use crate::QueryState;
 
 pub fn router(state: QueryState) -> Router {
     Router::new()
+        .route("/v1/events", get(search_events))
         .route("/v1/events/{id}/seats", get(seat_map))
         .route("/v1/events/{id}/updates", get(updates))
         .route("/v1/events/{id}/seats/{seat}/history", get(seat_history))
@@ -32,8 +33,16 @@ pub fn router(state: QueryState) -> Router {
 
 #[derive(OpenApi)]
 #[openapi(
-    paths(seat_map, updates, seat_history, get_order, get_hold),
-    components(schemas(OrderResponse, TicketRef, HistoryResponse, HistoryEntry, HoldResponse))
+    paths(search_events, seat_map, updates, seat_history, get_order, get_hold),
+    components(schemas(
+        OrderResponse,
+        TicketRef,
+        HistoryResponse,
+        HistoryEntry,
+        HoldResponse,
+        crate::catalog::SearchResults,
+        crate::catalog::EventSummary
+    ))
 )]
 #[derive(Debug)]
 pub struct QueryDoc;
@@ -42,6 +51,25 @@ pub struct QueryDoc;
 pub struct SectionQuery {
     /// Per-seat detail (and, on the stream, seat changes) for this section only.
     section: Option<String>,
+}
+
+/// Search and browse the catalog (everyone): ranked by relevance when `q` is given (typos in
+/// performers and names tolerated), soonest first otherwise.
+#[utoipa::path(get, path = "/v1/events", params(crate::catalog::SearchQuery),
+    responses((status = 200, body = crate::catalog::SearchResults), (status = 400), (status = 503)))]
+async fn search_events(
+    State(state): State<QueryState>,
+    Query(q): Query<crate::catalog::SearchQuery>,
+) -> Result<Response, ApiError> {
+    let results = crate::catalog::search(&state.pool, &q).await?;
+    Ok((
+        [(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("public, max-age=5"),
+        )],
+        Json(results),
+    )
+        .into_response())
 }
 
 /// The seat map's query: a section's detail, and (auditors, admins) a map of the past.

@@ -98,6 +98,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/venues",
             post(create_venue).layer(axum::extract::DefaultBodyLimit::max(VENUE_BODY_BYTES)),
         )
+        .route("/v1/venues/{id}", get(get_venue))
         .route("/v1/events", post(create_event))
         .route("/v1/events/{id}", get(get_event))
         .route("/v1/events/{id}/holds", post(create_hold))
@@ -116,8 +117,8 @@ pub fn router(state: AppState) -> Router {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "onsale", description = "Reserved-seat ticketing: the command API (contract v1)."),
-    paths(create_venue, create_event, get_event, create_hold, release_hold, place_order),
-    components(schemas(NewVenue, SectionLayoutDoc, RowLayoutDoc, NewEvent, HoldRequest, HoldResponse, OrderRequest,
+    paths(create_venue, get_venue, create_event, get_event, create_hold, release_hold, place_order),
+    components(schemas(NewVenue, SectionLayoutDoc, RowLayoutDoc, VenueDoc, VenueSectionDoc, VenueRowDoc, NewEvent, HoldRequest, HoldResponse, OrderRequest,
         OrderAccepted, Problem, VenueCreated, EventCreated)),
     modifiers(&BearerAuth)
 )]
@@ -224,6 +225,83 @@ async fn create_venue(
         Json(VenueCreated {
             venue_id: venue_id.to_string(),
         }),
+    )
+        .into_response())
+}
+
+/// A venue as registered: its sections (best first), rows and seat counts.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VenueDoc {
+    venue_id: String,
+    name: String,
+    city: String,
+    seats: u32,
+    sections: Vec<VenueSectionDoc>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VenueSectionDoc {
+    section: String,
+    price_tier: String,
+    seats: u32,
+    rows: Vec<VenueRowDoc>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VenueRowDoc {
+    row: String,
+    seats: u32,
+}
+
+/// A venue (everyone): read from the log through the read pool, never through an owner.
+#[utoipa::path(get, path = "/v1/venues/{id}", params(("id" = String, Path)),
+    responses((status = 200, body = VenueDoc), (status = 404), (status = 503)))]
+async fn get_venue(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let venue_id: VenueId = id.parse()?;
+    let Some(VenueEvent::VenueRegistered { name, city, layout }) =
+        state.catalog.venue(venue_id).await?
+    else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "VENUE_NOT_FOUND",
+            "no such venue",
+        ));
+    };
+    let doc = VenueDoc {
+        venue_id: venue_id.to_string(),
+        name,
+        city,
+        seats: layout.seat_count(),
+        sections: layout
+            .sections()
+            .iter()
+            .map(|s| VenueSectionDoc {
+                section: s.section.clone(),
+                price_tier: s.price_tier.clone(),
+                seats: s.rows.iter().map(|r| r.seats).sum(),
+                rows: s
+                    .rows
+                    .iter()
+                    .map(|r| VenueRowDoc {
+                        row: r.row.clone(),
+                        seats: r.seats,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    Ok((
+        [(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("public, max-age=300"),
+        )],
+        Json(doc),
     )
         .into_response())
 }

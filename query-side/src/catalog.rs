@@ -1,0 +1,282 @@
+//! Catalog search and browse (API.md "Catalog": `GET /v1/events?q=&city=&date=`), from the
+//! catalog projection (`projections/src/catalog.rs`; ADR 013): PostgreSQL full text on the
+//! performer, the show's name, the venue and the city, ranked, and trigram word similarity on
+//! the performer and name so a typo still finds the show; filters by city, date or date range,
+//! status and price range; pages of `limit` with an opaque `cursor`.
+
+use axum::http::StatusCode;
+use chrono::{DateTime, NaiveDate, Utc};
+use onsale_edge::ApiError;
+use serde::{Deserialize, Serialize};
+use sqlx::{PgPool, Postgres, QueryBuilder};
+use utoipa::{IntoParams, ToSchema};
+
+pub const PAGE: i64 = 20;
+pub const PAGE_MAX: i64 = 100;
+const STATUSES: [&str; 4] = ["SCHEDULED", "ON_SALE", "SOLD_OUT", "STARTED"];
+
+/// What a fan searches with. Every filter is optional; without `q` the shows come soonest
+/// first.
+#[derive(Debug, Default, Clone, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchQuery {
+    /// Words of the performer, the show's name, the venue or the city; typos in the performer
+    /// and the name are tolerated.
+    pub q: Option<String>,
+    /// The city, any case.
+    pub city: Option<String>,
+    /// Shows starting on this day (UTC), YYYY-MM-DD.
+    pub date: Option<String>,
+    /// Shows starting at or after this instant (RFC 3339) or day (YYYY-MM-DD).
+    pub from: Option<String>,
+    /// Shows starting before this instant (RFC 3339) or before the end of this day.
+    pub to: Option<String>,
+    /// SCHEDULED (not on sale yet), ON_SALE, SOLD_OUT or STARTED.
+    pub status: Option<String>,
+    /// Shows with a price at or above this (cents).
+    pub min_price: Option<i64>,
+    /// Shows with a price at or below this (cents).
+    pub max_price: Option<i64>,
+    /// Results per page, 1 to 100 (default 20).
+    pub limit: Option<i64>,
+    /// The previous page's `nextCursor`.
+    pub cursor: Option<String>,
+}
+
+/// A show as search lists it.
+#[derive(Debug, Clone, Serialize, ToSchema, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct EventSummary {
+    pub event_id: String,
+    pub name: String,
+    pub performer: String,
+    pub venue_id: String,
+    pub venue_name: String,
+    pub city: String,
+    pub starts_at: DateTime<Utc>,
+    pub on_sale_at: DateTime<Utc>,
+    /// SCHEDULED, ON_SALE, SOLD_OUT (no seat available now) or STARTED.
+    pub status: String,
+    pub min_price_cents: i64,
+    pub max_price_cents: i64,
+    pub waiting_room: bool,
+    #[serde(skip)]
+    pub score: f64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchResults {
+    pub events: Vec<EventSummary>,
+    /// Where the next page starts (`?cursor=`); absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+fn bad(detail: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", detail)
+}
+
+/// An instant, or a day (its start, or with `end` its end).
+fn instant(name: &str, s: &str, end: bool) -> Result<DateTime<Utc>, ApiError> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    let day = NaiveDate::parse_from_str(s, "%Y-%m-%d")
+        .map_err(|_| bad(format!("{name} is an RFC 3339 time or a day (YYYY-MM-DD)")))?;
+    let day = if end {
+        day.succ_opt().unwrap_or(day)
+    } else {
+        day
+    };
+    Ok(day.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc())
+}
+
+/// The position after a result: (score, start, id).
+fn cursor_of(e: &EventSummary) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!(
+        "{:?}|{}|{}",
+        e.score,
+        e.starts_at.timestamp_micros(),
+        e.event_id
+    ))
+}
+
+fn parse_cursor(c: &str) -> Result<(f64, DateTime<Utc>, String), ApiError> {
+    use base64::Engine;
+    let invalid = || bad("cursor is not one this server gave");
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(c)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(invalid)?;
+    let mut parts = raw.splitn(3, '|');
+    let score: f64 = parts
+        .next()
+        .and_then(|s| s.parse().ok())
+        .filter(|s: &f64| s.is_finite())
+        .ok_or_else(invalid)?;
+    let starts = parts
+        .next()
+        .and_then(|s| s.parse::<i64>().ok())
+        .and_then(DateTime::from_timestamp_micros)
+        .ok_or_else(invalid)?;
+    let id = parts.next().ok_or_else(invalid)?.to_owned();
+    Ok((score, starts, id))
+}
+
+fn text(name: &str, s: &Option<String>, max: usize) -> Result<Option<String>, ApiError> {
+    match s.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(t) if t.chars().count() > max => {
+            Err(bad(format!("{name} is at most {max} characters")))
+        }
+        Some(t) => Ok(Some(t.to_owned())),
+    }
+}
+
+/// One page of the catalog for `query`.
+pub async fn search(pool: &PgPool, query: &SearchQuery) -> Result<SearchResults, ApiError> {
+    let q = text("q", &query.q, 200)?;
+    let city = text("city", &query.city, 100)?;
+    let status = match text("status", &query.status, 20)? {
+        Some(s) if STATUSES.contains(&s.as_str()) => Some(s),
+        Some(_) => return Err(bad("status is SCHEDULED, ON_SALE, SOLD_OUT or STARTED")),
+        None => None,
+    };
+    let mut from = query
+        .from
+        .as_deref()
+        .map(|s| instant("from", s, false))
+        .transpose()?;
+    let mut to = query
+        .to
+        .as_deref()
+        .map(|s| instant("to", s, true))
+        .transpose()?;
+    if let Some(d) = &query.date {
+        let start = NaiveDate::parse_from_str(d, "%Y-%m-%d")
+            .map_err(|_| bad("date is a day, YYYY-MM-DD"))?;
+        let (day_from, day_to) = (
+            instant("date", d, false)?,
+            instant("date", &start.to_string(), true)?,
+        );
+        from = Some(from.map_or(day_from, |f| f.max(day_from)));
+        to = Some(to.map_or(day_to, |t| t.min(day_to)));
+    }
+    for (name, p) in [("minPrice", query.min_price), ("maxPrice", query.max_price)] {
+        if p.is_some_and(|p| p < 0) {
+            return Err(bad(format!("{name} is cents, 0 or more")));
+        }
+    }
+    let limit = match query.limit {
+        None => PAGE,
+        Some(n) if (1..=PAGE_MAX).contains(&n) => n,
+        Some(_) => return Err(bad(format!("limit is 1 to {PAGE_MAX}"))),
+    };
+    let after = query.cursor.as_deref().map(parse_cursor).transpose()?;
+
+    // Only the predicates asked for go into the statement, so each shape gets the plan its
+    // indexes allow (GIN on the text, B-tree on city and start).
+    let mut sql: QueryBuilder<'_, Postgres> = QueryBuilder::new(
+        "SELECT * FROM (SELECT c.event_id, c.name, c.performer, c.venue_id, c.venue_name, c.city,
+                c.starts_at, c.on_sale_at, c.min_price_cents, c.max_price_cents, c.waiting_room,
+                CASE WHEN c.starts_at <= now() THEN 'STARTED' WHEN c.available = 0 THEN 'SOLD_OUT'
+                     WHEN c.on_sale_at > now() THEN 'SCHEDULED' ELSE 'ON_SALE' END AS status, ",
+    );
+    match &q {
+        Some(q) => {
+            sql.push("(ts_rank(c.search, websearch_to_tsquery('simple', ")
+                .push_bind(q.clone())
+                .push(")) + word_similarity(lower(")
+                .push_bind(q.clone())
+                .push("), c.words))::float8 AS score FROM catalog_events c WHERE (c.search @@ websearch_to_tsquery('simple', ")
+                .push_bind(q.clone())
+                .push(") OR lower(")
+                .push_bind(q.clone())
+                .push(") <% c.words)");
+        }
+        None => {
+            sql.push("0::float8 AS score FROM catalog_events c WHERE true");
+        }
+    }
+    if let Some(city) = &city {
+        sql.push(" AND lower(c.city) = lower(")
+            .push_bind(city.clone())
+            .push(")");
+    }
+    if let Some(from) = from {
+        sql.push(" AND c.starts_at >= ").push_bind(from);
+    }
+    if let Some(to) = to {
+        sql.push(" AND c.starts_at < ").push_bind(to);
+    }
+    if let Some(p) = query.min_price {
+        sql.push(" AND c.max_price_cents >= ").push_bind(p);
+    }
+    if let Some(p) = query.max_price {
+        sql.push(" AND c.min_price_cents <= ").push_bind(p);
+    }
+    sql.push(") e WHERE true");
+    if let Some(status) = &status {
+        sql.push(" AND e.status = ").push_bind(status.clone());
+    }
+    if let Some((score, starts, id)) = &after {
+        sql.push(" AND (e.score < ")
+            .push_bind(*score)
+            .push(" OR (e.score = ")
+            .push_bind(*score)
+            .push(" AND (e.starts_at, e.event_id) > (")
+            .push_bind(*starts)
+            .push(", ")
+            .push_bind(id.clone())
+            .push(")))");
+    }
+    sql.push(" ORDER BY e.score DESC, e.starts_at, e.event_id LIMIT ")
+        .push_bind(limit + 1);
+    let mut events: Vec<EventSummary> =
+        sql.build_query_as().fetch_all(pool).await.map_err(|e| {
+            tracing::warn!(error = %e, "catalog search failed");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "UNAVAILABLE",
+                "the catalog is unreachable; retry shortly",
+            )
+            .retry_after(2)
+        })?;
+    let next_cursor = if events.len() as i64 > limit {
+        events.truncate(limit as usize);
+        events.last().map(cursor_of)
+    } else {
+        None
+    };
+    Ok(SearchResults {
+        events,
+        next_cursor,
+    })
+}
+
+/// One show of the catalog, by id: what the event page and gRPC `Events.GetEvent` show.
+pub async fn get(pool: &PgPool, id: &str) -> Result<Option<EventSummary>, ApiError> {
+    sqlx::query_as(
+        "SELECT c.event_id, c.name, c.performer, c.venue_id, c.venue_name, c.city, c.starts_at,
+                c.on_sale_at, c.min_price_cents, c.max_price_cents, c.waiting_room,
+                CASE WHEN c.starts_at <= now() THEN 'STARTED' WHEN c.available = 0 THEN 'SOLD_OUT'
+                     WHEN c.on_sale_at > now() THEN 'SCHEDULED' ELSE 'ON_SALE' END AS status,
+                0::float8 AS score
+           FROM catalog_events c WHERE c.event_id = $1",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await
+    .map_err(|e| {
+        tracing::warn!(error = %e, "catalog read failed");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "UNAVAILABLE",
+            "the catalog is unreachable; retry shortly",
+        )
+        .retry_after(2)
+    })
+}

@@ -1,0 +1,378 @@
+//! Fans find shows: the catalog search of API.md (`GET /v1/events?q=&city=&date=`), fed from
+//! the log through the catalog projection, over REST and gRPC `Events`; and the venue page.
+
+use onsale_proto::v1 as pb;
+use onsale_tests::read_path::{shared_brokers, ReadPath};
+use onsale_tests::TestDb;
+use serde_json::{json, Value};
+
+struct Show {
+    name: &'static str,
+    performer: &'static str,
+    city: &'static str,
+    in_days: i64,
+    prices: (i64, i64),
+    seats: u32,
+}
+
+const SHOWS: [Show; 6] = [
+    Show {
+        name: "World Tour",
+        performer: "Metallica",
+        city: "Oslo",
+        in_days: 10,
+        prices: (9000, 25000),
+        seats: 4,
+    },
+    Show {
+        name: "Renaissance",
+        performer: "Beyonce",
+        city: "Bergen",
+        in_days: 20,
+        prices: (12000, 40000),
+        seats: 4,
+    },
+    Show {
+        name: "Night of Strings",
+        performer: "Oslo Philharmonic",
+        city: "Oslo",
+        in_days: 30,
+        prices: (3000, 6000),
+        seats: 4,
+    },
+    Show {
+        name: "Garage Nights",
+        performer: "The Stooges",
+        city: "Trondheim",
+        in_days: 10,
+        prices: (2000, 2500),
+        seats: 1,
+    },
+    Show {
+        name: "Metal Mass",
+        performer: "Slayer",
+        city: "Oslo",
+        in_days: 40,
+        prices: (5000, 8000),
+        seats: 4,
+    },
+    Show {
+        name: "Acoustic Evening",
+        performer: "Metallica",
+        city: "Bergen",
+        in_days: 50,
+        prices: (15000, 30000),
+        seats: 4,
+    },
+];
+
+async fn schedule(rp: &ReadPath, s: &Show) -> (String, String) {
+    let admin = rp.app.admin();
+    let (status, venue) = rp
+        .app
+        .post(
+            "/v1/venues",
+            &admin,
+            json!({"name": format!("{} Arena", s.city), "city": s.city, "sections": [
+                {"section": "A", "priceTier": "HI", "rows": [{"row": "1", "seats": s.seats}]},
+                {"section": "B", "priceTier": "LO", "rows": [{"row": "1", "seats": 2}, {"row": "2", "seats": 3}]}]}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{venue}");
+    let now = chrono::Utc::now();
+    let (status, event) = rp
+        .app
+        .post(
+            "/v1/events",
+            &admin,
+            json!({"name": s.name, "performer": s.performer, "venueId": venue["venueId"],
+                   "startsAt": now + chrono::Duration::days(s.in_days),
+                   "onSaleAt": now - chrono::Duration::minutes(1),
+                   "prices": {"HI": s.prices.1, "LO": s.prices.0}}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{event}");
+    (
+        event["eventId"].as_str().expect("id").to_owned(),
+        venue["venueId"].as_str().expect("id").to_owned(),
+    )
+}
+
+async fn search(rp: &ReadPath, query: &str) -> (u16, Value) {
+    rp.app.get(&format!("/v1/events?{query}"), "").await
+}
+
+fn performers(v: &Value) -> Vec<String> {
+    v["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| {
+            format!(
+                "{} / {}",
+                e["performer"].as_str().unwrap_or(""),
+                e["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fans_find_shows_by_name_despite_typos_and_by_city_date_status_and_price() {
+    let db = TestDb::new().await.expect("db");
+    let brokers = shared_brokers().expect("brokers");
+    let rp = ReadPath::spawn(&db, &brokers).await.expect("read path");
+    let mut ids = Vec::new();
+    for s in &SHOWS {
+        ids.push(schedule(&rp, s).await);
+    }
+    // The Stooges' only seat of section A and the five of B are sold: the show is sold out.
+    let (stooges, _) = &ids[3];
+    let fan = rp.app.fan("ann");
+    let (status, hold) = rp
+        .app
+        .hold(
+            stooges,
+            &fan,
+            json!({"seatIds": ["A-1-1", "B-1-1", "B-1-2", "B-2-1", "B-2-2", "B-2-3"]}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{hold}");
+    let (status, order) = rp.app.order(&hold["holdId"], &fan, "k1").await;
+    assert_eq!(status, 202, "{order}");
+    // Everything is in the catalog once the projection has it.
+    let all = rp
+        .eventually("/v1/events?limit=100", "", |s, v| {
+            s == 200
+                && v["events"]
+                    .as_array()
+                    .is_some_and(|e| e.len() == SHOWS.len())
+                && v["events"]
+                    .as_array()
+                    .is_some_and(|e| e.iter().any(|x| x["status"] == "SOLD_OUT"))
+        })
+        .await;
+    // Browsing: soonest first, every field API.md lists.
+    let first = &all["events"][0];
+    for field in [
+        "eventId",
+        "name",
+        "performer",
+        "venueName",
+        "city",
+        "startsAt",
+        "onSaleAt",
+        "status",
+        "minPriceCents",
+        "maxPriceCents",
+    ] {
+        assert!(!first[field].is_null(), "{field} in {first}");
+    }
+    let starts: Vec<&str> = all["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| e["startsAt"].as_str().expect("t"))
+        .collect();
+    assert!(starts.windows(2).all(|w| w[0] <= w[1]), "{starts:?}");
+    let sold_out: Vec<&Value> = all["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["status"] == "SOLD_OUT")
+        .collect();
+    assert_eq!(sold_out.len(), 1);
+    assert_eq!(sold_out[0]["eventId"], stooges.as_str());
+
+    // Words, ranked; a typo in the performer or the name still finds the show.
+    let (status, found) = search(&rp, "q=metallica").await;
+    assert_eq!(status, 200, "{found}");
+    assert_eq!(
+        performers(&found)[..2],
+        ["Metallica / World Tour", "Metallica / Acoustic Evening"]
+    );
+    for typo in ["metalica", "Metallika", "beyonse", "renaisance", "stoges"] {
+        let (_, found) = search(&rp, &format!("q={typo}")).await;
+        assert!(!performers(&found).is_empty(), "{typo} finds nothing");
+        let best = &performers(&found)[0];
+        let expect = match typo {
+            "metalica" | "Metallika" => "Metallica",
+            "beyonse" | "renaisance" => "Beyonce",
+            _ => "The Stooges",
+        };
+        assert!(best.starts_with(expect), "{typo}: {best}");
+    }
+    // A city's name is a word of the search too, and a filter.
+    let (_, oslo) = search(&rp, "city=oslo").await;
+    assert_eq!(
+        performers(&oslo),
+        [
+            "Metallica / World Tour",
+            "Oslo Philharmonic / Night of Strings",
+            "Slayer / Metal Mass"
+        ]
+    );
+    let (_, q_oslo) = search(&rp, "q=metal&city=Oslo").await;
+    assert!(
+        performers(&q_oslo)
+            .iter()
+            .all(|p| p != "Metallica / Acoustic Evening"),
+        "{q_oslo}"
+    );
+    // A day, a range, a status and a price range.
+    let day = all["events"][0]["startsAt"]
+        .as_str()
+        .and_then(|t| t.parse::<chrono::DateTime<chrono::Utc>>().ok())
+        .expect("a start")
+        .date_naive();
+    assert_eq!(all["events"][0]["performer"], "Metallica");
+    let (_, on_day) = search(&rp, &format!("date={day}")).await;
+    assert_eq!(
+        performers(&on_day),
+        ["Metallica / World Tour", "The Stooges / Garage Nights"]
+    );
+    let (from, to) = (
+        (chrono::Utc::now() + chrono::Duration::days(15)).date_naive(),
+        (chrono::Utc::now() + chrono::Duration::days(35)).date_naive(),
+    );
+    let (_, range) = search(&rp, &format!("from={from}&to={to}")).await;
+    assert_eq!(
+        performers(&range),
+        [
+            "Beyonce / Renaissance",
+            "Oslo Philharmonic / Night of Strings"
+        ]
+    );
+    let (_, on_sale) = search(&rp, "status=ON_SALE&city=Trondheim").await;
+    assert!(performers(&on_sale).is_empty(), "{on_sale}");
+    let (_, sold) = search(&rp, "status=SOLD_OUT").await;
+    assert_eq!(performers(&sold), ["The Stooges / Garage Nights"]);
+    let (_, cheap) = search(&rp, "maxPrice=5000").await;
+    assert_eq!(
+        performers(&cheap),
+        [
+            "The Stooges / Garage Nights",
+            "Oslo Philharmonic / Night of Strings",
+            "Slayer / Metal Mass"
+        ]
+    );
+    let (_, dear) = search(&rp, "minPrice=30000&maxPrice=100000").await;
+    assert_eq!(
+        performers(&dear),
+        ["Beyonce / Renaissance", "Metallica / Acoustic Evening"]
+    );
+
+    // Pages: every show once, in the same order as one page.
+    let mut paged = Vec::new();
+    let mut cursor = String::new();
+    for _ in 0..10 {
+        let (status, page) = search(&rp, &format!("limit=2{cursor}")).await;
+        assert_eq!(status, 200, "{page}");
+        assert!(page["events"].as_array().expect("events").len() <= 2);
+        paged.extend(performers(&page));
+        match page["nextCursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => break,
+        }
+    }
+    assert_eq!(paged, performers(&all));
+    let mut ranked = Vec::new();
+    let mut cursor = String::new();
+    for _ in 0..10 {
+        let (_, page) = search(&rp, &format!("q=metal&limit=1{cursor}")).await;
+        ranked.extend(performers(&page));
+        match page["nextCursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => break,
+        }
+    }
+    let (_, one_page) = search(&rp, "q=metal&limit=100").await;
+    assert_eq!(ranked, performers(&one_page));
+
+    // Bad input is refused with a code.
+    for bad in [
+        "date=tomorrow",
+        "status=CHEAP",
+        "limit=0",
+        "limit=101",
+        "minPrice=-1",
+        "cursor=nope!",
+        "from=yesterday",
+    ] {
+        let (status, body) = search(&rp, bad).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (400, Some("INVALID_REQUEST")),
+            "{bad}: {body}"
+        );
+    }
+    let (status, _) = search(&rp, &format!("q={}", "x".repeat(201))).await;
+    assert_eq!(status, 400);
+
+    // The venue page.
+    let (status, venue) = rp.app.get(&format!("/v1/venues/{}", ids[0].1), "").await;
+    assert_eq!(status, 200, "{venue}");
+    assert_eq!(
+        (
+            venue["city"].as_str(),
+            venue["seats"].as_u64(),
+            venue["sections"][1]["seats"].as_u64(),
+            venue["sections"][1]["rows"][1]["seats"].as_u64()
+        ),
+        (Some("Oslo"), Some(9), Some(5), Some(3))
+    );
+    let (status, body) = rp
+        .app
+        .get(&format!("/v1/venues/{}", uuid::Uuid::now_v7()), "")
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("VENUE_NOT_FOUND"))
+    );
+
+    // The same over gRPC.
+    let mut events = pb::events_client::EventsClient::connect(rp.grpc.clone())
+        .await
+        .expect("grpc");
+    let found = events
+        .search_events(pb::SearchEventsRequest {
+            q: "metalica".into(),
+            city: "bergen".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("search")
+        .into_inner();
+    assert_eq!(found.events.len(), 1);
+    assert_eq!(found.events[0].name, "Acoustic Evening");
+    let one = events
+        .get_event(pb::GetEventRequest {
+            event_id: stooges.clone(),
+        })
+        .await
+        .expect("get")
+        .into_inner();
+    assert_eq!(
+        (one.performer.as_str(), one.status.as_str()),
+        ("The Stooges", "SOLD_OUT")
+    );
+    let missing = events
+        .get_event(pb::GetEventRequest {
+            event_id: uuid::Uuid::now_v7().to_string(),
+        })
+        .await
+        .expect_err("no such show");
+    assert_eq!(missing.code(), tonic::Code::NotFound);
+    let bad = events
+        .search_events(pb::SearchEventsRequest {
+            status: "CHEAP".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("bad status");
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument);
+    rp.stop().await;
+}
