@@ -12,7 +12,9 @@ pub mod api;
 pub mod catalog;
 pub mod cluster;
 pub mod owner;
+pub mod tokens;
 
 pub use catalog::Catalog;
 pub use cluster::{ClusterConfig, Found, ShowQuery};
 pub use owner::{Answer, CommandError, OwnerConfig, Shows};
+pub use tokens::TokenVault;

@@ -138,7 +138,6 @@ fn placed(order: u128, hold: u128, who: &str, ids: &[&str], total: i64) -> ShowE
         account_id: acct(who),
         seat_ids: seats(ids),
         total_cents: total,
-        payment_token: "tok_ok".into(),
         placed_at: t0(),
         idempotency: idem("k-order", "fp-order"),
     }
@@ -149,7 +148,6 @@ fn place_cmd(order: u128, hold: u128, who: &str, key: &str, fp: &str) -> ShowCom
         order_id: order_id(order),
         hold_id: hold_id(hold),
         account: acct(who),
-        payment_token: "tok_ok".into(),
         idempotency: idem(key, fp),
     }
 }
@@ -957,7 +955,6 @@ fn a_fan_looping_hold_and_release_grows_nothing() {
         order_id: order_id(1),
         hold_id: hold_id(hold),
         account: acct("ann"),
-        payment_token: "tok_ok".into(),
         idempotency: idem("k-order", "fp"),
     };
     at(1)

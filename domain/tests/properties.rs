@@ -269,7 +269,6 @@ impl World {
                         order_id,
                         hold_id,
                         account: acct(who),
-                        payment_token: "tok_ok".into(),
                         idempotency,
                     };
                     if matches!(self.run(cmd.clone()), Ok(ref e) if !e.is_empty()) {
@@ -343,14 +342,12 @@ impl World {
                         ShowCommand::PlaceOrder {
                             hold_id,
                             account,
-                            payment_token,
                             idempotency,
                             ..
                         } => ShowCommand::PlaceOrder {
                             order_id: OrderId::new(self.show_id),
                             hold_id,
                             account,
-                            payment_token,
                             idempotency,
                         },
                         other => other,

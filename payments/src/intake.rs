@@ -19,7 +19,6 @@ enum Change {
         order_id: String,
         show_id: String,
         amount_cents: i64,
-        token: String,
         placed_at: DateTime<Utc>,
     },
     /// The outcome is in the log: captured (always closes) or failed (closes unless the failure
@@ -58,7 +57,6 @@ impl Projection for PaymentIntake {
                 order_id: id,
                 show_id,
                 amount_cents: order.total_cents,
-                token: order.payment_token.clone(),
                 placed_at: *placed_at,
             }),
             ShowEvent::PaymentSucceeded { .. } | ShowEvent::OrderReinstated { .. } => {
@@ -102,18 +100,19 @@ impl Projection for PaymentIntake {
                     order_id,
                     show_id,
                     amount_cents,
-                    token,
                     placed_at,
                 } => {
+                    // The token moves from where the edge kept it into the payment's row,
+                    // in this transaction: it is never in the log.
                     sqlx::query(
-                        "INSERT INTO payments (order_id, show_id, amount_cents, token, state, placed_at, due_at)
-                         VALUES ($1, $2, $3, $4, $6, $5, now())
+                        "WITH t AS (DELETE FROM payment_tokens WHERE order_id = $1 RETURNING token)
+                         INSERT INTO payments (order_id, show_id, amount_cents, token, state, placed_at, due_at)
+                         VALUES ($1, $2, $3, (SELECT token FROM t), $5, $4, now())
                          ON CONFLICT (order_id) DO NOTHING",
                     )
                     .bind(order_id)
                     .bind(show_id)
                     .bind(amount_cents)
-                    .bind(token)
                     .bind(placed_at)
                     .bind(PaymentState::Charge)
                     .execute(&mut *tx)
@@ -121,7 +120,7 @@ impl Projection for PaymentIntake {
                 }
                 Change::Resolved { order_id, captured } => {
                     sqlx::query(
-                        "UPDATE payments SET state = 'done', resolved_at = now(), lease_until = NULL
+                        "UPDATE payments SET state = 'done', token = NULL, resolved_at = now(), lease_until = NULL
                           WHERE order_id = $1 AND state <> 'done' AND ($2 OR forced_at IS NULL)",
                     )
                     .bind(order_id)

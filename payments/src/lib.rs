@@ -206,6 +206,21 @@ pub async fn finish_cancellations(
     Ok(finished)
 }
 
+/// How long a kept payment token may wait for its order's payment (the intake moves it within
+/// a moment of the order's commit; what is older belongs to an order never placed).
+pub const TOKEN_KEEP: Duration = Duration::from_secs(24 * 3600);
+
+/// Deletes the tokens kept for orders that were never placed (`onsale_command::TokenVault`).
+pub async fn forget_stale_tokens(pool: &PgPool, older_than: Duration) -> anyhow::Result<u64> {
+    Ok(sqlx::query(
+        "DELETE FROM payment_tokens WHERE created_at < now() - make_interval(secs => $1::double precision)",
+    )
+    .bind(older_than.as_secs_f64())
+    .execute(pool)
+    .await?
+    .rows_affected())
+}
+
 pub async fn run_jobs(
     pool: PgPool,
     shows: Shows,
@@ -233,6 +248,9 @@ pub async fn run_jobs(
                 // A run cut short by shutdown is repeated whole by the next one (refunds are
                 // keyed, findings recomputed), so it need not finish.
                 let days = async {
+                    if let Err(e) = forget_stale_tokens(&pool, TOKEN_KEEP).await {
+                        tracing::warn!(error = %format!("{e:#}"), "stale payment tokens not swept");
+                    }
                     let today = chrono::Utc::now().date_naive();
                     for day in [today - chrono::Duration::days(1), today] {
                         if let Err(e) = reconcile::reconcile(&pool, &shows, processor.as_ref(), day).await {

@@ -44,7 +44,9 @@ pub enum PaymentState {
 struct PaymentRow {
     order_id: String,
     amount_cents: i64,
-    token: String,
+    /// The card's token while the payment is open (`None` once closed, or if the edge's record
+    /// of it was lost: the charge is then declined by the processor, and the order fails).
+    token: Option<String>,
     state: PaymentState,
     placed_at: DateTime<Utc>,
     attempts: i32,
@@ -182,7 +184,7 @@ impl Worker {
             PaymentState::Charge => {
                 let request = ChargeRequest {
                     amount_cents: p.amount_cents,
-                    token: p.token.clone(),
+                    token: p.token.clone().unwrap_or_default(),
                     reference: p.order_id.clone(),
                 };
                 metrics::counter!(onsale_telemetry::metrics::PAYMENT_CHARGE_CALLS_TOTAL)
@@ -340,7 +342,7 @@ impl Worker {
 
     async fn close(&self, id: &str) -> anyhow::Result<()> {
         sqlx::query(
-            "UPDATE payments SET state = 'done', resolved_at = now(), lease_until = NULL WHERE order_id = $1",
+            "UPDATE payments SET state = 'done', token = NULL, resolved_at = now(), lease_until = NULL WHERE order_id = $1",
         )
         .bind(id)
         .execute(&self.pool)

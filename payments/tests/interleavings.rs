@@ -331,7 +331,6 @@ impl World {
                         order_id: order,
                         hold_id,
                         account,
-                        payment_token: TOKENS[token].into(),
                         idempotency: Idempotency {
                             key: IdempotencyKey::parse(&format!("k-{order}")).expect("key"),
                             fingerprint: "fp".into(),

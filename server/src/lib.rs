@@ -245,6 +245,7 @@ impl Server {
                 .clone()
                 .map(|r| Arc::new(r) as Arc<dyn onsale_edge::admission::SessionGate>),
             health: self.health.clone(),
+            tokens: onsale_command::TokenVault::new(self.pool.clone()),
             openapi: Arc::new(onsale_edge::openapi::exact(serde_json::to_value(&doc)?)),
         };
         let mut router = onsale_command::api::router(state)

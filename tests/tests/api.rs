@@ -109,6 +109,13 @@ async fn a_fan_holds_orders_and_retries_as_the_contract_says() {
     assert_eq!(other_key["code"], "HOLD_ORDERED");
 
     let order_id = order["orderId"].as_str().expect("order id");
+    // The card's token waits outside the log for the payment worker, for the order placed
+    // only: the replay's and the refusal's ids were never used, and their tokens are gone.
+    let kept: Vec<(String, String)> = sqlx::query_as("SELECT order_id, token FROM payment_tokens")
+        .fetch_all(&rp.pool)
+        .await
+        .expect("tokens");
+    assert_eq!(kept, [(order_id.to_owned(), "tok_ok".to_owned())]);
     let got = rp
         .eventually(&format!("/v1/orders/{order_id}"), &ann, |s, _| s == 200)
         .await;

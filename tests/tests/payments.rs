@@ -131,6 +131,27 @@ async fn every_payment_token_resolves_end_to_end() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(p.open_payments().await, 0, "every payment is closed");
+    // No card token in the log (so none on the topic, in snapshots or exports): the tokens
+    // waited in payment_tokens, moved into their payments, and were forgotten at the close.
+    let in_log: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM events WHERE payload::text LIKE '%tok\\_%' OR metadata::text LIKE '%tok\\_%'",
+    )
+    .fetch_one(&p.rp.pool)
+    .await
+    .expect("events");
+    assert_eq!(in_log, 0, "a payment token is in the log");
+    let kept: (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM payment_tokens), (SELECT count(*) FROM payments WHERE token IS NOT NULL)",
+    )
+    .fetch_one(&p.rp.pool)
+    .await
+    .expect("tokens");
+    assert_eq!(kept, (0, 0), "tokens kept after their payments closed");
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM payments")
+        .fetch_one(&p.rp.pool)
+        .await
+        .expect("payments");
+    assert_eq!(orders, 4, "each order's payment started with its token");
     // The auditor sees each seat's payment story: the ambiguity, then the outcome.
     let slow = history_with(
         &p,

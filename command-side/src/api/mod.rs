@@ -42,6 +42,8 @@ pub struct AppState {
     pub gate: Option<std::sync::Arc<dyn onsale_edge::admission::SessionGate>>,
     /// The hold path's recent latencies and failures (the admission controller's input).
     pub health: std::sync::Arc<onsale_edge::admission::BookingHealth>,
+    /// Where a card's token waits for the payment worker (never in the log).
+    pub tokens: crate::TokenVault,
     /// The OpenAPI document served at `/openapi.json`: [`ApiDoc`], plus the query side's paths
     /// when it is served by the same process, made exact (`onsale_edge::openapi::exact`).
     pub openapi: std::sync::Arc<Value>,
@@ -684,17 +686,29 @@ async fn place_order(
     if token.is_empty() || token.len() > 128 {
         return Err(ShowError::Invalid("paymentToken must be 1 to 128 characters".into()).into());
     }
+    let order_id = OrderId::new(hold_id.show());
+    state.tokens.keep(order_id, token).await?;
     let command = ShowCommand::PlaceOrder {
-        order_id: OrderId::new(hold_id.show()),
+        order_id,
         hold_id,
         account: caller.account.clone(),
-        payment_token: token.to_owned(),
         idempotency: Idempotency {
             key,
             fingerprint: fingerprint("POST /v1/orders", &body),
         },
     };
-    match state.shows.execute(hold_id.show(), command).await? {
+    let answer = state.shows.execute(hold_id.show(), command).await;
+    match &answer {
+        // A retry answered with the order its key placed first: this id was never used.
+        Ok(Answer::Order(view)) if view.order_id != order_id => {
+            state.tokens.forget(order_id).await;
+        }
+        // Refused outright: nothing was placed. (An outage may have placed it: the token
+        // stays for the payment, or for the jobs to sweep.)
+        Err(crate::owner::CommandError::Domain(_)) => state.tokens.forget(order_id).await,
+        _ => {}
+    }
+    match answer? {
         Answer::Order(view) => Ok((
             StatusCode::ACCEPTED,
             [(header::LOCATION, format!("/v1/orders/{}", view.order_id))],

@@ -177,7 +177,6 @@ impl Aggregate for Show {
                 account_id,
                 seat_ids,
                 total_cents,
-                payment_token,
                 placed_at,
                 idempotency,
             } => {
@@ -207,7 +206,6 @@ impl Aggregate for Show {
                         hold_id,
                         seats,
                         total_cents,
-                        payment_token,
                         placed_at,
                         state: OrderState::PendingPayment,
                         ambiguous_since: None,

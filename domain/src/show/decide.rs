@@ -95,7 +95,6 @@ impl Show {
                 order_id,
                 hold_id,
                 account,
-                payment_token,
                 idempotency,
             } => {
                 if let Some(replay) = self.replayed(&account, Some(&idempotency), Kind::Order)? {
@@ -125,7 +124,6 @@ impl Show {
                     account_id: account,
                     seat_ids: self.seat_names(&hold.seats),
                     total_cents,
-                    payment_token,
                     placed_at: now,
                     idempotency,
                 }])

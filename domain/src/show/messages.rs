@@ -52,11 +52,12 @@ pub enum ShowCommand {
         hold_id: HoldId,
         account: AccountId,
     },
+    /// The card's token is not part of the command nor of the log: the edge keeps it, under
+    /// the order id, where only the payment worker reads it (`payment_tokens`, issue 16).
     PlaceOrder {
         order_id: OrderId,
         hold_id: HoldId,
         account: AccountId,
-        payment_token: String,
         idempotency: Idempotency,
     },
     /// A capture: `amount_cents` is what the processor reports captured when it reports it
@@ -122,7 +123,7 @@ pub enum ShowEvent {
         account_id: AccountId,
         seat_ids: Vec<SeatId>,
         total_cents: i64,
-        payment_token: String,
+        // Orders placed before issue 16 carried `payment_token` here; it is ignored when read.
         placed_at: DateTime<Utc>,
         idempotency: Idempotency,
     },

@@ -90,7 +90,6 @@ pub struct Order {
     pub hold_id: HoldId,
     pub seats: Vec<u32>,
     pub total_cents: i64,
-    pub payment_token: String,
     pub placed_at: DateTime<Utc>,
     pub state: OrderState,
     pub ambiguous_since: Option<DateTime<Utc>>,
