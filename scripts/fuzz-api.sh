@@ -51,6 +51,10 @@ include-path = "/v1/holds/{id}"
 parameters = { "path.id" = "$hold" }
 
 [[operations]]
+include-path = "/v1/venues/{id}"
+parameters = { "path.id" = "$venue" }
+
+[[operations]]
 include-path-regex = "^/v1/orders/\\\\{id\\\\}"
 parameters = { "path.id" = "$order" }
 
