@@ -43,8 +43,22 @@ fn parameter_schema(path: &str, name: &str) -> Option<Value> {
         "section" => json!({"type": "string", "pattern": LABEL}),
         "at" => json!({"type": "string", "format": "date-time"}),
         "atSequence" => json!({"type": "integer", "format": "int64", "minimum": 1}),
+        // The catalog search (`GET /v1/events`).
+        "limit" if path == "/v1/events" => json!({"type": "integer", "minimum": 1, "maximum": 100}),
+        "q" => json!({"type": "string", "maxLength": 200}),
+        "city" => json!({"type": "string", "maxLength": 100}),
+        // An empty filter is an absent one.
+        "date" => json!({"anyOf": [
+            {"type": "string", "format": "date"}, {"type": "string", "maxLength": 0}]}),
+        "from" | "to" => json!({"anyOf": [
+            {"type": "string", "format": "date"}, {"type": "string", "format": "date-time"},
+            {"type": "string", "maxLength": 0}]}),
+        "status" => {
+            json!({"type": "string", "enum": ["", "SCHEDULED", "ON_SALE", "SOLD_OUT", "STARTED"]})
+        }
+        "minPrice" | "maxPrice" => json!({"type": "integer", "format": "int64", "minimum": 0}),
         "limit" => json!({"type": "integer", "minimum": 1, "maximum": 1000}),
-        "cursor" => json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,200}$"}),
+        "cursor" => json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{0,300}$"}),
         "Idempotency-Key" => json!({"type": "string", "pattern": KEY, "maxLength": 255}),
         _ => return None,
     })

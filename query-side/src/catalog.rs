@@ -152,6 +152,11 @@ fn text(name: &str, s: &Option<String>, max: usize) -> Result<Option<String>, Ap
     }
 }
 
+/// A parameter given and not empty (`?date=` is an absent date, as for `q` and `city`).
+fn given(s: &Option<String>) -> Option<&str> {
+    s.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}
+
 /// One page of the catalog for `query`.
 pub async fn search(pool: &PgPool, query: &SearchQuery) -> Result<SearchResults, ApiError> {
     let q = text("q", &query.q, 200)?;
@@ -161,17 +166,13 @@ pub async fn search(pool: &PgPool, query: &SearchQuery) -> Result<SearchResults,
         Some(_) => return Err(bad("status is SCHEDULED, ON_SALE, SOLD_OUT or STARTED")),
         None => None,
     };
-    let mut from = query
-        .from
-        .as_deref()
+    let mut from = given(&query.from)
         .map(|s| instant("from", s, false))
         .transpose()?;
-    let mut to = query
-        .to
-        .as_deref()
+    let mut to = given(&query.to)
         .map(|s| instant("to", s, true))
         .transpose()?;
-    if let Some(d) = &query.date {
+    if let Some(d) = given(&query.date) {
         let start = NaiveDate::parse_from_str(d, "%Y-%m-%d")
             .map_err(|_| bad("date is a day, YYYY-MM-DD"))?;
         let (day_from, day_to) = (
@@ -191,7 +192,7 @@ pub async fn search(pool: &PgPool, query: &SearchQuery) -> Result<SearchResults,
         Some(n) if (1..=PAGE_MAX).contains(&n) => n,
         Some(_) => return Err(bad(format!("limit is 1 to {PAGE_MAX}"))),
     };
-    let after = query.cursor.as_deref().map(parse_cursor).transpose()?;
+    let after = given(&query.cursor).map(parse_cursor).transpose()?;
     let filters = Filters {
         q,
         city,

@@ -633,7 +633,8 @@ pub async fn find_history(
             ))
         }
     };
-    let after = match &page.cursor {
+    // An empty cursor is none (the first page).
+    let after = match page.cursor.as_deref().filter(|c| !c.is_empty()) {
         Some(c) => Some(parse_history_cursor(c)?),
         None => None,
     };

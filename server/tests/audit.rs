@@ -305,17 +305,7 @@ async fn the_seat_map_of_any_past_moment_equals_an_independent_fold_of_the_log()
         assert_eq!(status, 200, "{map}");
         assert_eq!(map["seq"], k);
         assert_eq!(map["eventId"], event.as_str());
-        let seats: BTreeMap<String, String> = map["seats"]
-            .as_array()
-            .expect("seats")
-            .iter()
-            .map(|s| {
-                (
-                    s["seatId"].as_str().expect("id").to_owned(),
-                    s["status"].as_str().expect("status").to_owned(),
-                )
-            })
-            .collect();
+        let seats = onsale_tests::seat_statuses(&map);
         for (seat, shown) in &seats {
             let public = if expect[seat] == "sold" {
                 "SOLD"

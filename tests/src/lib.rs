@@ -27,6 +27,21 @@ pub struct TestDb {
     pub name: String,
 }
 
+/// The seats of a seat map (or of a delta) as `seatId -> status`.
+pub fn seat_statuses(map: &Value) -> std::collections::BTreeMap<String, String> {
+    map["seats"]
+        .as_array()
+        .expect("seats")
+        .iter()
+        .map(|s| {
+            (
+                s["seatId"].as_str().expect("id").to_owned(),
+                s["status"].as_str().expect("status").to_owned(),
+            )
+        })
+        .collect()
+}
+
 /// The process's logs go to the test's captured output (printed when it fails), at `warn`
 /// unless `ONSALE_TEST_LOG` says otherwise (an `EnvFilter`, e.g. `onsale_kafka=debug,warn`).
 pub fn log_to_the_test() {

@@ -221,17 +221,7 @@ async fn commands_reach_the_seat_map_the_sse_stream_and_the_grpc_stream() {
             !d["seats"].as_array().expect("seats").is_empty()
         })
         .await;
-    let seats: BTreeMap<String, String> = sold.data["seats"]
-        .as_array()
-        .expect("seats")
-        .iter()
-        .map(|s| {
-            (
-                s["seatId"].as_str().expect("id").to_owned(),
-                s["status"].as_str().expect("status").to_owned(),
-            )
-        })
-        .collect();
+    let seats = onsale_tests::seat_statuses(&sold.data);
     assert_eq!(
         seats,
         BTreeMap::from([
