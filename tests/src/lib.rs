@@ -42,11 +42,11 @@ pub fn seat_statuses(map: &Value) -> std::collections::BTreeMap<String, String> 
         .collect()
 }
 
-/// The process's logs go to the test's captured output (printed when it fails), at `warn`
-/// unless `ONSALE_TEST_LOG` says otherwise (an `EnvFilter`, e.g. `onsale_kafka=debug,warn`).
+/// The process's logs go to the test's captured output (printed when it fails), at `warn` (and
+/// which process took a singleton's lock when) unless `ONSALE_TEST_LOG` says otherwise (an `EnvFilter`, e.g. `onsale_kafka=debug,warn`).
 pub fn log_to_the_test() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ONSALE_TEST_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,onsale_kafka::leader=info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_test_writer()

@@ -450,6 +450,25 @@ async fn a_standby_relay_and_a_second_projection_process_take_over_from_killed_o
     projections_at_head(&rp.pool)
         .await
         .expect("the projections catch up");
+    // What the relays left, for the captured output if the topic falls short below: the
+    // slot's position against the log's end, who holds the relay's lock, and what it runs.
+    let state: Vec<(String, String)> = sqlx::query_as(
+        "SELECT 'slot', concat_ws(' ', slot_name, 'active', active, 'pid', active_pid,
+                 'confirmed', confirmed_flush_lsn, 'restart', restart_lsn,
+                 'wal end', pg_current_wal_flush_lsn())
+           FROM pg_replication_slots WHERE database = current_database()
+         UNION ALL
+         SELECT 'lock', concat_ws(' ', l.pid, a.state, a.wait_event, left(a.query, 120))
+           FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+          WHERE l.locktype = 'advisory' AND l.granted
+         UNION ALL
+         SELECT 'relay', concat_ws(' ', pid, state, wait_event, left(query, 120))
+           FROM pg_stat_activity WHERE query LIKE '%logical_slot%' AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&rp.pool)
+    .await
+    .expect("the relay's state");
+    eprintln!("after the load: {state:#?}");
     for event in &events {
         let head: i64 =
             sqlx::query_scalar("SELECT max(sequence) FROM events WHERE aggregate_id = $1")
