@@ -221,7 +221,7 @@ impl ReadPath {
         .fetch_all(&self.pool)
         .await
         .expect("positions");
-        assert_eq!(positions.len(), 4);
+        assert_eq!(positions.len(), onsale_query::health::PROJECTIONS.len());
         for (name, last, applied) in &positions {
             assert_eq!(
                 (*last, *applied),

@@ -448,7 +448,7 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
         .fetch_one(&rp.pool)
         .await
         .expect("positions");
-        if done == 3 {
+        if done == onsale_query::health::PROJECTIONS.len() as i64 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
