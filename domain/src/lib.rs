@@ -24,7 +24,7 @@ pub use error::{Result, ShowError};
 pub use ids::{AccountId, HoldId, IdempotencyKey, OrderId, SeatId, ShowId, VenueId};
 pub use layout::{RowLayout, SectionLayout, VenueLayout};
 pub use show::{
-    HoldStatus, HoldView, Idempotency, OrderStatus, OrderView, Show, ShowCommand, ShowEvent,
+    Actor, HoldStatus, HoldView, Idempotency, OrderStatus, OrderView, Show, ShowCommand, ShowEvent,
     ShowInfo, ShowServices, FINISHED_HOLDS_KEPT_PER_ACCOUNT, IDEMPOTENCY_KEY_HOURS,
     MAX_PRICE_CENTS, MAX_SEATS_PER_ACCOUNT,
 };

@@ -4,7 +4,7 @@
 //! and interleaves them.)
 
 use cqrs_es::DomainEvent;
-use onsale_domain::{Show, ShowEvent, ShowId};
+use onsale_domain::{AccountId, Show, ShowEvent, ShowId};
 use serde_json::{json, Value};
 use sqlx::postgres::PgConnection;
 
@@ -29,55 +29,36 @@ struct Rows {
 
 /// Who did it (an account, or the part of onsale or the processor that decided it) and what
 /// else the event said that an auditor asks about.
-fn actor_and_detail(event: &ShowEvent, account: Option<&str>) -> (Option<String>, Option<Value>) {
-    let account = account.map(str::to_owned);
-    match event {
-        ShowEvent::ShowScheduled { .. } => (Some("onsale:catalog".into()), None),
+fn actor_and_detail(
+    event: &ShowEvent,
+    account: Option<&AccountId>,
+) -> (Option<String>, Option<Value>) {
+    let actor = event.actor(account).map(|a| a.to_string());
+    let detail = match event {
         ShowEvent::SeatsHeld {
-            account_id,
             expires_at,
             best_available,
             ..
-        } => (
-            Some(account_id.to_string()),
-            Some(json!({ "expiresAt": expires_at, "bestAvailable": best_available })),
-        ),
-        ShowEvent::HoldReleased { .. } => (account, None),
-        ShowEvent::HoldExpired { .. } => (Some("onsale:expiry".into()), None),
-        ShowEvent::OrderPlaced {
-            account_id,
-            total_cents,
-            ..
-        } => (
-            Some(account_id.to_string()),
-            Some(json!({ "totalCents": total_cents })),
-        ),
-        ShowEvent::PaymentSucceeded { .. } => (Some("processor".into()), None),
-        ShowEvent::PaymentFailed { reason, .. } => {
-            (Some("processor".into()), Some(json!({ "reason": reason })))
+        } => Some(json!({ "expiresAt": expires_at, "bestAvailable": best_available })),
+        ShowEvent::OrderPlaced { total_cents, .. } => Some(json!({ "totalCents": total_cents })),
+        ShowEvent::PaymentFailed { reason, .. } | ShowEvent::PaymentAmbiguous { reason, .. } => {
+            Some(json!({ "reason": reason }))
         }
-        ShowEvent::PaymentAmbiguous { reason, .. } => (
-            Some("onsale:payments".into()),
-            Some(json!({ "reason": reason })),
-        ),
-        ShowEvent::OrderCompensated { .. } => (Some("onsale:payments".into()), None),
-        ShowEvent::OrderReinstated { .. } => {
-            (Some("processor".into()), Some(json!({ "late": true })))
-        }
+        ShowEvent::OrderReinstated { .. } => Some(json!({ "late": true })),
         ShowEvent::MakeGoodOwed {
             taken_seat_ids,
             reason,
             ..
-        } => (
-            Some("onsale:payments".into()),
-            Some(json!({ "late": true, "takenSeatIds": taken_seat_ids, "reason": reason })),
-        ),
-        ShowEvent::OrderCancelled { by, .. } => (Some(by.to_string()), None),
-        ShowEvent::OrderRefunded { refund_id, .. } => (
-            Some("processor".into()),
-            Some(json!({ "refundId": refund_id })),
-        ),
-    }
+        } => Some(json!({ "late": true, "takenSeatIds": taken_seat_ids, "reason": reason })),
+        ShowEvent::OrderRefunded { refund_id, .. } => Some(json!({ "refundId": refund_id })),
+        ShowEvent::ShowScheduled { .. }
+        | ShowEvent::HoldReleased { .. }
+        | ShowEvent::HoldExpired { .. }
+        | ShowEvent::PaymentSucceeded { .. }
+        | ShowEvent::OrderCompensated { .. }
+        | ShowEvent::OrderCancelled { .. } => None,
+    };
+    (actor, detail)
 }
 
 /// The seat-history projection.
@@ -98,13 +79,13 @@ impl Projection for SeatHistory {
         let hold = hold.or_else(|| order.and_then(|o| show.order(&o)).map(|o| o.hold_id));
         let account = hold
             .and_then(|h| show.hold(&h))
-            .map(|h| h.account.to_string())
+            .map(|h| h.account.clone())
             .or_else(|| {
                 order
                     .and_then(|o| show.order(&o))
-                    .map(|o| o.account.to_string())
+                    .map(|o| o.account.clone())
             });
-        let (actor, detail) = actor_and_detail(event, account.as_deref());
+        let (actor, detail) = actor_and_detail(event, account.as_ref());
         // A late capture's make-good and a refund move no seat, but belong to the history of
         // the order's seats.
         let seats: Vec<u32> = if ctx.touched.is_empty() {
@@ -128,7 +109,7 @@ impl Projection for SeatHistory {
             r.kind.push(kind.clone());
             r.hold_id.push(hold.map(|h| h.to_string()));
             r.order_id.push(order.map(|o| o.to_string()));
-            r.account_id.push(account.clone());
+            r.account_id.push(account.as_ref().map(ToString::to_string));
             r.committed_at.push(ctx.log.committed_at);
             r.lsn.push(lsn.clone());
             r.actor.push(actor.clone());

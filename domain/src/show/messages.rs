@@ -97,6 +97,23 @@ pub enum ShowCommand {
     },
 }
 
+/// Who made an event happen: an account (a fan, or the admin who cancelled), or the part of
+/// onsale or the card processor that decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Actor {
+    Account(AccountId),
+    System(&'static str),
+}
+
+impl std::fmt::Display for Actor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Account(a) => a.fmt(f),
+            Self::System(s) => f.write_str(s),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ShowEvent {
     ShowScheduled {
@@ -222,6 +239,29 @@ impl ShowEvent {
     }
 
     /// The hold the event is about, if it names one.
+    /// Who made the event happen: `account` is the account of the event's hold or order (a
+    /// release names only its hold, so the caller looks it up); `None` when that is needed
+    /// and not known.
+    pub fn actor(&self, account: Option<&AccountId>) -> Option<Actor> {
+        let system = |s: &'static str| Some(Actor::System(s));
+        match self {
+            Self::ShowScheduled { .. } => system("onsale:catalog"),
+            Self::SeatsHeld { account_id, .. } | Self::OrderPlaced { account_id, .. } => {
+                Some(Actor::Account(account_id.clone()))
+            }
+            Self::HoldReleased { .. } => account.cloned().map(Actor::Account),
+            Self::HoldExpired { .. } => system("onsale:expiry"),
+            Self::PaymentSucceeded { .. }
+            | Self::PaymentFailed { .. }
+            | Self::OrderReinstated { .. }
+            | Self::OrderRefunded { .. } => system("processor"),
+            Self::PaymentAmbiguous { .. }
+            | Self::OrderCompensated { .. }
+            | Self::MakeGoodOwed { .. } => system("onsale:payments"),
+            Self::OrderCancelled { by, .. } => Some(Actor::Account(by.clone())),
+        }
+    }
+
     pub fn hold_id(&self) -> Option<HoldId> {
         match self {
             Self::SeatsHeld { hold_id, .. }
