@@ -57,6 +57,16 @@ pub struct RelayConfig {
         default_value_t = 1_000
     )]
     pub mark_ms: u64,
+    /// The longest a step may take before it is abandoned (with a warning naming where it
+    /// stood) and tried again; abandoning one is safe: nothing is advanced past what Kafka
+    /// acknowledged, and consumers drop what is published twice.
+    #[arg(
+        id = "relay_step_timeout_secs",
+        long = "relay-step-timeout-secs",
+        env = "ONSALE_RELAY_STEP_TIMEOUT_SECS",
+        default_value_t = 30
+    )]
+    pub step_timeout_secs: u64,
 }
 
 pub struct Relay {
@@ -71,6 +81,8 @@ pub struct Relay {
     marked: std::sync::Mutex<std::time::Instant>,
     /// The connection marks are made on (see [`Relay::mark`]).
     mark_conn: tokio::sync::Mutex<Option<sqlx::postgres::PgConnection>>,
+    /// Where the current step stands, for the warning when one takes too long.
+    phase: std::sync::Mutex<&'static str>,
 }
 
 impl std::fmt::Debug for Relay {
@@ -131,6 +143,7 @@ impl Relay {
             db,
             marked: std::sync::Mutex::new(std::time::Instant::now()),
             mark_conn: tokio::sync::Mutex::new(None),
+            phase: std::sync::Mutex::new("idle"),
         })
     }
 
@@ -325,9 +338,15 @@ impl Relay {
         tokio::pin!(shutdown);
         let mut backoff = crate::Backoff::new(Duration::from_millis(100));
         loop {
+            let bound = Duration::from_secs(self.config.step_timeout_secs.max(1));
             let step = tokio::select! {
                 _ = &mut shutdown => return,
-                s = self.step() => s,
+                s = tokio::time::timeout(bound, self.step()) => s.unwrap_or_else(|_| {
+                    Err(anyhow::anyhow!(
+                        "the step took longer than {bound:?} ({}); abandoned",
+                        self.phase()
+                    ))
+                }),
             };
             // Waits (idle, backoff, the topic's return) give way to shutdown too.
             let pause = async {
@@ -409,17 +428,32 @@ impl Relay {
         }
     }
 
+    fn set_phase(&self, phase: &'static str) {
+        if let Ok(mut p) = self.phase.lock() {
+            *p = phase;
+        }
+    }
+
+    fn phase(&self) -> &'static str {
+        self.phase.lock().map(|p| *p).unwrap_or("unknown")
+    }
+
     /// One batch: decode, publish, await every acknowledgement, advance.
     pub async fn step(&self) -> anyhow::Result<Step> {
+        let started = std::time::Instant::now();
         if self.config.mark_ms > 0 {
+            self.set_phase("marking the WAL");
             self.mark().await;
         }
+        self.set_phase("reading the durable LSN");
+        let marked_ms = started.elapsed().as_millis() as u64;
         let Some(durable) = self.durable_lsn().await? else {
             // Fail closed: a synchronous primary with no standby acknowledges nothing, and the
             // relay publishes nothing.
             return Ok(Step::default());
         };
         let durable_at = parse_lsn(&durable).context("the durable LSN")?;
+        self.set_phase("peeking the slot");
         let rows = sqlx::query(
             "SELECT lsn::text AS lsn, data FROM pg_logical_slot_peek_changes($1, $3::pg_lsn, $2,
                'format-version', '2', 'include-lsn', '1', 'include-timestamp', '1',
@@ -478,13 +512,19 @@ impl Relay {
                 _ => {}
             }
         }
+        let peeked_ms = started.elapsed().as_millis() as u64;
         let Some(last_lsn) = last_lsn else {
+            tracing::debug!(%durable, rows = rows.len(), marked_ms, peeked_ms, "relay step: nothing to publish");
             self.record_lag().await;
             return Ok(Step::default());
         };
         let published = pending.len();
+        self.set_phase("awaiting Kafka's acknowledgements");
         try_join_all(pending).await?;
+        let acked_ms = started.elapsed().as_millis() as u64;
+        self.set_phase("recording positions");
         self.record_positions(&reached).await?;
+        self.set_phase("advancing the slot");
         sqlx::query("SELECT pg_replication_slot_advance($1, $2::pg_lsn)")
             .bind(&self.config.slot)
             .bind(&last_lsn)
@@ -493,6 +533,8 @@ impl Relay {
             .context("advance the slot")?;
         metrics::counter!(onsale_telemetry::metrics::RELAY_EVENTS_TOTAL)
             .increment(published as u64);
+        tracing::debug!(%durable, rows = rows.len(), published, %last_lsn, marked_ms, peeked_ms, acked_ms,
+            done_ms = started.elapsed().as_millis() as u64, "relay step");
         self.record_lag().await;
         Ok(Step {
             published,

@@ -451,7 +451,8 @@ async fn a_standby_relay_and_a_second_projection_process_take_over_from_killed_o
         .await
         .expect("the projections catch up");
     // What the relays left, for the captured output if the topic falls short below: the
-    // slot's position against the log's end, who holds the relay's lock, and what it runs.
+    // slot's position against the log's end, who holds the relay's lock, what the relays ran
+    // last, and every session busy or in a transaction.
     let state: Vec<(String, String)> = sqlx::query_as(
         "SELECT 'slot', concat_ws(' ', slot_name, 'active', active, 'pid', active_pid,
                  'confirmed', confirmed_flush_lsn, 'restart', restart_lsn,
@@ -463,7 +464,12 @@ async fn a_standby_relay_and_a_second_projection_process_take_over_from_killed_o
           WHERE l.locktype = 'advisory' AND l.granted
          UNION ALL
          SELECT 'relay', concat_ws(' ', pid, state, wait_event, left(query, 120))
-           FROM pg_stat_activity WHERE query LIKE '%logical_slot%' AND pid <> pg_backend_pid()",
+           FROM pg_stat_activity WHERE query LIKE '%logical_slot%' AND pid <> pg_backend_pid()
+         UNION ALL
+         SELECT 'busy', concat_ws(' ', pid, state, wait_event_type, wait_event, 'xid', backend_xid,
+                 'since', xact_start, left(query, 100))
+           FROM pg_stat_activity
+          WHERE datname = current_database() AND state <> 'idle' AND pid <> pg_backend_pid()",
     )
     .fetch_all(&rp.pool)
     .await
