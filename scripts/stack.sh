@@ -13,7 +13,7 @@
 #   scripts/stack.sh broker-kill DIR I       SIGKILL broker I
 #   scripts/stack.sh broker-down DIR         stop every broker of DIR
 #   scripts/stack.sh broker-lib              resolve the broker's jars if missing, print their dir
-#   scripts/stack.sh py-tools                install grpcio-tools if missing, print the python
+#   scripts/stack.sh py-tools                install grpcio-tools, duckdb, confluent-kafka if missing, print the python
 #   scripts/stack.sh fuzz-tools              install schemathesis if missing, print its command
 #   scripts/stack.sh ha-tools                install etcd, HAProxy and Patroni if missing
 #   scripts/stack.sh ha-up DIR BASE          replicated PostgreSQL (3 nodes, Patroni, HAProxy on BASE)
@@ -266,11 +266,13 @@ broker_down() {
 
 # The Python gRPC tools the tests generate a non-Rust client with; prints the venv's python.
 py_tools() {
-  if ! "$VENV/bin/python" -c 'import grpc_tools, grpc' 2>/dev/null; then
+  # grpcio-tools (the gRPC tests' client), DuckDB (reads the analysts' export) and
+  # confluent-kafka (the sample consumer of the topic).
+  if ! "$VENV/bin/python" -c 'import grpc_tools, grpc, duckdb, confluent_kafka' 2>/dev/null; then
     ensure_packages
-    echo "installing grpcio-tools into $VENV" >&2
+    echo "installing grpcio-tools, duckdb and confluent-kafka into $VENV" >&2
     python3 -m venv "$VENV" >&2
-    "$VENV/bin/pip" install -q 'grpcio-tools==1.*' 'grpcio==1.*' >&2
+    "$VENV/bin/pip" install -q 'grpcio-tools==1.*' 'grpcio==1.*' 'duckdb==2.0.0' 'confluent-kafka==2.16.1' >&2
   fi
   echo "$VENV/bin/python"
 }

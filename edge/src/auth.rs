@@ -272,6 +272,7 @@ pub const DEV_SECRETS: &[&str] = &[
     "onsale-dev-webhook-secret",
     "onsale-dev-admission-secret",
     "onsale-dev-node-secret",
+    "onsale-dev-pseudonym-key",
 ];
 
 /// The shortest secret accepted outside development mode (bytes).

@@ -8,6 +8,7 @@ use onsale_edge::auth::Role;
 use onsale_edge::AuthSettings;
 use onsale_eventlog::{DatabaseSettings, EventLog};
 use onsale_server::{Part, Server, Settings};
+use secrecy::ExposeSecret;
 
 #[derive(Debug, Parser)]
 #[command(name = "onsale", about = "Reserved-seat ticketing backend")]
@@ -70,6 +71,47 @@ enum Command {
         /// Print this section's seats too.
         #[arg(long)]
         section: Option<String>,
+    },
+    /// Export the log for analysts: Parquet or NDJSON files in DIR, one typed row per event
+    /// (show, sequence, type, commit time, transaction id, actor, the payload's fields), and
+    /// `manifest.json`; streamed in bounded memory, one consistent snapshot of the log.
+    Export {
+        #[command(flatten)]
+        database: DatabaseSettings,
+        /// The directory to write (created if missing; it must not hold an export already).
+        #[arg(long, value_name = "DIR")]
+        out: std::path::PathBuf,
+        /// This show only; every show if not given.
+        #[arg(long)]
+        show: Option<String>,
+        /// The first event exported: a sequence of each show's log (from 1) or an RFC 3339
+        /// instant (commit time), inclusive.
+        #[arg(long)]
+        from: Option<onsale_export::Bound>,
+        /// The last event exported, the same way, inclusive.
+        #[arg(long)]
+        until: Option<onsale_export::Bound>,
+        /// parquet or ndjson.
+        #[arg(long, default_value = "parquet")]
+        format: onsale_export::Format,
+        /// The key of the account ids' pseudonyms (HMAC-SHA256), at least 32 bytes; the same
+        /// key gives the same pseudonyms in every export. Required unless development mode is
+        /// on or `--raw-account-ids` is given.
+        #[arg(long, env = "ONSALE_PSEUDONYM_KEY", default_value = "", hide_default_value = true, value_parser = onsale_edge::auth::secret)]
+        pseudonym_key: secrecy::SecretString,
+        /// Write account ids as they are, not pseudonymized: an admin's decision, recorded in
+        /// the manifest.
+        #[arg(long)]
+        raw_account_ids: bool,
+        /// Rows per file before the next file starts.
+        #[arg(long, default_value_t = 1_000_000)]
+        file_rows: usize,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+        /// Development mode: an unset pseudonym key takes a built-in development value.
+        #[arg(long = "dev-mode", env = "ONSALE_DEV_MODE", default_value_t = false, value_parser = clap::builder::BoolishValueParser::new())]
+        dev_mode: bool,
     },
     /// The auditors' checks of the log.
     Audit {
@@ -263,6 +305,56 @@ async fn main() -> anyhow::Result<()> {
                     anyhow::bail!("the show's log ends at sequence {head}")
                 }
             }
+        }
+        Command::Export {
+            database,
+            out,
+            show,
+            from,
+            until,
+            format,
+            mut pseudonym_key,
+            raw_account_ids,
+            file_rows,
+            quiet,
+            dev_mode,
+        } => {
+            if let Some(show) = &show {
+                show.parse::<onsale_domain::ShowId>()?;
+            }
+            let accounts = if raw_account_ids {
+                onsale_export::Accounts::Raw
+            } else {
+                onsale_edge::auth::require_secret(
+                    &mut pseudonym_key,
+                    "ONSALE_PSEUDONYM_KEY",
+                    "onsale-dev-pseudonym-key",
+                    dev_mode,
+                )?;
+                onsale_export::Accounts::Pseudonymized(
+                    pseudonym_key.expose_secret().as_bytes().to_vec(),
+                )
+            };
+            let options = onsale_export::Options {
+                out,
+                show,
+                from,
+                until,
+                format,
+                accounts,
+                file_rows,
+                progress: !quiet,
+            };
+            let m = onsale_export::export(&database.pool(2, true)?, &options).await?;
+            println!(
+                "{} events of {} shows in {} files under {} (account ids {})",
+                m.events,
+                m.shows,
+                m.files.len(),
+                options.out.display(),
+                m.account_ids
+            );
+            Ok(())
         }
         Command::Audit {
             command: AuditCommand::Verify { database, show },

@@ -1,0 +1,339 @@
+//! The analysts' export (`onsale export`): the event log (every show, or one; a range of time
+//! or sequence) streamed from PostgreSQL in one statement, so the files are one consistent
+//! snapshot of the log, and written as it arrives, so memory stays bounded whatever the log's
+//! size: rows are typed a chunk at a time, Parquet row groups are capped, files roll over at a
+//! row count. Files are written under a `.partial` name and renamed when complete; the
+//! manifest (`manifest.json`) is written last and lists them.
+
+pub mod row;
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use futures::TryStreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use serde::Serialize;
+use sqlx::{PgPool, Row as _};
+
+pub use row::{Accounts, Row, Stored, Typer};
+
+/// The file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    Parquet,
+    Ndjson,
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "parquet" => Ok(Self::Parquet),
+            "ndjson" => Ok(Self::Ndjson),
+            _ => Err(format!("unknown format {s} (parquet or ndjson)")),
+        }
+    }
+}
+
+impl Format {
+    fn extension(self) -> &'static str {
+        match self {
+            Self::Parquet => "parquet",
+            Self::Ndjson => "ndjson",
+        }
+    }
+}
+
+/// One end of the range exported: a sequence of each show's log (from 1), or an instant
+/// (the events' commit time). Both ends are inclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Bound {
+    Sequence(i64),
+    Time(DateTime<Utc>),
+}
+
+impl std::str::FromStr for Bound {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Ok(n) = s.parse::<i64>() {
+            return if n >= 1 {
+                Ok(Self::Sequence(n))
+            } else {
+                Err("a sequence counts a show's events from 1".into())
+            };
+        }
+        DateTime::parse_from_rfc3339(s)
+            .map(|t| Self::Time(t.with_timezone(&Utc)))
+            .map_err(|_| format!("{s} is neither a sequence nor an RFC 3339 instant"))
+    }
+}
+
+/// What to export, where and how.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub out: PathBuf,
+    pub show: Option<String>,
+    pub from: Option<Bound>,
+    pub until: Option<Bound>,
+    pub format: Format,
+    pub accounts: Accounts,
+    /// Rows per file before the next one starts.
+    pub file_rows: usize,
+    /// Show a progress bar (on standard error).
+    pub progress: bool,
+}
+
+/// Rows typed and written together; and the most a Parquet row group holds (so the writer's
+/// buffers stay small).
+const CHUNK: usize = 8_192;
+const ROW_GROUP: usize = 65_536;
+
+/// One file of an export.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileEntry {
+    pub name: String,
+    pub rows: u64,
+    pub bytes: u64,
+}
+
+/// What an export wrote: `manifest.json`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    pub format: Format,
+    pub schema_version: u32,
+    pub exported_at: DateTime<Utc>,
+    pub show: Option<String>,
+    pub from: Option<Bound>,
+    pub until: Option<Bound>,
+    pub account_ids: &'static str,
+    pub events: u64,
+    pub shows: u64,
+    pub files: Vec<FileEntry>,
+    /// The Parquet columns and their types (NDJSON has the same names).
+    pub columns: Vec<(String, String)>,
+}
+
+enum Writer {
+    Parquet(Box<ArrowWriter<File>>),
+    Ndjson(BufWriter<File>),
+}
+
+/// The files of an export, rolled over every `file_rows` rows.
+struct Files {
+    dir: PathBuf,
+    format: Format,
+    file_rows: usize,
+    open: Option<(Writer, String, u64)>,
+    done: Vec<FileEntry>,
+}
+
+impl Files {
+    fn write(&mut self, rows: &[Row]) -> anyhow::Result<()> {
+        let mut rest = rows;
+        while !rest.is_empty() {
+            if self.open.is_none() {
+                let name = format!("events-{:05}.{}", self.done.len(), self.format.extension());
+                let file = File::create(self.dir.join(format!("{name}.partial")))
+                    .with_context(|| format!("create {name}"))?;
+                let writer = match self.format {
+                    Format::Parquet => {
+                        let props = WriterProperties::builder()
+                            .set_compression(Compression::SNAPPY)
+                            .set_max_row_group_row_count(Some(ROW_GROUP))
+                            .build();
+                        Writer::Parquet(Box::new(ArrowWriter::try_new(
+                            file,
+                            row::schema(),
+                            Some(props),
+                        )?))
+                    }
+                    Format::Ndjson => Writer::Ndjson(BufWriter::new(file)),
+                };
+                self.open = Some((writer, name, 0));
+            }
+            let Some((writer, _, written)) = self.open.as_mut() else {
+                unreachable!("a file was just opened")
+            };
+            let room = self.file_rows - *written as usize;
+            let (now, later) = rest.split_at(rest.len().min(room));
+            match writer {
+                Writer::Parquet(w) => w.write(&row::batch(now)?)?,
+                Writer::Ndjson(w) => {
+                    for r in now {
+                        serde_json::to_writer(&mut *w, r)?;
+                        w.write_all(b"\n")?;
+                    }
+                }
+            }
+            *written += now.len() as u64;
+            if *written as usize >= self.file_rows {
+                self.close()?;
+            }
+            rest = later;
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) -> anyhow::Result<()> {
+        let Some((writer, name, rows)) = self.open.take() else {
+            return Ok(());
+        };
+        match writer {
+            Writer::Parquet(w) => {
+                w.close()?;
+            }
+            Writer::Ndjson(mut w) => {
+                w.flush()?;
+                w.get_ref().sync_all()?;
+            }
+        }
+        let partial = self.dir.join(format!("{name}.partial"));
+        let bytes = std::fs::metadata(&partial)?.len();
+        std::fs::rename(&partial, self.dir.join(&name))?;
+        self.done.push(FileEntry { name, rows, bytes });
+        Ok(())
+    }
+}
+
+/// The statement's filter, shared by the count and the rows. Every parameter is bound, null
+/// when unused; the statement runs once, so PostgreSQL plans it with the values (the show's
+/// rows by the primary key when one is named).
+const FILTER: &str = "aggregate_type = 'show'
+    AND ($1::text IS NULL OR aggregate_id = $1)
+    AND ($2::bigint IS NULL OR sequence >= $2)
+    AND ($3::bigint IS NULL OR sequence <= $3)
+    AND ($4::timestamptz IS NULL OR (metadata->>'at')::timestamptz >= $4)
+    AND ($5::timestamptz IS NULL OR (metadata->>'at')::timestamptz <= $5)";
+
+fn bind<'q>(
+    q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    o: &'q Options,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let seq = |b: Option<Bound>| match b {
+        Some(Bound::Sequence(n)) => Some(n),
+        _ => None,
+    };
+    let time = |b: Option<Bound>| match b {
+        Some(Bound::Time(t)) => Some(t),
+        _ => None,
+    };
+    q.bind(o.show.as_deref())
+        .bind(seq(o.from))
+        .bind(seq(o.until))
+        .bind(time(o.from))
+        .bind(time(o.until))
+}
+
+/// Runs an export into `o.out` (created if missing; it must not hold an export already).
+pub async fn export(pool: &PgPool, o: &Options) -> anyhow::Result<Manifest> {
+    anyhow::ensure!(o.file_rows > 0, "a file holds at least one row");
+    std::fs::create_dir_all(&o.out).with_context(|| format!("create {}", o.out.display()))?;
+    anyhow::ensure!(
+        !o.out.join("manifest.json").exists()
+            && !std::fs::read_dir(&o.out)?.any(|e| e
+                .map(|e| e.file_name().to_string_lossy().starts_with("events-"))
+                .unwrap_or(false)),
+        "{} holds an export already: choose an empty directory",
+        o.out.display()
+    );
+    let total: i64 = bind(sqlx::query(count_sql()), o)
+        .fetch_one(pool)
+        .await
+        .context("count the events")?
+        .try_get(0)?;
+    let bar = if o.progress {
+        ProgressBar::new(total.max(0) as u64).with_style(ProgressStyle::with_template(
+            "{elapsed_precise} {wide_bar} {human_pos}/{human_len} events ({per_sec}, {eta} left)",
+        )?)
+    } else {
+        ProgressBar::hidden()
+    };
+    let sql = format!(
+        "SELECT aggregate_id, sequence, event_type, event_version, payload::text AS payload,
+                (metadata->>'at')::timestamptz AS at, xid::text::bigint AS xid
+           FROM events WHERE {FILTER}
+          ORDER BY aggregate_type, aggregate_id, sequence"
+    );
+    let mut files = Files {
+        dir: o.out.clone(),
+        format: o.format,
+        file_rows: o.file_rows,
+        open: None,
+        done: Vec::new(),
+    };
+    let mut typer = Typer::new(o.accounts.clone());
+    let mut chunk = Vec::with_capacity(CHUNK);
+    let (mut events, mut shows, mut last_show) = (0u64, 0u64, String::new());
+    let mut stream = bind(sqlx::query(&sql), o).fetch(pool);
+    while let Some(r) = stream.try_next().await.context("read the log")? {
+        let stored = Stored {
+            show_id: r.try_get("aggregate_id")?,
+            sequence: r.try_get("sequence")?,
+            event_type: r.try_get("event_type")?,
+            event_version: r.try_get("event_version")?,
+            committed_at: r.try_get("at")?,
+            xid: r.try_get("xid")?,
+            payload: r.try_get("payload")?,
+        };
+        if stored.show_id != last_show {
+            last_show.clone_from(&stored.show_id);
+            shows += 1;
+        }
+        chunk.push(typer.row(stored)?);
+        if chunk.len() == CHUNK {
+            files.write(&chunk)?;
+            events += chunk.len() as u64;
+            bar.inc(chunk.len() as u64);
+            chunk.clear();
+        }
+    }
+    files.write(&chunk)?;
+    events += chunk.len() as u64;
+    bar.inc(chunk.len() as u64);
+    files.close()?;
+    bar.finish_and_clear();
+    let manifest = Manifest {
+        format: o.format,
+        schema_version: 1,
+        exported_at: Utc::now(),
+        show: o.show.clone(),
+        from: o.from,
+        until: o.until,
+        account_ids: o.accounts.mode(),
+        events,
+        shows,
+        files: files.done,
+        columns: row::schema()
+            .fields()
+            .iter()
+            .map(|f| (f.name().clone(), f.data_type().to_string()))
+            .collect(),
+    };
+    write_manifest(&o.out, &manifest)?;
+    Ok(manifest)
+}
+
+fn count_sql() -> &'static str {
+    static COUNT: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| format!("SELECT count(*) FROM events WHERE {FILTER}"));
+    &COUNT
+}
+
+fn write_manifest(dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
+    let partial = dir.join("manifest.json.partial");
+    std::fs::write(&partial, serde_json::to_vec_pretty(manifest)?)?;
+    std::fs::rename(partial, dir.join("manifest.json"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
