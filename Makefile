@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test fuzz-api up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search
+.PHONY: demo test fuzz-api up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
@@ -94,6 +94,9 @@ bench-limits:
 # (ADR 013).
 bench-search:
 	./scripts/bench-search.sh
+
+bench-replay:
+	./scripts/bench-replay.sh
 
 # Hold attempts/s over 20 shows on one node direct, one node behind the router, three nodes
 # behind the router (docs/capacity.md uses the figures).

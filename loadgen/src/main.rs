@@ -3,6 +3,7 @@
 mod drill;
 mod queue;
 mod reads;
+mod replay;
 mod search;
 mod venue;
 
@@ -112,6 +113,25 @@ enum Command {
         /// Also write the catalog and the queries as TSV here (for search-compare).
         #[arg(long)]
         export: Option<std::path::PathBuf>,
+    },
+    /// Replay speed: a log of SHOWS x EVENTS folded from the store and from the topic, and
+    /// read raw with COPY (the log is generated and published once per database).
+    BenchReplay {
+        #[command(flatten)]
+        database: DatabaseSettings,
+        /// Kafka bootstrap servers.
+        #[arg(long)]
+        brokers: String,
+        #[arg(long, default_value_t = 200)]
+        shows: u32,
+        /// Events per show.
+        #[arg(long, default_value_t = 50_000)]
+        events: u32,
+        #[arg(long, default_value_t = 3)]
+        repeat: u32,
+        /// Shows replayed from the store at once.
+        #[arg(long, default_value_t = 2)]
+        concurrency: usize,
     },
     /// SSE fan-out: many subscribers on one show, hold-to-delta latency per subscriber and hold.
     BenchSse {
@@ -231,6 +251,20 @@ async fn main() -> anyhow::Result<()> {
             database.migrate().await?;
             let pool = database.pool(clients as u32 + 2, false)?;
             search::run(pool, base, shows, clients, seconds, export).await
+        }
+        Command::BenchReplay {
+            mut database,
+            brokers,
+            shows,
+            events,
+            repeat,
+            concurrency,
+        } => {
+            database.migrate().await?;
+            // The benchmark's database is its own: the login role writes the log directly.
+            database.database_role.clear();
+            let pool = database.pool(concurrency as u32 + 2, false)?;
+            replay::run(pool, brokers, shows, events, repeat, concurrency).await
         }
         Command::BenchSse {
             base,
