@@ -22,6 +22,9 @@ pub struct Scheduled {
 pub struct Catalog {
     log: Arc<dyn EventLog>,
     shows: moka::future::Cache<ShowId, Arc<Scheduled>>,
+    /// The catalog projection (`catalog_events`): how many seats are available, for the event
+    /// page's status (`SOLD_OUT`).
+    projection: Option<sqlx::PgPool>,
 }
 
 impl Catalog {
@@ -32,7 +35,27 @@ impl Catalog {
             // A show's schedule is a few kilobytes: 100,000 of them fit in a few hundred MB at
             // worst; the least used go first.
             shows: moka::future::Cache::builder().max_capacity(100_000).build(),
+            projection: None,
         }
+    }
+
+    /// Reads availability from the catalog projection on `pool` too.
+    pub fn with_projection(mut self, pool: sqlx::PgPool) -> Self {
+        self.projection = Some(pool);
+        self
+    }
+
+    /// Seats available now, as the catalog projection has it; `None` when it has not seen the
+    /// show yet (scheduled a moment ago) or cannot be read: the page then goes without it.
+    pub async fn available(&self, show: ShowId) -> Option<i32> {
+        let pool = self.projection.as_ref()?;
+        sqlx::query_scalar("SELECT available FROM catalog_events WHERE event_id = $1")
+            .bind(show.to_string())
+            .fetch_optional(pool)
+            .await
+            .inspect_err(|e| tracing::warn!(error = %e, "catalog projection not read"))
+            .ok()
+            .flatten()
     }
 
     /// A venue as registered, read through the read pool; `None` if there is none.

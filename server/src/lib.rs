@@ -161,7 +161,8 @@ impl Server {
             shutdown.clone(),
             tracker.clone(),
         );
-        let catalog = Catalog::new(Arc::new(PgEventLog::new(pool.clone())));
+        let catalog =
+            Catalog::new(Arc::new(PgEventLog::new(pool.clone()))).with_projection(pool.clone());
         let mut server = Self {
             settings,
             shows,

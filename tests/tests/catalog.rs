@@ -202,6 +202,29 @@ async fn fans_find_shows_by_name_despite_typos_and_by_city_date_status_and_price
         .collect();
     assert_eq!(sold_out.len(), 1);
     assert_eq!(sold_out[0]["eventId"], stooges.as_str());
+    // The event page says so too (its availability from the same projection).
+    let fan = rp.app.fan("browser");
+    let (status, page) = rp.app.get(&format!("/v1/events/{stooges}"), &fan).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(
+        (&page["status"], &page["availableSeats"]),
+        (&json!("SOLD_OUT"), &json!(0))
+    );
+    let on_sale = all["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .find(|e| e["status"] == "ON_SALE")
+        .expect("a show on sale");
+    let (_, page) = rp
+        .app
+        .get(
+            &format!("/v1/events/{}", on_sale["eventId"].as_str().expect("id")),
+            &fan,
+        )
+        .await;
+    assert_eq!(page["status"], "ON_SALE");
+    assert_eq!(page["availableSeats"], page["seatCount"]);
 
     // Words, ranked; a typo in the performer or the name still finds the show.
     let (status, found) = search(&rp, "q=metallica").await;

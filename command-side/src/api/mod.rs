@@ -395,7 +395,9 @@ async fn create_event(
         .into_response())
 }
 
-/// The event page: catalog facts, sections and prices. Cacheable.
+/// The event page: catalog facts, sections and prices (from the show's first event), seats
+/// available and the status (`SCHEDULED`, `ON_SALE`, `SOLD_OUT`, `STARTED`; from the catalog
+/// projection). Cacheable.
 #[utoipa::path(get, path = "/v1/events/{id}", params(("id" = String, Path)),
     responses((status = 200, description = "the event document"), (status = 304), (status = 404, body = Problem)))]
 async fn get_event(
@@ -407,12 +409,17 @@ async fn get_event(
     let now = state.shows.clock().now();
     let scheduled = state.catalog.get(show_id).await?;
     let (info, layout) = (&scheduled.info, &scheduled.layout);
-    let status = if now < info.on_sale_at {
-        "SCHEDULED"
-    } else if now < info.starts_at {
-        "ON_SALE"
-    } else {
+    // The facts come from the show's first event, the availability from the catalog
+    // projection (absent for a moment after the show is scheduled: then all seats are).
+    let available = state.catalog.available(show_id).await;
+    let status = if now >= info.starts_at {
         "STARTED"
+    } else if available == Some(0) {
+        "SOLD_OUT"
+    } else if now < info.on_sale_at {
+        "SCHEDULED"
+    } else {
+        "ON_SALE"
     };
     let sections: Vec<Value> = layout
         .sections()
@@ -443,6 +450,7 @@ async fn get_event(
         "waitingRoom": info.waiting_room,
         "holdTtlSeconds": info.hold_ttl_seconds,
         "seatCount": layout.seat_count(),
+        "availableSeats": available.map_or(i64::from(layout.seat_count()), i64::from),
         "sections": sections,
     });
     let body = serde_json::to_vec(&doc)
