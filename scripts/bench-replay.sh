@@ -4,7 +4,9 @@
 # store (EventLog::replay of every show, BENCH_CONCURRENCY (2) at once), from the topic (read
 # from offset 0 and folded per show), and the same rows read raw with COPY (the limit). Its
 # own PostgreSQL and broker; the log is generated (COPY) and published (the relay's backfill)
-# first, outside the figures. Prints the medians (events/s) into target/bench/replay.md.
+# first, outside the figures. Prints the medians (events/s) into target/bench/replay.md, then
+# runs `onsale export` of the whole log once more as its own process: its time and peak
+# memory (the export streams: its memory does not grow with the log).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-bench-replay.XXXXXX)
@@ -25,7 +27,7 @@ cleanup() {
 trap cleanup EXIT
 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
 "$ROOT/scripts/stack.sh" broker-up "$DIR" "$KAFKA"
-(cd "$ROOT" && cargo build --release -q -p onsale-loadgen)
+(cd "$ROOT" && cargo build --release -q -p onsale-loadgen -p onsale-server)
 "$ROOT/target/release/onsale-loadgen" bench-replay \
   --database-url "postgres://onsale@127.0.0.1:$PORT/onsale" --brokers "127.0.0.1:$KAFKA" \
   --shows "$SHOWS" --events "$EVENTS" --repeat "$REPEAT" --concurrency "$CONCURRENCY" | tee -a "$RESULTS"
@@ -43,4 +45,18 @@ copy = statistics.median(r[2] for r in rows.get("COPY raw (no decoding)", [(0, 0
 for name, runs in rows.items():
     rate = statistics.median(r[2] for r in runs)
     print(f"| {name} | {len(runs)} | {runs[0][0]:,} | {statistics.median(r[1] for r in runs):.1f} | {rate:,.0f} | {rate / copy:.2f} |")
+PY
+DATABASE_URL="postgres://onsale@127.0.0.1:$PORT/onsale" ONSALE_DEV_MODE=1 \
+  python3 - "$ROOT/target/release/onsale" "$DIR/export" <<'PY' | tee -a "$OUT/replay.md"
+import json, resource, subprocess, sys, time
+started = time.monotonic()
+subprocess.run([sys.argv[1], "export", "--out", sys.argv[2], "--quiet"], check=True,
+               stdout=subprocess.DEVNULL)
+secs = time.monotonic() - started
+rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+m = json.load(open(f"{sys.argv[2]}/manifest.json"))
+size = sum(f["bytes"] for f in m["files"]) / 2**20
+print(f"\n`onsale export` (its own process): {m['events']:,} events in {secs:.1f} s "
+      f"({m['events'] / secs:,.0f} events/s), {len(m['files'])} Parquet files of {size:,.0f} MiB, "
+      f"peak resident memory {rss_mb:,.0f} MiB")
 PY
