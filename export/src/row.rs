@@ -77,7 +77,7 @@ pub struct Stored {
     pub payload: String,
 }
 
-/// One exported event. NDJSON writes the fields that are set, Parquet every column.
+/// One exported event: every column in both formats, null where the event has no such field.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Row {
     pub show_id: String,
@@ -86,54 +86,31 @@ pub struct Row {
     pub event_version: String,
     pub committed_at: DateTime<Utc>,
     pub xid: i64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub actor: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub account_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub hold_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub order_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub seat_ids: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub taken_seat_ids: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<DateTime<Utc>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub best_available: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub total_cents: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub refund_id: Option<String>,
     /// When the event says it happened (an order's placement, a payment's outcome).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub event_at: Option<DateTime<Utc>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub venue_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub venue_name: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub city: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub show_name: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub performer: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub starts_at: Option<DateTime<Utc>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub on_sale_at: Option<DateTime<Utc>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub hold_ttl_seconds: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_room: Option<bool>,
     /// Cents per price tier, as JSON.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub prices: Option<String>,
     /// The venue's sections, rows and seats when the show was scheduled, as JSON.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub layout: Option<String>,
 }
 
