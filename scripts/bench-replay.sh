@@ -3,7 +3,7 @@
 # million, folded back into shows BENCH_REPEAT (3) times, side by side in one run: from the
 # store (EventLog::replay of every show, BENCH_CONCURRENCY (2) at once), from the topic (read
 # from offset 0 and folded per show), and the same rows read raw with COPY (the limit). Its
-# own PostgreSQL and broker; the log is generated (COPY) and published (the relay's backfill)
+# own PostgreSQL and broker; the log is generated (COPY) and published (the relay's gap fill)
 # first, outside the figures. Prints the medians (events/s) into target/bench/replay.md, then
 # runs `onsale export` of the whole log once more as its own process: its time and peak
 # memory (the export streams: its memory does not grow with the log).
