@@ -56,10 +56,18 @@ uuid_id!(VenueId, "venue");
 macro_rules! show_scoped_id {
     ($name:ident, $prefix:literal, $what:literal) => {
         #[doc = concat!("The id of a ", $what, ", carrying its show so that it routes without a lookup.")]
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
         pub struct $name {
             show: ShowId,
             id: Uuid,
+        }
+
+        /// Hashes the id's own part only: the ids a map holds are a show's, all with the same
+        /// show part, and equal ids still hash equal.
+        impl std::hash::Hash for $name {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                state.write_u128(self.id.as_u128());
+            }
         }
 
         impl $name {
@@ -101,11 +109,32 @@ macro_rules! show_scoped_id {
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = String::deserialize(d)?;
-                s.parse().map_err(serde::de::Error::custom)
+                d.deserialize_str(Parsed::<Self>::new(concat!($what, " id")))
             }
         }
     };
+}
+
+/// Deserializes a validated id straight from the text the deserializer holds, without a
+/// `String` in between (a log replay decodes millions of ids).
+struct Parsed<T>(&'static str, std::marker::PhantomData<T>);
+
+impl<T> Parsed<T> {
+    fn new(what: &'static str) -> Self {
+        Self(what, std::marker::PhantomData)
+    }
+}
+
+impl<T: FromStr<Err = ShowError>> serde::de::Visitor<'_> for Parsed<T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a valid {}", self.0)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<T, E> {
+        s.parse().map_err(E::custom)
+    }
 }
 
 show_scoped_id!(HoldId, "h", "hold");
@@ -132,8 +161,10 @@ pub struct SeatId(String);
 
 impl SeatId {
     pub fn parse(s: &str) -> Result<Self, ShowError> {
-        let shown: String = s.chars().take(80).collect();
-        let bad = || ShowError::Invalid(format!("{shown:?} is not a seat id (section-row-number)"));
+        let bad = || {
+            let shown: String = s.chars().take(80).collect();
+            ShowError::Invalid(format!("{shown:?} is not a seat id (section-row-number)"))
+        };
         let mut parts = s.rsplitn(3, '-');
         let (number, row, section) = (parts.next(), parts.next(), parts.next());
         let (Some(number), Some(row), Some(section)) = (number, row, section) else {
@@ -172,8 +203,7 @@ impl fmt::Display for SeatId {
 
 impl<'de> Deserialize<'de> for SeatId {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
+        d.deserialize_str(Parsed::<Self>::new("seat id"))
     }
 }
 
@@ -223,10 +253,16 @@ macro_rules! text_id {
             }
         }
 
+        impl FromStr for $name {
+            type Err = ShowError;
+            fn from_str(s: &str) -> Result<Self, ShowError> {
+                Self::parse(s)
+            }
+        }
+
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = String::deserialize(d)?;
-                Self::parse(&s).map_err(serde::de::Error::custom)
+                d.deserialize_str(Parsed::<Self>::new($what))
             }
         }
     };

@@ -9,6 +9,7 @@
 //! the log only keeps what was decided, in order, once.
 
 pub mod chain;
+mod copy;
 mod memory;
 mod pg;
 
@@ -203,31 +204,48 @@ fn start_from(id: &str, snapshot: Option<(i64, String)>) -> Result<(Show, i64)> 
     }
 }
 
-/// `start` with `rows` (the events after it, in order) applied; a hole in the sequence is
+/// A show being rebuilt: `start` with the events after it applied one by one, in order, as
+/// they are read (the rows are never all held at once); a hole in the sequence is
 /// [`StoreError::Corrupt`].
-fn rebuilt(
-    id: &str,
-    (mut show, from): (Show, i64),
-    rows: impl IntoIterator<Item = (i64, String)>,
-) -> Result<LoadedShow> {
-    use cqrs_es::Aggregate;
-    let mut version = from;
-    for (seq, payload) in rows {
-        if seq != version + 1 {
+struct Fold<'a> {
+    id: &'a str,
+    show: Show,
+    from: i64,
+    version: i64,
+}
+
+impl<'a> Fold<'a> {
+    fn new(id: &'a str, (show, from): (Show, i64)) -> Self {
+        Self {
+            id,
+            show,
+            from,
+            version: from,
+        }
+    }
+
+    fn push(&mut self, seq: i64, payload: &str) -> Result<()> {
+        use cqrs_es::Aggregate;
+        if seq != self.version + 1 {
             return Err(StoreError::Corrupt(format!(
-                "{id}: sequence {seq} follows {version}"
+                "{}: sequence {seq} follows {}",
+                self.id, self.version
             )));
         }
-        let event: ShowEvent = serde_json::from_str(&payload)
-            .map_err(|e| StoreError::Corrupt(format!("{id}@{seq}: {e}")))?;
-        show.apply(event);
-        version = seq;
+        let event: ShowEvent = serde_json::from_str(payload)
+            .map_err(|e| StoreError::Corrupt(format!("{}@{seq}: {e}", self.id)))?;
+        self.show.apply(event);
+        self.version = seq;
+        Ok(())
     }
-    Ok(LoadedShow {
-        show,
-        version,
-        snapshot_version: from,
-    })
+
+    fn done(self) -> LoadedShow {
+        LoadedShow {
+            show: self.show,
+            version: self.version,
+            snapshot_version: self.from,
+        }
+    }
 }
 
 /// The PostgreSQL database of the event store and the read models, as every process reaches it.

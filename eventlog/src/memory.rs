@@ -11,7 +11,7 @@ use cqrs_es::{Aggregate, DomainEvent};
 use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId, VENUE_TYPE};
 
 use crate::{
-    rebuilt, start_from, Claim, EventLog, LoadedShow, LogRow, Node, Result, ScanKey, StoreError,
+    start_from, Claim, EventLog, Fold, LoadedShow, LogRow, Node, Result, ScanKey, StoreError,
 };
 
 /// What the next appends do besides (or instead of) committing.
@@ -89,17 +89,20 @@ impl MemoryEventLog {
         self.lock().appends
     }
 
-    fn tail(&self, id: &str, after: i64) -> Vec<(i64, String)> {
-        self.lock()
+    /// `start` with the show's events after it applied.
+    fn fold(&self, id: &str, start: (Show, i64)) -> Result<LoadedShow> {
+        let after = start.1;
+        let mut fold = Fold::new(id, start);
+        if let Some(rows) = self
+            .lock()
             .rows
             .get(&(Show::TYPE.to_owned(), id.to_owned()))
-            .map(|rows| {
-                rows.iter()
-                    .filter(|r| r.sequence > after)
-                    .map(|r| (r.sequence, r.payload.clone()))
-                    .collect()
-            })
-            .unwrap_or_default()
+        {
+            for r in rows.iter().filter(|r| r.sequence > after) {
+                fold.push(r.sequence, &r.payload)?;
+            }
+        }
+        Ok(fold.done())
     }
 
     fn insert(&self, key: (String, String), after: i64, new: Vec<LogRow>) -> Result<()> {
@@ -176,13 +179,12 @@ impl EventLog for MemoryEventLog {
             .get(&id)
             .and_then(|s| s.last().cloned());
         let start = start_from(&id, snapshot)?;
-        let rows = self.tail(&id, start.1);
-        rebuilt(&id, start, rows)
+        self.fold(&id, start)
     }
 
     async fn replay(&self, show: ShowId) -> Result<LoadedShow> {
         let id = show.to_string();
-        rebuilt(&id, (Show::default(), 0), self.tail(&id, 0))
+        self.fold(&id, (Show::default(), 0))
     }
 
     async fn read_range(

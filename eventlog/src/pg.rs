@@ -11,8 +11,9 @@ use sqlx::Row;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::copy::CopyRows;
 use crate::{
-    rebuilt, start_from, Claim, EventLog, LoadedShow, LogRow, Node, Result, ScanKey, StoreError,
+    start_from, Claim, EventLog, Fold, LoadedShow, LogRow, Node, Result, ScanKey, StoreError,
 };
 
 impl From<sqlx::Error> for StoreError {
@@ -91,17 +92,72 @@ impl PgEventLog {
         }
     }
 
-    async fn tail(&self, id: &str, after: i64) -> Result<Vec<(i64, String)>> {
-        Ok(sqlx::query_as(
-            "SELECT sequence, payload::text FROM events
-              WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence > $3
-              ORDER BY sequence",
+    /// `start` with the show's events after it (up to `upto`) applied, each decoded as its
+    /// row arrives: PostgreSQL sends the next rows while this task folds the last ones, and
+    /// the rows are never all in memory at once. Read with a binary `COPY` (module `copy`):
+    /// no escapes, and none of the driver's per-row work.
+    ///
+    /// The rows are read in the primary key's order, with the planner's sequential and bitmap
+    /// scans off for the statement: its cost model prices the whole result, and when a show
+    /// is a good part of the table (a young store, a hot show) it picks a scan and a sort,
+    /// which holds the first row back until the last is read (and may spill to disk); the
+    /// index streams them in order at once, about twice as fast (ADR 014).
+    async fn fold(&self, show: ShowId, start: (Show, i64), upto: i64) -> Result<LoadedShow> {
+        use futures::TryStreamExt;
+        let id = show.to_string();
+        let after = start.1;
+        let mut fold = Fold::new(&id, start);
+        // COPY takes no parameters: the statement carries a show id (a UUID's text) and two
+        // integers, nothing a caller wrote.
+        let statement = format!(
+            "COPY (SELECT sequence, payload FROM events
+                    WHERE aggregate_type = '{}' AND aggregate_id = '{id}'
+                      AND sequence > {after} AND sequence <= {upto}
+                    ORDER BY sequence) TO STDOUT (FORMAT binary)",
+            Show::TYPE
+        );
+        let mut copy = Copying {
+            conn: self.pool.acquire().await?,
+            done: false,
+        };
+        sqlx::query(
+            "SELECT set_config(name, 'off', false) FROM pg_settings
+              WHERE name IN ('enable_seqscan', 'enable_bitmapscan')",
         )
-        .bind(Show::TYPE)
-        .bind(id)
-        .bind(after)
-        .fetch_all(&self.pool)
-        .await?)
+        .execute(&mut *copy.conn)
+        .await?;
+        let mut rows = CopyRows::default();
+        let mut chunks = copy.conn.copy_out_raw(&statement).await?;
+        while let Some(chunk) = chunks.try_next().await? {
+            rows.feed(&chunk, |seq, payload| fold.push(seq, payload))?;
+        }
+        drop(chunks);
+        sqlx::query(
+            "SELECT set_config(name, reset_val, false) FROM pg_settings
+              WHERE name IN ('enable_seqscan', 'enable_bitmapscan')",
+        )
+        .execute(&mut *copy.conn)
+        .await?;
+        copy.done = true;
+        rows.finish()?;
+        Ok(fold.done())
+    }
+}
+
+/// A connection lent to a fold: unless the fold read its copy to the end and put the planner
+/// back as it was, it is closed rather than handed back to the pool with the rest of a copy
+/// still coming or the scans still off (a fold stopped at a corrupt row, or its caller gave
+/// up on it).
+struct Copying {
+    conn: sqlx::pool::PoolConnection<sqlx::Postgres>,
+    done: bool,
+}
+
+impl Drop for Copying {
+    fn drop(&mut self) {
+        if !self.done {
+            self.conn.close_on_drop();
+        }
     }
 }
 
@@ -175,18 +231,7 @@ impl PgEventLog {
         .await?;
         let start = start_from(&id, snapshot)?;
         let snapshot_version = start.1;
-        let rows: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT sequence, payload::text FROM events
-              WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence > $3 AND sequence <= $4
-              ORDER BY sequence",
-        )
-        .bind(Show::TYPE)
-        .bind(&id)
-        .bind(snapshot_version)
-        .bind(target)
-        .fetch_all(&self.pool)
-        .await?;
-        let loaded = rebuilt(&id, start, rows)?;
+        let loaded = self.fold(show, start, target).await?;
         if loaded.version != target {
             return Err(StoreError::Corrupt(format!(
                 "{id}: rebuilt to {} of {target}",
@@ -321,14 +366,11 @@ impl EventLog for PgEventLog {
         .fetch_optional(&self.pool)
         .await?;
         let start = start_from(&id, snapshot)?;
-        let rows = self.tail(&id, start.1).await?;
-        rebuilt(&id, start, rows)
+        self.fold(show, start, i64::MAX).await
     }
 
     async fn replay(&self, show: ShowId) -> Result<LoadedShow> {
-        let id = show.to_string();
-        let rows = self.tail(&id, 0).await?;
-        rebuilt(&id, (Show::default(), 0), rows)
+        self.fold(show, (Show::default(), 0), i64::MAX).await
     }
 
     async fn read_range(

@@ -360,12 +360,15 @@ async fn from_store(pool: &PgPool, concurrency: usize) -> anyhow::Result<Figure>
     let versions: Vec<i64> = futures::stream::iter(ids)
         .map(|id| {
             let log = log.clone();
-            async move {
+            // Each show on a task of its own, as an owner loads it: the runtime's threads
+            // fold `concurrency` shows at once, on as many cores.
+            tokio::spawn(async move {
                 let show: ShowId = id.parse()?;
                 Ok::<_, anyhow::Error>(log.replay(show).await?.version)
-            }
+            })
         })
         .buffer_unordered(concurrency)
+        .map(|joined| joined?)
         .try_collect()
         .await?;
     Ok(Figure {

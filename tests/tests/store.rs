@@ -312,3 +312,66 @@ async fn the_sweeper_expires_a_lapsed_hold_by_its_identity() {
     let (status, _) = app.order(&json!(hold_id.to_string()), &ann, "late").await;
     assert_eq!(status, 409, "an order on an expired hold is refused");
 }
+
+/// A show is folded from a binary `COPY` on a connection of the pool, with the planner's scans
+/// off for it: a fold stopped by a corrupt row must not hand the connection back with the rest
+/// of the copy still coming, and a fold that ends must hand it back as it found it.
+#[tokio::test]
+async fn a_fold_stopped_by_a_corrupt_row_leaves_its_pool_as_it_found_it() {
+    use onsale_eventlog::{DatabaseSettings, EventLog, PgEventLog, StoreError};
+    let db = TestDb::new().await.expect("db");
+    let app = TestApp::spawn(&db).await.expect("app");
+    let good = app.on_sale_event(1, 2, 10, None).await;
+    let broken = app.on_sale_event(1, 2, 10, None).await;
+    for (n, seat) in ["S1-R1-1", "S1-R1-2", "S1-R2-1"].iter().enumerate() {
+        for event in [&good, &broken] {
+            let (status, _) = hold_seat(&app, event, &format!("fan{n}"), seat).await;
+            assert_eq!(status, 201);
+        }
+    }
+    // Past the holds, a row that is no event (written by the owner role, as an intruder
+    // could): nothing appends to the show after it.
+    let owner = db.pool().await.expect("owner pool");
+    sqlx::query(
+        "INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata)
+         SELECT 'show', $1, max(sequence) + 1, 'Nope', '1', '{\"Nope\": {}}', '{}'
+           FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1",
+    )
+    .bind(&broken)
+    .execute(&owner)
+    .await
+    .expect("a broken row");
+
+    // One connection, so the fold after the broken one gets the very same one, or a new one.
+    let pool = DatabaseSettings {
+        database_url: db.url.clone(),
+        pool_size: 1,
+        database_role: onsale_eventlog::APP_ROLE.into(),
+    }
+    .pool(1, false)
+    .expect("pool");
+    let log = PgEventLog::new(pool.clone());
+    let broken: ShowId = broken.parse().expect("id");
+    match log.replay(broken).await {
+        Err(StoreError::Corrupt(why)) => assert!(why.contains("@5"), "{why}"),
+        other => panic!("the broken row is refused: {:?}", other.map(|l| l.version)),
+    }
+    let good: ShowId = good.parse().expect("id");
+    for _ in 0..3 {
+        let loaded = log
+            .replay(good)
+            .await
+            .expect("the next fold reads its show");
+        assert_eq!(loaded.version, 4);
+        assert_eq!(loaded.show.holds().count(), 3);
+        let load = log.load(good).await.expect("load");
+        assert_eq!(load.version, 4);
+    }
+    let scans: Vec<String> = sqlx::query_scalar(
+        "SELECT setting FROM pg_settings WHERE name IN ('enable_seqscan', 'enable_bitmapscan')",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("settings");
+    assert_eq!(scans, ["on", "on"], "the planner is back as it was");
+}

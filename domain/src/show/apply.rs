@@ -68,8 +68,14 @@ impl Show {
         let Some(hold) = self.holds.get(hold_id).filter(|h| h.forgettable()) else {
             return;
         };
-        let account = hold.account.clone();
-        let finished = self.index.account_finished.entry(account).or_default();
+        let finished = match self.index.account_finished.get_mut(&hold.account) {
+            Some(finished) => finished,
+            None => self
+                .index
+                .account_finished
+                .entry(hold.account.clone())
+                .or_default(),
+        };
         finished.insert(*hold_id);
         while finished.len() > FINISHED_HOLDS_KEPT_PER_ACCOUNT {
             if let Some(oldest) = finished.pop_first() {
@@ -151,11 +157,7 @@ impl Aggregate for Show {
                 if let Some(idem) = idempotency {
                     self.remember(&account_id, idem, Outcome::Hold(hold_id), expires_at);
                 }
-                self.index
-                    .account_holds
-                    .entry(account_id.clone())
-                    .or_default()
-                    .push(hold_id);
+                push_to(&mut self.index.account_holds, &account_id, hold_id);
                 self.index.expiry.insert((expires_at, hold_id));
                 self.holds.insert(
                     hold_id,
@@ -194,11 +196,7 @@ impl Aggregate for Show {
                     Outcome::Order(order_id),
                     placed_at,
                 );
-                self.index
-                    .account_orders
-                    .entry(account_id.clone())
-                    .or_default()
-                    .push(order_id);
+                push_to(&mut self.index.account_orders, &account_id, order_id);
                 self.orders.insert(
                     order_id,
                     Order {
@@ -274,6 +272,17 @@ impl Aggregate for Show {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Adds `item` to `account`'s list, cloning the account id only for its first item (a log
+/// replay applies millions of events: a clone per event is measurable).
+fn push_to<T>(map: &mut HashMap<AccountId, Vec<T>>, account: &AccountId, item: T) {
+    match map.get_mut(account) {
+        Some(items) => items.push(item),
+        None => {
+            map.insert(account.clone(), vec![item]);
         }
     }
 }
