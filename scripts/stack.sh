@@ -15,6 +15,7 @@
 #   scripts/stack.sh broker-lib              resolve the broker's jars if missing, print their dir
 #   scripts/stack.sh py-tools                install grpcio-tools, duckdb, confluent-kafka if missing, print the python
 #   scripts/stack.sh fuzz-tools              install schemathesis if missing, print its command
+#   scripts/stack.sh prom-tools              install promtool (Debian's prometheus) if missing, print its command
 #   scripts/stack.sh ha-tools                install etcd, HAProxy and Patroni if missing
 #   scripts/stack.sh ha-up DIR BASE          replicated PostgreSQL (3 nodes, Patroni, HAProxy on BASE)
 #   scripts/stack.sh ha-down DIR             stop it and remove DIR
@@ -287,6 +288,16 @@ fuzz_tools() {
     "$FUZZ_VENV/bin/pip" install -q 'schemathesis==4.32.5' >&2
   fi
   echo "$FUZZ_VENV/bin/schemathesis"
+}
+
+# promtool, to check the alerting rules (telemetry/alerts) and run their tests. Debian's
+# package brings the server too; nothing here starts it.
+prom_tools() {
+  if ! command -v promtool >/dev/null; then
+    echo "installing prometheus (for promtool)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+  fi
+  command -v promtool
 }
 
 # A throwaway Redis (no persistence: the waiting room's state is soft and rebuilt by joins).
@@ -797,6 +808,7 @@ case "${1:-}" in
   redis-down) redis_down "$2" ;;
   py-tools) py_tools ;;
   fuzz-tools) fuzz_tools ;;
+  prom-tools) prom_tools ;;
   ha-tools) ensure_ha ;;
   ha-up) ha_up "$2" "$3" ;;
   ha-down) ha_down "$2" ;;

@@ -27,6 +27,9 @@ export ONSALE_TEST_PYTHON
 # schemathesis, for the short fuzzing of the API against its OpenAPI document.
 ONSALE_TEST_SCHEMATHESIS=$("$ROOT/scripts/stack.sh" fuzz-tools)
 export ONSALE_TEST_SCHEMATHESIS
+# promtool, for the alerting rules and their tests.
+ONSALE_TEST_PROMTOOL=$("$ROOT/scripts/stack.sh" prom-tools)
+export ONSALE_TEST_PROMTOOL
 cd "$ROOT"
 # The crate graph of ARCHITECTURE.md: the domain stays free of I/O crates, the query side and
 # the waiting room do not reach into the command side, and the onsale binary does not link the

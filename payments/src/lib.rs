@@ -264,6 +264,9 @@ pub async fn run_jobs(
                 if let Some(Err(e)) = shutdown.run_until_cancelled(monitor::check(&pool)).await {
                     tracing::warn!(error = %format!("{e:#}"), "invariant check failed");
                 }
+                if let Some(Err(e)) = shutdown.run_until_cancelled(monitor::lags(&pool)).await {
+                    tracing::warn!(error = %format!("{e:#}"), "lags not read");
+                }
             }
         }
     }

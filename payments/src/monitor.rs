@@ -80,3 +80,44 @@ pub async fn check(pool: &PgPool) -> anyhow::Result<Vec<Violation>> {
     }
     Ok(violations)
 }
+
+/// The lags the alerts watch, read from the tables (so a stuck sweeper, issuer or worker is
+/// seen by another process than itself): holds still active past their expiry, confirmed
+/// seats without a live ticket, and the payment work list's depth and oldest unclaimed row.
+#[derive(Debug, Clone, Copy, PartialEq, sqlx::FromRow)]
+pub struct Lags {
+    pub hold_expiry_secs: f64,
+    pub ticket_issuance_secs: f64,
+    pub payment_outbox_depth: i64,
+    pub payment_oldest_unclaimed_secs: f64,
+}
+
+pub async fn lags<'e>(db: impl sqlx::PgExecutor<'e>) -> anyhow::Result<Lags> {
+    let lags: Lags = sqlx::query_as(
+        "SELECT
+           coalesce((SELECT extract(epoch FROM now() - min(expires_at))::float8
+                       FROM holds_view WHERE status = 'ACTIVE' AND expires_at < now()), 0)
+             AS hold_expiry_secs,
+           coalesce((SELECT extract(epoch FROM now() - min(o.updated_at))::float8
+                       FROM orders_view o, unnest(o.seat_ids) s
+                      WHERE o.status = 'CONFIRMED'
+                        AND NOT EXISTS (SELECT 1 FROM tickets t
+                                         WHERE t.order_id = o.order_id AND t.seat_id = s
+                                           AND t.revoked_at IS NULL)), 0)
+             AS ticket_issuance_secs,
+           (SELECT count(*) FROM payments WHERE state <> 'done') AS payment_outbox_depth,
+           coalesce((SELECT extract(epoch FROM now() - min(due_at))::float8
+                       FROM payments
+                      WHERE state <> 'done' AND due_at < now()
+                        AND (lease_until IS NULL OR lease_until < now())), 0)
+             AS payment_oldest_unclaimed_secs",
+    )
+    .fetch_one(db)
+    .await?;
+    use onsale_telemetry::metrics as m;
+    metrics::gauge!(m::HOLD_EXPIRY_LAG_SECONDS).set(lags.hold_expiry_secs);
+    metrics::gauge!(m::TICKET_ISSUANCE_LAG_SECONDS).set(lags.ticket_issuance_secs);
+    metrics::gauge!(m::PAYMENT_OUTBOX_DEPTH).set(lags.payment_outbox_depth as f64);
+    metrics::gauge!(m::PAYMENT_OLDEST_UNCLAIMED_SECONDS).set(lags.payment_oldest_unclaimed_secs);
+    Ok(lags)
+}

@@ -42,6 +42,9 @@ pub const COMMIT_SECONDS: &str = "onsale_commit_seconds";
 pub const EVENTS_COMMITTED_TOTAL: &str = "onsale_events_committed_total";
 /// Hold requests answered, by outcome (the 409 rate is conflict over all).
 pub const HOLD_REQUESTS_TOTAL: &str = "onsale_hold_requests_total";
+/// How long the oldest hold still active is past its expiry (0 when none is): the sweeper's
+/// lag, read from the holds read model by the invariant monitor.
+pub const HOLD_EXPIRY_LAG_SECONDS: &str = "onsale_hold_expiry_lag_seconds";
 /// Hold request latency at the edge.
 pub const HOLD_SECONDS: &str = "onsale_hold_seconds";
 /// Violations the invariant monitor found in its last run, by check (must be 0).
@@ -54,6 +57,10 @@ pub const ORDERS_CANCELLED_TOTAL: &str = "onsale_orders_cancelled_total";
 pub const PAYMENT_CHARGE_CALLS_TOTAL: &str = "onsale_payment_charge_calls_total";
 /// Orders failed because their payment stayed unknown past the ambiguity bound.
 pub const PAYMENT_FORCED_RESOLUTIONS_TOTAL: &str = "onsale_payment_forced_resolutions_total";
+/// How long the oldest payment due has waited for a worker to claim it (0 when none waits).
+pub const PAYMENT_OLDEST_UNCLAIMED_SECONDS: &str = "onsale_payment_oldest_unclaimed_seconds";
+/// Payments on the work list not resolved yet (the outbox's depth).
+pub const PAYMENT_OUTBOX_DEPTH: &str = "onsale_payment_outbox_depth";
 /// Age of the oldest payment not resolved yet.
 pub const PAYMENT_OLDEST_PENDING_SECONDS: &str = "onsale_payment_oldest_pending_seconds";
 /// Payment outcomes the show's state table refused (the order had already moved).
@@ -117,6 +124,9 @@ pub const SEAT_MAP_SEQ: &str = "onsale_seat_map_seq";
 pub const SHOW_LOAD_SECONDS: &str = "onsale_show_load_seconds";
 /// Open SSE and gRPC delta streams.
 pub const STREAM_SUBSCRIBERS: &str = "onsale_stream_subscribers";
+/// How long the oldest confirmed order with a seat and no live ticket has been confirmed (0
+/// when every confirmed seat has its ticket): the ticket issuer's lag.
+pub const TICKET_ISSUANCE_LAG_SECONDS: &str = "onsale_ticket_issuance_lag_seconds";
 /// Orders whose tickets were issued.
 pub const TICKETS_ISSUED_ORDERS_TOTAL: &str = "onsale_tickets_issued_orders_total";
 /// Appends refused by the version check (another writer appended first).
@@ -196,7 +206,23 @@ pub fn describe() {
         HOLD_REQUESTS_TOTAL,
         "Hold requests answered, by outcome (the 409 rate is conflict over all)."
     );
+    describe_gauge!(
+        HOLD_EXPIRY_LAG_SECONDS,
+        "How long the oldest hold still active is past its expiry (0 when none is)."
+    );
     describe_histogram!(HOLD_SECONDS, "Hold request latency at the edge.");
+    describe_gauge!(
+        PAYMENT_OLDEST_UNCLAIMED_SECONDS,
+        "How long the oldest payment due has waited for a worker to claim it (0 when none waits)."
+    );
+    describe_gauge!(
+        PAYMENT_OUTBOX_DEPTH,
+        "Payments on the work list not resolved yet."
+    );
+    describe_gauge!(
+        TICKET_ISSUANCE_LAG_SECONDS,
+        "How long the oldest confirmed order with a seat and no live ticket has been confirmed (0 when none)."
+    );
     describe_gauge!(
         INVARIANT_VIOLATIONS,
         "Violations the invariant monitor found in its last run, by check (must be 0)."

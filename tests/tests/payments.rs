@@ -894,3 +894,56 @@ async fn the_invariant_monitor_alarms_on_a_confirmed_order_without_a_live_ticket
     monitor_finds(&p, "confirmed_without_ticket", "S1-R1-1").await;
     p.stop().await;
 }
+
+/// The lags the alerts watch come from the tables: nothing lags on a healthy sale; a hold left
+/// active past its expiry, a confirmed seat without a live ticket, and a payment due that no
+/// worker claimed each show by how long (rows written in a transaction the workers never see).
+#[tokio::test]
+async fn the_lags_the_alerts_watch_are_read_from_the_tables() {
+    let (_db, p, event, order) = confirmed_with_a_ticket().await;
+    let healthy = onsale_payments::monitor::lags(&p.rp.pool)
+        .await
+        .expect("lags");
+    assert_eq!(
+        healthy,
+        onsale_payments::monitor::Lags {
+            hold_expiry_secs: 0.0,
+            ticket_issuance_secs: 0.0,
+            payment_outbox_depth: 0,
+            payment_oldest_unclaimed_secs: 0.0,
+        }
+    );
+    let mut tx = p.rp.pool.begin().await.expect("tx");
+    for statement in [
+        "UPDATE orders_view SET updated_at = now() - interval '10 minutes' WHERE order_id = $2",
+        "UPDATE tickets SET revoked_at = now() WHERE order_id = $2",
+        "INSERT INTO holds_view (hold_id, show_id, account_id, seat_ids, expires_at, status, sequence)
+         VALUES ('h-lapsed', $1, 'ann', '{S1-R1-2}', now() - interval '5 minutes', 'ACTIVE', 99),
+                ('h-ended', $1, 'ann', '{S1-R1-3}', now() - interval '1 hour', 'EXPIRED', 98)",
+        "INSERT INTO payments (order_id, show_id, amount_cents, state, placed_at, due_at, lease_until)
+         VALUES ('o-waiting', $1, 100, 'charge', now() - interval '3 minutes', now() - interval '2 minutes', NULL),
+                ('o-claimed', $1, 100, 'charge', now() - interval '1 hour', now() - interval '1 hour', now() + interval '1 minute')",
+    ] {
+        sqlx::query(statement)
+            .bind(&event)
+            .bind(&order)
+            .execute(&mut *tx)
+            .await
+            .expect(statement);
+    }
+    let lags = onsale_payments::monitor::lags(&mut *tx)
+        .await
+        .expect("lags");
+    tx.rollback().await.expect("rollback");
+    assert!((299.0..400.0).contains(&lags.hold_expiry_secs), "{lags:?}");
+    assert!(
+        (599.0..700.0).contains(&lags.ticket_issuance_secs),
+        "{lags:?}"
+    );
+    assert_eq!(lags.payment_outbox_depth, 2, "{lags:?}");
+    assert!(
+        (119.0..200.0).contains(&lags.payment_oldest_unclaimed_secs),
+        "the claimed row is not waiting: {lags:?}"
+    );
+    p.stop().await;
+}
