@@ -1,11 +1,15 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test fuzz-api up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay
+.PHONY: demo test web fuzz-api up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
 
 test:
 	./scripts/test.sh
+
+# The fan app and ops console (web/) built into web/dist; `make up` and `make demo` build it.
+web:
+	./scripts/web.sh
 
 # schemathesis against the local stack's /openapi.json: every check, a token for each role,
 # FUZZ_EXAMPLES (120) examples per operation and phase; 0 server errors and 0 schema

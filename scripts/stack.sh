@@ -16,6 +16,7 @@
 #   scripts/stack.sh py-tools                install grpcio-tools, duckdb, confluent-kafka if missing, print the python
 #   scripts/stack.sh fuzz-tools              install schemathesis if missing, print its command
 #   scripts/stack.sh prom-tools              install promtool (Debian's prometheus) if missing, print its command
+#   scripts/stack.sh browser-tools           install Debian's Chromium if missing, print its command
 #   scripts/stack.sh ha-tools                install etcd, HAProxy and Patroni if missing
 #   scripts/stack.sh ha-up DIR BASE          replicated PostgreSQL (3 nodes, Patroni, HAProxy on BASE)
 #   scripts/stack.sh ha-down DIR             stop it and remove DIR
@@ -298,6 +299,16 @@ prom_tools() {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
   fi
   command -v promtool
+}
+
+# Debian's Chromium, for the front end's tests in a real browser (driven by playwright-core
+# from web/'s npm packages).
+browser_tools() {
+  if [ ! -x /usr/bin/chromium ]; then
+    echo "installing chromium" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+  echo /usr/bin/chromium
 }
 
 # A throwaway Redis (no persistence: the waiting room's state is soft and rebuilt by joins).
@@ -677,8 +688,11 @@ node_grpc() { echo "127.0.0.1:$((NODE_GRPC_BASE + $1))"; }
 
 # Starts node I of `up NODES=n` (an `onsale serve` on its own ports).
 node_start() {
-  local i=$1
+  local i=$1 page=$LISTEN grpc_web=$GRPC_LISTEN
+  # Browsers reach every node through the router: the page's origin and gRPC-web are its.
   LISTEN=$(node_http "$i") GRPC_LISTEN=$(node_grpc "$i") ONSALE_TRUST_FORWARDED_FOR=1 \
+    ONSALE_PUBLIC_GRPC_WEB_URL="http://$grpc_web" \
+    ONSALE_CORS_ORIGINS="http://$page,http://localhost:${page##*:},http://localhost:5173,http://127.0.0.1:5173" \
     ONSALE_PROCESSOR_URL="http://$PROCESSOR_LISTEN" start_onsale "node$i" serve
 }
 
@@ -729,6 +743,7 @@ start_onsale() {
     ONSALE_EVENTS_REPLICATION=$((BROKERS >= 3 ? 3 : 1)) \
     ONSALE_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/" \
     ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=$GRPC_LISTEN RUST_LOG=${RUST_LOG:-warn} \
+    ONSALE_WEB_DIR="$ROOT/web/dist" \
     nohup "$ROOT/target/release/onsale" "$@" >"$STACK_DIR/$name.log" 2>&1 &
   echo $! >"$STACK_DIR/$name.pid"
 }
@@ -744,6 +759,8 @@ up() {
   broker_up "$STACK_DIR" "$KAFKA_PORT" "$BROKERS"
   redis_up "$STACK_DIR" "$REDIS_PORT"
   (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim)
+  # The fan app, served by onsale at / (npm and the generated clients: scripts/web.sh).
+  ONSALE_BIN="$ROOT/target/release/onsale" "$ROOT/scripts/web.sh" >/dev/null
   # The card-processor simulator (the one simulated part), webhooks to the service.
   PROCESSOR_LISTEN=$PROCESSOR_LISTEN PROCESSOR_WEBHOOK_URL="http://$LISTEN/v1/webhooks/processor" \
     nohup "$ROOT/target/release/onsale-processor-sim" >"$STACK_DIR/processor.log" 2>&1 &
@@ -766,6 +783,7 @@ up() {
   for _ in $(seq 1 120); do
     if curl -fsS "http://$LISTEN/readyz" >/dev/null 2>&1; then
       echo "onsale ready: REST and SSE on http://$LISTEN, gRPC and gRPC-web on $GRPC_LISTEN, Kafka on $(brokers_list), card processor on http://$PROCESSOR_LISTEN"
+      echo "the fan app: http://$LISTEN/ (sign in with any name: development mode)"
       return 0
     fi
     sleep 0.5
@@ -809,6 +827,7 @@ case "${1:-}" in
   py-tools) py_tools ;;
   fuzz-tools) fuzz_tools ;;
   prom-tools) prom_tools ;;
+  browser-tools) browser_tools ;;
   ha-tools) ensure_ha ;;
   ha-up) ha_up "$2" "$3" ;;
   ha-down) ha_down "$2" ;;

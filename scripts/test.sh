@@ -27,6 +27,12 @@ export ONSALE_TEST_PYTHON
 # schemathesis, for the short fuzzing of the API against its OpenAPI document.
 ONSALE_TEST_SCHEMATHESIS=$("$ROOT/scripts/stack.sh" fuzz-tools)
 export ONSALE_TEST_SCHEMATHESIS
+# The front end, built (its clients generated from proto/ and the OpenAPI document), and a real
+# Chromium to run it in.
+ONSALE_TEST_WEB_DIR=$("$ROOT/scripts/web.sh")
+export ONSALE_TEST_WEB_DIR
+ONSALE_TEST_CHROMIUM=$("$ROOT/scripts/stack.sh" browser-tools)
+export ONSALE_TEST_CHROMIUM
 # promtool, for the alerting rules and their tests.
 ONSALE_TEST_PROMTOOL=$("$ROOT/scripts/stack.sh" prom-tools)
 export ONSALE_TEST_PROMTOOL

@@ -12,8 +12,10 @@
 //!
 //! This crate decides nothing itself; it only connects the crates that do.
 
+pub mod cors;
 pub mod http;
 mod settings;
+pub mod web;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -209,7 +211,6 @@ impl Server {
     /// The API: the command side's routes with the query side's, the payments' and the
     /// waiting room's on one base URL; gRPC on its own port.
     async fn serve_api(&mut self) -> anyhow::Result<()> {
-        use utoipa::OpenApi;
         let s = &self.settings;
         let verifier = s.auth.verifier();
         let streams = StreamSlots::new(s.limits.max_streams);
@@ -229,12 +230,7 @@ impl Server {
             self.shutdown.clone(),
         )
         .await?;
-        let mut doc = onsale_command::api::ApiDoc::openapi();
-        doc.merge(onsale_query::rest::QueryDoc::openapi());
-        doc.merge(onsale_payments::PaymentsDoc::openapi());
-        if room.is_some() {
-            doc.merge(onsale_waiting_room::api::WaitingRoomDoc::openapi());
-        }
+        let doc = openapi(room.is_some())?;
         let health = query.health.clone();
         let state = AppState {
             shows: self.shows.clone(),
@@ -247,7 +243,7 @@ impl Server {
                 .map(|r| Arc::new(r) as Arc<dyn onsale_edge::admission::SessionGate>),
             health: self.health.clone(),
             tokens: onsale_command::TokenVault::new(self.pool.clone()),
-            openapi: Arc::new(onsale_edge::openapi::exact(serde_json::to_value(&doc)?)),
+            openapi: Arc::new(doc),
         };
         let mut router = onsale_command::api::router(state)
             .merge(onsale_command::cluster::router(self.shows.clone()))
@@ -265,6 +261,9 @@ impl Server {
                 streams,
             ));
         }
+        let http = bind(&s.listen).await?;
+        let grpc = bind(&s.grpc_listen).await?;
+        router = router.merge(s.web.routes(&s.auth, grpc.local_addr()?)?);
         let rates = RateLimits::new(&s.limits, verifier);
         self.prune_rate_limits(rates.clone());
         // Innermost first: every body at most 64 KiB; the rate limits; the deadline; the
@@ -283,14 +282,22 @@ impl Server {
                 onsale_edge::problem::problem_json,
             ))
             .layer(tower_http::trace::TraceLayer::new_for_http());
-        let http = bind(&s.listen).await?;
-        let grpc = bind(&s.grpc_listen).await?;
+        // Outermost: a browser's preflight is answered before anything else looks at it. In
+        // development mode the fan app this listener serves may call gRPC-web on the other.
+        let cors = s.cors.layer(s.auth.dev_mode, http.local_addr()?)?;
+        let (router, grpc_router) = match cors {
+            Some(cors) => (
+                router.layer(cors.clone()),
+                onsale_query::grpc::router(query.clone()).layer(cors),
+            ),
+            None => (router, onsale_query::grpc::router(query.clone())),
+        };
         self.http = Some(http.local_addr()?);
         self.grpc = Some(grpc.local_addr()?);
         // Other nodes forward commands for this node's shows here.
         self.shows.advertise(&http.local_addr()?.to_string());
         self.serve("HTTP", http, router);
-        self.serve("gRPC", grpc, onsale_query::grpc::router(query.clone()));
+        self.serve("gRPC", grpc, grpc_router);
         tracing::info!(http = ?self.http, grpc = ?self.grpc, "onsale serving");
         self.query = Some(query);
         self.room = room;
@@ -461,4 +468,17 @@ impl Server {
 /// The event log of `settings`' database, for the operator's commands.
 pub fn event_log(settings: &onsale_eventlog::DatabaseSettings) -> anyhow::Result<PgEventLog> {
     Ok(PgEventLog::new(settings.pool(2, true)?))
+}
+
+/// The OpenAPI document `/openapi.json` serves (with the waiting room's routes when the
+/// process has one): what `onsale openapi` prints for the front end's generated client.
+pub fn openapi(waiting_room: bool) -> anyhow::Result<serde_json::Value> {
+    use utoipa::OpenApi;
+    let mut doc = onsale_command::api::ApiDoc::openapi();
+    doc.merge(onsale_query::rest::QueryDoc::openapi());
+    doc.merge(onsale_payments::PaymentsDoc::openapi());
+    if waiting_room {
+        doc.merge(onsale_waiting_room::api::WaitingRoomDoc::openapi());
+    }
+    Ok(onsale_edge::openapi::exact(serde_json::to_value(&doc)?))
 }

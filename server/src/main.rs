@@ -48,6 +48,13 @@ enum Command {
         #[arg(long)]
         rebuild: bool,
     },
+    /// Print the OpenAPI document the REST API serves at `/openapi.json` (the front end's
+    /// client is generated from it).
+    Openapi {
+        /// Leave out the waiting room's routes (a process without Redis has none).
+        #[arg(long)]
+        without_waiting_room: bool,
+    },
     /// Print a show's events, one JSON object a line, from the event store (for analysts).
     Log {
         #[command(flatten)]
@@ -382,6 +389,13 @@ async fn main() -> anyhow::Result<()> {
                 "ok: {} events of {} aggregates, every hash chain intact",
                 verified.events, verified.aggregates
             );
+            Ok(())
+        }
+        Command::Openapi {
+            without_waiting_room,
+        } => {
+            let doc = onsale_server::openapi(!without_waiting_room)?;
+            println!("{}", serde_json::to_string_pretty(&doc)?);
             Ok(())
         }
         Command::Token {

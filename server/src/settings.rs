@@ -7,7 +7,9 @@ use onsale_edge::auth::{require_secret, SecretError};
 use onsale_edge::limits::LimitSettings;
 use onsale_edge::AuthSettings;
 
+use crate::cors::CorsSettings;
 use crate::http::HttpSettings;
+use crate::web::WebSettings;
 use onsale_eventlog::DatabaseSettings;
 use onsale_kafka::{KafkaConfig, RelayConfig};
 use onsale_payments::PaymentsConfig;
@@ -39,6 +41,10 @@ pub struct Settings {
     pub http: HttpSettings,
     #[command(flatten)]
     pub limits: LimitSettings,
+    #[command(flatten)]
+    pub cors: CorsSettings,
+    #[command(flatten)]
+    pub web: WebSettings,
     /// Where REST and SSE are served (port 0: any free port).
     #[arg(long, env = "ONSALE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,

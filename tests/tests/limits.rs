@@ -1,7 +1,8 @@
 //! What keeps a process standing (issue 15, items 3 and 6): the header-read timeout, the
 //! connection cap, the stream cap, the rate limits per account and per address, the request
-//! deadline, the body limit on every route, and problem+json for the framework's own errors.
-//! Each against a real `onsale` API on a real PostgreSQL.
+//! deadline, the body limit on every route, and problem+json for the framework's own errors;
+//! and cross-origin requests (issue 17, item 5) only from the listed origins. Each against a
+//! real `onsale` API on a real PostgreSQL.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -308,4 +309,152 @@ async fn every_route_limits_its_body_and_answers_the_frameworks_errors_as_proble
             assert_eq!((status, code.as_str()), (s, c));
         }
     }
+}
+
+/// A browser's preflight from `origin` for `method` on `url`, asking to send `headers`.
+async fn preflight(url: &str, origin: &str, method: &str, headers: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .request(reqwest::Method::OPTIONS, url)
+        .header("origin", origin)
+        .header("access-control-request-method", method)
+        .header("access-control-request-headers", headers)
+        .send()
+        .await
+        .expect("preflight")
+}
+
+fn header<'a>(r: &'a reqwest::Response, name: &str) -> Option<&'a str> {
+    r.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+#[tokio::test]
+async fn only_the_listed_origins_may_call_from_a_browser_over_rest_sse_and_grpc_web() {
+    let db = TestDb::new().await.expect("db");
+    let app = app_with(&db, |s| {
+        s.cors.cors_origins = vec![
+            "https://fans.example".into(),
+            "http://127.0.0.1:3000".into(),
+        ];
+    })
+    .await;
+    let event = app.on_sale_event(1, 1, 4, None).await;
+    let grpc = format!("http://{}", app.server.grpc_addr().expect("gRPC"));
+    let hold = format!("{}/v1/events/{event}/holds", app.base);
+    let updates = format!("{}/v1/events/{event}/updates", app.base);
+    let deltas = format!("{grpc}/onsale.v1.SeatMaps/StreamDeltas");
+
+    // A hold: the API's headers; SSE: resuming; gRPC-web: its own headers.
+    for (url, method, headers) in [
+        (&hold, "POST", "authorization,content-type,idempotency-key"),
+        (&updates, "GET", "last-event-id"),
+        (
+            &deltas,
+            "POST",
+            "content-type,x-grpc-web,x-user-agent,authorization",
+        ),
+    ] {
+        let ok = preflight(url, "https://fans.example", method, headers).await;
+        assert!(ok.status().is_success(), "{url}: {}", ok.status());
+        assert_eq!(
+            header(&ok, "access-control-allow-origin"),
+            Some("https://fans.example"),
+            "{url}"
+        );
+        let methods = header(&ok, "access-control-allow-methods").expect("methods");
+        assert!(methods.contains(method), "{url}: {methods}");
+        let allowed = header(&ok, "access-control-allow-headers")
+            .expect("headers")
+            .to_lowercase();
+        for h in headers.split(',') {
+            assert!(allowed.contains(h), "{url}: {h} not in {allowed}");
+        }
+        assert_eq!(
+            header(&ok, "access-control-allow-credentials"),
+            None,
+            "bearer tokens, no cookies"
+        );
+
+        let refused = preflight(url, "https://evil.example", method, headers).await;
+        assert_eq!(
+            header(&refused, "access-control-allow-origin"),
+            None,
+            "{url}"
+        );
+    }
+
+    // The answers themselves: the origin echoed for a listed page, gRPC-web's status readable.
+    let r = app
+        .http
+        .get(format!("{}/v1/events/{event}", app.base))
+        .header("origin", "http://127.0.0.1:3000")
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        header(&r, "access-control-allow-origin"),
+        Some("http://127.0.0.1:3000")
+    );
+    assert!(header(&r, "vary").is_some_and(|v| v.to_lowercase().contains("origin")));
+    let r = app
+        .http
+        .get(format!("{}/v1/events/{event}", app.base))
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(
+        r.status(),
+        200,
+        "CORS is the browser's check; the server still answers"
+    );
+    assert_eq!(header(&r, "access-control-allow-origin"), None);
+    // A gRPC-web call (an empty GetSeatMap request): the page may read its status headers.
+    let call = app
+        .http
+        .post(format!("{grpc}/onsale.v1.SeatMaps/GetSeatMap"))
+        .header("origin", "https://fans.example")
+        .header("content-type", "application/grpc-web+proto")
+        .header("x-grpc-web", "1")
+        .body(vec![0u8, 0, 0, 0, 0])
+        .send()
+        .await
+        .expect("a gRPC-web call");
+    assert_eq!(
+        header(&call, "access-control-allow-origin"),
+        Some("https://fans.example")
+    );
+    let exposed = header(&call, "access-control-expose-headers")
+        .expect("exposed headers")
+        .to_lowercase();
+    assert!(
+        exposed.contains("grpc-status") && exposed.contains("grpc-message"),
+        "{exposed}"
+    );
+}
+
+#[tokio::test]
+async fn the_local_stack_lets_its_own_page_and_development_server_call_and_nobody_else() {
+    let db = TestDb::new().await.expect("db");
+    // The tests run in development mode, with no origin listed.
+    let app = app_with(&db, |_| {}).await;
+    let url = format!("{}/v1/events", app.base);
+    let dev = preflight(&url, "http://localhost:5173", "GET", "authorization").await;
+    assert_eq!(
+        header(&dev, "access-control-allow-origin"),
+        Some("http://localhost:5173")
+    );
+    // The fan app the REST listener serves calls gRPC-web on the gRPC listener.
+    let own = app.base.trim_end_matches('/').to_owned();
+    let grpc = format!(
+        "http://{}/onsale.v1.SeatMaps/StreamDeltas",
+        app.server.grpc_addr().expect("gRPC")
+    );
+    let page = preflight(&grpc, &own, "POST", "content-type,x-grpc-web").await;
+    assert_eq!(
+        header(&page, "access-control-allow-origin"),
+        Some(own.as_str())
+    );
+    let other = preflight(&url, "https://fans.example", "GET", "authorization").await;
+    assert_eq!(header(&other, "access-control-allow-origin"), None);
 }

@@ -1,0 +1,310 @@
+//! The browser's side of `onsale serve`: the fan app at `/` and the ops console at `/ops`
+//! (one built front end, `web/`, served from `ONSALE_WEB_DIR`; nothing from a CDN), and in
+//! development mode only, the sign-in that mints a token for the local stack.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use onsale_domain::AccountId;
+use onsale_edge::auth::Role;
+use onsale_edge::problem::ApiError;
+use onsale_edge::AuthSettings;
+use serde::{Deserialize, Serialize};
+use tower_http::services::ServeDir;
+use tower_http::set_header::SetResponseHeaderLayer;
+
+/// Where the built front end is.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct WebSettings {
+    /// The built fan app and ops console (`web/dist`, built by `npm run build` in `web/`):
+    /// served at `/` and `/ops`, their assets under `/assets/`. Unset: no pages are served.
+    #[arg(long, env = "ONSALE_WEB_DIR")]
+    pub web_dir: Option<PathBuf>,
+    /// Where browsers reach gRPC-web, when not on the page's own host at the gRPC listener's
+    /// port (behind a proxy, another name): `https://grpc.tickets.example`.
+    #[arg(long, env = "ONSALE_PUBLIC_GRPC_WEB_URL")]
+    pub public_grpc_web_url: Option<String>,
+}
+
+/// How long a development token lives: a sitting at the local stack.
+const DEV_TOKEN_SECS: u64 = 8 * 3600;
+
+impl WebSettings {
+    /// The pages' routes, and in development mode the sign-in; an unset directory serves no
+    /// page, a directory without the built app stops the process with what to do.
+    /// `grpc` is where the gRPC listener listens (the page is told its port).
+    pub fn routes(&self, auth: &AuthSettings, grpc: SocketAddr) -> anyhow::Result<Router> {
+        let mut router = Router::new();
+        if let Some(dir) = &self.web_dir {
+            let grpc_web = match &self.public_grpc_web_url {
+                Some(url) => url.clone(),
+                None => format!(":{}", grpc.port()),
+            };
+            router = router.merge(pages(dir, &grpc_web)?);
+        }
+        if auth.dev_mode {
+            router = router.merge(
+                Router::new()
+                    .route("/v1/dev/token", post(dev_token))
+                    .with_state(auth.clone()),
+            );
+        }
+        Ok(router)
+    }
+}
+
+/// The page (told where gRPC-web is: `%ONSALE_GRPC_WEB%` in index.html) and its assets.
+fn pages(dir: &Path, grpc_web: &str) -> anyhow::Result<Router> {
+    let index = dir.join("index.html");
+    let page = std::fs::read_to_string(&index).map_err(|e| {
+        anyhow::anyhow!(
+            "ONSALE_WEB_DIR: {} cannot be read ({e}); build the front end first (`make web`)",
+            index.display()
+        )
+    })?;
+    let page = std::sync::Arc::new(page.replace("%ONSALE_GRPC_WEB%", &html_attr(grpc_web)));
+    let serve_page = move || {
+        let page = page.clone();
+        async move {
+            (
+                [
+                    (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                    // The page names its assets by content hash: it is revalidated, they are not.
+                    (header::CACHE_CONTROL, "no-cache"),
+                ],
+                page.as_str().to_owned(),
+            )
+        }
+    };
+    Ok(Router::new()
+        .route("/", get(serve_page.clone()))
+        .route("/ops", get(serve_page))
+        .nest_service(
+            "/assets",
+            tower::ServiceBuilder::new()
+                .layer(SetResponseHeaderLayer::overriding(
+                    header::CACHE_CONTROL,
+                    HeaderValue::from_static("public, max-age=31536000, immutable"),
+                ))
+                .service(ServeDir::new(dir.join("assets"))),
+        ))
+}
+
+/// Text safe inside a double-quoted HTML attribute.
+fn html_attr(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('"', "&quot;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DevSignIn {
+    sub: String,
+    #[serde(default = "fan")]
+    role: Role,
+}
+
+fn fan() -> Role {
+    Role::Fan
+}
+
+#[derive(Debug, Serialize)]
+struct DevToken {
+    token: String,
+    sub: String,
+    role: Role,
+    #[serde(rename = "expiresInSeconds")]
+    expires_in_seconds: u64,
+}
+
+/// `POST /v1/dev/token {sub, role?}`: a token for the local stack (development mode only; the
+/// route does not exist otherwise).
+async fn dev_token(
+    State(auth): State<AuthSettings>,
+    body: Result<Json<DevSignIn>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let Json(body) = match body {
+        Ok(b) => b,
+        Err(e) => {
+            return ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "INVALID_REQUEST",
+                e.body_text(),
+            )
+            .into_response()
+        }
+    };
+    if let Err(e) = AccountId::parse(&body.sub) {
+        return ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "INVALID_REQUEST",
+            e.to_string(),
+        )
+        .into_response();
+    }
+    let ttl = DEV_TOKEN_SECS.min(auth.jwt_max_lifetime_secs);
+    match auth.mint(&body.sub, body.role, ttl) {
+        Ok(token) => (
+            StatusCode::CREATED,
+            Json(DevToken {
+                token,
+                sub: body.sub,
+                role: body.role,
+                expires_in_seconds: ttl,
+            }),
+        )
+            .into_response(),
+        Err(e) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", e.to_string())
+            .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use clap::Parser;
+    use tower::ServiceExt;
+
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        auth: AuthSettings,
+    }
+
+    fn auth(dev: bool) -> AuthSettings {
+        let mut args = vec!["t", "--jwt-secret", "a-test-secret-of-at-least-32-bytes!!"];
+        if dev {
+            args.push("--dev-mode");
+        }
+        Args::parse_from(args).auth
+    }
+
+    const GRPC: &str = "127.0.0.1:50999";
+
+    async fn call(router: &Router, method: &str, uri: &str, body: &str) -> (StatusCode, Response) {
+        let r = router
+            .clone()
+            .oneshot(
+                Request::builder()
+                    .method(method)
+                    .uri(uri)
+                    .header("content-type", "application/json")
+                    .body(Body::from(body.to_owned()))
+                    .expect("request"),
+            )
+            .await
+            .expect("answer");
+        (r.status(), r)
+    }
+
+    async fn text(r: Response) -> String {
+        let bytes = axum::body::to_bytes(r.into_body(), 1 << 20)
+            .await
+            .expect("body");
+        String::from_utf8(bytes.to_vec()).expect("utf-8")
+    }
+
+    #[tokio::test]
+    async fn the_development_sign_in_exists_only_in_development_mode() {
+        let grpc = GRPC.parse().expect("addr");
+        let prod = WebSettings::default()
+            .routes(&auth(false), grpc)
+            .expect("routes");
+        let (status, _) = call(&prod, "POST", "/v1/dev/token", r#"{"sub":"ann"}"#).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+
+        let dev_auth = auth(true);
+        let dev = WebSettings::default()
+            .routes(&dev_auth, grpc)
+            .expect("routes");
+        let (status, r) = call(
+            &dev,
+            "POST",
+            "/v1/dev/token",
+            r#"{"sub":"ann","role":"admin"}"#,
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED);
+        let body: serde_json::Value = serde_json::from_str(&text(r).await).expect("json");
+        let caller = dev_auth
+            .verifier()
+            .verify(body["token"].as_str().expect("token"))
+            .expect("the token verifies");
+        assert_eq!(caller.account.as_str(), "ann");
+        assert_eq!(caller.role, Role::Admin);
+        for bad in [
+            r#"{"sub":""}"#,
+            r#"{"sub":"has space"}"#,
+            r#"{"sub":"a","role":"root"}"#,
+            "{",
+        ] {
+            let (status, _) = call(&dev, "POST", "/v1/dev/token", bad).await;
+            assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_pages_name_where_grpc_web_is_and_their_assets_are_cached_for_good() {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(
+            dir.path().join("index.html"),
+            r#"<meta name="onsale-grpc-web" content="%ONSALE_GRPC_WEB%">"#,
+        )
+        .expect("index");
+        std::fs::create_dir(dir.path().join("assets")).expect("assets");
+        std::fs::write(dir.path().join("assets/app-1.js"), "console.log(1)").expect("asset");
+        let grpc = GRPC.parse().expect("addr");
+        let web = WebSettings {
+            web_dir: Some(dir.path().to_owned()),
+            public_grpc_web_url: None,
+        };
+        let router = web.routes(&auth(false), grpc).expect("routes");
+        for page in ["/", "/ops"] {
+            let (status, r) = call(&router, "GET", page, "").await;
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(r.headers()[header::CACHE_CONTROL], "no-cache");
+            assert!(text(r).await.contains(r#"content=":50999""#), "{page}");
+        }
+        let (status, r) = call(&router, "GET", "/assets/app-1.js", "").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(r.headers()[header::CACHE_CONTROL]
+            .to_str()
+            .expect("header")
+            .contains("immutable"));
+        let (status, _) = call(&router, "GET", "/assets/nope.js", "").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+
+        let proxied = WebSettings {
+            web_dir: Some(dir.path().to_owned()),
+            public_grpc_web_url: Some("https://grpc.example/\"x".into()),
+        };
+        let (_, r) = call(
+            &proxied.routes(&auth(false), grpc).expect("routes"),
+            "GET",
+            "/",
+            "",
+        )
+        .await;
+        assert!(text(r)
+            .await
+            .contains(r#"content="https://grpc.example/&quot;x""#));
+
+        let missing = WebSettings {
+            web_dir: Some(dir.path().join("nowhere")),
+            public_grpc_web_url: None,
+        };
+        let err = missing
+            .routes(&auth(false), grpc)
+            .expect_err("no built app");
+        assert!(err.to_string().contains("make web"), "{err}");
+    }
+}

@@ -1,0 +1,67 @@
+//! The fan app in a real browser (issue 17): Debian's Chromium driven by playwright-core
+//! (web/e2e/*.mjs, run by node) against the whole stack on a real PostgreSQL and Kafka, the
+//! page served by `onsale serve --web-dir` from the build `make test` made.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use onsale_tests::read_path::{shared_brokers, ReadPath};
+use onsale_tests::TestDb;
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is unset: run the tests with `make test`, which builds the front end and installs Chromium")
+    })
+}
+
+/// Runs `web/e2e/<script>` in node with `vars`; its output is the test's on failure.
+async fn run_e2e(script: &str, vars: &[(&str, &str)]) {
+    let web = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web");
+    let mut cmd = tokio::process::Command::new("node");
+    cmd.arg(web.join("e2e").join(script))
+        .current_dir(&web)
+        .env("CHROMIUM", env("ONSALE_TEST_CHROMIUM"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Ok(dir) = std::env::var("ONSALE_SCREENSHOTS") {
+        cmd.env("SCREENSHOTS", dir);
+    }
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("the browser run ends within 2 minutes")
+        .expect("node runs");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    println!("{stdout}");
+    assert!(out.status.success(), "{script} failed:\n{stdout}\n{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_signs_in_finds_a_show_and_sees_a_seat_go_within_two_seconds() {
+    let db = TestDb::new().await.expect("db");
+    let web = PathBuf::from(env("ONSALE_TEST_WEB_DIR"));
+    let rp = ReadPath::spawn_parts(
+        &db,
+        &shared_brokers().expect("brokers"),
+        |s| s.web.web_dir = Some(web),
+        &[],
+    )
+    .await
+    .expect("the stack");
+    let event = rp.show_on_map(2, 2, 5).await;
+    let base = rp.app.base.trim_end_matches('/').to_owned();
+    // The catalog projection lists the show before the page looks for it.
+    rp.eventually("/v1/events?limit=100", "", |s, v| {
+        s == 200 && v.to_string().contains(&event)
+    })
+    .await;
+    run_e2e("fan.mjs", &[("BASE", &base), ("EVENT", &event)]).await;
+    rp.stop().await;
+}
