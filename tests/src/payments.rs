@@ -28,6 +28,15 @@ impl PaymentPath {
     /// A fresh database, the read path on the shared broker, and payments; `tweak` adjusts the
     /// worker's configuration (timeouts, the ambiguity bound) before it starts.
     pub async fn start(tweak: impl FnOnce(&mut PaymentsConfig)) -> anyhow::Result<(TestDb, Self)> {
+        Self::start_with(|_| {}, tweak).await
+    }
+
+    /// [`PaymentPath::start`] with `settings` adjusting the process's settings too (what it
+    /// serves, say).
+    pub async fn start_with(
+        settings: impl FnOnce(&mut onsale_server::Settings),
+        tweak: impl FnOnce(&mut PaymentsConfig),
+    ) -> anyhow::Result<(TestDb, Self)> {
         let db = TestDb::new().await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let sim_url = format!("http://{}", listener.local_addr()?);
@@ -53,6 +62,7 @@ impl PaymentPath {
                 p.reconcile_every_secs = 3_600;
                 p.monitor_every_secs = 3_600;
                 tweak(p);
+                settings(s);
             },
             &[Part::Worker, Part::PaymentConsumers],
         )

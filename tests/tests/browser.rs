@@ -65,3 +65,21 @@ async fn a_fan_signs_in_finds_a_show_and_sees_a_seat_go_within_two_seconds() {
     run_e2e("fan.mjs", &[("BASE", &base), ("EVENT", &event)]).await;
     rp.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_buys_two_seats_on_the_map_and_gets_rotating_tickets_and_a_declined_card_gives_seats_back(
+) {
+    let web = PathBuf::from(env("ONSALE_TEST_WEB_DIR"));
+    let (_db, p) =
+        onsale_tests::payments::PaymentPath::start_with(|s| s.web.web_dir = Some(web), |_| {})
+            .await
+            .expect("the stack with payments");
+    let event = p.rp.show_on_map(2, 2, 5).await;
+    let base = p.rp.app.base.trim_end_matches('/').to_owned();
+    p.rp.eventually("/v1/events?limit=100", "", |s, v| {
+        s == 200 && v.to_string().contains(&event)
+    })
+    .await;
+    run_e2e("buy.mjs", &[("BASE", &base), ("EVENT", &event)]).await;
+    p.stop().await;
+}

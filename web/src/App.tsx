@@ -1,6 +1,7 @@
-// The fan app at `/` (hash routes: `#/` the shows, `#/events/ID` one show) and the ops
-// console at `/ops`.
+// The fan app at `/` (hash routes: `#/` the shows, `#/events/ID` one show, `#/orders/ID`
+// an order and its tickets).
 import { useEffect, useState } from "preact/hooks";
+import { OrderPage } from "./fan/OrderPage";
 import { ShowList } from "./fan/ShowList";
 import { ShowPage } from "./fan/ShowPage";
 import { SignIn } from "./SignIn";
@@ -20,6 +21,7 @@ export function App() {
   const session = useSession();
   const hash = useHash();
   const show = /^#\/events\/([0-9a-f-]{36})/.exec(hash)?.[1];
+  const order = /^#\/orders\/([A-Za-z0-9_-]+)/.exec(hash)?.[1];
   return (
     <>
       <header class="top">
@@ -36,7 +38,15 @@ export function App() {
         ) : null}
       </header>
       <main>
-        {!session ? <SignIn /> : show ? <ShowPage eventId={show} /> : <ShowList />}
+        {!session ? (
+          <SignIn />
+        ) : show ? (
+          <ShowPage eventId={show} />
+        ) : order ? (
+          <OrderPage orderId={order} />
+        ) : (
+          <ShowList />
+        )}
       </main>
     </>
   );

@@ -1,19 +1,48 @@
-// One show: what it is (`Events.GetEvent`) and its sections' counts, live. (Seat picking,
-// holds, payment and tickets follow.)
+// One show: what it is (`Events.GetEvent`), its sections' counts live, a section's seats to
+// pick (or the best available), and the hold that follows.
 import { useEffect, useState } from "preact/hooks";
 import type { EventSummary } from "../gen/onsale/v1/read_pb";
 import { events } from "../grpc";
+import { inWords, rest, type Problem } from "../rest";
+import { HoldPanel, type Hold } from "./HoldPanel";
+import { SeatGrid } from "./SeatGrid";
 import { useSeatMap } from "./seatmap";
 
 export function ShowPage({ eventId }: { eventId: string }) {
   const [section, setSection] = useState("");
   const [show, setShow] = useState<EventSummary | null>(null);
+  const [picked, setPicked] = useState<Set<string>>(new Set());
+  const [quantity, setQuantity] = useState(2);
+  const [hold, setHold] = useState<Hold | null>(null);
+  const [error, setError] = useState<string | null>(null);
   useEffect(() => {
     events.getEvent({ eventId }).then(setShow, () => setShow(null));
   }, [eventId]);
   const map = useSeatMap(eventId, section);
+  // A seat someone else took leaves the picks.
+  useEffect(() => {
+    if (!map) return;
+    const still = [...picked].filter((s) => map.seats.get(s) === "AVAILABLE");
+    if (still.length !== picked.size) setPicked(new Set(still));
+  }, [map]);
   if (!map) return <p>Loading the seat map…</p>;
   const sections = [...map.sections.values()].sort((a, b) => a.section.localeCompare(b.section));
+  function toggle(seat: string) {
+    const next = new Set(picked);
+    if (!next.delete(seat)) next.add(seat);
+    setPicked(next);
+  }
+  async function take(body: { seatIds: string[] } | { quantity: number; section?: string }) {
+    setError(null);
+    const { data, error } = await rest.POST("/v1/events/{id}/holds", {
+      params: { path: { id: eventId }, header: { "Idempotency-Key": crypto.randomUUID() } },
+      body: body as never,
+    });
+    if (data) {
+      setHold(data);
+      setPicked(new Set());
+    } else setError(inWords(error as Problem));
+  }
   return (
     <section aria-labelledby="map-title">
       <h1 id="map-title">{show ? `${show.performer}: ${show.name}` : "Seat map"}</h1>
@@ -25,8 +54,9 @@ export function ShowPage({ eventId }: { eventId: string }) {
       <p class="meta" data-testid="map-live">
         Live over {map.via} · update {map.seq.toString()}
       </p>
+      {hold ? <HoldPanel hold={hold} onGone={() => setHold(null)} /> : null}
       <table class="sections">
-        <caption>Seats by section</caption>
+        <caption>Seats by section: pick a section to see its seats</caption>
         <thead>
           <tr>
             <th scope="col">Section</th>
@@ -52,6 +82,33 @@ export function ShowPage({ eventId }: { eventId: string }) {
           ))}
         </tbody>
       </table>
+      {!hold ? (
+        <div class="card pick">
+          <label>
+            How many seats
+            <input type="number" min={1} max={8} value={quantity} onInput={(e) => setQuantity(Number(e.currentTarget.value))} />
+          </label>
+          <button type="button" onClick={() => take({ quantity, section: section || undefined })}>
+            Best available{section ? ` in ${section}` : ""}
+          </button>
+        </div>
+      ) : null}
+      {section && map.seats.size ? (
+        <div class="card">
+          <h2>Section {section}</h2>
+          <SeatGrid seats={map.seats} picked={picked} onToggle={toggle} />
+          {!hold ? (
+            <button type="button" disabled={picked.size === 0} onClick={() => take({ seatIds: [...picked] })}>
+              Hold {picked.size} picked seat{picked.size === 1 ? "" : "s"}
+            </button>
+          ) : null}
+        </div>
+      ) : null}
+      {error ? (
+        <p role="alert" class="error" data-testid="error">
+          {error}
+        </p>
+      ) : null}
     </section>
   );
 }

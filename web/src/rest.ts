@@ -1,0 +1,47 @@
+// The REST API, typed from the OpenAPI document the server serves (openapi-typescript into
+// src/gen/api.d.ts, openapi-fetch to call it), and its problem+json errors in a fan's words.
+import createClient from "openapi-fetch";
+import type { paths } from "./gen/api";
+import { currentSession } from "./session";
+
+export const rest = createClient<paths>({ baseUrl: location.origin });
+
+rest.use({
+  onRequest({ request }) {
+    const s = currentSession();
+    if (s && !request.headers.has("authorization")) {
+      request.headers.set("authorization", `Bearer ${s.token}`);
+    }
+    return request;
+  },
+});
+
+/** An RFC 7807 problem as the API answers it. */
+export interface Problem {
+  code?: string;
+  title?: string;
+  detail?: string;
+  status?: number;
+  lostSeatIds?: string[];
+}
+
+const WORDS: Record<string, string> = {
+  SEAT_UNAVAILABLE: "Someone just took that seat. Pick another one.",
+  HOLD_LIMIT: "You already hold as many seats as one fan may.",
+  ADMISSION_REQUIRED: "This show has a waiting room: join the line first.",
+  HOLD_EXPIRED: "Your hold ran out and the seats went back on sale.",
+  HOLD_ORDERED: "These seats are already in an order.",
+  SALE_NOT_OPEN: "The sale has not opened yet.",
+  SALE_CLOSED: "The sale is over.",
+  RATE_LIMITED: "Slow down a little and try again.",
+  UNAVAILABLE: "We are busy right now. Try again in a moment.",
+  OVERLOADED: "We are busy right now. Try again in a moment.",
+  UNAUTHENTICATED: "Please sign in again.",
+  ORDER_NOT_CANCELLABLE: "This order cannot be cancelled any more.",
+};
+
+/** What to tell a fan about a refusal. */
+export function inWords(p: Problem | undefined): string {
+  if (!p) return "Something went wrong. Try again.";
+  return (p.code && WORDS[p.code]) || p.detail || p.title || "Something went wrong.";
+}
