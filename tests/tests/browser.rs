@@ -1,6 +1,7 @@
 //! The fan app in a real browser (issue 17): Debian's Chromium driven by playwright-core
-//! (web/e2e/*.mjs, run by node) against the whole stack on a real PostgreSQL and Kafka, the
-//! page served by `onsale serve --web-dir` from the build `make test` made.
+//! (web/e2e/*.mjs, run by node) against the whole stack on a real PostgreSQL, Kafka and Redis
+//! (the waiting room), the card processor's simulator, the page served by `onsale serve
+//! --web-dir` from the build `make test` made.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -43,6 +44,46 @@ async fn run_e2e(script: &str, vars: &[(&str, &str)]) {
     assert!(out.status.success(), "{script} failed:\n{stdout}\n{stderr}");
 }
 
+/// A show of 2 sections of 2 rows of 5 seats, on sale since a minute, behind a waiting room,
+/// on the seat map.
+async fn show_with_a_waiting_room(rp: &ReadPath) -> String {
+    use serde_json::json;
+    let app = &rp.app;
+    let admin = app.admin();
+    let sections: Vec<_> = (1..=2)
+        .map(|s| {
+            json!({"section": format!("S{s}"), "priceTier": "A",
+            "rows": [{"row": "R1", "seats": 5}, {"row": "R2", "seats": 5}]})
+        })
+        .collect();
+    let (status, venue) = app
+        .post(
+            "/v1/venues",
+            &admin,
+            json!({"name": "Arena", "city": "Oslo", "sections": sections}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{venue}");
+    let now = chrono::Utc::now();
+    let (status, event) = app
+        .post(
+            "/v1/events",
+            &admin,
+            json!({"name": "Night", "performer": "Band", "venueId": venue["venueId"],
+                "startsAt": now + chrono::Duration::days(30),
+                "onSaleAt": now - chrono::Duration::seconds(60),
+                "prices": {"A": 6000}, "waitingRoom": true}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{event}");
+    let event = event["eventId"].as_str().expect("event id").to_owned();
+    rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200)
+        .await;
+    event
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fan_signs_in_finds_a_show_and_sees_a_seat_go_within_two_seconds() {
     let db = TestDb::new().await.expect("db");
@@ -67,14 +108,28 @@ async fn a_fan_signs_in_finds_a_show_and_sees_a_seat_go_within_two_seconds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fan_buys_two_seats_on_the_map_and_gets_rotating_tickets_and_a_declined_card_gives_seats_back(
+async fn fans_pass_the_line_buy_two_seats_on_the_map_get_rotating_tickets_and_a_declined_card_gives_seats_back(
 ) {
     let web = PathBuf::from(env("ONSALE_TEST_WEB_DIR"));
-    let (_db, p) =
-        onsale_tests::payments::PaymentPath::start_with(|s| s.web.web_dir = Some(web), |_| {})
-            .await
-            .expect("the stack with payments");
-    let event = p.rp.show_on_map(2, 2, 5).await;
+    let redis = onsale_tests::waiting_room::redis_url()
+        .await
+        .expect("redis");
+    let (_db, p) = onsale_tests::payments::PaymentPath::start_with(
+        |s| {
+            s.web.web_dir = Some(web);
+            s.waiting_room.redis_url = Some(redis);
+            s.waiting_room.tick_ms = 100;
+        },
+        |_| {},
+    )
+    .await
+    .expect("the stack with payments and the waiting room");
+    p.rp.app
+        .server
+        .start(onsale_server::Part::Admitter)
+        .await
+        .expect("the admitter");
+    let event = show_with_a_waiting_room(&p.rp).await;
     let base = p.rp.app.base.trim_end_matches('/').to_owned();
     p.rp.eventually("/v1/events?limit=100", "", |s, v| {
         s == 200 && v.to_string().contains(&event)

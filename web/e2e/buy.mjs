@@ -1,5 +1,6 @@
-// A purchase in a real Chromium: a fan picks two seats on the drawn map, holds them (the
-// countdown runs), pays with `tok_ok`, sees the order confirmed and two tickets with QR codes,
+// A purchase in a real Chromium, on a show with a waiting room: each fan joins the line, sees
+// its place, and is admitted and enters by itself; a fan picks two seats on the drawn map,
+// holds them (the countdown runs), pays with `tok_ok`, sees the order confirmed and two tickets with QR codes,
 // and a ticket's code changes after its time step. A second fan in another browser context
 // watches the same show: the seats leave its map within 2 s. Then the second fan pays with
 // `tok_decline`: the page says declined, and the seats come back on the first fan's map.
@@ -11,6 +12,11 @@ const bob = await newPage(await browser.newContext({ viewport: { width: 390, hei
 try {
   await openShow(ann, "ann");
   await openShow(bob, "bob");
+  for (const page of [ann, bob]) {
+    // The line: a place, then in by itself (the sale admits more than two at once).
+    await page.getByRole("heading", { name: "You are in the line" }).waitFor({ state: "detached", timeout: 20_000 });
+  }
+  await ann.getByRole("button", { name: /Best available/ }).waitFor();
   for (const page of [ann, bob]) {
     await page.getByRole("button", { name: "S2", exact: true }).click();
     await page.locator('[data-seat="S2-R1-1"]').waitFor();

@@ -22,7 +22,8 @@ function left(expiresAt: string): number {
   return Math.max(0, Math.round((Date.parse(expiresAt) - Date.now()) / 1000));
 }
 
-export function HoldPanel({ hold, onGone }: { hold: Hold; onGone: () => void }) {
+/** `session`: the waiting room's session, which orders of a show behind a line carry too. */
+export function HoldPanel({ hold, session, onGone }: { hold: Hold; session?: string; onGone: () => void }) {
   const [secs, setSecs] = useState(left(hold.expiresAt));
   const [card, setCard] = useState("tok_ok");
   const [error, setError] = useState<string | null>(null);
@@ -39,6 +40,7 @@ export function HoldPanel({ hold, onGone }: { hold: Hold; onGone: () => void }) 
     const { data, error } = await rest.POST("/v1/orders", {
       body: { holdId: hold.holdId, paymentToken: card },
       params: { header: { "Idempotency-Key": key } },
+      headers: session ? { "X-Onsale-Session": session } : {},
     });
     setBusy(false);
     if (data) location.hash = `#/orders/${data.orderId}`;

@@ -1,5 +1,6 @@
 // One show: what it is (`Events.GetEvent`), its sections' counts live, a section's seats to
-// pick (or the best available), and the hold that follows.
+// pick (or the best available), and the hold that follows; behind the show's waiting room
+// when it has one.
 import { useEffect, useState } from "preact/hooks";
 import type { EventSummary } from "../gen/onsale/v1/read_pb";
 import { events } from "../grpc";
@@ -7,6 +8,7 @@ import { inWords, rest, type Problem } from "../rest";
 import { HoldPanel, type Hold } from "./HoldPanel";
 import { SeatGrid } from "./SeatGrid";
 import { useSeatMap } from "./seatmap";
+import { entryOf, useHeartbeat, WaitingRoom, type Entry } from "./WaitingRoom";
 
 export function ShowPage({ eventId }: { eventId: string }) {
   const [section, setSection] = useState("");
@@ -15,9 +17,12 @@ export function ShowPage({ eventId }: { eventId: string }) {
   const [quantity, setQuantity] = useState(2);
   const [hold, setHold] = useState<Hold | null>(null);
   const [error, setError] = useState<string | null>(null);
+  const [entry, setEntry] = useState<Entry | null>(entryOf(eventId));
   useEffect(() => {
     events.getEvent({ eventId }).then(setShow, () => setShow(null));
   }, [eventId]);
+  useHeartbeat(eventId, entry);
+  const inLine = !!show?.waitingRoom && !entry;
   const map = useSeatMap(eventId, section);
   // A seat someone else took leaves the picks.
   useEffect(() => {
@@ -36,6 +41,7 @@ export function ShowPage({ eventId }: { eventId: string }) {
     setError(null);
     const { data, error } = await rest.POST("/v1/events/{id}/holds", {
       params: { path: { id: eventId }, header: { "Idempotency-Key": crypto.randomUUID() } },
+      headers: entry ? { "X-Onsale-Session": entry.sessionId } : {},
       body: body as never,
     });
     if (data) {
@@ -54,7 +60,8 @@ export function ShowPage({ eventId }: { eventId: string }) {
       <p class="meta" data-testid="map-live">
         Live over {map.via} · update {map.seq.toString()}
       </p>
-      {hold ? <HoldPanel hold={hold} onGone={() => setHold(null)} /> : null}
+      {inLine ? <WaitingRoom eventId={eventId} onEntered={setEntry} /> : null}
+      {hold ? <HoldPanel hold={hold} session={entry?.sessionId} onGone={() => setHold(null)} /> : null}
       <table class="sections">
         <caption>Seats by section: pick a section to see its seats</caption>
         <thead>
@@ -82,7 +89,7 @@ export function ShowPage({ eventId }: { eventId: string }) {
           ))}
         </tbody>
       </table>
-      {!hold ? (
+      {!hold && !inLine ? (
         <div class="card pick">
           <label>
             How many seats
@@ -97,7 +104,7 @@ export function ShowPage({ eventId }: { eventId: string }) {
         <div class="card">
           <h2>Section {section}</h2>
           <SeatGrid seats={map.seats} picked={picked} onToggle={toggle} />
-          {!hold ? (
+          {!hold && !inLine ? (
             <button type="button" disabled={picked.size === 0} onClick={() => take({ seatIds: [...picked] })}>
               Hold {picked.size} picked seat{picked.size === 1 ? "" : "s"}
             </button>

@@ -1,0 +1,128 @@
+// A show's line: joining it (one place per account), the place and the line moving, live; once
+// the line passes the fan, entering by itself; then the session is kept alive (heartbeats)
+// while the page is open, and every hold carries it (`X-Onsale-Session`).
+import { useEffect, useState } from "preact/hooks";
+import { currentSession } from "../session";
+import { sseOver } from "./sse";
+
+export interface Entry {
+  sessionId: string;
+  leaseExpiresAt: string;
+}
+
+interface Standing {
+  status: string;
+  position?: number | null;
+  admittedThrough?: number | null;
+  eta?: number | null;
+  admissionToken?: string;
+  detail?: string;
+}
+
+const KEY = (eventId: string) => `onsale.entry.${eventId}`;
+
+/** The session this tab entered the show with, if it still has one. */
+export function entryOf(eventId: string): Entry | null {
+  try {
+    const e = JSON.parse(sessionStorage.getItem(KEY(eventId)) ?? "null") as Entry | null;
+    return e && Date.parse(e.leaseExpiresAt) > Date.now() ? e : null;
+  } catch {
+    return null;
+  }
+}
+
+function auth(): Record<string, string> {
+  const s = currentSession();
+  return s ? { authorization: `Bearer ${s.token}` } : {};
+}
+
+async function post(url: string, body?: unknown) {
+  const r = await fetch(url, {
+    method: "POST",
+    headers: { ...auth(), "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const json = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(json.detail ?? `${r.status}`);
+  return json;
+}
+
+/** Keeps `entry` alive while the page shows the show. */
+export function useHeartbeat(eventId: string, entry: Entry | null) {
+  useEffect(() => {
+    if (!entry) return;
+    const t = setInterval(async () => {
+      try {
+        const r = await post(`/v1/events/${eventId}/heartbeat`, { sessionId: entry.sessionId });
+        sessionStorage.setItem(KEY(eventId), JSON.stringify({ ...entry, leaseExpiresAt: r.leaseExpiresAt }));
+      } catch {
+        // The next beat tries again; a lapsed session sends the fan back to the line.
+      }
+    }, 20_000);
+    return () => clearInterval(t);
+  }, [eventId, entry?.sessionId]);
+}
+
+export function WaitingRoom({ eventId, onEntered }: { eventId: string; onEntered: (e: Entry) => void }) {
+  const [standing, setStanding] = useState<Standing | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    const ctl = new AbortController();
+    (async () => {
+      try {
+        const joined = await post(`/v1/events/${eventId}/waiting-room`);
+        setStanding({ status: "WAITING", position: joined.position, eta: joined.eta });
+        for (;;) {
+          try {
+            for await (const e of sseOver(
+              `/v1/events/${eventId}/waiting-room`,
+              { ...auth(), "x-onsale-queue-token": joined.queueToken },
+              ctl.signal,
+            )) {
+              const s = JSON.parse(e.data) as Standing;
+              setStanding(s);
+              if (s.status === "ADMITTED" && s.admissionToken) {
+                const entry = (await post(`/v1/events/${eventId}/enter`, { admissionToken: s.admissionToken })) as Entry;
+                sessionStorage.setItem(KEY(eventId), JSON.stringify(entry));
+                onEntered(entry);
+                return;
+              }
+              if (s.status === "EXPIRED") return;
+            }
+          } catch (e) {
+            if (ctl.signal.aborted) return;
+            setError(`Reconnecting to the line… (${(e as Error).message})`);
+          }
+          await new Promise((r) => setTimeout(r, 1000));
+        }
+      } catch (e) {
+        if (!ctl.signal.aborted) setError((e as Error).message);
+      }
+    })();
+    return () => ctl.abort();
+  }, [eventId]);
+  const ahead =
+    standing?.position != null && standing.admittedThrough != null
+      ? Math.max(0, standing.position - standing.admittedThrough)
+      : null;
+  return (
+    <section class="card room" aria-labelledby="room-title">
+      <h1 id="room-title">You are in the line</h1>
+      {standing?.status === "EXPIRED" ? (
+        <p role="alert">Your turn passed while you were away. Reload to join the line again.</p>
+      ) : (
+        <>
+          <p class="position" data-testid="position">
+            Your place: <strong>{standing?.position ?? "…"}</strong>
+          </p>
+          <p role="status" aria-live="polite" data-testid="ahead">
+            {ahead === null ? "Finding your place…" : ahead === 0 ? "It is your turn: entering…" : `${ahead} fans ahead of you`}
+            {standing?.eta != null ? ` · about ${Math.ceil(standing.eta / 60)} min` : ""}
+          </p>
+          <p class="meta">Keep this page open: you enter by yourself when the line reaches you.</p>
+        </>
+      )}
+      {error ? <p class="meta">{error}</p> : null}
+    </section>
+  );
+}
