@@ -783,7 +783,7 @@ up() {
   for _ in $(seq 1 120); do
     if curl -fsS "http://$LISTEN/readyz" >/dev/null 2>&1; then
       echo "onsale ready: REST and SSE on http://$LISTEN, gRPC and gRPC-web on $GRPC_LISTEN, Kafka on $(brokers_list), card processor on http://$PROCESSOR_LISTEN"
-      echo "the fan app: http://$LISTEN/ (sign in with any name: development mode)"
+      echo "the fan app: http://$LISTEN/ (sign in with any name: development mode); the ops console: http://$LISTEN/ops (sign in as an admin)"
       return 0
     fi
     sleep 0.5

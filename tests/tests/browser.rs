@@ -138,3 +138,21 @@ async fn fans_pass_the_line_buy_two_seats_on_the_map_get_rotating_tickets_and_a_
     run_e2e("buy.mjs", &[("BASE", &base), ("EVENT", &event)]).await;
     p.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ops_console_shows_a_running_load_and_a_seats_history() {
+    let db = TestDb::new().await.expect("db");
+    let web = PathBuf::from(env("ONSALE_TEST_WEB_DIR"));
+    let rp = ReadPath::spawn_parts(
+        &db,
+        &shared_brokers().expect("brokers"),
+        |s| s.web.web_dir = Some(web),
+        &[],
+    )
+    .await
+    .expect("the stack");
+    let event = rp.show_on_map(2, 2, 5).await;
+    let base = rp.app.base.trim_end_matches('/').to_owned();
+    run_e2e("ops.mjs", &[("BASE", &base), ("EVENT", &event)]).await;
+    rp.stop().await;
+}

@@ -1,7 +1,8 @@
 // The fan app at `/` (hash routes: `#/` the shows, `#/events/ID` one show, `#/orders/ID`
-// an order and its tickets).
+// an order and its tickets) and the ops console at `/ops`.
 import { useEffect, useState } from "preact/hooks";
 import { OrderPage } from "./fan/OrderPage";
+import { Console } from "./ops/Console";
 import { ShowList } from "./fan/ShowList";
 import { ShowPage } from "./fan/ShowPage";
 import { SignIn } from "./SignIn";
@@ -40,6 +41,8 @@ export function App() {
       <main>
         {!session ? (
           <SignIn />
+        ) : location.pathname === "/ops" ? (
+          <Console />
         ) : show ? (
           <ShowPage eventId={show} />
         ) : order ? (

@@ -1,0 +1,64 @@
+// The ops console in a real Chromium: an admin opens /ops while fans hold seats (some lose
+// a race: 409) and order; the tiles show the hold rate, the 409 share and the conversion
+// moving, the invariant tile is not in alarm; the seat inspector shows a seat's history.
+import { BASE, EVENT, accessible, launch, newPage, shot, token } from "./common.mjs";
+
+const browser = await launch();
+const page = await newPage(await browser.newContext({ viewport: { width: 1280, height: 1000 } }), "ops");
+try {
+  await page.goto(`${BASE}/ops`);
+  await page.getByLabel("Account name").fill("ops-admin");
+  await page.getByLabel("Role").selectOption("admin");
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("heading", { name: "The on-sale, live" }).waitFor();
+
+  // A running load: fans hold seats, two of them race for each seat.
+  const fans = await Promise.all([0, 1, 2, 3].map((i) => token(`load-${i}`)));
+  const hold = (t, seat) =>
+    fetch(`${BASE}/v1/events/${EVENT}/holds`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${t}` },
+      body: JSON.stringify({ seatIds: [seat] }),
+    });
+  const seats = ["S1-R1-1", "S1-R1-2", "S1-R1-3", "S1-R1-4", "S1-R1-5", "S1-R2-1", "S1-R2-2", "S1-R2-3"];
+  const load = (async () => {
+    for (const [i, seat] of seats.entries()) {
+      const [a, b] = await Promise.all([hold(fans[i % 4], seat), hold(fans[(i + 1) % 4], seat)]);
+      if (![a.status, b.status].includes(201)) throw new Error(`nobody got ${seat}: ${a.status} ${b.status}`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  })();
+  const moving = (id, test) =>
+    page.waitForFunction(
+      ([id, src]) => {
+        const v = document.querySelector(`[data-testid="tile-${id}"]`)?.getAttribute("data-value");
+        return v !== "" && v != null && new Function("v", `return ${src}`)(Number(v));
+      },
+      [id, test],
+      { timeout: 15_000 },
+    );
+  await moving("holds", "v > 0");
+  await moving("conflicts", "v > 0");
+  await load;
+  const holds = await page.getByTestId("tile-holds").getAttribute("data-value");
+  const conflicts = await page.getByTestId("tile-conflicts").getAttribute("data-value");
+  console.log(`the console showed ${Number(holds).toFixed(2)} holds/s, ${Number(conflicts).toFixed(0)}% lost races`);
+  if ((await page.getByTestId("tile-invariant").getAttribute("class")).includes("alarm")) {
+    throw new Error("the invariant tile is in alarm");
+  }
+  await accessible(page, "console");
+  await shot(page, "ops-console");
+
+  // The seat inspector: a seat's history.
+  await page.getByLabel("Show id").fill(EVENT);
+  await page.getByLabel("Seat", { exact: true }).fill("S1-R1-1");
+  await page.getByRole("button", { name: "Show its history" }).click();
+  await page.getByTestId("history").getByText("SeatsHeld").first().waitFor();
+  await accessible(page, "inspector");
+  await shot(page, "ops-seat-inspector");
+} catch (e) {
+  console.log(`--- the console:\n${await page.locator("body").innerText().catch(() => "?")}`);
+  throw e;
+} finally {
+  await browser.close();
+}
