@@ -368,6 +368,21 @@ impl Api {
         seats: u32,
         ttl: Option<u32>,
     ) -> String {
+        let more = match ttl {
+            Some(ttl) => json!({"holdTtlSeconds": ttl}),
+            None => json!({}),
+        };
+        self.on_sale_event_with(sections, rows, seats, more).await
+    }
+
+    /// [`Api::on_sale_event`] with `more` fields in the event's body (`{"waitingRoom": true}`).
+    pub async fn on_sale_event_with(
+        &self,
+        sections: u32,
+        rows: u32,
+        seats: u32,
+        more: Value,
+    ) -> String {
         let admin = self.admin();
         let sections: Vec<Value> = (1..=sections)
             .map(|s| {
@@ -396,8 +411,8 @@ impl Api {
             "onSaleAt": now - chrono::Duration::minutes(1),
             "prices": {"A": 12000, "B": 6000},
         });
-        if let Some(ttl) = ttl {
-            event["holdTtlSeconds"] = json!(ttl);
+        if let (Some(event), Value::Object(more)) = (event.as_object_mut(), more) {
+            event.extend(more);
         }
         let (status, event) = self.post("/v1/events", &admin, event, None).await;
         assert_eq!(status, 201, "{event}");

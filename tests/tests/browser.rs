@@ -44,52 +44,12 @@ async fn run_e2e(script: &str, vars: &[(&str, &str)]) {
     assert!(out.status.success(), "{script} failed:\n{stdout}\n{stderr}");
 }
 
-/// A show of 2 sections of 2 rows of 5 seats, on sale since a minute, behind a waiting room,
-/// on the seat map.
-async fn show_with_a_waiting_room(rp: &ReadPath) -> String {
-    use serde_json::json;
-    let app = &rp.app;
-    let admin = app.admin();
-    let sections: Vec<_> = (1..=2)
-        .map(|s| {
-            json!({"section": format!("S{s}"), "priceTier": "A",
-            "rows": [{"row": "R1", "seats": 5}, {"row": "R2", "seats": 5}]})
-        })
-        .collect();
-    let (status, venue) = app
-        .post(
-            "/v1/venues",
-            &admin,
-            json!({"name": "Arena", "city": "Oslo", "sections": sections}),
-            None,
-        )
-        .await;
-    assert_eq!(status, 201, "{venue}");
-    let now = chrono::Utc::now();
-    let (status, event) = app
-        .post(
-            "/v1/events",
-            &admin,
-            json!({"name": "Night", "performer": "Band", "venueId": venue["venueId"],
-                "startsAt": now + chrono::Duration::days(30),
-                "onSaleAt": now - chrono::Duration::seconds(60),
-                "prices": {"A": 6000}, "waitingRoom": true}),
-            None,
-        )
-        .await;
-    assert_eq!(status, 201, "{event}");
-    let event = event["eventId"].as_str().expect("event id").to_owned();
-    rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200)
-        .await;
-    event
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fan_signs_in_finds_a_show_and_sees_a_seat_go_within_two_seconds() {
-    let db = TestDb::new().await.expect("db");
+/// The whole stack on the shared broker, serving the built front end, with a show of 2
+/// sections of 2 rows of 5 seats on the seat map and in the catalog; and the page's base URL.
+async fn serving_a_show(db: &TestDb) -> (ReadPath, String, String) {
     let web = PathBuf::from(env("ONSALE_TEST_WEB_DIR"));
     let rp = ReadPath::spawn_parts(
-        &db,
+        db,
         &shared_brokers().expect("brokers"),
         |s| s.web.web_dir = Some(web),
         &[],
@@ -97,12 +57,23 @@ async fn a_fan_signs_in_finds_a_show_and_sees_a_seat_go_within_two_seconds() {
     .await
     .expect("the stack");
     let event = rp.show_on_map(2, 2, 5).await;
+    listed(&rp, &event).await;
     let base = rp.app.base.trim_end_matches('/').to_owned();
-    // The catalog projection lists the show before the page looks for it.
+    (rp, event, base)
+}
+
+/// Waits until the catalog projection lists the show, before a page looks for it.
+async fn listed(rp: &ReadPath, event: &str) {
     rp.eventually("/v1/events?limit=100", "", |s, v| {
-        s == 200 && v.to_string().contains(&event)
+        s == 200 && v.to_string().contains(event)
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_signs_in_finds_a_show_and_sees_a_seat_go_within_two_seconds() {
+    let db = TestDb::new().await.expect("db");
+    let (rp, event, base) = serving_a_show(&db).await;
     run_e2e("fan.mjs", &[("BASE", &base), ("EVENT", &event)]).await;
     rp.stop().await;
 }
@@ -129,12 +100,14 @@ async fn fans_pass_the_line_buy_two_seats_on_the_map_get_rotating_tickets_and_a_
         .start(onsale_server::Part::Admitter)
         .await
         .expect("the admitter");
-    let event = show_with_a_waiting_room(&p.rp).await;
+    let event =
+        p.rp.app
+            .on_sale_event_with(2, 2, 5, serde_json::json!({"waitingRoom": true}))
+            .await;
+    p.rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200)
+        .await;
+    listed(&p.rp, &event).await;
     let base = p.rp.app.base.trim_end_matches('/').to_owned();
-    p.rp.eventually("/v1/events?limit=100", "", |s, v| {
-        s == 200 && v.to_string().contains(&event)
-    })
-    .await;
     run_e2e("buy.mjs", &[("BASE", &base), ("EVENT", &event)]).await;
     p.stop().await;
 }
@@ -142,17 +115,7 @@ async fn fans_pass_the_line_buy_two_seats_on_the_map_get_rotating_tickets_and_a_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ops_console_shows_a_running_load_and_a_seats_history() {
     let db = TestDb::new().await.expect("db");
-    let web = PathBuf::from(env("ONSALE_TEST_WEB_DIR"));
-    let rp = ReadPath::spawn_parts(
-        &db,
-        &shared_brokers().expect("brokers"),
-        |s| s.web.web_dir = Some(web),
-        &[],
-    )
-    .await
-    .expect("the stack");
-    let event = rp.show_on_map(2, 2, 5).await;
-    let base = rp.app.base.trim_end_matches('/').to_owned();
+    let (rp, event, base) = serving_a_show(&db).await;
     run_e2e("ops.mjs", &[("BASE", &base), ("EVENT", &event)]).await;
     rp.stop().await;
 }
