@@ -17,6 +17,9 @@
 #   scripts/stack.sh fuzz-tools              install schemathesis if missing, print its command
 #   scripts/stack.sh prom-tools              install promtool (Debian's prometheus) if missing, print its command
 #   scripts/stack.sh browser-tools           install Debian's Chromium if missing, print its command
+#   scripts/stack.sh prom-up DIR PORT TARGETS [SECS]  a Prometheus on PORT scraping TARGETS' /metrics (host:port,...)
+#                                            every SECS (1) with telemetry/alerts loaded
+#   scripts/stack.sh prom-down DIR           stop it
 #   scripts/stack.sh ha-tools                install etcd, HAProxy and Patroni if missing
 #   scripts/stack.sh ha-up DIR BASE          replicated PostgreSQL (3 nodes, Patroni, HAProxy on BASE)
 #   scripts/stack.sh ha-down DIR             stop it and remove DIR
@@ -46,6 +49,8 @@ LISTEN=${ONSALE_LISTEN:-127.0.0.1:8080}
 GRPC_LISTEN=${ONSALE_GRPC_LISTEN:-127.0.0.1:50051}
 KAFKA_PORT=${ONSALE_KAFKA_PORT:-19092}
 PROCESSOR_LISTEN=${ONSALE_PROCESSOR_LISTEN:-127.0.0.1:8090}
+# The local stack's Prometheus (the alerting rules evaluated; the ops console asks it).
+PROM_PORT=${ONSALE_PROM_PORT:-9090}
 REDIS_PORT=${ONSALE_REDIS_PORT:-16379}
 PG_BIN=/usr/lib/postgresql/15/bin
 CACHE=${ONSALE_CACHE:-$HOME/.cache/onsale}
@@ -309,6 +314,46 @@ browser_tools() {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
   fi
   echo /usr/bin/chromium
+}
+
+# A Prometheus server (Debian's) scraping onsale and evaluating its alerting rules: what the ops
+# console asks which alerts fire.
+prom_up() {
+  local dir=$1 port=$2 target=$3 every=${4:-1}
+  prom_tools >/dev/null
+  mkdir -p "$dir/prometheus"
+  cat >"$dir/prometheus/prometheus.yml" <<YAML
+global:
+  scrape_interval: ${every}s
+  evaluation_interval: ${every}s
+rule_files:
+  - $ROOT/telemetry/alerts/onsale.rules.yml
+scrape_configs:
+  - job_name: onsale
+    static_configs:
+      - targets: ['${target//,/\',\'}']
+YAML
+  nohup prometheus --config.file="$dir/prometheus/prometheus.yml" \
+    --storage.tsdb.path="$dir/prometheus/data" --web.listen-address="127.0.0.1:$port" \
+    >"$dir/prometheus/prometheus.log" 2>&1 &
+  echo $! >"$dir/prometheus/prometheus.pid"
+  for _ in $(seq 1 100); do
+    if curl -fsS "http://127.0.0.1:$port/-/ready" >/dev/null 2>&1; then
+      echo "prometheus on 127.0.0.1:$port scraping $target"
+      return 0
+    fi
+    sleep 0.2
+  done
+  echo "prometheus did not start; see $dir/prometheus/prometheus.log" >&2
+  return 1
+}
+
+prom_down() {
+  local dir=$1
+  if [ -f "$dir/prometheus/prometheus.pid" ]; then
+    kill "$(cat "$dir/prometheus/prometheus.pid")" 2>/dev/null || true
+    rm -f "$dir/prometheus/prometheus.pid"
+  fi
 }
 
 # A throwaway Redis (no persistence: the waiting room's state is soft and rebuilt by joins).
@@ -743,7 +788,7 @@ start_onsale() {
     ONSALE_EVENTS_REPLICATION=$((BROKERS >= 3 ? 3 : 1)) \
     ONSALE_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/" \
     ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=$GRPC_LISTEN RUST_LOG=${RUST_LOG:-warn} \
-    ONSALE_WEB_DIR="$ROOT/web/dist" \
+    ONSALE_WEB_DIR="$ROOT/web/dist" ONSALE_PROMETHEUS_URL="http://127.0.0.1:$PROM_PORT" \
     nohup "$ROOT/target/release/onsale" "$@" >"$STACK_DIR/$name.log" 2>&1 &
   echo $! >"$STACK_DIR/$name.pid"
 }
@@ -765,6 +810,11 @@ up() {
   PROCESSOR_LISTEN=$PROCESSOR_LISTEN PROCESSOR_WEBHOOK_URL="http://$LISTEN/v1/webhooks/processor" \
     nohup "$ROOT/target/release/onsale-processor-sim" >"$STACK_DIR/processor.log" 2>&1 &
   echo $! >"$STACK_DIR/processor.pid"
+  local targets=$LISTEN
+  if [ "$NODES" -gt 1 ]; then
+    targets=$(for i in $(seq 1 "$NODES"); do node_http "$i"; done | paste -sd,)
+  fi
+  prom_up "$STACK_DIR" "$PROM_PORT" "$targets" 5 >/dev/null
   if [ "$NODES" -gt 1 ]; then
     local i
     for i in $(seq 1 "$NODES"); do node_start "$i"; done
@@ -783,7 +833,7 @@ up() {
   for _ in $(seq 1 120); do
     if curl -fsS "http://$LISTEN/readyz" >/dev/null 2>&1; then
       echo "onsale ready: REST and SSE on http://$LISTEN, gRPC and gRPC-web on $GRPC_LISTEN, Kafka on $(brokers_list), card processor on http://$PROCESSOR_LISTEN"
-      echo "the fan app: http://$LISTEN/ (sign in with any name: development mode); the ops console: http://$LISTEN/ops (sign in as an admin)"
+      echo "the fan app: http://$LISTEN/ (sign in with any name: development mode); the ops console: http://$LISTEN/ops (sign in as an admin); Prometheus: http://127.0.0.1:$PROM_PORT"
       return 0
     fi
     sleep 0.5
@@ -796,6 +846,7 @@ up() {
 down() {
   local f
   router_down "$STACK_DIR"
+  prom_down "$STACK_DIR"
   for f in "$STACK_DIR"/*.pid; do
     [ -f "$f" ] || continue
     case $(basename "$f") in onsale.pid|relay*.pid|project*.pid|processor.pid|node*.pid)
@@ -828,6 +879,8 @@ case "${1:-}" in
   fuzz-tools) fuzz_tools ;;
   prom-tools) prom_tools ;;
   browser-tools) browser_tools ;;
+  prom-up) prom_up "$2" "$3" "$4" "${5:-1}" ;;
+  prom-down) prom_down "$2" ;;
   ha-tools) ensure_ha ;;
   ha-up) ha_up "$2" "$3" ;;
   ha-down) ha_down "$2" ;;

@@ -29,6 +29,11 @@ pub struct WebSettings {
     /// port (behind a proxy, another name): `https://grpc.tickets.example`.
     #[arg(long, env = "ONSALE_PUBLIC_GRPC_WEB_URL")]
     pub public_grpc_web_url: Option<String>,
+    /// The Prometheus that scrapes this process with the alerting rules of telemetry/alerts
+    /// loaded (`http://127.0.0.1:9090`): the ops console asks it which alerts fire
+    /// (`GET /v1/ops/alerts`, admins). Unset: the console says no Prometheus is configured.
+    #[arg(long, env = "ONSALE_PROMETHEUS_URL")]
+    pub prometheus_url: Option<String>,
 }
 
 /// How long a development token lives: a sitting at the local stack.
@@ -47,6 +52,17 @@ impl WebSettings {
             };
             router = router.merge(pages(dir, &grpc_web)?);
         }
+        router = router.merge(
+            Router::new()
+                .route("/v1/ops/alerts", get(alerts))
+                .with_state(Alerts {
+                    auth: auth.clone(),
+                    prometheus: self.prometheus_url.clone(),
+                    http: reqwest::Client::builder()
+                        .timeout(std::time::Duration::from_secs(3))
+                        .build()?,
+                }),
+        );
         if auth.dev_mode {
             router = router.merge(
                 Router::new()
@@ -166,6 +182,103 @@ async fn dev_token(
     }
 }
 
+#[derive(Clone)]
+struct Alerts {
+    auth: AuthSettings,
+    prometheus: Option<String>,
+    http: reqwest::Client,
+}
+
+/// One alerting rule as the console shows it: its state in Prometheus (`inactive`, `pending`,
+/// `firing`), its severity, and what each firing instance says.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AlertRule {
+    name: String,
+    state: String,
+    severity: String,
+    active: Vec<ActiveAlert>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ActiveAlert {
+    state: String,
+    summary: String,
+    active_at: Option<String>,
+}
+
+/// `GET /v1/ops/alerts` (admin): every alerting rule the configured Prometheus evaluates and
+/// its state, from its `/api/v1/rules`. 404 NOT_CONFIGURED without one; 503 with Retry-After
+/// when it does not answer.
+async fn alerts(State(a): State<Alerts>, headers: axum::http::HeaderMap) -> Response {
+    let caller = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "UNAUTHENTICATED",
+                "a bearer token is required",
+            )
+        })
+        .and_then(|t| a.auth.verifier().verify(t));
+    if let Err(e) = caller.and_then(|c| c.require(&[Role::Admin])) {
+        return e.into_response();
+    }
+    let Some(base) = &a.prometheus else {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NOT_CONFIGURED",
+            "no Prometheus is configured (ONSALE_PROMETHEUS_URL)",
+        )
+        .into_response();
+    };
+    let url = format!("{}/api/v1/rules?type=alert", base.trim_end_matches('/'));
+    let body: serde_json::Value = match a.http.get(&url).send().await {
+        Ok(r) if r.status().is_success() => match r.json().await {
+            Ok(b) => b,
+            Err(e) => return unavailable(&e.to_string()),
+        },
+        Ok(r) => return unavailable(&format!("Prometheus answered {}", r.status())),
+        Err(e) => return unavailable(&e.to_string()),
+    };
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+    let rules: Vec<AlertRule> = body["data"]["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+        .map(|r| AlertRule {
+            name: text(&r["name"]),
+            state: text(&r["state"]),
+            severity: text(&r["labels"]["severity"]),
+            active: r["alerts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|x| ActiveAlert {
+                    state: text(&x["state"]),
+                    summary: text(&x["annotations"]["summary"]),
+                    active_at: x["activeAt"].as_str().map(str::to_owned),
+                })
+                .collect(),
+        })
+        .collect();
+    Json(serde_json::json!({ "rules": rules })).into_response()
+}
+
+fn unavailable(why: &str) -> Response {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "UNAVAILABLE",
+        format!("Prometheus does not answer: {why}"),
+    )
+    .retry_after(5)
+    .into_response()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,7 +378,7 @@ mod tests {
         let grpc = GRPC.parse().expect("addr");
         let web = WebSettings {
             web_dir: Some(dir.path().to_owned()),
-            public_grpc_web_url: None,
+            ..WebSettings::default()
         };
         let router = web.routes(&auth(false), grpc).expect("routes");
         for page in ["/", "/ops"] {
@@ -286,6 +399,7 @@ mod tests {
         let proxied = WebSettings {
             web_dir: Some(dir.path().to_owned()),
             public_grpc_web_url: Some("https://grpc.example/\"x".into()),
+            ..WebSettings::default()
         };
         let (_, r) = call(
             &proxied.routes(&auth(false), grpc).expect("routes"),
@@ -300,7 +414,7 @@ mod tests {
 
         let missing = WebSettings {
             web_dir: Some(dir.path().join("nowhere")),
-            public_grpc_web_url: None,
+            ..WebSettings::default()
         };
         let err = missing
             .routes(&auth(false), grpc)

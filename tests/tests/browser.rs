@@ -112,10 +112,86 @@ async fn fans_pass_the_line_buy_two_seats_on_the_map_get_rotating_tickets_and_a_
     p.stop().await;
 }
 
+/// A Prometheus (scripts/stack.sh prom-up) scraping `target` every second with the alerting
+/// rules loaded, under the run's directory (reaped by `make test` if the test dies).
+struct Prometheus {
+    dir: PathBuf,
+}
+
+impl Prometheus {
+    async fn start(port: u16, target: &str) -> Self {
+        let dir = std::env::var_os("ONSALE_TEST_DIR")
+            .map_or_else(std::env::temp_dir, PathBuf::from)
+            .join(format!("prom-{}", uuid::Uuid::new_v4().simple()));
+        let me = Self { dir };
+        me.script(&["prom-up", &port.to_string(), target, "1"])
+            .await;
+        me
+    }
+
+    async fn script(&self, args: &[&str]) {
+        let stack = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/stack.sh");
+        let dir = self.dir.to_string_lossy().into_owned();
+        let mut all = vec![args[0], dir.as_str()];
+        all.extend(&args[1..]);
+        let out = tokio::process::Command::new(stack)
+            .args(&all)
+            .output()
+            .await
+            .expect("stack.sh runs");
+        assert!(
+            out.status.success(),
+            "stack.sh {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    async fn stop(self) {
+        self.script(&["prom-down"]).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_ops_console_shows_a_running_load_and_a_seats_history() {
+async fn the_ops_console_shows_a_running_load_its_firing_alerts_and_a_seats_history() {
     let db = TestDb::new().await.expect("db");
-    let (rp, event, base) = serving_a_show(&db).await;
+    let web = PathBuf::from(env("ONSALE_TEST_WEB_DIR"));
+    let prom_port = onsale_tests::free_port();
+    let rp = ReadPath::spawn_parts(
+        &db,
+        &shared_brokers().expect("brokers"),
+        |s| {
+            s.web.web_dir = Some(web);
+            s.web.prometheus_url = Some(format!("http://127.0.0.1:{prom_port}"));
+        },
+        &[],
+    )
+    .await
+    .expect("the stack");
+    let event = rp.show_on_map(2, 2, 5).await;
+    let base = rp.app.base.trim_end_matches('/').to_owned();
+    let prometheus = Prometheus::start(prom_port, base.trim_start_matches("http://")).await;
+    // An invariant broken behind the show's back (two live tickets for one seat), found by
+    // the monitor: the console's tile goes red and Prometheus fires the alert.
+    for order in ["o-planted-1", "o-planted-2"] {
+        sqlx::query(
+            "INSERT INTO tickets (ticket_id, order_id, show_id, seat_id, account_id, secret, issued_at)
+             VALUES ($1, $2, $3, 'S2-R2-5', 'mallory', '\\x00', now())",
+        )
+        .bind(uuid::Uuid::new_v4())
+        .bind(order)
+        .bind(&event)
+        .execute(&rp.pool)
+        .await
+        .expect("a planted ticket");
+    }
+    let found = onsale_payments::monitor::check(&rp.pool)
+        .await
+        .expect("the monitor runs");
+    assert!(
+        found.iter().any(|v| v.check == "seat_ticketed_twice"),
+        "{found:?}"
+    );
     run_e2e("ops.mjs", &[("BASE", &base), ("EVENT", &event)]).await;
+    prometheus.stop().await;
     rp.stop().await;
 }

@@ -1,11 +1,12 @@
 // The ops console (`/ops`, an admin's): the on-sale as it runs, read every second from
 // `/metrics` (rates from the counters' differences), each figure with its last two minutes
-// drawn; the alarms that must stay at zero in red when they are not; and a seat inspector
-// (the seat's whole history, `GET /v1/events/{id}/seats/{seatId}/history`).
+// drawn; the alarms that must stay at zero in red when they are not; which alerting rules
+// fire (asked of the Prometheus that evaluates telemetry/alerts, `GET /v1/ops/alerts`); and a
+// seat inspector (the seat's whole history, `GET /v1/events/{id}/seats/{seat}/history`).
 import { useEffect, useState } from "preact/hooks";
 import type { components } from "../gen/api";
 import { inWords, rest, type Problem } from "../rest";
-import { useSession } from "../session";
+import { currentSession, useSession } from "../session";
 import { max, parse, sum, type Sample } from "./metrics";
 
 interface Point {
@@ -135,7 +136,64 @@ export function Console() {
           );
         })}
       </ul>
+      <AlertList />
       <SeatInspector />
+    </section>
+  );
+}
+
+interface Rule {
+  name: string;
+  state: string;
+  severity: string;
+  active: { state: string; summary: string; activeAt?: string }[];
+}
+
+const ORDER: Record<string, number> = { firing: 0, pending: 1, inactive: 2 };
+
+/** The alerting rules and their state, every 2 s. */
+function AlertList() {
+  const [rules, setRules] = useState<Rule[] | null>(null);
+  const [note, setNote] = useState<string | null>(null);
+  useEffect(() => {
+    let stop = false;
+    async function poll() {
+      const r = await fetch("/v1/ops/alerts", {
+        headers: { authorization: `Bearer ${currentSession()?.token ?? ""}` },
+      }).catch(() => null);
+      if (stop || !r) return;
+      const body = await r.json().catch(() => ({}));
+      if (r.ok) {
+        setRules((body.rules as Rule[]).sort((a, b) => (ORDER[a.state] ?? 3) - (ORDER[b.state] ?? 3)));
+        setNote(null);
+      } else setNote(body.detail ?? `${r.status}`);
+    }
+    poll();
+    const t = setInterval(poll, 2000);
+    return () => {
+      stop = true;
+      clearInterval(t);
+    };
+  }, []);
+  const firing = rules?.filter((r) => r.state === "firing").length ?? 0;
+  return (
+    <section class="card" aria-labelledby="alerts-title">
+      <h2 id="alerts-title">Alerts {rules ? `(${firing} firing)` : ""}</h2>
+      {note ? <p class="meta">{note}</p> : null}
+      {rules ? (
+        <ul class="alerts">
+          {rules.map((r) => (
+            <li key={r.name} class={`alert ${r.state}`} data-testid={`alert-${r.name}`} data-state={r.state}>
+              <strong>{r.name}</strong> <span class="meta">({r.severity})</span> — {r.state}
+              {r.active.map((a, i) => (
+                <div key={i} class="meta">
+                  {a.summary}
+                </div>
+              ))}
+            </li>
+          ))}
+        </ul>
+      ) : null}
     </section>
   );
 }
