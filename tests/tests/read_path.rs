@@ -361,6 +361,25 @@ async fn commands_reach_the_seat_map_the_sse_stream_and_the_grpc_stream() {
     rp.stop().await;
 }
 
+/// Waits (30 s at most) until `event`'s log holds `by` more events than `seen`; answers its
+/// head then.
+async fn log_grew(pool: &sqlx::PgPool, event: &str, seen: i64, by: i64) -> i64 {
+    for _ in 0..600 {
+        let head: i64 = sqlx::query_scalar(
+            "SELECT coalesce(max(sequence), 0) FROM events WHERE aggregate_id = $1",
+        )
+        .bind(event)
+        .fetch_one(pool)
+        .await
+        .expect("head");
+        if head >= seen + by {
+            return head;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the log of {event} did not grow by {by} events past {seen} within 30 s");
+}
+
 #[tokio::test]
 async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_restarts() {
     let db = TestDb::new().await.expect("db");
@@ -368,20 +387,28 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
     let mut rp = ReadPath::spawn(&db, &broker.bootstrap())
         .await
         .expect("read path");
-    let event = rp.app.on_sale_event(2, 5, 10, None).await;
+    // Room for the churn: orders (in the first rounds only) never sell the show out.
+    let event = rp.app.on_sale_event(4, 10, 10, None).await;
 
     // Fans hold, release and order while the parts are killed and restarted under them.
     let app = std::sync::Arc::new(rp.app.http.clone());
     let base = rp.app.base.clone();
     let tokens: Vec<String> = (0..40).map(|i| rp.app.fan(&format!("fan{i}"))).collect();
+    // The load runs until every fault has landed on it (told to stop then).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = tokio::spawn({
         let event = event.clone();
+        let stop = stop.clone();
         async move {
             let mut handles = Vec::new();
             for (i, t) in tokens.into_iter().enumerate() {
-                let (http, base, event) = (app.clone(), base.clone(), event.clone());
+                let (http, base, event, stop) =
+                    (app.clone(), base.clone(), event.clone(), stop.clone());
                 handles.push(tokio::spawn(async move {
-                    for round in 0..6 {
+                    let mut round = 0;
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        round += 1;
+                        tokio::time::sleep(Duration::from_millis(30)).await;
                         let hold: Value = http
                             .post(format!("{base}/v1/events/{event}/holds"))
                             .bearer_auth(&t)
@@ -395,13 +422,15 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
                         let Some(id) = hold["holdId"].as_str() else {
                             continue;
                         };
-                        if (i + round) % 3 == 0 {
+                        // Past the first rounds every hold is released: the account's cap
+                        // never fills, the load keeps writing.
+                        if (i + round) % 3 == 0 || round > 6 {
                             http.delete(format!("{base}/v1/holds/{id}"))
                                 .bearer_auth(&t)
                                 .send()
                                 .await
                                 .expect("answers");
-                        } else if (i + round) % 3 == 1 {
+                        } else if (i + round) % 3 == 1 && round <= 6 {
                             http.post(format!("{base}/v1/orders"))
                                 .bearer_auth(&t)
                                 .header("Idempotency-Key", format!("k-{i}-{round}"))
@@ -410,7 +439,6 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
                                 .await
                                 .expect("answers");
                         }
-                        tokio::time::sleep(Duration::from_millis(30)).await;
                     }
                 }));
             }
@@ -419,17 +447,21 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
             }
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Each fault lands while the load writes: after the log grew by 20 events since the last.
+    let mut seen = 0;
+    seen = log_grew(&rp.pool, &event, seen, 20).await;
     rp.kill_relay();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    seen = log_grew(&rp.pool, &event, seen, 20).await;
     rp.start_relay().await.expect("the relay restarts");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    seen = log_grew(&rp.pool, &event, seen, 20).await;
     broker.kill(1).await.expect("SIGKILL of the broker");
     broker.start_broker(1).await.expect("the broker comes back");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    seen = log_grew(&rp.pool, &event, seen, 20).await;
     rp.kill_projections();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    seen = log_grew(&rp.pool, &event, seen, 20).await;
     rp.start_projections().await.expect("projections");
+    log_grew(&rp.pool, &event, seen, 20).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
     load.await.expect("the load ran");
 
     // Every projection reaches the head of the log...
