@@ -22,3 +22,12 @@ ONSALE_ADMISSION_TARGET=${DEMO_ADMISSION_TARGET:-192} ONSALE_ADMISSION_TICK_MS=1
 "$ROOT/target/release/onsale-loadgen" demo --base "http://$LISTEN" \
   --database-url "postgres://onsale@127.0.0.1:$PG_PORT/onsale" \
   --fans "${DEMO_FANS:-20000}" --concurrency "${DEMO_CONCURRENCY:-256}" "$@"
+# The sale just run, in a browser: at a terminal the stack stays up until Enter (DEMO_BROWSE=0:
+# never; the drills).
+echo
+echo "the fan app: http://$LISTEN/ (sign in with any name); the ops console: http://$LISTEN/ops (sign in as an admin)"
+if [ "${DEMO_BROWSE:-1}" = 1 ] && [ -t 0 ] && [ -t 1 ] && [ -z "${CI:-}" ]; then
+  read -r -p "the stack stays up to browse the sale just run; press Enter to stop it " _
+else
+  echo "(the stack stops now; \`make up\` starts it again to browse)"
+fi

@@ -16,5 +16,5 @@ export ONSALE_RATE_ADDRESS_PER_SEC=${ONSALE_RATE_ADDRESS_PER_SEC:-0}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 action="kill-owner"
 [ -n "${PAUSE:-}" ] && action="pause-owner $PAUSE"
-NODES=3 DEMO_FANS=${DRILL_FANS:-6000} exec "$ROOT/scripts/demo.sh" \
+DEMO_BROWSE=0 NODES=3 DEMO_FANS=${DRILL_FANS:-6000} exec "$ROOT/scripts/demo.sh" \
   --kill-node "$ROOT/scripts/stack.sh $action"

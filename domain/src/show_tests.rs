@@ -557,6 +557,7 @@ fn failed_order() -> Vec<ShowEvent> {
         held(1, "ann", &["A-1-1", "A-1-2"], 600),
         placed(1, 1, "ann", &["A-1-1", "A-1-2"], 24_000),
         ShowEvent::PaymentFailed {
+            code: PaymentFailure::CardDeclined,
             order_id: order_id(1),
             reason: "declined".into(),
             at: t0(),
@@ -578,11 +579,13 @@ fn a_definitive_failure_returns_the_seats_in_the_same_commit() {
             placed(1, 1, "ann", &["A-1-1"], 12_000),
         ])
         .when(ShowCommand::RecordPaymentFailed {
+            code: PaymentFailure::CardDeclined,
             order_id: order_id(1),
             reason: "declined".into(),
         })
         .then_expect_events(vec![
             ShowEvent::PaymentFailed {
+                code: PaymentFailure::CardDeclined,
                 order_id: order_id(1),
                 reason: "declined".into(),
                 at: t0() + Duration::seconds(1),
@@ -597,10 +600,49 @@ fn a_definitive_failure_returns_the_seats_in_the_same_commit() {
     at(1)
         .given(failed_order())
         .when(ShowCommand::RecordPaymentFailed {
+            code: PaymentFailure::CardDeclined,
             order_id: order_id(1),
             reason: "declined again".into(),
         })
         .then_expect_events(vec![]);
+}
+
+#[test]
+fn a_failed_order_says_why_until_a_late_capture_reinstates_it() {
+    let show = folded(failed_order());
+    let view = show.order_view(&order_id(1)).expect("order");
+    assert_eq!(view.status, "FAILED");
+    assert_eq!(view.failure_reason, Some(PaymentFailure::CardDeclined));
+    // A failure logged before the code existed reads as the generic one.
+    let old: ShowEvent = serde_json::from_value(serde_json::json!({"PaymentFailed": {
+        "order_id": order_id(1), "reason": "declined", "at": t0()
+    }}))
+    .expect("an event without a code loads");
+    let mut events = failed_order();
+    events[3] = old;
+    let view = folded(events).order_view(&order_id(1)).expect("order");
+    assert_eq!(view.failure_reason, Some(PaymentFailure::Failed));
+    // Reinstated by a late capture: confirmed, no failure shown.
+    let mut events = failed_order();
+    events.push(ShowEvent::OrderReinstated {
+        order_id: order_id(1),
+        seat_ids: seats(&["A-1-1", "A-1-2"]),
+        at: t0(),
+    });
+    let view = folded(events).order_view(&order_id(1)).expect("order");
+    assert_eq!(view.status, "CONFIRMED");
+    assert_eq!(view.failure_reason, None);
+    assert_eq!(
+        folded(vec![
+            scheduled(),
+            held(1, "ann", &["A-1-1"], 600),
+            placed(1, 1, "ann", &["A-1-1"], 12_000)
+        ])
+        .order_view(&order_id(1))
+        .expect("order")
+        .failure_reason,
+        None
+    );
 }
 
 #[test]
@@ -796,6 +838,7 @@ fn a_confirmed_order_never_fails_or_compensates() {
     at(1)
         .given(given.clone())
         .when(ShowCommand::RecordPaymentFailed {
+            code: PaymentFailure::CardDeclined,
             order_id: order_id(1),
             reason: "late".into(),
         })
@@ -823,6 +866,7 @@ fn compensation_returns_the_seats_of_a_declined_order_once() {
         held(1, "ann", &["A-1-1"], 600),
         placed(1, 1, "ann", &["A-1-1"], 12_000),
         ShowEvent::PaymentFailed {
+            code: PaymentFailure::CardDeclined,
             order_id: order_id(1),
             reason: "declined".into(),
             at: t0(),

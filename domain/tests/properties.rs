@@ -285,6 +285,7 @@ impl World {
                             amount_cents: None,
                         },
                         1 => ShowCommand::RecordPaymentFailed {
+                            code: PaymentFailure::CardDeclined,
                             order_id,
                             reason: "declined".into(),
                         },

@@ -64,8 +64,9 @@ fn parameter_schema(path: &str, name: &str) -> Option<Value> {
     })
 }
 
-/// Rules of request bodies the struct annotations cannot say (bounds of the domain's checks,
-/// fields that go together), merged into the component schemas.
+/// Rules of request and response bodies the struct annotations cannot say (bounds of the
+/// domain's checks, fields that go together, the codes a field takes), merged into the
+/// component schemas.
 fn body_rules() -> Vec<(&'static str, Value)> {
     vec![
         (
@@ -117,6 +118,15 @@ fn body_rules() -> Vec<(&'static str, Value)> {
             json!({"properties": {
                 "holdId": {"pattern": scoped("h")},
                 "paymentToken": {"minLength": 1, "maxLength": 128, "pattern": TEXT}}}),
+        ),
+        (
+            "OrderResponse",
+            json!({"properties": {"failureReason": {
+                "enum": ["CARD_DECLINED", "PAYMENT_TIMED_OUT", "FAILED", null]}}}),
+        ),
+        (
+            "DevSignIn",
+            json!({"properties": {"sub": {"pattern": "^[!-~]{1,128}$", "maxLength": 128}}}),
         ),
         (
             "ScanRequest",

@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use onsale_command::owner::CommandError;
 use onsale_command::Shows;
-use onsale_domain::{OrderId, OrderStatus, ShowCommand, ShowError, ShowId};
+use onsale_domain::{OrderId, OrderStatus, PaymentFailure, ShowCommand, ShowError, ShowId};
 use onsale_edge::auth::Verifier;
 use onsale_edge::auth::{Caller, Role};
 use onsale_edge::ApiError;
@@ -124,6 +124,7 @@ async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: B
             order_id,
             ShowCommand::RecordPaymentFailed {
                 order_id,
+                code: PaymentFailure::CardDeclined,
                 reason: "declined (processor webhook)".into(),
             },
         )),

@@ -15,7 +15,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use onsale_command::owner::CommandError;
 use onsale_command::Shows;
-use onsale_domain::{OrderId, ShowCommand, ShowError};
+use onsale_domain::{OrderId, PaymentFailure, ShowCommand, ShowError};
 use onsale_processor_api::ChargeRequest;
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
@@ -266,6 +266,7 @@ impl Worker {
             order,
             ShowCommand::RecordPaymentFailed {
                 order_id: order,
+                code: PaymentFailure::PaymentTimedOut,
                 reason: format!(
                     "the payment did not resolve within {} s",
                     self.config.max_pending_secs
@@ -391,7 +392,7 @@ impl Worker {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Succeeded,
-    Failed(String),
+    Failed(PaymentFailure, String),
 }
 
 impl Outcome {
@@ -401,7 +402,11 @@ impl Outcome {
                 order_id,
                 amount_cents: None,
             },
-            Self::Failed(reason) => ShowCommand::RecordPaymentFailed { order_id, reason },
+            Self::Failed(code, reason) => ShowCommand::RecordPaymentFailed {
+                order_id,
+                code,
+                reason,
+            },
         }
     }
 }
@@ -435,10 +440,16 @@ pub fn next_step(
 ) -> Step {
     match (verdict, state) {
         (Verdict::Captured { .. }, _) => Step::Record(Outcome::Succeeded),
-        (Verdict::Declined { reason }, _) => Step::Record(Outcome::Failed(reason.clone())),
-        (Verdict::Voided, _) | (Verdict::NoCharge, PaymentState::Void) => Step::Record(
-            Outcome::Failed("the payment did not resolve in time; the charge was voided".into()),
-        ),
+        (Verdict::Declined { reason }, _) => Step::Record(Outcome::Failed(
+            PaymentFailure::CardDeclined,
+            reason.clone(),
+        )),
+        (Verdict::Voided, _) | (Verdict::NoCharge, PaymentState::Void) => {
+            Step::Record(Outcome::Failed(
+                PaymentFailure::PaymentTimedOut,
+                "the payment did not resolve in time; the charge was voided".into(),
+            ))
+        }
         (Verdict::NoCharge, _) => Step::Charge,
         (Verdict::Unknown { why }, PaymentState::Void) => Step::Wait {
             state: PaymentState::Void,

@@ -243,6 +243,7 @@ impl World {
                 self.payments[i].state = PaymentState::Void;
                 self.payments[i].forced = true;
                 self.record(ShowCommand::RecordPaymentFailed {
+                    code: PaymentFailure::CardDeclined,
                     order_id: p.order,
                     reason: "unresolved".into(),
                 });
@@ -265,6 +266,7 @@ impl World {
                 amount_cents: None,
             }),
             "charge.failed" => self.record(ShowCommand::RecordPaymentFailed {
+                code: PaymentFailure::CardDeclined,
                 order_id,
                 reason: "webhook".into(),
             }),

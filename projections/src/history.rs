@@ -41,9 +41,10 @@ fn actor_and_detail(
             ..
         } => Some(json!({ "expiresAt": expires_at, "bestAvailable": best_available })),
         ShowEvent::OrderPlaced { total_cents, .. } => Some(json!({ "totalCents": total_cents })),
-        ShowEvent::PaymentFailed { reason, .. } | ShowEvent::PaymentAmbiguous { reason, .. } => {
-            Some(json!({ "reason": reason }))
+        ShowEvent::PaymentFailed { code, reason, .. } => {
+            Some(json!({ "code": code.as_str(), "reason": reason }))
         }
+        ShowEvent::PaymentAmbiguous { reason, .. } => Some(json!({ "reason": reason })),
         ShowEvent::OrderReinstated { .. } => Some(json!({ "late": true })),
         ShowEvent::MakeGoodOwed {
             taken_seat_ids,

@@ -16,6 +16,7 @@ struct Row {
     account_id: String,
     status: String,
     make_good: bool,
+    failure_reason: Option<&'static str>,
     seat_ids: Vec<String>,
     total_cents: i64,
     placed_at: chrono::DateTime<chrono::Utc>,
@@ -83,6 +84,7 @@ impl Projection for Orders {
                 account_id: view.account.to_string(),
                 status: view.status.into_owned(),
                 make_good: view.make_good,
+                failure_reason: view.failure_reason.map(|f| f.as_str()),
                 seat_ids: view.seat_ids.iter().map(ToString::to_string).collect(),
                 total_cents: view.total_cents,
                 placed_at: view.placed_at,
@@ -96,11 +98,12 @@ impl Projection for Orders {
         for r in self.changed.drain().map(|(_, r)| r) {
             sqlx::query(
                 "INSERT INTO orders_view (order_id, show_id, hold_id, account_id, status, seat_ids,
-                                          total_cents, placed_at, updated_at, sequence, make_good)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                                          total_cents, placed_at, updated_at, sequence, make_good,
+                                          failure_reason)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
                  ON CONFLICT (order_id) DO UPDATE
                    SET status = EXCLUDED.status, updated_at = EXCLUDED.updated_at, sequence = EXCLUDED.sequence,
-                       make_good = EXCLUDED.make_good
+                       make_good = EXCLUDED.make_good, failure_reason = EXCLUDED.failure_reason
                  WHERE orders_view.sequence < EXCLUDED.sequence",
             )
             .bind(&r.order_id)
@@ -114,6 +117,7 @@ impl Projection for Orders {
             .bind(r.updated_at)
             .bind(r.sequence)
             .bind(r.make_good)
+            .bind(r.failure_reason)
             .execute(&mut *tx)
             .await?;
         }

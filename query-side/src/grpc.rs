@@ -224,6 +224,7 @@ impl pb::orders_server::Orders for Grpc {
             total_cents: r.total_cents,
             placed_at: r.placed_at.to_rfc3339(),
             updated_at: r.updated_at.to_rfc3339(),
+            failure_reason: r.failure_reason.unwrap_or_default(),
         }))
     }
 }

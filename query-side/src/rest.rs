@@ -344,6 +344,11 @@ pub struct OrderResponse {
     /// Captured after it had failed while its seats were resold: refunded, and the buyer is
     /// owed a make-good.
     make_good: bool,
+    /// Why the order failed, while its status is FAILED: `CARD_DECLINED` (another card may
+    /// work), `PAYMENT_TIMED_OUT` (the processor never answered in time; nothing was charged)
+    /// or `FAILED` (unclassified).
+    #[schema(value_type = Option<String>, example = "CARD_DECLINED")]
+    failure_reason: Option<String>,
     /// One per seat, issued once the payment succeeded; a cancelled order's are revoked.
     tickets: Vec<TicketRef>,
 }
@@ -369,6 +374,7 @@ pub struct OrderRow {
     pub placed_at: chrono::DateTime<chrono::Utc>,
     pub updated_at: chrono::DateTime<chrono::Utc>,
     pub make_good: bool,
+    pub failure_reason: Option<String>,
 }
 
 /// How long a read of a hold or order waits for the projection to fold what its show had
@@ -434,7 +440,7 @@ pub async fn find_order(
     let row = read_own_write(state, order_id.show(), || {
         sqlx::query_as::<_, OrderRow>(
             "SELECT order_id, show_id, hold_id, account_id, status, seat_ids, total_cents, placed_at, updated_at,
-                    make_good
+                    make_good, failure_reason
                FROM orders_view WHERE order_id = $1",
         )
         .bind(order_id.to_string())
@@ -473,6 +479,7 @@ async fn get_order(
         placed_at: r.placed_at,
         updated_at: r.updated_at,
         make_good: r.make_good,
+        failure_reason: r.failure_reason,
         tickets,
     }))
 }

@@ -230,7 +230,7 @@ impl Server {
             self.shutdown.clone(),
         )
         .await?;
-        let doc = openapi(room.is_some())?;
+        let doc = openapi(room.is_some(), s.auth.dev_mode)?;
         let health = query.health.clone();
         let state = AppState {
             shows: self.shows.clone(),
@@ -472,11 +472,15 @@ pub fn event_log(settings: &onsale_eventlog::DatabaseSettings) -> anyhow::Result
 
 /// The OpenAPI document `/openapi.json` serves (with the waiting room's routes when the
 /// process has one): what `onsale openapi` prints for the front end's generated client.
-pub fn openapi(waiting_room: bool) -> anyhow::Result<serde_json::Value> {
+pub fn openapi(waiting_room: bool, dev_mode: bool) -> anyhow::Result<serde_json::Value> {
     use utoipa::OpenApi;
     let mut doc = onsale_command::api::ApiDoc::openapi();
     doc.merge(onsale_query::rest::QueryDoc::openapi());
     doc.merge(onsale_payments::PaymentsDoc::openapi());
+    doc.merge(web::WebDoc::openapi());
+    if dev_mode {
+        doc.merge(web::DevDoc::openapi());
+    }
     if waiting_room {
         doc.merge(onsale_waiting_room::api::WaitingRoomDoc::openapi());
     }

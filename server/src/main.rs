@@ -54,6 +54,9 @@ enum Command {
         /// Leave out the waiting room's routes (a process without Redis has none).
         #[arg(long)]
         without_waiting_room: bool,
+        /// Leave out the development sign-in (a process outside development mode has none).
+        #[arg(long)]
+        without_dev: bool,
     },
     /// Print a show's events, one JSON object a line, from the event store (for analysts).
     Log {
@@ -393,8 +396,9 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Openapi {
             without_waiting_room,
+            without_dev,
         } => {
-            let doc = onsale_server::openapi(!without_waiting_room)?;
+            let doc = onsale_server::openapi(!without_waiting_room, !without_dev)?;
             println!("{}", serde_json::to_string_pretty(&doc)?);
             Ok(())
         }

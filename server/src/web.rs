@@ -18,6 +18,16 @@ use serde::{Deserialize, Serialize};
 use tower_http::services::ServeDir;
 use tower_http::set_header::SetResponseHeaderLayer;
 
+/// The routes of this module in the OpenAPI document.
+#[derive(Debug, utoipa::OpenApi)]
+#[openapi(paths(alerts), components(schemas(AlertRules, AlertRule, ActiveAlert)))]
+pub struct WebDoc;
+
+/// The development sign-in in the OpenAPI document (development mode only, as the route).
+#[derive(Debug, utoipa::OpenApi)]
+#[openapi(paths(dev_token), components(schemas(DevSignIn, DevToken, Role)))]
+pub struct DevDoc;
+
 /// Where the built front end is.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct WebSettings {
@@ -119,11 +129,16 @@ fn html_attr(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-#[derive(Debug, Deserialize)]
+/// The development sign-in's request: who to be, and as what.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct DevSignIn {
+pub struct DevSignIn {
+    /// The account id (visible ASCII, 1 to 128 characters).
+    #[schema(example = "ann")]
     sub: String,
+    /// `fan` when absent.
     #[serde(default = "fan")]
+    #[schema(required = false)]
     role: Role,
 }
 
@@ -131,8 +146,9 @@ fn fan() -> Role {
     Role::Fan
 }
 
-#[derive(Debug, Serialize)]
-struct DevToken {
+/// A bearer token for the local stack.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DevToken {
     token: String,
     sub: String,
     role: Role,
@@ -142,6 +158,10 @@ struct DevToken {
 
 /// `POST /v1/dev/token {sub, role?}`: a token for the local stack (development mode only; the
 /// route does not exist otherwise).
+#[utoipa::path(post, path = "/v1/dev/token", request_body = DevSignIn,
+    description = "A bearer token for the local stack, for whoever asks: served in development mode (ONSALE_DEV_MODE) only; the route and this entry do not exist otherwise.",
+    responses((status = 201, body = DevToken),
+        (status = 422, description = "The body is not a sign-in, or its sub is not an account id (INVALID_REQUEST)")))]
 async fn dev_token(
     State(auth): State<AuthSettings>,
     body: Result<Json<DevSignIn>, axum::extract::rejection::JsonRejection>,
@@ -191,26 +211,38 @@ struct Alerts {
 
 /// One alerting rule as the console shows it: its state in Prometheus (`inactive`, `pending`,
 /// `firing`), its severity, and what each firing instance says.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct AlertRule {
+pub struct AlertRule {
     name: String,
     state: String,
     severity: String,
     active: Vec<ActiveAlert>,
 }
 
-#[derive(Debug, Serialize)]
+/// A firing or pending instance of an alerting rule.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct ActiveAlert {
+pub struct ActiveAlert {
     state: String,
     summary: String,
     active_at: Option<String>,
 }
 
+/// The rules and their states, as the console reads them.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct AlertRules {
+    rules: Vec<AlertRule>,
+}
+
 /// `GET /v1/ops/alerts` (admin): every alerting rule the configured Prometheus evaluates and
 /// its state, from its `/api/v1/rules`. 404 NOT_CONFIGURED without one; 503 with Retry-After
 /// when it does not answer.
+#[utoipa::path(get, path = "/v1/ops/alerts", security(("bearer" = [])),
+    description = "Every alerting rule of telemetry/alerts the configured Prometheus (ONSALE_PROMETHEUS_URL) evaluates, with its state (inactive, pending, firing) and what each active alert says (admins).",
+    responses((status = 200, body = AlertRules),
+        (status = 404, description = "NOT_CONFIGURED: no Prometheus is configured"),
+        (status = 503, description = "UNAVAILABLE: Prometheus does not answer; retry after Retry-After")))]
 async fn alerts(State(a): State<Alerts>, headers: axum::http::HeaderMap) -> Response {
     let caller = headers
         .get(header::AUTHORIZATION)
@@ -266,7 +298,7 @@ async fn alerts(State(a): State<Alerts>, headers: axum::http::HeaderMap) -> Resp
                 .collect(),
         })
         .collect();
-    Json(serde_json::json!({ "rules": rules })).into_response()
+    Json(AlertRules { rules }).into_response()
 }
 
 fn unavailable(why: &str) -> Response {

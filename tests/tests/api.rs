@@ -331,11 +331,50 @@ async fn the_openapi_document_describes_the_api() {
         "/v1/events/{id}/seats",
         "/v1/events/{id}/updates",
         "/v1/events/{id}/seats/{seat}/history",
+        "/v1/ops/alerts",
     ] {
         assert!(
             doc["paths"].get(path).is_some(),
             "{path} missing from the OpenAPI document"
         );
+    }
+    // What the fan app's generated client reads: the session header of the writes a waiting
+    // room guards, why an order failed, the event document's fields.
+    for (path, method) in [("/v1/events/{id}/holds", "post"), ("/v1/orders", "post")] {
+        let params = doc["paths"][path][method]["parameters"]
+            .as_array()
+            .expect("parameters");
+        assert!(
+            params
+                .iter()
+                .any(|p| p["name"] == "X-Onsale-Session" && p["in"] == "header"),
+            "{method} {path} does not name X-Onsale-Session"
+        );
+        assert!(
+            doc["paths"][path][method]["responses"]["403"]["description"]
+                .as_str()
+                .is_some_and(|d| d.contains("ADMISSION_REQUIRED"))
+        );
+    }
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(
+        schemas["OrderResponse"]["properties"]["failureReason"]["enum"],
+        json!(["CARD_DECLINED", "PAYMENT_TIMED_OUT", "FAILED", null])
+    );
+    assert_eq!(
+        doc["paths"]["/v1/events/{id}"]["get"]["responses"]["200"]["content"]["application/json"]
+            ["schema"]["$ref"],
+        "#/components/schemas/EventDoc"
+    );
+    assert!(schemas["EventDoc"]["properties"]["availableSeats"].is_object());
+    // The development sign-in is documented where it is served: in development mode only.
+    assert_eq!(
+        doc["paths"].get("/v1/dev/token").is_some(),
+        app.server.settings().auth.dev_mode
+    );
+    for dev in [false, true] {
+        let doc = onsale_server::openapi(true, dev).expect("document");
+        assert_eq!(doc["paths"].get("/v1/dev/token").is_some(), dev);
     }
     rp.eventually("/readyz", "", |s, _| s == 200).await;
     rp.stop().await;

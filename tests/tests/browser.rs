@@ -90,6 +90,8 @@ async fn fans_pass_the_line_buy_two_seats_on_the_map_get_rotating_tickets_and_a_
             s.web.web_dir = Some(web);
             s.waiting_room.redis_url = Some(redis);
             s.waiting_room.tick_ms = 100;
+            // Two fans in the sale at once: a third waits.
+            s.waiting_room.target = 2;
         },
         |_| {},
     )

@@ -116,10 +116,13 @@ async fn every_payment_token_resolves_end_to_end() {
 
     // Tickets come from their own consumer of the log, after the order is confirmed.
     p.order_with_tickets(&ok, "ann", "CONFIRMED", 2, 20).await;
-    p.order_becomes(&decline, "bob", "FAILED", 20).await;
+    let declined = p.order_becomes(&decline, "bob", "FAILED", 20).await;
+    assert_eq!(declined["failureReason"], "CARD_DECLINED", "{declined}");
     // A timeout is not a failure: the order waits, then resolves to what the processor did.
-    p.order_becomes(&slow_ok, "cat", "CONFIRMED", 20).await;
-    p.order_becomes(&slow_fail, "dan", "FAILED", 20).await;
+    let confirmed = p.order_becomes(&slow_ok, "cat", "CONFIRMED", 20).await;
+    assert!(confirmed["failureReason"].is_null(), "{confirmed}");
+    let failed = p.order_becomes(&slow_fail, "dan", "FAILED", 20).await;
+    assert_eq!(failed["failureReason"], "CARD_DECLINED", "{failed}");
 
     // A declined order's seat is on sale again, and the map says so (the seat map is its own
     // projection: it may trail the orders view, so it is waited for too).
@@ -400,6 +403,37 @@ async fn a_processor_outage_keeps_orders_pending_and_they_resolve_after() {
         assert_eq!(p.captures().get(order), Some(&1));
     }
     at_most_one_capture(&p);
+    p.stop().await;
+}
+
+#[tokio::test]
+async fn a_processor_silent_past_the_bound_fails_the_order_as_timed_out_and_frees_its_seat() {
+    let (_db, p) = PaymentPath::start(|c| c.max_pending_secs = 2)
+        .await
+        .expect("payment path");
+    let event = p.rp.show_on_map(1, 1, 10).await;
+    p.sim.update(|s| s.outage = true);
+    let order = p.buy(&event, "ann", &["S1-R1-1"], "tok_ok").await;
+    let failed = p.order_becomes(&order, "ann", "FAILED", 30).await;
+    assert_eq!(failed["failureReason"], "PAYMENT_TIMED_OUT", "{failed}");
+    // The seat is on sale again at once, though the void is still owed.
+    p.rp.eventually(
+        &format!("/v1/events/{event}/seats?section=S1"),
+        "",
+        |s, m| s == 200 && seat_status(m, "S1-R1-1") == "AVAILABLE",
+    )
+    .await;
+    let failure = history_with(&p, &event, "S1-R1-1", &["PaymentFailed"], 1).await;
+    assert_eq!(
+        entry(&failure, "PaymentFailed")["detail"]["code"],
+        "PAYMENT_TIMED_OUT"
+    );
+    p.sim.update(|s| s.outage = false);
+    assert!(
+        p.captures().is_empty(),
+        "nothing captured: {:?}",
+        p.captures()
+    );
     p.stop().await;
 }
 

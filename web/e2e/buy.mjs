@@ -3,7 +3,8 @@
 // holds them (the countdown runs), pays with `tok_ok`, sees the order confirmed and two tickets with QR codes,
 // and a ticket's code changes after its time step. A second fan in another browser context
 // watches the same show: the seats leave its map within 2 s. Then the second fan pays with
-// `tok_decline`: the page says declined, and the seats come back on the first fan's map.
+// `tok_decline`: the page says declined, and the seats come back on the first fan's map. A
+// third fan, behind the two the sale admits at once, waits in the line and is told where.
 import { BASE, EVENT, accessible, launch, newPage, openShow, shot } from "./common.mjs";
 
 const browser = await launch();
@@ -13,10 +14,22 @@ try {
   await openShow(ann, "ann");
   await openShow(bob, "bob");
   for (const page of [ann, bob]) {
-    // The line: a place, then in by itself (the sale admits more than two at once).
+    // The line: a place, then in by itself (the sale admits two at once).
     await page.getByRole("heading", { name: "You are in the line" }).waitFor({ state: "detached", timeout: 20_000 });
   }
   await ann.getByRole("button", { name: /Best available/ }).waitFor();
+
+  // The sale admits two at once: Cat, third in line, waits while Ann and Bob are in, and is
+  // told her place and that she is next.
+  const cat = await newPage(await browser.newContext({ viewport: { width: 1280, height: 900 } }), "cat");
+  await openShow(cat, "cat");
+  await cat.locator('[data-testid="ahead"][data-ahead="0"]').waitFor({ timeout: 10_000 });
+  const place = await cat.getByTestId("position").innerText();
+  if (!/\b3\b/.test(place)) throw new Error(`cat's place: ${place}`);
+  await accessible(cat, "line");
+  await shot(cat, "waiting-room");
+  console.log(`cat waits: ${place}; ${await cat.getByTestId("ahead").innerText()}`);
+
   for (const page of [ann, bob]) {
     await page.getByRole("button", { name: "S2", exact: true }).click();
     await page.locator('[data-seat="S2-R1-1"]').waitFor();
@@ -68,7 +81,12 @@ try {
   await bob.getByTestId("hold-countdown").waitFor();
   await bob.getByLabel("Card").selectOption("tok_decline");
   await bob.getByRole("button", { name: "Pay" }).click();
-  await bob.locator('[data-testid="order-status"][data-status="FAILED"]').waitFor({ timeout: 30_000 });
+  const failed = bob.locator('[data-testid="order-status"][data-status="FAILED"]');
+  await failed.waitFor({ timeout: 30_000 });
+  const words = await failed.innerText();
+  if ((await failed.getAttribute("data-reason")) !== "CARD_DECLINED" || !/declined/i.test(words))
+    throw new Error(`a declined card is not shown as declined: ${words}`);
+  console.log(`bob is told: ${words}`);
   await shot(bob, "declined-phone");
   // The seats come back: S2 counts what Ann bought only.
   await ann.goto(`${BASE}/#/events/${EVENT}`);

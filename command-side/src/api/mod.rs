@@ -15,7 +15,7 @@ use onsale_domain::{
 };
 use onsale_edge::auth::Verifier;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use utoipa::{OpenApi, ToSchema};
 
@@ -120,7 +120,7 @@ pub fn router(state: AppState) -> Router {
 #[openapi(
     info(title = "onsale", description = "Reserved-seat ticketing: the command API (contract v1)."),
     paths(create_venue, get_venue, create_event, get_event, create_hold, release_hold, place_order),
-    components(schemas(NewVenue, SectionLayoutDoc, RowLayoutDoc, VenueDoc, VenueSectionDoc, VenueRowDoc, NewEvent, HoldRequest, HoldResponse, OrderRequest,
+    components(schemas(EventDoc, EventSectionDoc, NewVenue, SectionLayoutDoc, RowLayoutDoc, VenueDoc, VenueSectionDoc, VenueRowDoc, NewEvent, HoldRequest, HoldResponse, OrderRequest,
         OrderAccepted, Problem, VenueCreated, EventCreated)),
     modifiers(&BearerAuth)
 )]
@@ -395,11 +395,51 @@ async fn create_event(
         .into_response())
 }
 
+/// An event (show) as `GET /v1/events/{id}` answers it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventDoc {
+    event_id: String,
+    name: String,
+    performer: String,
+    venue_id: String,
+    venue_name: String,
+    city: String,
+    starts_at: DateTime<Utc>,
+    on_sale_at: DateTime<Utc>,
+    /// SCHEDULED (before the on-sale), ON_SALE, SOLD_OUT (no seat available now; returns may
+    /// put it on sale again) or STARTED.
+    #[schema(example = "ON_SALE")]
+    status: &'static str,
+    /// Cents per price tier.
+    prices: BTreeMap<String, i64>,
+    min_price_cents: Option<i64>,
+    max_price_cents: Option<i64>,
+    /// Holds and orders need a live session of the show's waiting room (`X-Onsale-Session`).
+    waiting_room: bool,
+    hold_ttl_seconds: u32,
+    seat_count: u32,
+    /// Seats neither held nor sold, as of the catalog projection.
+    available_seats: i64,
+    sections: Vec<EventSectionDoc>,
+}
+
+/// A section of an event: its price and size.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventSectionDoc {
+    section: String,
+    price_tier: String,
+    price_cents: Option<i64>,
+    seats: u32,
+}
+
 /// The event page: catalog facts, sections and prices (from the show's first event), seats
 /// available and the status (`SCHEDULED`, `ON_SALE`, `SOLD_OUT`, `STARTED`; from the catalog
 /// projection). Cacheable.
 #[utoipa::path(get, path = "/v1/events/{id}", params(("id" = String, Path)),
-    responses((status = 200, description = "the event document"), (status = 304), (status = 404, body = Problem)))]
+    responses((status = 200, body = EventDoc, description = "the event document (ETag; If-None-Match answers 304)"),
+        (status = 304, description = "Not modified since the ETag sent in If-None-Match"), (status = 404, body = Problem)))]
 async fn get_event(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -421,38 +461,36 @@ async fn get_event(
     } else {
         "ON_SALE"
     };
-    let sections: Vec<Value> = layout
+    let sections = layout
         .sections()
         .iter()
-        .map(|s| {
-            json!({
-                "section": s.section,
-                "priceTier": s.price_tier,
-                "priceCents": info.prices.get(&s.price_tier),
-                "seats": s.rows.iter().map(|r| r.seats).sum::<u32>(),
-            })
+        .map(|s| EventSectionDoc {
+            section: s.section.clone(),
+            price_tier: s.price_tier.clone(),
+            price_cents: info.prices.get(&s.price_tier).copied(),
+            seats: s.rows.iter().map(|r| r.seats).sum(),
         })
         .collect();
-    let prices = info.prices.values();
-    let doc = json!({
-        "eventId": info.show_id.to_string(),
-        "name": info.name,
-        "performer": info.performer,
-        "venueId": info.venue_id.to_string(),
-        "venueName": info.venue_name,
-        "city": info.city,
-        "startsAt": info.starts_at,
-        "onSaleAt": info.on_sale_at,
-        "status": status,
-        "prices": info.prices,
-        "minPriceCents": prices.clone().min(),
-        "maxPriceCents": prices.max(),
-        "waitingRoom": info.waiting_room,
-        "holdTtlSeconds": info.hold_ttl_seconds,
-        "seatCount": layout.seat_count(),
-        "availableSeats": available.map_or(i64::from(layout.seat_count()), i64::from),
-        "sections": sections,
-    });
+    let prices = info.prices.values().copied();
+    let doc = EventDoc {
+        event_id: info.show_id.to_string(),
+        name: info.name.clone(),
+        performer: info.performer.clone(),
+        venue_id: info.venue_id.to_string(),
+        venue_name: info.venue_name.clone(),
+        city: info.city.clone(),
+        starts_at: info.starts_at,
+        on_sale_at: info.on_sale_at,
+        status,
+        prices: info.prices.clone(),
+        min_price_cents: prices.clone().min(),
+        max_price_cents: prices.max(),
+        waiting_room: info.waiting_room,
+        hold_ttl_seconds: info.hold_ttl_seconds,
+        seat_count: layout.seat_count(),
+        available_seats: available.map_or(i64::from(layout.seat_count()), i64::from),
+        sections,
+    };
     let body = serde_json::to_vec(&doc)
         .map_err(|e| crate::owner::CommandError::Internal(e.to_string()))?;
     let etag = format!("\"{}\"", &hex::encode(Sha256::digest(&body))[..32]);
@@ -542,8 +580,10 @@ fn parse_body<T: serde::de::DeserializeOwned>(body: &Value) -> Result<T, ApiErro
 
 /// Hold explicit seats (all or none) or the best available ones.
 #[utoipa::path(post, path = "/v1/events/{id}/holds", request_body = HoldRequest, security(("bearer" = [])),
-    params(("id" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    params(("id" = String, Path), ("Idempotency-Key" = Option<String>, Header),
+        ("X-Onsale-Session" = Option<String>, Header, description = "The caller's live waiting-room session (required for a show with a waiting room, admins excepted)")),
     responses((status = 201, body = HoldResponse), (status = 409, body = Problem, description = "SEAT_UNAVAILABLE with lostSeatIds"),
+        (status = 403, body = Problem, description = "ADMISSION_REQUIRED: the show sells through its waiting room and the caller has no live session of it (FORBIDDEN: the caller's role may not hold)"),
         (status = 429, body = Problem, description = "HOLD_LIMIT"), (status = 404, body = Problem), (status = 422, body = Problem),
         (status = 503, body = Problem)))]
 async fn create_hold(
@@ -670,8 +710,10 @@ pub struct OrderAccepted {
 
 /// Place an order from a hold. The charge happens after the commit, so the answer is 202.
 #[utoipa::path(post, path = "/v1/orders", request_body = OrderRequest, security(("bearer" = [])),
-    params(("Idempotency-Key" = String, Header)),
-    responses((status = 202, body = OrderAccepted), (status = 409, body = Problem, description = "HOLD_EXPIRED or HOLD_ORDERED"),
+    params(("Idempotency-Key" = String, Header),
+        ("X-Onsale-Session" = Option<String>, Header, description = "The caller's live waiting-room session (required for a show with a waiting room, admins excepted)")),
+    responses((status = 202, body = OrderAccepted),
+        (status = 403, body = Problem, description = "ADMISSION_REQUIRED: the show sells through its waiting room and the caller has no live session of it (FORBIDDEN: the caller's role may not order)"), (status = 409, body = Problem, description = "HOLD_EXPIRED or HOLD_ORDERED"),
         (status = 422, body = Problem, description = "IDEMPOTENCY_KEY_REUSED"), (status = 404, body = Problem)))]
 async fn place_order(
     State(state): State<AppState>,

@@ -208,6 +208,7 @@ impl Aggregate for Show {
                         state: OrderState::PendingPayment,
                         ambiguous_since: None,
                         failure: None,
+                        failure_code: None,
                         make_good: false,
                     },
                 );
@@ -220,11 +221,15 @@ impl Aggregate for Show {
                 }
             }
             ShowEvent::PaymentFailed {
-                order_id, reason, ..
+                order_id,
+                code,
+                reason,
+                ..
             } => {
                 self.order_to(&order_id, OrderMove::Fail);
                 if let Some(o) = self.orders.get_mut(&order_id) {
                     o.failure = Some(reason);
+                    o.failure_code = Some(code);
                 }
             }
             ShowEvent::PaymentAmbiguous { order_id, at, .. } => {

@@ -146,12 +146,17 @@ impl Show {
                     ShowEvent::PaymentSucceeded { order_id, at: now }
                 })
             }
-            ShowCommand::RecordPaymentFailed { order_id, reason } => {
+            ShowCommand::RecordPaymentFailed {
+                order_id,
+                code,
+                reason,
+            } => {
                 let order = self.orders.get(&order_id).ok_or(ShowError::OrderNotFound)?;
                 let mut events =
                     self.order_move(&order_id, OrderMove::Fail, "payment failed", || {
                         ShowEvent::PaymentFailed {
                             order_id,
+                            code,
                             reason,
                             at: now,
                         }

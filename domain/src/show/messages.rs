@@ -11,6 +11,31 @@ pub struct Idempotency {
     pub fingerprint: String,
 }
 
+/// Why a payment failed, in a word a client can act on (the `reason` beside it is for people).
+/// Events logged before the code existed read as [`PaymentFailure::Failed`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum PaymentFailure {
+    /// The processor declined the card: another card may work.
+    CardDeclined,
+    /// The processor never answered definitively within the bound; any charge was voided.
+    PaymentTimedOut,
+    /// Failed for a reason the log does not classify.
+    #[default]
+    Failed,
+}
+
+impl PaymentFailure {
+    /// The code as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CardDeclined => "CARD_DECLINED",
+            Self::PaymentTimedOut => "PAYMENT_TIMED_OUT",
+            Self::Failed => "FAILED",
+        }
+    }
+}
+
 /// The catalog facts of a show, fixed when it is scheduled.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -69,6 +94,8 @@ pub enum ShowCommand {
     },
     RecordPaymentFailed {
         order_id: OrderId,
+        #[serde(default)]
+        code: PaymentFailure,
         reason: String,
     },
     RecordPaymentAmbiguous {
@@ -150,6 +177,8 @@ pub enum ShowEvent {
     },
     PaymentFailed {
         order_id: OrderId,
+        #[serde(default)]
+        code: PaymentFailure,
         reason: String,
         at: DateTime<Utc>,
     },

@@ -49,7 +49,7 @@ pub const IDEMPOTENCY_KEY_HOURS: i64 = 24;
 pub use crate::transitions::{HoldState as HoldStatus, OrderState as OrderStatus};
 
 use index::Index;
-pub use messages::{Actor, Idempotency, ShowCommand, ShowEvent, ShowInfo};
+pub use messages::{Actor, Idempotency, PaymentFailure, ShowCommand, ShowEvent, ShowInfo};
 pub use views::{HoldView, OrderView};
 
 /// One seat's state, naming its owner.
@@ -94,6 +94,9 @@ pub struct Order {
     pub state: OrderState,
     pub ambiguous_since: Option<DateTime<Utc>>,
     pub failure: Option<String>,
+    /// The last failure's code (absent in snapshots written before it existed).
+    #[serde(default)]
+    pub failure_code: Option<PaymentFailure>,
     /// Captured after it failed while its seats went to others: the buyer is owed a make-good.
     #[serde(default)]
     pub make_good: bool,

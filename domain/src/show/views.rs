@@ -27,6 +27,8 @@ pub struct OrderView {
     pub total_cents: i64,
     pub placed_at: DateTime<Utc>,
     pub make_good: bool,
+    /// Why it failed, while its status is FAILED.
+    pub failure_reason: Option<PaymentFailure>,
 }
 
 impl Show {
@@ -166,6 +168,8 @@ impl Show {
             total_cents: order.total_cents,
             placed_at: order.placed_at,
             make_good: order.make_good,
+            failure_reason: (order.state.public_status() == "FAILED")
+                .then(|| order.failure_code.unwrap_or_default()),
         })
     }
 

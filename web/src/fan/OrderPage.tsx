@@ -16,6 +16,18 @@ const SAID: Record<string, string> = {
   CANCELLED: "Cancelled; the refund is on its way.",
   REFUNDED: "Refunded.",
 };
+/** Why a FAILED order failed, in a fan's words (the order's `failureReason`). */
+const FAILED_BECAUSE: Record<string, string> = {
+  CARD_DECLINED: "Your card was declined, so nothing was charged; the seats went back on sale. You can hold them again and pay with another card.",
+  PAYMENT_TIMED_OUT:
+    "The card processor did not answer in time, so nothing was charged; the seats went back on sale.",
+};
+
+function said(order: Order): string {
+  if (order.status === "FAILED" && order.failureReason && FAILED_BECAUSE[order.failureReason])
+    return FAILED_BECAUSE[order.failureReason];
+  return SAID[order.status] ?? order.status;
+}
 
 export function OrderPage({ orderId }: { orderId: string }) {
   const [order, setOrder] = useState<Order | null>(null);
@@ -46,8 +58,14 @@ export function OrderPage({ orderId }: { orderId: string }) {
   return (
     <section aria-labelledby="order-title">
       <h1 id="order-title">Your order</h1>
-      <p class="status" role="status" data-testid="order-status" data-status={order.status}>
-        {SAID[order.status] ?? order.status}
+      <p
+        class="status"
+        role="status"
+        data-testid="order-status"
+        data-status={order.status}
+        data-reason={order.failureReason ?? undefined}
+      >
+        {said(order)}
       </p>
       <p>
         {order.seatIds.join(", ")} · {(order.totalCents / 100).toFixed(2)}

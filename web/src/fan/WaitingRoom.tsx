@@ -101,9 +101,10 @@ export function WaitingRoom({ eventId, onEntered }: { eventId: string; onEntered
     })();
     return () => ctl.abort();
   }, [eventId]);
+  // Positions up to admittedThrough are in; the fans ahead are those between.
   const ahead =
-    standing?.position != null && standing.admittedThrough != null
-      ? Math.max(0, standing.position - standing.admittedThrough)
+    standing?.status === "WAITING" && standing.position != null && standing.admittedThrough != null
+      ? Math.max(0, standing.position - standing.admittedThrough - 1)
       : null;
   return (
     <section class="card room" aria-labelledby="room-title">
@@ -115,9 +116,8 @@ export function WaitingRoom({ eventId, onEntered }: { eventId: string; onEntered
           <p class="position" data-testid="position">
             Your place: <strong>{standing?.position ?? "…"}</strong>
           </p>
-          <p role="status" aria-live="polite" data-testid="ahead">
-            {ahead === null ? "Finding your place…" : ahead === 0 ? "It is your turn: entering…" : `${ahead} fans ahead of you`}
-            {standing?.eta != null ? ` · about ${Math.ceil(standing.eta / 60)} min` : ""}
+          <p role="status" aria-live="polite" data-testid="ahead" data-ahead={ahead ?? undefined}>
+            {lineInWords(standing, ahead)}
           </p>
           <p class="meta">Keep this page open: you enter by yourself when the line reaches you.</p>
         </>
@@ -125,4 +125,17 @@ export function WaitingRoom({ eventId, onEntered }: { eventId: string; onEntered
       {error ? <p class="meta">{error}</p> : null}
     </section>
   );
+}
+
+/** Where the fan stands, in words: how many are ahead and how long it may take. */
+function lineInWords(standing: Standing | null, ahead: number | null): string {
+  if (standing?.status === "ADMITTED") return "It is your turn: entering…";
+  if (standing?.status === "PRE_QUEUE") return "The sale has not opened yet: your place is drawn when it does.";
+  if (ahead === null) return "Finding your place…";
+  const who = ahead === 0 ? "You are next" : ahead === 1 ? "1 fan ahead of you" : `${ahead} fans ahead of you`;
+  const when =
+    standing?.eta != null
+      ? `about ${Math.max(1, Math.ceil(standing.eta / 60))} min`
+      : "the line moves as fans in the sale finish";
+  return `${who} · ${when}`;
 }
