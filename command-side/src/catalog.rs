@@ -1,12 +1,13 @@
 //! What a show was scheduled with, for the reads that need it (the event page, whether a show
 //! has a waiting room, its on-sale window): read once from the log's first event through the
-//! read pool and kept in memory, since a schedule never changes. No read goes through a show's
+//! read pool and kept in memory, since a schedule never changes (the on-sale policies may: the
+//! page reads those from the catalog projection). No read goes through a show's
 //! owner or the append pool, so a flood of GETs (of real or random ids) cannot fill an owner's
 //! queue or take the connections appends wait for.
 
 use std::sync::Arc;
 
-use onsale_domain::{ShowError, ShowId, ShowInfo, VenueLayout};
+use onsale_domain::{SalePolicy, ShowError, ShowId, ShowInfo, VenueLayout};
 use onsale_eventlog::{EventLog, StoreError};
 
 use crate::owner::CommandError;
@@ -16,6 +17,14 @@ use crate::owner::CommandError;
 pub struct Scheduled {
     pub info: ShowInfo,
     pub layout: VenueLayout,
+}
+
+/// A show as the catalog projection has it now.
+#[derive(Debug, Default)]
+pub struct Live {
+    pub available: Option<i32>,
+    /// The hold TTL and the on-sale policies.
+    pub policy: Option<(u32, SalePolicy)>,
 }
 
 #[derive(Clone, Debug)]
@@ -45,17 +54,32 @@ impl Catalog {
         self
     }
 
-    /// Seats available now, as the catalog projection has it; `None` when it has not seen the
-    /// show yet (scheduled a moment ago) or cannot be read: the page then goes without it.
-    pub async fn available(&self, show: ShowId) -> Option<i32> {
-        let pool = self.projection.as_ref()?;
-        sqlx::query_scalar("SELECT available FROM catalog_events WHERE event_id = $1")
+    /// What the catalog projection has of the show now: seats available, and the policies in
+    /// force (`None` in either when it has not folded them yet, or cannot be read: the page
+    /// then goes with the schedule's).
+    pub async fn live(&self, show: ShowId) -> Live {
+        let Some(pool) = self.projection.as_ref() else {
+            return Live::default();
+        };
+        let row: Option<(i32, Option<i32>, Option<sqlx::types::Json<SalePolicy>>)> =
+            sqlx::query_as(
+                "SELECT available, hold_ttl_seconds, policy FROM catalog_events WHERE event_id = $1",
+            )
             .bind(show.to_string())
             .fetch_optional(pool)
             .await
             .inspect_err(|e| tracing::warn!(error = %e, "catalog projection not read"))
             .ok()
-            .flatten()
+            .flatten();
+        match row {
+            Some((available, ttl, policy)) => Live {
+                available: Some(available),
+                policy: ttl
+                    .zip(policy)
+                    .map(|(ttl, p)| (u32::try_from(ttl).unwrap_or(0), p.0)),
+            },
+            None => Live::default(),
+        }
     }
 
     /// A venue as registered, read through the read pool; `None` if there is none.

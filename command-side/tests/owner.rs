@@ -77,6 +77,7 @@ async fn on_sale(shows: &Shows) -> ShowId {
         prices: BTreeMap::from([("A".to_owned(), 5_000)]),
         waiting_room: false,
         hold_ttl_seconds: 600,
+        policy: Default::default(),
     };
     shows
         .execute(show, ShowCommand::Schedule { info, layout })

@@ -35,12 +35,26 @@ impl Clock for ManualClock {
     }
 }
 
-/// The system clock, the production source of "now".
+/// The system clock, the production source of "now", to the microsecond: what PostgreSQL keeps
+/// of a time, so an expiry the API answers on a write reads back the same from a read model.
 #[derive(Debug)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> DateTime<Utc> {
-        Utc::now()
+        use chrono::SubsecRound;
+        Utc::now().trunc_subsecs(6)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_system_clock_keeps_microseconds_as_postgresql_does() {
+        for _ in 0..100 {
+            assert_eq!(SystemClock.now().timestamp_subsec_nanos() % 1_000, 0);
+        }
     }
 }

@@ -25,6 +25,10 @@ pub enum ShowError {
     SeatUnavailable { lost: Vec<String> },
     #[error("the per-account limit of {limit} seats would be exceeded ({already} already held or ordered)")]
     HoldLimit { limit: u32, already: u32 },
+    #[error("this show hands out the best available seats now: ask for a quantity, not seats")]
+    BestAvailableOnly,
+    #[error("section {0} is general admission: ask for a quantity")]
+    GeneralAdmission(String),
     #[error("the sale has not opened yet")]
     SaleNotOpen,
     #[error("the sale has closed")]
@@ -62,6 +66,8 @@ impl ShowError {
             Self::UnknownSection(_) => "UNKNOWN_SECTION",
             Self::SeatUnavailable { .. } => "SEAT_UNAVAILABLE",
             Self::HoldLimit { .. } => "HOLD_LIMIT",
+            Self::BestAvailableOnly => "BEST_AVAILABLE_ONLY",
+            Self::GeneralAdmission(_) => "GENERAL_ADMISSION",
             Self::SaleNotOpen => "SALE_NOT_OPEN",
             Self::SaleClosed => "SALE_CLOSED",
             Self::HoldNotFound => "HOLD_NOT_FOUND",

@@ -24,9 +24,9 @@ pub use error::{Result, ShowError};
 pub use ids::{AccountId, HoldId, IdempotencyKey, OrderId, SeatId, ShowId, VenueId};
 pub use layout::{RowLayout, SectionLayout, VenueLayout};
 pub use show::{
-    Actor, HoldStatus, HoldView, Idempotency, OrderStatus, OrderView, PaymentFailure, Show,
-    ShowCommand, ShowEvent, ShowInfo, ShowServices, FINISHED_HOLDS_KEPT_PER_ACCOUNT,
-    IDEMPOTENCY_KEY_HOURS, MAX_PRICE_CENTS, MAX_SEATS_PER_ACCOUNT,
+    Actor, BestAvailableOnly, HoldStatus, HoldView, Idempotency, OrderStatus, OrderView,
+    PaymentFailure, SalePolicy, Show, ShowCommand, ShowEvent, ShowInfo, ShowServices,
+    FINISHED_HOLDS_KEPT_PER_ACCOUNT, IDEMPOTENCY_KEY_HOURS, MAX_PRICE_CENTS, MAX_SEATS_PER_ACCOUNT,
 };
 pub use venue::{VenueEvent, VENUE_TYPE};
 

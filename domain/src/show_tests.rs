@@ -59,6 +59,7 @@ fn info(ttl: u32) -> ShowInfo {
         prices: BTreeMap::from([("P".to_string(), 12_000), ("Q".to_string(), 5_000)]),
         waiting_room: false,
         hold_ttl_seconds: ttl,
+        policy: Default::default(),
     }
 }
 
@@ -1063,4 +1064,188 @@ fn idempotency_keys_are_kept_a_day_and_then_forgotten_with_their_holds() {
         serde_json::to_value(&s).expect("json")
     };
     assert_eq!(more(show), more(reloaded));
+}
+
+/// A show on sale since an hour before `t0`, with an on-sale window of `window` seconds.
+fn with_policy(policy: SalePolicy) -> ShowEvent {
+    let mut info = info(600);
+    info.policy = policy;
+    ShowEvent::ShowScheduled {
+        info,
+        layout: layout(),
+    }
+}
+
+fn window(secs: u32, on_sale_ttl: Option<u32>, picks: BestAvailableOnly) -> SalePolicy {
+    SalePolicy {
+        on_sale_hold_ttl_seconds: on_sale_ttl,
+        on_sale_window_seconds: secs,
+        best_available_only: picks,
+        max_seats_per_account: None,
+    }
+}
+
+#[test]
+fn a_hold_committed_in_the_on_sale_window_gets_the_on_sale_ttl_and_after_it_the_shows() {
+    // On sale since t0 - 1 h, a window of 2 h: t0 is inside, t0 + 1 h is the end (outside).
+    let policy = window(7_200, Some(120), BestAvailableOnly::Never);
+    at(0)
+        .given(vec![with_policy(policy)])
+        .when(hold_cmd(1, "ann", &["A-1-1"]))
+        .then_expect_events(vec![held(1, "ann", &["A-1-1"], 120)]);
+    at(3_599)
+        .given(vec![with_policy(policy)])
+        .when(hold_cmd(1, "ann", &["A-1-1"]))
+        .then_expect_events(vec![held(1, "ann", &["A-1-1"], 3_599 + 120)]);
+    at(3_600)
+        .given(vec![with_policy(policy)])
+        .when(hold_cmd(1, "ann", &["A-1-1"]))
+        .then_expect_events(vec![held(1, "ann", &["A-1-1"], 3_600 + 600)]);
+    // Without an on-sale TTL the window changes nothing.
+    at(0)
+        .given(vec![with_policy(window(
+            7_200,
+            None,
+            BestAvailableOnly::Never,
+        ))])
+        .when(hold_cmd(1, "ann", &["A-1-1"]))
+        .then_expect_events(vec![held(1, "ann", &["A-1-1"], 600)]);
+}
+
+#[test]
+fn best_available_only_refuses_picks_in_its_window_and_still_hands_out_the_best() {
+    let policy = window(7_200, None, BestAvailableOnly::OnSaleWindow);
+    at(0)
+        .given(vec![with_policy(policy)])
+        .when(hold_cmd(1, "ann", &["A-1-1"]))
+        .then_expect_error(ShowError::BestAvailableOnly);
+    at(0)
+        .given(vec![with_policy(policy)])
+        .when(ShowCommand::HoldBestAvailable {
+            hold_id: hold_id(1),
+            account: acct("ann"),
+            quantity: 2,
+            section: None,
+            idempotency: None,
+        })
+        .then_expect_events(vec![ShowEvent::SeatsHeld {
+            hold_id: hold_id(1),
+            account_id: acct("ann"),
+            seat_ids: seats(&["A-1-1", "A-1-2"]),
+            expires_at: t0() + Duration::seconds(600),
+            best_available: true,
+            idempotency: None,
+        }]);
+    // After the window, picks are taken again; ALWAYS refuses them then too.
+    at(3_600)
+        .given(vec![with_policy(policy)])
+        .when(hold_cmd(1, "ann", &["A-1-1"]))
+        .then_expect_events(vec![held(1, "ann", &["A-1-1"], 3_600 + 600)]);
+    at(3_600)
+        .given(vec![with_policy(window(
+            0,
+            None,
+            BestAvailableOnly::Always,
+        ))])
+        .when(hold_cmd(1, "ann", &["A-1-1"]))
+        .then_expect_error(ShowError::BestAvailableOnly);
+}
+
+#[test]
+fn a_show_sets_its_own_per_account_cap() {
+    let mut policy = SalePolicy::default();
+    policy.max_seats_per_account = Some(2);
+    at(0)
+        .given(vec![with_policy(policy), held(1, "ann", &["A-1-1"], 600)])
+        .when(hold_cmd(2, "ann", &["A-1-2", "A-1-3"]))
+        .then_expect_error(ShowError::HoldLimit {
+            limit: 2,
+            already: 1,
+        });
+    at(0)
+        .given(vec![with_policy(policy), held(1, "ann", &["A-1-1"], 600)])
+        .when(hold_cmd(2, "ann", &["A-1-2"]))
+        .then_expect_events(vec![held(2, "ann", &["A-1-2"], 600)]);
+}
+
+#[test]
+fn the_admin_changes_the_policy_for_what_is_decided_after_and_a_bad_one_changes_nothing() {
+    let policy = window(7_200, Some(120), BestAvailableOnly::OnSaleWindow);
+    let changed = ShowEvent::SalePolicyChanged {
+        hold_ttl_seconds: 300,
+        policy,
+        at: t0(),
+    };
+    at(0)
+        .given(vec![scheduled()])
+        .when(ShowCommand::SetSalePolicy {
+            hold_ttl_seconds: 300,
+            policy,
+        })
+        .then_expect_events(vec![changed.clone()]);
+    // The same policy again: nothing to log.
+    at(0)
+        .given(vec![scheduled(), changed.clone()])
+        .when(ShowCommand::SetSalePolicy {
+            hold_ttl_seconds: 300,
+            policy,
+        })
+        .then_expect_events(vec![]);
+    // In force from the next command: picks refused, the on-sale TTL; the hold made before
+    // keeps its expiry.
+    let show = folded(vec![
+        scheduled(),
+        held(1, "ann", &["A-1-1"], 600),
+        changed.clone(),
+    ]);
+    assert_eq!(
+        show.hold_view(&hold_id(1)).expect("hold").expires_at,
+        t0() + Duration::seconds(600)
+    );
+    assert_eq!(show.info().expect("info").hold_ttl_at(t0()), 120);
+    at(0)
+        .given(vec![scheduled(), changed.clone()])
+        .when(hold_cmd(2, "bob", &["A-2-1"]))
+        .then_expect_error(ShowError::BestAvailableOnly);
+    for (ttl, bad) in [
+        (0, SalePolicy::default()),
+        (3_601, SalePolicy::default()),
+        (600, window(7_200, Some(0), BestAvailableOnly::Never)),
+        (600, window(8 * 24 * 3600, None, BestAvailableOnly::Never)),
+        (
+            600,
+            SalePolicy {
+                max_seats_per_account: Some(0),
+                ..SalePolicy::default()
+            },
+        ),
+        (
+            600,
+            SalePolicy {
+                max_seats_per_account: Some(65),
+                ..SalePolicy::default()
+            },
+        ),
+    ] {
+        let refused = folded(vec![scheduled()]).decide(
+            ShowCommand::SetSalePolicy {
+                hold_ttl_seconds: ttl,
+                policy: bad,
+            },
+            t0(),
+        );
+        assert!(
+            matches!(refused, Err(ShowError::Invalid(_))),
+            "{ttl} {bad:?}: {refused:?}"
+        );
+    }
+    // A policy from before the field existed loads as the default.
+    let old: ShowInfo = serde_json::from_value({
+        let mut v = serde_json::to_value(info(600)).expect("json");
+        v.as_object_mut().expect("object").remove("policy");
+        v
+    })
+    .expect("an info without a policy loads");
+    assert_eq!(old.policy, SalePolicy::default());
+    assert_eq!(old.seat_cap(), MAX_SEATS_PER_ACCOUNT);
 }

@@ -107,6 +107,7 @@ fn schedule(show: ShowId) -> ShowCommand {
             prices: BTreeMap::from([("P".to_string(), 1_000)]),
             waiting_room: false,
             hold_ttl_seconds: 300,
+            policy: Default::default(),
         },
         layout,
     }

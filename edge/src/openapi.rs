@@ -97,7 +97,18 @@ fn body_rules() -> Vec<(&'static str, Value)> {
                 "venueId": {"pattern": UUID},
                 "prices": {"propertyNames": {"pattern": LABEL},
                            "additionalProperties": {"type": "integer", "minimum": 0, "maximum": onsale_domain::MAX_PRICE_CENTS}},
-                "holdTtlSeconds": {"minimum": 1, "maximum": 3600}}}),
+                "holdTtlSeconds": {"minimum": 1, "maximum": 3600},
+                "onSaleHoldTtlSeconds": {"minimum": 1, "maximum": 3600},
+                "onSaleWindowSeconds": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_ON_SALE_WINDOW_SECONDS},
+                "maxSeatsPerAccount": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_SEAT_CAP}}}),
+        ),
+        (
+            "SalePolicyDoc",
+            json!({"properties": {
+                "holdTtlSeconds": {"minimum": 1, "maximum": 3600},
+                "onSaleHoldTtlSeconds": {"minimum": 1, "maximum": 3600},
+                "onSaleWindowSeconds": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_ON_SALE_WINDOW_SECONDS},
+                "maxSeatsPerAccount": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_SEAT_CAP}}}),
         ),
         (
             "HoldRequest",

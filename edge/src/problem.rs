@@ -127,12 +127,13 @@ impl From<ShowError> for ApiError {
             | ShowError::UnknownSection(_)
             | ShowError::HoldNotFound
             | ShowError::OrderNotFound => StatusCode::NOT_FOUND,
-            ShowError::Invalid(_) | ShowError::IdempotencyKeyReused => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
+            ShowError::Invalid(_)
+            | ShowError::IdempotencyKeyReused
+            | ShowError::GeneralAdmission(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ShowError::HoldLimit { .. } => StatusCode::TOO_MANY_REQUESTS,
             ShowError::ShowAlreadyExists
             | ShowError::SeatUnavailable { .. }
+            | ShowError::BestAvailableOnly
             | ShowError::SaleNotOpen
             | ShowError::SaleClosed
             | ShowError::HoldExpired

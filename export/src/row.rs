@@ -112,6 +112,8 @@ pub struct Row {
     pub prices: Option<String>,
     /// The venue's sections, rows and seats when the show was scheduled, as JSON.
     pub layout: Option<String>,
+    /// The on-sale policies as scheduled or changed, as JSON.
+    pub policy: Option<String>,
 }
 
 /// Turns one show's events into rows, in log order; remembers the accounts of live holds so
@@ -188,6 +190,16 @@ impl Typer {
                 row.waiting_room = Some(info.waiting_room);
                 row.prices = Some(serde_json::to_string(&info.prices)?);
                 row.layout = Some(serde_json::to_string(&layout)?);
+                row.policy = Some(serde_json::to_string(&info.policy)?);
+            }
+            ShowEvent::SalePolicyChanged {
+                hold_ttl_seconds,
+                policy,
+                at,
+            } => {
+                row.hold_ttl_seconds = Some(i64::from(hold_ttl_seconds));
+                row.policy = Some(serde_json::to_string(&policy)?);
+                row.event_at = Some(at);
             }
             ShowEvent::SeatsHeld {
                 account_id,
@@ -294,6 +306,7 @@ pub fn schema() -> SchemaRef {
         f("waiting_room", DataType::Boolean, true),
         f("prices", DataType::Utf8, true),
         f("layout", DataType::Utf8, true),
+        f("policy", DataType::Utf8, true),
     ]))
 }
 
@@ -361,6 +374,7 @@ pub fn batch(rows: &[Row]) -> anyhow::Result<RecordBatch> {
         flag(rows, |r| r.waiting_room),
         text(rows, |r| r.prices.as_deref()),
         text(rows, |r| r.layout.as_deref()),
+        text(rows, |r| r.policy.as_deref()),
     ];
     Ok(RecordBatch::try_new(schema(), columns)?)
 }

@@ -72,6 +72,7 @@ fn life() -> Vec<ShowEvent> {
                 prices: BTreeMap::from([("P".to_string(), 12_000)]),
                 waiting_room: true,
                 hold_ttl_seconds: 600,
+                policy: Default::default(),
             },
             layout,
         },

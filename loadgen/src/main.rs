@@ -988,6 +988,7 @@ async fn bench_command(
         prices: serde_json::from_value(venue::prices())?,
         waiting_room: false,
         hold_ttl_seconds: ttl,
+        policy: Default::default(),
     };
     shows
         .execute(show, ShowCommand::Schedule { info, layout })

@@ -131,6 +131,7 @@ fn show_log(i: u32, events: u32) -> anyhow::Result<Vec<ShowEvent>> {
             prices: [("A".to_string(), 5_000)].into(),
             waiting_room: false,
             hold_ttl_seconds: 600,
+            policy: Default::default(),
         },
         layout: layout()?,
     }];

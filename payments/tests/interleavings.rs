@@ -118,6 +118,7 @@ impl World {
             prices: [("A".to_owned(), 5_000)].into_iter().collect(),
             waiting_room: false,
             hold_ttl_seconds: 30,
+            policy: Default::default(),
         };
         let mut w = Self {
             show_id,

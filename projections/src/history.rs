@@ -57,7 +57,8 @@ fn actor_and_detail(
         | ShowEvent::HoldExpired { .. }
         | ShowEvent::PaymentSucceeded { .. }
         | ShowEvent::OrderCompensated { .. }
-        | ShowEvent::OrderCancelled { .. } => None,
+        | ShowEvent::OrderCancelled { .. }
+        | ShowEvent::SalePolicyChanged { .. } => None,
     };
     (actor, detail)
 }

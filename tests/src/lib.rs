@@ -350,6 +350,16 @@ impl Api {
         .await
     }
 
+    pub async fn put(&self, path: &str, token: &str, body: Value) -> (u16, Value) {
+        send(
+            self.http
+                .put(format!("{}{path}", self.base))
+                .bearer_auth(token)
+                .json(&body),
+        )
+        .await
+    }
+
     pub async fn delete(&self, path: &str, token: &str) -> (u16, Value) {
         send(
             self.http

@@ -38,6 +38,8 @@ const WORDS: Record<string, string> = {
   OVERLOADED: "We are busy right now. Try again in a moment.",
   UNAUTHENTICATED: "Please sign in again.",
   ORDER_NOT_CANCELLABLE: "This order cannot be cancelled any more.",
+  BEST_AVAILABLE_ONLY: "Right now this show hands out the best seats available: choose how many you want.",
+  GENERAL_ADMISSION: "This area is general admission: choose how many tickets you want.",
 };
 
 /** What to tell a fan about a refusal. */

@@ -10,8 +10,9 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use metrics_exporter_prometheus::PrometheusHandle;
 use onsale_domain::{
-    HoldId, Idempotency, IdempotencyKey, OrderId, SeatId, SectionLayout, ShowCommand, ShowError,
-    ShowId, ShowInfo, VenueEvent, VenueId, VenueLayout,
+    BestAvailableOnly, HoldId, Idempotency, IdempotencyKey, OrderId, SalePolicy, SeatId,
+    SectionLayout, ShowCommand, ShowError, ShowId, ShowInfo, VenueEvent, VenueId, VenueLayout,
+    MAX_SEATS_PER_ACCOUNT,
 };
 use onsale_edge::auth::Verifier;
 use serde::{Deserialize, Serialize};
@@ -103,6 +104,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/venues/{id}", get(get_venue))
         .route("/v1/events", post(create_event))
         .route("/v1/events/{id}", get(get_event))
+        .route("/v1/events/{id}/policy", axum::routing::put(set_policy))
         .route("/v1/events/{id}/holds", post(create_hold))
         .route("/v1/holds/{id}", axum::routing::delete(release_hold))
         .route("/v1/orders", post(place_order))
@@ -119,8 +121,8 @@ pub fn router(state: AppState) -> Router {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "onsale", description = "Reserved-seat ticketing: the command API (contract v1)."),
-    paths(create_venue, get_venue, create_event, get_event, create_hold, release_hold, place_order),
-    components(schemas(EventDoc, EventSectionDoc, NewVenue, SectionLayoutDoc, RowLayoutDoc, VenueDoc, VenueSectionDoc, VenueRowDoc, NewEvent, HoldRequest, HoldResponse, OrderRequest,
+    paths(create_venue, get_venue, create_event, get_event, set_policy, create_hold, release_hold, place_order),
+    components(schemas(EventDoc, EventSectionDoc, SalePolicyDoc, SalePolicyView, BestAvailableOnlyDoc, NewVenue, SectionLayoutDoc, RowLayoutDoc, VenueDoc, VenueSectionDoc, VenueRowDoc, NewEvent, HoldRequest, HoldResponse, OrderRequest,
         OrderAccepted, Problem, VenueCreated, EventCreated)),
     modifiers(&BearerAuth)
 )]
@@ -323,6 +325,138 @@ pub struct NewEvent {
     waiting_room: bool,
     #[schema(value_type = Option<u32>)]
     hold_ttl_seconds: Option<Integer<u32>>,
+    /// The hold TTL inside the on-sale window (120 for the documents' hot on-sales).
+    #[schema(value_type = Option<u32>)]
+    on_sale_hold_ttl_seconds: Option<Integer<u32>>,
+    /// How long the on-sale window lasts from `onSaleAt` (0 or absent: no window).
+    #[schema(value_type = Option<u32>)]
+    on_sale_window_seconds: Option<Integer<u32>>,
+    /// When explicit seat picks are refused: NEVER (default), ON_SALE_WINDOW or ALWAYS.
+    best_available_only: Option<BestAvailableOnlyDoc>,
+    /// The per-account cap of this show (default 8).
+    #[schema(value_type = Option<u32>)]
+    max_seats_per_account: Option<Integer<u32>>,
+}
+
+/// When explicit seat picks are refused (`BEST_AVAILABLE_ONLY`): the show hands out the best
+/// available seats instead, so fans stop racing for the same ones.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum BestAvailableOnlyDoc {
+    Never,
+    OnSaleWindow,
+    Always,
+}
+
+impl From<BestAvailableOnlyDoc> for BestAvailableOnly {
+    fn from(d: BestAvailableOnlyDoc) -> Self {
+        match d {
+            BestAvailableOnlyDoc::Never => Self::Never,
+            BestAvailableOnlyDoc::OnSaleWindow => Self::OnSaleWindow,
+            BestAvailableOnlyDoc::Always => Self::Always,
+        }
+    }
+}
+
+impl From<BestAvailableOnly> for BestAvailableOnlyDoc {
+    fn from(d: BestAvailableOnly) -> Self {
+        match d {
+            BestAvailableOnly::Never => Self::Never,
+            BestAvailableOnly::OnSaleWindow => Self::OnSaleWindow,
+            BestAvailableOnly::Always => Self::Always,
+        }
+    }
+}
+
+/// A show's on-sale policies as `PUT /v1/events/{id}/policy` takes them and the event page
+/// shows them: the whole policy (an absent field is its default).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SalePolicyDoc {
+    /// The hold TTL outside the on-sale window (default 600).
+    #[schema(value_type = Option<u32>)]
+    hold_ttl_seconds: Option<Integer<u32>>,
+    /// The hold TTL inside the on-sale window; absent: `holdTtlSeconds` all along.
+    #[schema(value_type = Option<u32>)]
+    on_sale_hold_ttl_seconds: Option<Integer<u32>>,
+    #[schema(value_type = Option<u32>)]
+    on_sale_window_seconds: Option<Integer<u32>>,
+    best_available_only: Option<BestAvailableOnlyDoc>,
+    #[schema(value_type = Option<u32>)]
+    max_seats_per_account: Option<Integer<u32>>,
+}
+
+/// The policies in force, as the event page and the policy route answer them.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SalePolicyView {
+    hold_ttl_seconds: u32,
+    on_sale_hold_ttl_seconds: Option<u32>,
+    on_sale_window_seconds: u32,
+    best_available_only: BestAvailableOnlyDoc,
+    max_seats_per_account: u32,
+}
+
+impl SalePolicyView {
+    fn of(hold_ttl_seconds: u32, p: &SalePolicy) -> Self {
+        Self {
+            hold_ttl_seconds,
+            on_sale_hold_ttl_seconds: p.on_sale_hold_ttl_seconds,
+            on_sale_window_seconds: p.on_sale_window_seconds,
+            best_available_only: p.best_available_only.into(),
+            max_seats_per_account: p.max_seats_per_account.unwrap_or(MAX_SEATS_PER_ACCOUNT),
+        }
+    }
+}
+
+fn policy_of(
+    on_sale_hold_ttl_seconds: Option<Integer<u32>>,
+    on_sale_window_seconds: Option<Integer<u32>>,
+    best_available_only: Option<BestAvailableOnlyDoc>,
+    max_seats_per_account: Option<Integer<u32>>,
+) -> SalePolicy {
+    SalePolicy {
+        on_sale_hold_ttl_seconds: on_sale_hold_ttl_seconds.map(|t| t.0),
+        on_sale_window_seconds: on_sale_window_seconds.map_or(0, |t| t.0),
+        best_available_only: best_available_only.map_or_else(Default::default, Into::into),
+        max_seats_per_account: max_seats_per_account.map(|t| t.0),
+    }
+}
+
+/// Set a show's on-sale policies (admin): the hold TTL in and out of the on-sale window, the
+/// window, best-available only, the per-account cap. They apply to what is decided from now
+/// on: holds already made keep their expiry, seats already held stay held.
+#[utoipa::path(put, path = "/v1/events/{id}/policy", request_body = SalePolicyDoc, params(("id" = String, Path)),
+    security(("bearer" = [])),
+    responses((status = 200, body = SalePolicyView), (status = 404, body = Problem), (status = 422, body = Problem)))]
+async fn set_policy(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<SalePolicyDoc>,
+) -> Result<Response, ApiError> {
+    caller.require(&[Role::Admin])?;
+    let show_id: ShowId = id.parse()?;
+    let hold_ttl_seconds = body
+        .hold_ttl_seconds
+        .map_or(DEFAULT_HOLD_TTL_SECONDS, |t| t.0);
+    let policy = policy_of(
+        body.on_sale_hold_ttl_seconds,
+        body.on_sale_window_seconds,
+        body.best_available_only,
+        body.max_seats_per_account,
+    );
+    state
+        .shows
+        .execute(
+            show_id,
+            ShowCommand::SetSalePolicy {
+                hold_ttl_seconds,
+                policy,
+            },
+        )
+        .await?;
+    Ok(Json(SalePolicyView::of(hold_ttl_seconds, &policy)).into_response())
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -381,6 +515,12 @@ async fn create_event(
         hold_ttl_seconds: body
             .hold_ttl_seconds
             .map_or(DEFAULT_HOLD_TTL_SECONDS, |t| t.0),
+        policy: policy_of(
+            body.on_sale_hold_ttl_seconds,
+            body.on_sale_window_seconds,
+            body.best_available_only,
+            body.max_seats_per_account,
+        ),
     };
     state
         .shows
@@ -418,6 +558,8 @@ pub struct EventDoc {
     /// Holds and orders need a live session of the show's waiting room (`X-Onsale-Session`).
     waiting_room: bool,
     hold_ttl_seconds: u32,
+    /// The on-sale policies in force now.
+    policy: SalePolicyView,
     seat_count: u32,
     /// Seats neither held nor sold, as of the catalog projection.
     available_seats: i64,
@@ -451,7 +593,9 @@ async fn get_event(
     let (info, layout) = (&scheduled.info, &scheduled.layout);
     // The facts come from the show's first event, the availability from the catalog
     // projection (absent for a moment after the show is scheduled: then all seats are).
-    let available = state.catalog.available(show_id).await;
+    let live = state.catalog.live(show_id).await;
+    let available = live.available;
+    let (hold_ttl_seconds, policy) = live.policy.unwrap_or((info.hold_ttl_seconds, info.policy));
     let status = if now >= info.starts_at {
         "STARTED"
     } else if available == Some(0) {
@@ -486,7 +630,8 @@ async fn get_event(
         min_price_cents: prices.clone().min(),
         max_price_cents: prices.max(),
         waiting_room: info.waiting_room,
-        hold_ttl_seconds: info.hold_ttl_seconds,
+        hold_ttl_seconds,
+        policy: SalePolicyView::of(hold_ttl_seconds, &policy),
         seat_count: layout.seat_count(),
         available_seats: available.map_or(i64::from(layout.seat_count()), i64::from),
         sections,
@@ -582,7 +727,7 @@ fn parse_body<T: serde::de::DeserializeOwned>(body: &Value) -> Result<T, ApiErro
 #[utoipa::path(post, path = "/v1/events/{id}/holds", request_body = HoldRequest, security(("bearer" = [])),
     params(("id" = String, Path), ("Idempotency-Key" = Option<String>, Header),
         ("X-Onsale-Session" = Option<String>, Header, description = "The caller's live waiting-room session (required for a show with a waiting room, admins excepted)")),
-    responses((status = 201, body = HoldResponse), (status = 409, body = Problem, description = "SEAT_UNAVAILABLE with lostSeatIds"),
+    responses((status = 201, body = HoldResponse), (status = 409, body = Problem, description = "SEAT_UNAVAILABLE with lostSeatIds; BEST_AVAILABLE_ONLY: the show hands out the best available now, ask for a quantity"),
         (status = 403, body = Problem, description = "ADMISSION_REQUIRED: the show sells through its waiting room and the caller has no live session of it (FORBIDDEN: the caller's role may not hold)"),
         (status = 429, body = Problem, description = "HOLD_LIMIT"), (status = 404, body = Problem), (status = 422, body = Problem),
         (status = 503, body = Problem)))]

@@ -267,6 +267,16 @@ impl Aggregate for Show {
             ShowEvent::OrderRefunded { order_id, .. } => {
                 self.order_to(&order_id, OrderMove::Refund);
             }
+            ShowEvent::SalePolicyChanged {
+                hold_ttl_seconds,
+                policy,
+                ..
+            } => {
+                if let Some(info) = self.info.as_mut() {
+                    info.hold_ttl_seconds = hold_ttl_seconds;
+                    info.policy = policy;
+                }
+            }
             ShowEvent::OrderCompensated { order_id, .. } => {
                 if let Some(seats) = self.order_to(&order_id, OrderMove::Compensate) {
                     for i in seats {

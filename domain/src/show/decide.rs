@@ -22,6 +22,9 @@ impl Show {
                     return Ok(replay);
                 }
                 self.open_for_sale(info, now)?;
+                if info.picks_refused_at(now) {
+                    return Err(ShowError::BestAvailableOnly);
+                }
                 let mut seen = BTreeSet::new();
                 let wanted: Vec<&String> = seat_ids.iter().filter(|s| seen.insert(*s)).collect();
                 if wanted.is_empty() {
@@ -39,7 +42,7 @@ impl Show {
                     .iter()
                     .map(|s| self.index.seat_by_id[s.as_str()])
                     .collect();
-                self.check_cap(&account, seats.len(), now)?;
+                self.check_cap(info, &account, seats.len(), now)?;
                 let lost: Vec<String> = seats
                     .iter()
                     .filter(|&&i| !self.is_free(i, now))
@@ -74,7 +77,7 @@ impl Show {
                     ),
                     None => None,
                 };
-                self.check_cap(&account, quantity as usize, now)?;
+                self.check_cap(info, &account, quantity as usize, now)?;
                 let seats = self
                     .best_available(quantity, section, now)
                     .ok_or(ShowError::SeatUnavailable { lost: Vec::new() })?;
@@ -224,6 +227,21 @@ impl Show {
                     at: now,
                 }
             }),
+            ShowCommand::SetSalePolicy {
+                hold_ttl_seconds,
+                policy,
+            } => {
+                check_ttl(hold_ttl_seconds)?;
+                policy.check()?;
+                if info.hold_ttl_seconds == hold_ttl_seconds && info.policy == policy {
+                    return Ok(Vec::new());
+                }
+                Ok(vec![ShowEvent::SalePolicyChanged {
+                    hold_ttl_seconds,
+                    policy,
+                    at: now,
+                }])
+            }
             ShowCommand::ExpireHolds { hold_ids } => {
                 let mut seen = BTreeSet::new();
                 Ok(hold_ids
@@ -256,11 +274,8 @@ impl Show {
                 None => return Err(ShowError::Invalid(format!("no price for tier {tier}"))),
             }
         }
-        if info.hold_ttl_seconds == 0 || info.hold_ttl_seconds > 3_600 {
-            return Err(ShowError::Invalid(
-                "holdTtlSeconds must be 1 to 3600".into(),
-            ));
-        }
+        check_ttl(info.hold_ttl_seconds)?;
+        info.policy.check()?;
         if info.on_sale_at >= info.starts_at {
             return Err(ShowError::Invalid(
                 "onSaleAt must be before startsAt".into(),
@@ -304,13 +319,17 @@ impl Show {
         }
     }
 
-    fn check_cap(&self, account: &AccountId, wanted: usize, now: DateTime<Utc>) -> Result<()> {
+    fn check_cap(
+        &self,
+        info: &ShowInfo,
+        account: &AccountId,
+        wanted: usize,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
         let already = self.seats_claimed_by(account, now);
-        if u64::from(already) + wanted as u64 > u64::from(MAX_SEATS_PER_ACCOUNT) {
-            return Err(ShowError::HoldLimit {
-                limit: MAX_SEATS_PER_ACCOUNT,
-                already,
-            });
+        let limit = info.seat_cap();
+        if u64::from(already) + wanted as u64 > u64::from(limit) {
+            return Err(ShowError::HoldLimit { limit, already });
         }
         Ok(())
     }
@@ -371,7 +390,11 @@ impl Show {
             0
         };
         let claimed = self.seats_claimed_by(&order.account, now) as usize - own;
-        if claimed + order.seats.len() > MAX_SEATS_PER_ACCOUNT as usize {
+        let cap = self
+            .info
+            .as_ref()
+            .map_or(MAX_SEATS_PER_ACCOUNT, ShowInfo::seat_cap);
+        if claimed + order.seats.len() > cap as usize {
             return vec![ShowEvent::MakeGoodOwed {
                 order_id,
                 taken_seat_ids: Vec::new(),
@@ -430,7 +453,7 @@ impl Show {
             hold_id,
             account_id: account,
             seat_ids: self.seat_names(&seats),
-            expires_at: now + Duration::seconds(i64::from(info.hold_ttl_seconds)),
+            expires_at: now + Duration::seconds(i64::from(info.hold_ttl_at(now))),
             best_available,
             idempotency,
         });
@@ -513,4 +536,13 @@ fn refused(entity: &'static str, from: &'static str, by: &'static str) -> ShowEr
         from: from.into(),
         by: by.into(),
     }
+}
+
+fn check_ttl(seconds: u32) -> Result<()> {
+    if seconds == 0 || seconds > 3_600 {
+        return Err(ShowError::Invalid(
+            "holdTtlSeconds must be 1 to 3600".into(),
+        ));
+    }
+    Ok(())
 }

@@ -51,7 +51,104 @@ pub struct ShowInfo {
     /// Cents per price tier.
     pub prices: BTreeMap<String, i64>,
     pub waiting_room: bool,
+    /// The hold TTL outside the on-sale window (and in it, unless the policy sets its own).
     pub hold_ttl_seconds: u32,
+    /// The on-sale policies; absent in shows scheduled before they existed (the defaults).
+    #[serde(default)]
+    pub policy: SalePolicy,
+}
+
+impl ShowInfo {
+    /// Within the on-sale window: from the on-sale for `policy.on_sale_window_seconds`.
+    pub fn in_on_sale_window(&self, now: DateTime<Utc>) -> bool {
+        let window = Duration::seconds(i64::from(self.policy.on_sale_window_seconds));
+        self.on_sale_at <= now && now < self.on_sale_at + window
+    }
+
+    /// The TTL of a hold committed at `now`: the on-sale TTL inside the window, else the show's.
+    pub fn hold_ttl_at(&self, now: DateTime<Utc>) -> u32 {
+        match self.policy.on_sale_hold_ttl_seconds {
+            Some(ttl) if self.in_on_sale_window(now) => ttl,
+            _ => self.hold_ttl_seconds,
+        }
+    }
+
+    /// Explicit seat picks are refused at `now` (best-available only).
+    pub fn picks_refused_at(&self, now: DateTime<Utc>) -> bool {
+        match self.policy.best_available_only {
+            BestAvailableOnly::Never => false,
+            BestAvailableOnly::OnSaleWindow => self.in_on_sale_window(now),
+            BestAvailableOnly::Always => true,
+        }
+    }
+
+    /// Seats (and general-admission units) one account may hold and have ordered at once.
+    pub fn seat_cap(&self) -> u32 {
+        self.policy
+            .max_seats_per_account
+            .unwrap_or(MAX_SEATS_PER_ACCOUNT)
+    }
+}
+
+/// When explicit seat picks are refused, so fans stop racing for the same seats: the show
+/// hands out the best available instead.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum BestAvailableOnly {
+    #[default]
+    Never,
+    /// During the on-sale window only.
+    OnSaleWindow,
+    Always,
+}
+
+/// The on-sale policies of a show (the design's caps on what an admitted session can take).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SalePolicy {
+    /// The hold TTL inside the on-sale window (the documents: 2 minutes while demand peaks);
+    /// `None`: the show's TTL all along.
+    #[serde(default)]
+    pub on_sale_hold_ttl_seconds: Option<u32>,
+    /// How long the on-sale window lasts from `onSaleAt`; 0: no window.
+    #[serde(default)]
+    pub on_sale_window_seconds: u32,
+    #[serde(default)]
+    pub best_available_only: BestAvailableOnly,
+    /// The per-account cap of this show; `None`: [`MAX_SEATS_PER_ACCOUNT`].
+    #[serde(default)]
+    pub max_seats_per_account: Option<u32>,
+}
+
+/// The longest on-sale window: a week.
+pub const MAX_ON_SALE_WINDOW_SECONDS: u32 = 7 * 24 * 3600;
+/// The highest per-account cap a show may set (a hold request names at most 64 seats).
+pub const MAX_SEAT_CAP: u32 = 64;
+
+impl SalePolicy {
+    /// The policy's bounds, named as the API names the fields.
+    pub fn check(&self) -> Result<()> {
+        if let Some(ttl) = self.on_sale_hold_ttl_seconds {
+            if ttl == 0 || ttl > 3_600 {
+                return Err(ShowError::Invalid(
+                    "onSaleHoldTtlSeconds must be 1 to 3600".into(),
+                ));
+            }
+        }
+        if self.on_sale_window_seconds > MAX_ON_SALE_WINDOW_SECONDS {
+            return Err(ShowError::Invalid(format!(
+                "onSaleWindowSeconds must be 0 to {MAX_ON_SALE_WINDOW_SECONDS}"
+            )));
+        }
+        if let Some(cap) = self.max_seats_per_account {
+            if cap == 0 || cap > MAX_SEAT_CAP {
+                return Err(ShowError::Invalid(format!(
+                    "maxSeatsPerAccount must be 1 to {MAX_SEAT_CAP}"
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,6 +218,12 @@ pub enum ShowCommand {
     /// and past its expiry, so a late sweep can never release somebody else's newer hold.
     ExpireHolds {
         hold_ids: Vec<HoldId>,
+    },
+    /// The admin changes the on-sale policies (and the show's hold TTL): from the next
+    /// command on; holds already made keep their expiry.
+    SetSalePolicy {
+        hold_ttl_seconds: u32,
+        policy: SalePolicy,
     },
 }
 
@@ -221,6 +324,12 @@ pub enum ShowEvent {
         refund_id: String,
         at: DateTime<Utc>,
     },
+    /// The admin changed the on-sale policies; they apply to what is decided after.
+    SalePolicyChanged {
+        hold_ttl_seconds: u32,
+        policy: SalePolicy,
+        at: DateTime<Utc>,
+    },
 }
 
 impl DomainEvent for ShowEvent {
@@ -239,6 +348,7 @@ impl DomainEvent for ShowEvent {
             Self::MakeGoodOwed { .. } => "MakeGoodOwed",
             Self::OrderCancelled { .. } => "OrderCancelled",
             Self::OrderRefunded { .. } => "OrderRefunded",
+            Self::SalePolicyChanged { .. } => "SalePolicyChanged",
         }
         .to_owned()
     }
@@ -263,7 +373,8 @@ impl ShowEvent {
             Self::ShowScheduled { .. }
             | Self::SeatsHeld { .. }
             | Self::HoldReleased { .. }
-            | Self::HoldExpired { .. } => None,
+            | Self::HoldExpired { .. }
+            | Self::SalePolicyChanged { .. } => None,
         }
     }
 
@@ -274,7 +385,7 @@ impl ShowEvent {
     pub fn actor(&self, account: Option<&AccountId>) -> Option<Actor> {
         let system = |s: &'static str| Some(Actor::System(s));
         match self {
-            Self::ShowScheduled { .. } => system("onsale:catalog"),
+            Self::ShowScheduled { .. } | Self::SalePolicyChanged { .. } => system("onsale:catalog"),
             Self::SeatsHeld { account_id, .. } | Self::OrderPlaced { account_id, .. } => {
                 Some(Actor::Account(account_id.clone()))
             }

@@ -49,7 +49,10 @@ pub const IDEMPOTENCY_KEY_HOURS: i64 = 24;
 pub use crate::transitions::{HoldState as HoldStatus, OrderState as OrderStatus};
 
 use index::Index;
-pub use messages::{Actor, Idempotency, PaymentFailure, ShowCommand, ShowEvent, ShowInfo};
+pub use messages::{
+    Actor, BestAvailableOnly, Idempotency, PaymentFailure, SalePolicy, ShowCommand, ShowEvent,
+    ShowInfo,
+};
 pub use views::{HoldView, OrderView};
 
 /// One seat's state, naming its owner.

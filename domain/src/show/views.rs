@@ -89,7 +89,9 @@ impl Show {
             ShowEvent::PaymentSucceeded { order_id, .. }
             | ShowEvent::PaymentFailed { order_id, .. }
             | ShowEvent::PaymentAmbiguous { order_id, .. } => of_order(order_id),
-            ShowEvent::MakeGoodOwed { .. } | ShowEvent::OrderRefunded { .. } => Vec::new(),
+            ShowEvent::MakeGoodOwed { .. }
+            | ShowEvent::OrderRefunded { .. }
+            | ShowEvent::SalePolicyChanged { .. } => Vec::new(),
         }
     }
 
