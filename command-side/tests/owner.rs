@@ -62,6 +62,7 @@ async fn on_sale(shows: &Shows) -> ShowId {
             row: "R1".into(),
             seats: 100,
         }],
+        general_admission: false,
     }])
     .expect("layout");
     let now = Utc::now();

@@ -33,6 +33,7 @@ fn layout() -> VenueLayout {
                     seats: 4,
                 },
             ],
+            general_admission: false,
         },
         SectionLayout {
             section: "B".into(),
@@ -41,6 +42,7 @@ fn layout() -> VenueLayout {
                 row: "1".into(),
                 seats: 10,
             }],
+            general_admission: false,
         },
     ])
     .expect("valid layout")
@@ -1153,8 +1155,10 @@ fn best_available_only_refuses_picks_in_its_window_and_still_hands_out_the_best(
 
 #[test]
 fn a_show_sets_its_own_per_account_cap() {
-    let mut policy = SalePolicy::default();
-    policy.max_seats_per_account = Some(2);
+    let policy = SalePolicy {
+        max_seats_per_account: Some(2),
+        ..SalePolicy::default()
+    };
     at(0)
         .given(vec![with_policy(policy), held(1, "ann", &["A-1-1"], 600)])
         .when(hold_cmd(2, "ann", &["A-1-2", "A-1-3"]))
@@ -1248,4 +1252,162 @@ fn the_admin_changes_the_policy_for_what_is_decided_after_and_a_bad_one_changes_
     .expect("an info without a policy loads");
     assert_eq!(old.policy, SalePolicy::default());
     assert_eq!(old.seat_cap(), MAX_SEATS_PER_ACCOUNT);
+}
+
+/// The layout of [`layout`] and a general-admission floor F of `capacity` places.
+fn with_floor(capacity: u32) -> ShowEvent {
+    let mut sections = layout().sections().to_vec();
+    sections.push(SectionLayout::general_admission(
+        "F".into(),
+        "Q".into(),
+        capacity,
+    ));
+    ShowEvent::ShowScheduled {
+        info: info(600),
+        layout: VenueLayout::parse(sections).expect("layout"),
+    }
+}
+
+fn ga_cmd(n: u128, who: &str, quantity: u32) -> ShowCommand {
+    ShowCommand::HoldBestAvailable {
+        hold_id: hold_id(n),
+        account: acct(who),
+        quantity,
+        section: Some("F".into()),
+        idempotency: None,
+    }
+}
+
+fn ga_held(n: u128, who: &str, units: &[&str]) -> ShowEvent {
+    ShowEvent::SeatsHeld {
+        hold_id: hold_id(n),
+        account_id: acct(who),
+        seat_ids: seats(units),
+        expires_at: t0() + Duration::seconds(600),
+        best_available: true,
+        idempotency: None,
+    }
+}
+
+#[test]
+fn a_general_admission_section_is_buckets_of_units() {
+    let floor = SectionLayout::general_admission("F".into(), "Q".into(), 1_200);
+    let sizes: Vec<(&str, u32)> = floor
+        .rows
+        .iter()
+        .map(|r| (r.row.as_str(), r.seats))
+        .collect();
+    assert_eq!(sizes, [("GA1", 500), ("GA2", 500), ("GA3", 200)]);
+    assert_eq!(floor.capacity(), 1_200);
+    assert!(VenueLayout::parse(vec![floor.clone()]).is_ok());
+    // Buckets other than the canonical ones are refused: a unit's id is fixed by the capacity.
+    let mut odd = floor;
+    odd.rows[2].seats = 100;
+    odd.rows.push(RowLayout {
+        row: "GA9".into(),
+        seats: 100,
+    });
+    assert!(VenueLayout::parse(vec![odd]).is_err());
+}
+
+#[test]
+fn general_admission_is_held_by_quantity_never_picked_and_never_oversold() {
+    // A quantity from the floor: its units, in order.
+    at(0)
+        .given(vec![with_floor(3)])
+        .when(ga_cmd(1, "ann", 2))
+        .then_expect_events(vec![ga_held(1, "ann", &["F-GA1-1", "F-GA1-2"])]);
+    // A unit is not a seat a fan picks.
+    at(0)
+        .given(vec![with_floor(3)])
+        .when(hold_cmd(1, "ann", &["A-1-1", "F-GA1-3"]))
+        .then_expect_error(ShowError::GeneralAdmission("F".into()));
+    // One place left: two are refused, one is sold.
+    at(0)
+        .given(vec![
+            with_floor(3),
+            ga_held(1, "ann", &["F-GA1-1", "F-GA1-2"]),
+        ])
+        .when(ga_cmd(2, "bob", 2))
+        .then_expect_error(ShowError::SeatUnavailable { lost: Vec::new() });
+    at(0)
+        .given(vec![
+            with_floor(3),
+            ga_held(1, "ann", &["F-GA1-1", "F-GA1-2"]),
+        ])
+        .when(ga_cmd(2, "bob", 1))
+        .then_expect_events(vec![ga_held(2, "bob", &["F-GA1-3"])]);
+    // A lapsed hold's units come back to the floor.
+    at(601)
+        .given(vec![
+            with_floor(3),
+            ga_held(1, "ann", &["F-GA1-1", "F-GA1-2"]),
+        ])
+        .when(ga_cmd(2, "bob", 3))
+        .then_expect_events(vec![
+            ShowEvent::HoldExpired {
+                hold_id: hold_id(1),
+            },
+            ShowEvent::SeatsHeld {
+                hold_id: hold_id(2),
+                account_id: acct("bob"),
+                seat_ids: seats(&["F-GA1-1", "F-GA1-2", "F-GA1-3"]),
+                expires_at: t0() + Duration::seconds(1_201),
+                best_available: true,
+                idempotency: None,
+            },
+        ]);
+}
+
+#[test]
+fn the_best_available_seats_are_seats_and_the_cap_counts_places_of_the_floor() {
+    // Every seat taken, the floor free: the best available are not places on the floor.
+    let all: Vec<String> = layout()
+        .sections()
+        .iter()
+        .flat_map(|s| {
+            s.rows.iter().flat_map(move |r| {
+                (1..=r.seats).map(move |n| format!("{}-{}-{}", s.section, r.row, n))
+            })
+        })
+        .collect();
+    let names: Vec<&str> = all.iter().map(String::as_str).collect();
+    at(0)
+        .given(vec![with_floor(5), held(1, "zed", &names, 600)])
+        .when(ShowCommand::HoldBestAvailable {
+            hold_id: hold_id(2),
+            account: acct("ann"),
+            quantity: 1,
+            section: None,
+            idempotency: None,
+        })
+        .then_expect_error(ShowError::SeatUnavailable { lost: Vec::new() });
+    // Six seats and two places are the cap of eight: a third place is refused.
+    at(0)
+        .given(vec![
+            with_floor(5),
+            held(
+                1,
+                "ann",
+                &["A-1-1", "A-1-2", "A-1-3", "A-1-4", "A-2-1", "A-2-2"],
+                600,
+            ),
+            ga_held(2, "ann", &["F-GA1-1", "F-GA1-2"]),
+        ])
+        .when(ga_cmd(3, "ann", 1))
+        .then_expect_error(ShowError::HoldLimit {
+            limit: 8,
+            already: 8,
+        });
+}
+
+#[test]
+fn places_on_the_floor_are_ordered_paid_and_priced_like_seats() {
+    at(0)
+        .given(vec![
+            with_floor(3),
+            ga_held(1, "ann", &["F-GA1-1", "F-GA1-2"]),
+        ])
+        .when(place_cmd(1, 1, "ann", "k-order", "fp-order"))
+        .then_expect_events(vec![placed(1, 1, "ann", &["F-GA1-1", "F-GA1-2"], 10_000)]);
 }

@@ -9,7 +9,9 @@ use onsale_domain::*;
 use proptest::prelude::*;
 
 const ACCOUNTS: [&str; 3] = ["ann", "bob", "cat"];
+/// Reserved seats (section A), then the units of the general-admission floor F.
 const SEATS: usize = 12;
+const GA: usize = 7;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -21,6 +23,8 @@ enum Op {
     Best {
         who: usize,
         quantity: u32,
+        /// From the general-admission floor (a quantity of it), else the best seats.
+        ga: bool,
     },
     Release {
         who: usize,
@@ -55,9 +59,10 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0..3usize, prop::collection::vec(0..SEATS, 1..4), any::<bool>())
+        4 => (0..3usize, prop::collection::vec(0..SEATS + GA, 1..4), any::<bool>())
             .prop_map(|(who, seats, keyed)| Op::Hold { who, seats, keyed }),
-        2 => (0..3usize, 1..4u32).prop_map(|(who, quantity)| Op::Best { who, quantity }),
+        3 => (0..3usize, 1..4u32, any::<bool>())
+            .prop_map(|(who, quantity, ga)| Op::Best { who, quantity, ga }),
         1 => (0..3usize, any::<usize>()).prop_map(|(who, pick)| Op::Release { who, pick }),
         3 => (0..3usize, any::<usize>()).prop_map(|(who, pick)| Op::Order { who, pick }),
         3 => (any::<usize>(), 0..3u8).prop_map(|(pick, outcome)| Op::Pay { pick, outcome }),
@@ -79,20 +84,24 @@ fn t0() -> DateTime<Utc> {
 }
 
 fn schedule(show: ShowId) -> ShowCommand {
-    let layout = VenueLayout::parse(vec![SectionLayout {
-        section: "A".into(),
-        price_tier: "P".into(),
-        rows: vec![
-            RowLayout {
-                row: "1".into(),
-                seats: 6,
-            },
-            RowLayout {
-                row: "2".into(),
-                seats: 6,
-            },
-        ],
-    }])
+    let layout = VenueLayout::parse(vec![
+        SectionLayout {
+            section: "A".into(),
+            price_tier: "P".into(),
+            rows: vec![
+                RowLayout {
+                    row: "1".into(),
+                    seats: 6,
+                },
+                RowLayout {
+                    row: "2".into(),
+                    seats: 6,
+                },
+            ],
+            general_admission: false,
+        },
+        SectionLayout::general_admission("F".into(), "P".into(), GA as u32),
+    ])
     .expect("layout");
     ShowCommand::Schedule {
         info: ShowInfo {
@@ -114,7 +123,15 @@ fn schedule(show: ShowId) -> ShowCommand {
 }
 
 fn seat_name(i: usize) -> String {
-    format!("A-{}-{}", i / 6 + 1, i % 6 + 1)
+    if i < SEATS {
+        format!("A-{}-{}", i / 6 + 1, i % 6 + 1)
+    } else {
+        format!("F-GA1-{}", i - SEATS + 1)
+    }
+}
+
+fn is_ga(name: &str) -> bool {
+    name.starts_with("F-")
 }
 
 struct World {
@@ -209,26 +226,37 @@ impl World {
                     seat_ids: seats.iter().map(|&i| seat_name(i)).collect(),
                     idempotency: idempotency.clone(),
                 };
-                if self.run(cmd.clone()).is_ok() {
+                let outcome = self.run(cmd.clone());
+                // A general-admission unit is never picked: the whole request is refused.
+                if seats.iter().any(|&i| i >= SEATS) {
+                    assert!(
+                        matches!(outcome, Err(ShowError::GeneralAdmission(_)))
+                            || (keyed && outcome.is_err()),
+                        "a pick of a general-admission unit: {outcome:?}"
+                    );
+                }
+                if outcome.is_ok() {
                     self.holds.push(hold_id);
                     if idempotency.is_some() {
                         self.last_keyed = Some(cmd);
                     }
                 }
             }
-            Op::Best { who, quantity } => {
+            Op::Best { who, quantity, ga } => {
                 let hold_id = HoldId::new(self.show_id);
                 let cmd = ShowCommand::HoldBestAvailable {
                     hold_id,
                     account: acct(who),
                     quantity,
-                    section: None,
+                    section: ga.then(|| "F".to_owned()),
                     idempotency: None,
                 };
-                // Seats a new hold could take now: free, or held by a hold that has lapsed.
+                // Seats (or units of the floor) a new hold could take now: free, or held by a
+                // hold that has lapsed.
                 let takeable = self
                     .show
                     .seats()
+                    .filter(|(name, _)| is_ga(name) == ga)
                     .filter(|(_, seat)| match seat {
                         Seat::Available => true,
                         Seat::Held(h) => {
@@ -241,10 +269,12 @@ impl World {
                     Ok(events) => {
                         self.holds.push(hold_id);
                         let seats = match events.last() {
-                            Some(ShowEvent::SeatsHeld { seat_ids, .. }) => seat_ids.len(),
+                            Some(ShowEvent::SeatsHeld { seat_ids, .. }) => seat_ids,
                             other => panic!("best available emitted {other:?}"),
                         };
-                        assert_eq!(seats, quantity as usize);
+                        assert_eq!(seats.len(), quantity as usize);
+                        // The floor only when asked for; the seats otherwise.
+                        assert!(seats.iter().all(|s| is_ga(s.as_str()) == ga), "{seats:?}");
                     }
                     // Refusing for want of seats is only honest when there are too few.
                     Err(ShowError::SeatUnavailable { .. }) => assert!(
@@ -461,6 +491,17 @@ impl World {
             let acct = AccountId::parse(who).expect("account");
             assert!(self.show.seats_claimed_by(&acct, self.now) <= MAX_SEATS_PER_ACCOUNT);
         }
+        // Never more of the floor held, pending or sold than its capacity, and the orders
+        // that count never claim more of it either.
+        let floor = self.show.seats().filter(|(name, _)| is_ga(name)).count();
+        assert_eq!(floor, GA);
+        let claimed_units: usize = self
+            .show
+            .orders()
+            .filter(|(_, o)| o.state.claims_seats())
+            .map(|(_, o)| o.seats.iter().filter(|&&s| s as usize >= SEATS).count())
+            .sum();
+        assert!(claimed_units <= GA, "{claimed_units} units of {GA} claimed");
     }
 }
 

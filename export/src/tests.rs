@@ -56,6 +56,7 @@ fn life() -> Vec<ShowEvent> {
             row: "1".into(),
             seats: 4,
         }],
+        general_admission: false,
     }])
     .expect("layout");
     vec![

@@ -99,6 +99,7 @@ fn layout() -> anyhow::Result<VenueLayout> {
                         seats: SEATS,
                     })
                     .collect(),
+                general_admission: false,
             })
             .collect(),
     )?)

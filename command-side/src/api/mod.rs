@@ -158,10 +158,15 @@ pub struct RowLayoutDoc {
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// A section: rows of numbered seats, or general admission (a `capacity`, no seats).
 pub struct SectionLayoutDoc {
     section: String,
     price_tier: String,
+    #[serde(default)]
     rows: Vec<RowLayoutDoc>,
+    /// General admission: this many places, sold by quantity; no `rows`.
+    #[schema(value_type = Option<u32>)]
+    capacity: Option<Integer<u32>>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -200,19 +205,37 @@ async fn create_venue(
     let layout = VenueLayout::parse(
         body.sections
             .into_iter()
-            .map(|s| SectionLayout {
-                section: s.section,
-                price_tier: s.price_tier,
-                rows: s
-                    .rows
-                    .into_iter()
-                    .map(|r| onsale_domain::RowLayout {
-                        row: r.row,
-                        seats: r.seats.0,
-                    })
-                    .collect(),
+            .map(|s| match s.capacity {
+                Some(_) if !s.rows.is_empty() => Err(ShowError::Invalid(format!(
+                    "section {} has both rows and a capacity: one or the other",
+                    s.section
+                ))),
+                Some(capacity) if capacity.0 == 0 => Err(ShowError::Invalid(format!(
+                    "section {} must have a capacity of at least 1",
+                    s.section
+                ))),
+                Some(capacity) => Ok(SectionLayout::general_admission(
+                    s.section,
+                    s.price_tier,
+                    capacity
+                        .0
+                        .min(onsale_domain::layout::MAX_SEATS_PER_SHOW + 1),
+                )),
+                None => Ok(SectionLayout {
+                    section: s.section,
+                    price_tier: s.price_tier,
+                    rows: s
+                        .rows
+                        .into_iter()
+                        .map(|r| onsale_domain::RowLayout {
+                            row: r.row,
+                            seats: r.seats.0,
+                        })
+                        .collect(),
+                    general_admission: false,
+                }),
             })
-            .collect(),
+            .collect::<Result<_, _>>()?,
     )?;
     let venue_id = VenueId::random();
     state
@@ -249,7 +272,10 @@ pub struct VenueDoc {
 pub struct VenueSectionDoc {
     section: String,
     price_tier: String,
+    /// Seats, or places of a general-admission section.
     seats: u32,
+    /// Sold by quantity, no seats (and no rows).
+    general_admission: bool,
     rows: Vec<VenueRowDoc>,
 }
 
@@ -288,15 +314,19 @@ async fn get_venue(
             .map(|s| VenueSectionDoc {
                 section: s.section.clone(),
                 price_tier: s.price_tier.clone(),
-                seats: s.rows.iter().map(|r| r.seats).sum(),
-                rows: s
-                    .rows
-                    .iter()
-                    .map(|r| VenueRowDoc {
-                        row: r.row.clone(),
-                        seats: r.seats,
-                    })
-                    .collect(),
+                seats: s.capacity(),
+                general_admission: s.general_admission,
+                rows: if s.general_admission {
+                    Vec::new()
+                } else {
+                    s.rows
+                        .iter()
+                        .map(|r| VenueRowDoc {
+                            row: r.row.clone(),
+                            seats: r.seats,
+                        })
+                        .collect()
+                },
             })
             .collect(),
     };
@@ -573,7 +603,10 @@ pub struct EventSectionDoc {
     section: String,
     price_tier: String,
     price_cents: Option<i64>,
+    /// Seats, or places of a general-admission section.
     seats: u32,
+    /// Sold by quantity (`{"quantity": n, "section": ...}`), no seats to pick.
+    general_admission: bool,
 }
 
 /// The event page: catalog facts, sections and prices (from the show's first event), seats
@@ -612,7 +645,8 @@ async fn get_event(
             section: s.section.clone(),
             price_tier: s.price_tier.clone(),
             price_cents: info.prices.get(&s.price_tier).copied(),
-            seats: s.rows.iter().map(|r| r.seats).sum(),
+            seats: s.capacity(),
+            general_admission: s.general_admission,
         })
         .collect();
     let prices = info.prices.values().copied();

@@ -42,6 +42,14 @@ impl Show {
                     .iter()
                     .map(|s| self.index.seat_by_id[s.as_str()])
                     .collect();
+                if let Some(&unit) = seats
+                    .iter()
+                    .find(|&&i| self.index.row_ga[self.index.seat_row[i as usize] as usize])
+                {
+                    let row = self.index.rows[self.index.seat_row[unit as usize] as usize];
+                    let name = &self.layout.sections()[row.section as usize].section;
+                    return Err(ShowError::GeneralAdmission(name.clone()));
+                }
                 self.check_cap(info, &account, seats.len(), now)?;
                 let lost: Vec<String> = seats
                     .iter()
@@ -472,12 +480,15 @@ impl Show {
             Some(s) => self.index.section_rows[s as usize].clone(),
             None => 0..self.index.rows.len() as u32,
         };
+        // Asked for no section, the best available are seats: general admission is sold
+        // only when asked for by its section.
+        let in_scope = |r: &u32| section.is_some() || !self.index.row_ga[*r as usize];
         let candidate = |r: u32| {
             let r = r as usize;
             let lapsed = self.index.row_hold_floor[r].is_some_and(|f| f <= now);
             self.index.row_available[r] + if lapsed { self.index.row_held[r] } else { 0 }
         };
-        for r in rows.clone() {
+        for r in rows.clone().filter(in_scope) {
             if candidate(r) < quantity {
                 continue;
             }
@@ -495,7 +506,7 @@ impl Show {
             }
         }
         let mut picked = Vec::new();
-        for r in rows {
+        for r in rows.filter(in_scope) {
             if candidate(r) == 0 {
                 continue;
             }

@@ -20,6 +20,8 @@ pub(super) struct Index {
     pub(super) section_by_name: HashMap<String, u32>,
     pub(super) section_rows: Vec<std::ops::Range<u32>>,
     pub(super) section_price: Vec<i64>,
+    /// Per row, whether it is a bucket of a general-admission section.
+    pub(super) row_ga: Vec<bool>,
     pub(super) row_available: Vec<u32>,
     pub(super) row_held: Vec<u32>,
     /// Per row, no later than the earliest expiry of its held seats (`None`: none held). A row
@@ -57,6 +59,7 @@ impl Show {
                     start: seat,
                     len: row.seats,
                 });
+                ix.row_ga.push(section.general_admission);
                 ix.row_available.push(0);
                 ix.row_held.push(0);
                 ix.row_hold_floor.push(None);
