@@ -42,6 +42,8 @@ impl Counts {
 #[derive(Debug, Default)]
 struct MapState {
     sections: Vec<(String, std::ops::Range<u32>)>,
+    /// Per section, whether it is general admission.
+    general_admission: Vec<bool>,
     counts: Vec<Counts>,
     /// Scheduled since the last flush: every row must be inserted (as AVAILABLE; seats that
     /// changed in the same batch are in `dirty_seats` and updated right after).
@@ -67,6 +69,12 @@ impl MapState {
             .section_ranges()
             .into_iter()
             .map(|(n, r)| (n.to_owned(), r))
+            .collect();
+        self.general_admission = show
+            .layout()
+            .sections()
+            .iter()
+            .map(|s| s.general_admission)
             .collect();
         self.counts = vec![Counts::default(); self.sections.len()];
         for (i, (_, range)) in self.sections.iter().enumerate() {
@@ -244,6 +252,7 @@ async fn insert_show(
         Vec::new(),
         Vec::new(),
     );
+    let ga = &state.general_admission;
     for (i, ((name, _), c)) in state.sections.iter().zip(&state.counts).enumerate() {
         names.push(name.clone());
         order.push(i as i32);
@@ -253,9 +262,11 @@ async fn insert_show(
         sold.push(c.sold);
     }
     sqlx::query(
-        "INSERT INTO seat_map_sections (show_id, ord, section, total, available, held, sold, delta_seq)
-         SELECT $1, o, n, t, a, h, s, 0
-           FROM UNNEST($2::int[], $3::text[], $4::int[], $5::int[], $6::int[], $7::int[]) AS u(o, n, t, a, h, s)
+        "INSERT INTO seat_map_sections (show_id, ord, section, total, available, held, sold, delta_seq,
+                                        general_admission)
+         SELECT $1, o, n, t, a, h, s, 0, g
+           FROM UNNEST($2::int[], $3::text[], $4::int[], $5::int[], $6::int[], $7::int[], $8::bool[])
+                AS u(o, n, t, a, h, s, g)
          ON CONFLICT DO NOTHING",
     )
     .bind(show_id.to_string())
@@ -265,6 +276,7 @@ async fn insert_show(
     .bind(&avail)
     .bind(&held)
     .bind(&sold)
+    .bind(ga)
     .execute(&mut *tx)
     .await?;
     Ok(())
@@ -306,9 +318,9 @@ async fn publish_delta(tx: &mut PgConnection, show_id: ShowId) -> anyhow::Result
     let Some((seq, lsn)) = row else {
         return Ok(None);
     };
-    let sections: Vec<(String, i32, i32, i32, i32)> = sqlx::query_as(
+    let sections: Vec<(String, i32, i32, i32, i32, bool)> = sqlx::query_as(
         "UPDATE seat_map_sections SET delta_seq = $2 WHERE show_id = $1 AND delta_seq IS NULL
-         RETURNING section, total, available, held, sold",
+         RETURNING section, total, available, held, sold, general_admission",
     )
     .bind(show_id.to_string())
     .bind(seq)
@@ -326,8 +338,9 @@ async fn publish_delta(tx: &mut PgConnection, show_id: ShowId) -> anyhow::Result
         return Ok(None);
     }
     let body = json!({
-        "sections": sections.iter().map(|(section, total, available, held, sold)| json!({
+        "sections": sections.iter().map(|(section, total, available, held, sold, ga)| json!({
             "section": section, "total": total, "available": available, "held": held, "sold": sold,
+            "generalAdmission": ga,
         })).collect::<Vec<_>>(),
         "seats": seats.iter().map(|(seat_id, section, status)| json!({
             "seatId": seat_id, "section": section, "status": status,

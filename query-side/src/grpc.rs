@@ -82,6 +82,7 @@ fn counts(c: &crate::hub::SectionCounts) -> pb::SectionCounts {
         available: c.available.max(0) as u32,
         held: c.held.max(0) as u32,
         sold: c.sold.max(0) as u32,
+        general_admission: c.general_admission,
     }
 }
 

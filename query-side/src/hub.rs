@@ -33,6 +33,9 @@ pub struct SectionCounts {
     pub available: i32,
     pub held: i32,
     pub sold: i32,
+    /// Sold by quantity: counts only, no seats (deltas published before it existed: false).
+    #[serde(rename = "generalAdmission", default)]
+    pub general_admission: bool,
 }
 
 /// One delta as the projection published it.

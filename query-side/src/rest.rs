@@ -357,7 +357,11 @@ pub struct OrderResponse {
 #[serde(rename_all = "camelCase")]
 pub struct TicketRef {
     ticket_id: uuid::Uuid,
+    /// The seat; for general admission, the place's unit (`FLOOR-GA1-17`: no seat, one
+    /// ticket per place).
     seat_id: String,
+    /// A place in a general-admission section, not a seat.
+    general_admission: bool,
     revoked: bool,
 }
 
@@ -463,8 +467,11 @@ async fn get_order(
 ) -> Result<Json<OrderResponse>, ApiError> {
     let r = find_order(&state, &caller, &id).await?;
     let tickets: Vec<TicketRef> = sqlx::query_as(
-        "SELECT ticket_id, seat_id, revoked_at IS NOT NULL AS revoked FROM tickets
-          WHERE order_id = $1 ORDER BY seat_id",
+        "SELECT t.ticket_id, t.seat_id, t.revoked_at IS NOT NULL AS revoked,
+                EXISTS (SELECT 1 FROM seat_map_sections m
+                         WHERE m.show_id = t.show_id AND m.general_admission
+                           AND m.section = split_part(t.seat_id, '-', 1)) AS general_admission
+           FROM tickets t WHERE t.order_id = $1 ORDER BY t.seat_id",
     )
     .bind(&r.order_id)
     .fetch_all(&state.pool)

@@ -50,13 +50,14 @@ pub fn map_of(
     let ranges = show.layout().section_ranges();
     let mut seats = None;
     let mut sections = Vec::with_capacity(ranges.len());
-    for (name, range) in ranges {
+    for ((name, range), layout) in ranges.into_iter().zip(show.layout().sections()) {
         let mut c = SectionCounts {
             section: name.to_owned(),
             total: range.len() as i32,
             available: 0,
             held: 0,
             sold: 0,
+            general_admission: layout.general_admission,
         };
         for i in range.clone() {
             match status(i) {
@@ -232,7 +233,8 @@ impl Snapshots {
         let row: Option<MapRow> = sqlx::query_as(
                 "SELECT m.lsn::text AS lsn, m.seq, statement_timestamp() AS as_of,
                         (SELECT COALESCE(json_agg(json_build_object('section', section, 'total', total,
-                                 'available', available, 'held', held, 'sold', sold) ORDER BY ord), '[]')
+                                 'available', available, 'held', held, 'sold', sold,
+                                 'generalAdmission', general_admission) ORDER BY ord), '[]')
                            FROM seat_map_sections WHERE show_id = $1) AS sections,
                         CASE WHEN $2::text IS NULL THEN NULL ELSE
                           (SELECT json_agg(json_build_object('seatId', seat_id, 'status', status) ORDER BY ord)

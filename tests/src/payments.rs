@@ -92,15 +92,17 @@ impl PaymentPath {
 
     /// Places an order for `seats` of `event` by `fan`, paying with `token`; returns its id.
     pub async fn buy(&self, event: &str, fan: &str, seats: &[&str], token: &str) -> String {
+        self.buy_with(event, fan, json!({"seatIds": seats}), token)
+            .await
+    }
+
+    /// Holds what `hold` asks for (`{"quantity": 2, "section": "FLOOR"}`), then orders it
+    /// paying with `token`; returns the order id.
+    pub async fn buy_with(&self, event: &str, fan: &str, hold: Value, token: &str) -> String {
         let app = &self.rp.app;
         let t = app.fan(fan);
         let (status, hold) = app
-            .post(
-                &format!("/v1/events/{event}/holds"),
-                &t,
-                json!({"seatIds": seats}),
-                None,
-            )
+            .post(&format!("/v1/events/{event}/holds"), &t, hold, None)
             .await;
         assert_eq!(status, 201, "{hold}");
         let (status, order) = app
