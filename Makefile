@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test web fuzz-api up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay
+.PHONY: demo test web fuzz-api up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
@@ -101,6 +101,11 @@ bench-search:
 
 bench-replay:
 	./scripts/bench-replay.sh
+
+# General-admission holds/s of one hot floor: onsale (REST and command layer) beside the design
+# document's counter SQL with one bucket and with 16, by pgbench, in one run.
+bench-ga:
+	./scripts/bench-ga.sh
 
 # Hold attempts/s over 20 shows on one node direct, one node behind the router, three nodes
 # behind the router (docs/capacity.md uses the figures).

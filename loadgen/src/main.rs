@@ -26,7 +26,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use onsale_command::owner::{CommandError, OwnerConfig, Shows};
 use onsale_domain::show::Seat;
 use onsale_domain::{
-    AccountId, HoldId, ShowCommand, ShowError, ShowId, ShowInfo, SystemClock, VenueId, VenueLayout,
+    AccountId, HoldId, SectionLayout, ShowCommand, ShowError, ShowId, ShowInfo, SystemClock,
+    VenueId, VenueLayout,
 };
 use onsale_edge::auth::{mint, Role};
 use onsale_edge::AuthSettings;
@@ -83,6 +84,9 @@ enum Command {
         tokens: u32,
         #[arg(long)]
         tokens_file: String,
+        /// A venue of one general-admission floor of this many places instead of the arena.
+        #[arg(long)]
+        ga: Option<u32>,
         #[command(flatten)]
         auth: AuthSettings,
     },
@@ -100,6 +104,10 @@ enum Command {
         seconds: u64,
         #[arg(long, default_value_t = 1)]
         ttl: u32,
+        /// A show of one general-admission floor of this many places instead of the arena:
+        /// each hold asks for `--seats` of it by quantity (`make bench-ga`).
+        #[arg(long)]
+        ga: Option<u32>,
         #[command(flatten)]
         owners: OwnerConfig,
     },
@@ -224,12 +232,17 @@ async fn main() -> anyhow::Result<()> {
             ttl,
             tokens,
             tokens_file,
+            ga,
             auth,
         } => {
             let auth = auth.secured()?;
             let http = reqwest::Client::new();
             let secret = auth.jwt_secret.expose_secret();
-            let event = create_show(&http, &base, secret, ttl, false).await?;
+            let venue = match ga {
+                Some(capacity) => venue::floor_body(capacity),
+                None => venue::venue_body(),
+            };
+            let event = create_show(&http, &base, secret, &venue, ttl, false).await?;
             let lines: Vec<String> = (0..tokens)
                 .map(|i| mint(secret, &format!("bench-{i}"), Role::Fan, 86_400))
                 .collect::<Result<_, _>>()?;
@@ -245,8 +258,19 @@ async fn main() -> anyhow::Result<()> {
             skewed,
             seconds,
             ttl,
+            ga,
             owners,
-        } => bench_command(&database, owners, clients, seats, skewed, seconds, ttl).await,
+        } => {
+            let load = CommandLoad {
+                clients,
+                seats,
+                skewed,
+                seconds,
+                ttl,
+                ga,
+            };
+            bench_command(&database, owners, load).await
+        }
         Command::BenchSearch {
             database,
             base,
@@ -353,6 +377,7 @@ async fn create_show(
     http: &reqwest::Client,
     base: &str,
     secret: &str,
+    venue: &Value,
     ttl: u32,
     waiting_room: bool,
 ) -> anyhow::Result<String> {
@@ -360,7 +385,7 @@ async fn create_show(
     let venue: Value = http
         .post(format!("{base}/v1/venues"))
         .bearer_auth(&admin)
-        .json(&venue::venue_body())
+        .json(venue)
         .send()
         .await?
         .error_for_status()?
@@ -547,7 +572,7 @@ async fn demo(
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
         .build()?;
-    let event = create_show(&http, base, secret, 120, true).await?;
+    let event = create_show(&http, base, secret, &venue::venue_body(), 120, true).await?;
     println!(
         "on sale: event {event}, {} seats, {fans} fans, {concurrency} at a time",
         venue::SEATS
@@ -954,15 +979,30 @@ async fn demo(
     drill_result.unwrap_or(Ok(()))
 }
 
-async fn bench_command(
-    database: &DatabaseSettings,
-    config: OwnerConfig,
+/// What `bench-command` runs: `clients` racing holds of `seats` seats (or places of a `ga`
+/// floor) for `seconds`, each hold lapsing after `ttl`.
+struct CommandLoad {
     clients: usize,
     seats: u32,
     skewed: bool,
     seconds: u64,
     ttl: u32,
+    ga: Option<u32>,
+}
+
+async fn bench_command(
+    database: &DatabaseSettings,
+    config: OwnerConfig,
+    load: CommandLoad,
 ) -> anyhow::Result<()> {
+    let CommandLoad {
+        clients,
+        seats,
+        skewed,
+        seconds,
+        ttl,
+        ga,
+    } = load;
     // The pool and the owners as `onsale serve` builds them.
     database.migrate().await?;
     let pool = database.pool(database.pool_size, false)?;
@@ -974,7 +1014,14 @@ async fn bench_command(
         TaskTracker::new(),
     );
     let show = ShowId::random();
-    let layout: VenueLayout = serde_json::from_value(venue::venue_body()["sections"].clone())?;
+    let layout: VenueLayout = match ga {
+        Some(capacity) => VenueLayout::parse(vec![SectionLayout::general_admission(
+            "FLOOR".into(),
+            "C".into(),
+            capacity,
+        )])?,
+        None => serde_json::from_value(venue::venue_body()["sections"].clone())?,
+    };
     let now = chrono::Utc::now();
     let info = ShowInfo {
         show_id: show,
@@ -1008,11 +1055,21 @@ async fn bench_command(
                         rng.random_range(0..1_000_000u32),
                     )
                 };
-                let cmd = ShowCommand::HoldSeats {
-                    hold_id: HoldId::new(show),
-                    account: AccountId::parse(&format!("bench-{account}")).expect("account"),
-                    seat_ids,
-                    idempotency: None,
+                let account = AccountId::parse(&format!("bench-{account}")).expect("account");
+                let cmd = match ga {
+                    Some(_) => ShowCommand::HoldBestAvailable {
+                        hold_id: HoldId::new(show),
+                        account,
+                        quantity: seats,
+                        section: Some("FLOOR".into()),
+                        idempotency: None,
+                    },
+                    None => ShowCommand::HoldSeats {
+                        hold_id: HoldId::new(show),
+                        account,
+                        seat_ids,
+                        idempotency: None,
+                    },
                 };
                 let t = Instant::now();
                 let r = shows.execute(show, cmd).await;
@@ -1039,6 +1096,7 @@ async fn bench_command(
         "{}",
         json!({
             "layer": "command", "clients": clients, "seats": seats, "dist": if skewed { "skewed" } else { "uniform" },
+            "ga": ga,
             "attempts_per_s": attempts / seconds as f64, "holds_per_s": t(&tally.holds) / seconds as f64,
             "p50_ms": hist.value_at_quantile(0.5) as f64 / 1000.0, "p99_ms": hist.value_at_quantile(0.99) as f64 / 1000.0,
             "errors": t(&tally.other),

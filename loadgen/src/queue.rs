@@ -125,7 +125,8 @@ pub(crate) async fn bench_joins(
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(clients)
         .build()?;
-    let event = crate::create_show(&http, base, secret, 600, true).await?;
+    let event =
+        crate::create_show(&http, base, secret, &crate::venue::venue_body(), 600, true).await?;
     let store = Store::connect(redis_url, &CancellationToken::new()).await?;
     fill(&mut store.conn()?, event.parse()?, 1_000_000).await?;
     let count = Arc::new(AtomicU64::new(0));
@@ -192,7 +193,8 @@ pub(crate) async fn bench_onsale(
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(512)
         .build()?;
-    let event = crate::create_show(&http, base, secret, 600, true).await?;
+    let event =
+        crate::create_show(&http, base, secret, &crate::venue::venue_body(), 600, true).await?;
     let store = Store::connect(redis_url, &CancellationToken::new()).await?;
     let started = Instant::now();
     let mut tasks = Vec::new();

@@ -24,6 +24,12 @@ pub(crate) fn venue_body() -> Value {
     json!({"name": "Onsale Arena", "city": "Oslo", "sections": sections})
 }
 
+/// A venue of one general-admission floor, FLOOR, of `capacity` places at tier C.
+pub(crate) fn floor_body(capacity: u32) -> Value {
+    json!({"name": "Onsale Club", "city": "Oslo", "sections": [
+        {"section": "FLOOR", "priceTier": "C", "capacity": capacity}]})
+}
+
 pub(crate) fn prices() -> Value {
     json!({"A": 15000, "B": 9000, "C": 4500})
 }

@@ -74,7 +74,7 @@ export function OrderPage({ orderId }: { orderId: string }) {
         <ul class="tickets">
           {order.tickets.map((t) => (
             <li key={t.ticketId} class="card">
-              <Ticket ticketId={t.ticketId} seatId={t.seatId} />
+              <Ticket ticketId={t.ticketId} place={t.generalAdmission ? `General admission (${t.seatId.split("-")[0]})` : `Seat ${t.seatId}`} />
             </li>
           ))}
         </ul>
@@ -93,7 +93,7 @@ export function OrderPage({ orderId }: { orderId: string }) {
 }
 
 /** A ticket's code: fetched, drawn, and fetched again a moment before `validUntil`. */
-function Ticket({ ticketId, seatId }: { ticketId: string; seatId: string }) {
+function Ticket({ ticketId, place }: { ticketId: string; place: string }) {
   const [code, setCode] = useState<{ code: string; img: string; validUntil: string } | null>(null);
   const [error, setError] = useState<string | null>(null);
   useEffect(() => {
@@ -123,9 +123,9 @@ function Ticket({ ticketId, seatId }: { ticketId: string; seatId: string }) {
   }, [ticketId]);
   return (
     <figure class="ticket" data-testid="ticket" data-code={code?.code}>
-      {code ? <img src={code.img} alt={`Entry code for seat ${seatId}`} width={220} height={220} /> : null}
+      {code ? <img src={code.img} alt={`Entry code: ${place}`} width={220} height={220} /> : null}
       <figcaption>
-        Seat {seatId}
+        {place}
         {code ? <span class="meta"> · this code changes at {new Date(code.validUntil).toLocaleTimeString()}</span> : null}
         {error ? <span role="alert" class="error"> {error}</span> : null}
       </figcaption>

@@ -1,6 +1,6 @@
 // One show: what it is (`Events.GetEvent`), its sections' counts live, a section's seats to
-// pick (or the best available), and the hold that follows; behind the show's waiting room
-// when it has one.
+// pick (or the best available), a general-admission floor's places by quantity, and the hold
+// that follows; behind the show's waiting room when it has one.
 import { useEffect, useState } from "preact/hooks";
 import type { EventSummary } from "../gen/onsale/v1/read_pb";
 import { events } from "../grpc";
@@ -12,6 +12,8 @@ import { entryOf, useHeartbeat, WaitingRoom, type Entry } from "./WaitingRoom";
 
 export function ShowPage({ eventId }: { eventId: string }) {
   const [section, setSection] = useState("");
+  // A general-admission section chosen: counts only, no seats to draw.
+  const [floor, setFloor] = useState("");
   const [show, setShow] = useState<EventSummary | null>(null);
   const [picked, setPicked] = useState<Set<string>>(new Set());
   const [quantity, setQuantity] = useState(2);
@@ -77,9 +79,23 @@ export function ShowPage({ eventId }: { eventId: string }) {
           {sections.map((c) => (
             <tr key={c.section} data-section={c.section}>
               <th scope="row">
-                <button type="button" onClick={() => setSection(c.section)} aria-pressed={section === c.section}>
-                  {c.section}
-                </button>
+                {c.generalAdmission ? (
+                  <button
+                    type="button"
+                    onClick={() => (setSection(""), setFloor(c.section))}
+                    aria-pressed={floor === c.section}
+                  >
+                    {c.section} <span class="meta">(general admission)</span>
+                  </button>
+                ) : (
+                  <button
+                    type="button"
+                    onClick={() => (setFloor(""), setSection(c.section))}
+                    aria-pressed={section === c.section}
+                  >
+                    {c.section}
+                  </button>
+                )}
               </th>
               <td data-testid={`available-${c.section}`}>{c.available}</td>
               <td>{c.held}</td>
@@ -90,15 +106,27 @@ export function ShowPage({ eventId }: { eventId: string }) {
         </tbody>
       </table>
       {!hold && !inLine ? (
-        <div class="card pick">
-          <label>
-            How many seats
-            <input type="number" min={1} max={8} value={quantity} onInput={(e) => setQuantity(Number(e.currentTarget.value))} />
-          </label>
-          <button type="button" onClick={() => take({ quantity, section: section || undefined })}>
-            Best available{section ? ` in ${section}` : ""}
-          </button>
-        </div>
+        floor ? (
+          <div class="card pick">
+            <label>
+              How many tickets
+              <input type="number" min={1} max={8} value={quantity} onInput={(e) => setQuantity(Number(e.currentTarget.value))} />
+            </label>
+            <button type="button" onClick={() => take({ quantity, section: floor })}>
+              Tickets on {floor}
+            </button>
+          </div>
+        ) : (
+          <div class="card pick">
+            <label>
+              How many seats
+              <input type="number" min={1} max={8} value={quantity} onInput={(e) => setQuantity(Number(e.currentTarget.value))} />
+            </label>
+            <button type="button" onClick={() => take({ quantity, section: section || undefined })}>
+              Best available{section ? ` in ${section}` : ""}
+            </button>
+          </div>
+        )
       ) : null}
       {section && map.seats.size ? (
         <div class="card">

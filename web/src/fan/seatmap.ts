@@ -12,6 +12,8 @@ export interface Counts {
   available: number;
   held: number;
   sold: number;
+  /** Sold by quantity: counts only, no seats to pick. */
+  generalAdmission?: boolean;
 }
 
 export interface LiveMap {
@@ -30,7 +32,9 @@ interface DeltaLike {
 function applied(map: LiveMap, d: DeltaLike, via: LiveMap["via"]): LiveMap {
   if (d.seq <= map.seq) return map; // at least once: what was applied is dropped
   const sections = new Map(map.sections);
-  for (const c of d.sections) sections.set(c.section, { ...c });
+  // A delta's counts keep what the snapshot said of the section (a delta may not say it).
+  for (const c of d.sections)
+    sections.set(c.section, { ...c, generalAdmission: c.generalAdmission || sections.get(c.section)?.generalAdmission });
   const seats = new Map(map.seats);
   for (const s of d.seats) seats.set(s.seatId, s.status);
   return { seq: d.seq, sections, seats, via };
