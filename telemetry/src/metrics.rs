@@ -16,6 +16,11 @@ pub const ADMISSION_CLAIM_RATE: &str = "onsale_admission_claim_rate";
 pub const ADMISSION_FACTOR: &str = "onsale_admission_factor";
 /// 1 while fans wait, admission is not paused, and nobody was admitted for 30 s (per show).
 pub const ADMISSION_STALLED: &str = "onsale_admission_stalled";
+/// 1 while no seat is available, so the line is held back (SOLD_OUT or SEATS_MAY_RETURN; per
+/// show).
+pub const ADMISSION_SOLD_OUT: &str = "onsale_admission_sold_out";
+/// 1 while the card processor is failing payments (admission pauses: orders could not be paid).
+pub const PROCESSOR_FAILING: &str = "onsale_processor_failing";
 /// Positions the line advanced past (per show).
 pub const ADMITTED_POSITIONS_TOTAL: &str = "onsale_admitted_positions_total";
 /// The line's admitted_through: every position at or below it may enter (per show).
@@ -159,6 +164,14 @@ pub fn describe() {
     describe_gauge!(
         ADMISSION_STALLED,
         "1 while fans wait, admission is not paused, and nobody was admitted for 30 s (per show)."
+    );
+    describe_gauge!(
+        ADMISSION_SOLD_OUT,
+        "1 while no seat is available, so the line is held back (SOLD_OUT or SEATS_MAY_RETURN; per show)."
+    );
+    describe_gauge!(
+        PROCESSOR_FAILING,
+        "1 while the card processor is failing payments (admission pauses: orders could not be paid)."
     );
     describe_counter!(
         ADMITTED_POSITIONS_TOTAL,

@@ -981,3 +981,72 @@ async fn the_lags_the_alerts_watch_are_read_from_the_tables() {
     );
     p.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_processor_outage_pauses_the_waiting_room_and_it_resumes_when_payments_do() {
+    let redis = onsale_tests::waiting_room::redis_url()
+        .await
+        .expect("redis");
+    let (_db, p) = PaymentPath::start_with(
+        |s| {
+            s.waiting_room.redis_url = Some(redis);
+            s.waiting_room.tick_ms = 100;
+        },
+        |_| {},
+    )
+    .await
+    .expect("payments and the waiting room");
+    p.rp.app
+        .server
+        .start(onsale_server::Part::Admitter)
+        .await
+        .expect("the admitter");
+    let room = p.rp.app.server.room.clone().expect("the waiting room");
+    // A show sold without a line, whose orders meet the outage, and one with a line, where a
+    // fan waits: the pause is the whole waiting room's.
+    let event = p.rp.show_on_map(1, 1, 10).await;
+    let lined =
+        p.rp.app
+            .on_sale_event_with(1, 1, 10, serde_json::json!({"waitingRoom": true}))
+            .await;
+    let (status, joined) =
+        p.rp.app
+            .post(
+                &format!("/v1/events/{lined}/waiting-room"),
+                &p.rp.app.fan("zed"),
+                serde_json::json!({}),
+                None,
+            )
+            .await;
+    assert_eq!(status, 201, "{joined}");
+    let show: onsale_domain::ShowId = lined.parse().expect("show id");
+    // The processor goes down; three orders are refused again and again.
+    p.sim.update(|s| s.outage = true);
+    let mut orders = Vec::new();
+    for (i, fan) in ["ann", "bob", "cat"].iter().enumerate() {
+        let seat = format!("S1-R1-{}", i + 1);
+        orders.push((p.buy(&event, fan, &[seat.as_str()], "tok_ok").await, *fan));
+    }
+    // The admitter sees payments failing and pauses admission (the pause grows).
+    let start = room.store.paused_ms(show).await.expect("redis");
+    onsale_tests::wait_for("admission pauses", Duration::from_secs(30), || {
+        let room = room.clone();
+        async move { room.store.paused_ms(show).await.unwrap_or(0) >= start + 1_000 }
+    })
+    .await;
+    // The processor is back: the payments resolve and the pause stops growing.
+    p.sim.update(|s| s.outage = false);
+    for (order, fan) in &orders {
+        p.order_becomes(order, fan, "CONFIRMED", 30).await;
+    }
+    onsale_tests::wait_for("admission resumes", Duration::from_secs(30), || {
+        let room = room.clone();
+        async move {
+            let a = room.store.paused_ms(show).await.unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            room.store.paused_ms(show).await.unwrap_or(0) == a
+        }
+    })
+    .await;
+    p.stop().await;
+}

@@ -640,3 +640,105 @@ async fn the_line_of_a_show_that_started_is_retired_and_its_keys_expire() {
     assert!(shows.iter().any(|(s, _, _)| *s == coming));
     room.kill_admitters();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sale_with_no_seat_left_holds_the_line_back_says_why_and_lets_it_move_when_seats_return()
+{
+    let db = TestDb::new().await.expect("db");
+    let mut room = Room::start(&db, |c| {
+        c.target = 10;
+        c.lease_secs = 60;
+    })
+    .await
+    .expect("room");
+    // The line reads the sale from the read models.
+    for part in [onsale_server::Part::Relay, onsale_server::Part::Projections] {
+        room.app.server.start(part).await.expect("the read path");
+    }
+    let event = room.show(1, 1, 2, chrono::Duration::seconds(-60)).await;
+    room.start_admitter().await;
+    let ann = room.join(&event, "ann").await;
+    let admission = room.admitted(&event, "ann", &qt(&ann), 20).await;
+    let (status, entry) = room.enter(&event, "ann", &admission).await;
+    assert_eq!(status, 200, "{entry}");
+    let session = entry["sessionId"].as_str().expect("session").to_owned();
+    // Ann holds both seats: none left, but her hold may lapse.
+    let (status, hold) = room
+        .hold(&event, "ann", Some(&session), json!({"quantity": 2}))
+        .await;
+    assert_eq!(status, 201, "{hold}");
+    // The line reads the sale from the seat map: Bob joins once it shows both seats held.
+    onsale_tests::wait_for(
+        "the seat map shows the hold",
+        Duration::from_secs(20),
+        || {
+            let (room, event) = (&room, &event);
+            async move {
+                let (_, m) = room.app.get(&format!("/v1/events/{event}/seats"), "").await;
+                m["sections"][0]["held"] == 2
+            }
+        },
+    )
+    .await;
+    let bob = room.join(&event, "bob").await;
+    let bob_token = qt(&bob);
+    let place = bob["position"].as_i64().expect("position");
+    onsale_tests::wait_for("bob is told seats may return", Duration::from_secs(20), || {
+        let (room, event, token) = (&room, &event, &bob_token);
+        async move { room.view(event, "bob", token).await.1["availability"] == "SEATS_MAY_RETURN" }
+    })
+    .await;
+    // The line is held back (as a pause: it grows), and Bob is not let in meanwhile.
+    let held_back = room.get_int(&event, "paused").await;
+    onsale_tests::wait_for("the line is held back", Duration::from_secs(20), || {
+        let (room, event) = (&room, &event);
+        async move { room.get_int(event, "paused").await >= held_back + 500 }
+    })
+    .await;
+    let (_, view) = room.view(&event, "bob", &bob_token).await;
+    assert_eq!(view["status"], "WAITING", "{view}");
+    assert!(
+        view["admittedThrough"].as_i64().expect("admitted") < place,
+        "{view}"
+    );
+    // Ann lets her seats go: the line moves again and Bob is let in.
+    let (status, _) = room
+        .app
+        .delete(
+            &format!("/v1/holds/{}", hold["holdId"].as_str().expect("hold")),
+            &room.app.fan("ann"),
+        )
+        .await;
+    assert_eq!(status, 204);
+    let admission = room.admitted(&event, "bob", &bob_token, 20).await;
+    let (status, entry) = room.enter(&event, "bob", &admission).await;
+    assert_eq!(status, 200, "{entry}");
+    let session = entry["sessionId"].as_str().expect("session").to_owned();
+    // Bob orders both seats: they wait for a payment that could still fail, so Cat, behind
+    // him, is told they may return (not sold out), and waits.
+    let (status, hold) = room
+        .hold(&event, "bob", Some(&session), json!({"quantity": 2}))
+        .await;
+    assert_eq!(status, 201, "{hold}");
+    let (status, order) = room
+        .order("bob", &session, &hold["holdId"], "sold-out-order")
+        .await;
+    assert_eq!(status, 202, "{order}");
+    onsale_tests::wait_for("pending seats may return", Duration::from_secs(20), || {
+        let (room, event) = (&room, &event);
+        async move {
+            let (_, m) = room.app.get(&format!("/v1/events/{event}/seats"), "").await;
+            m["sections"][0]["sold"] == 2 && m["sections"][0]["held"] == 0
+        }
+    })
+    .await;
+    let cat = room.join(&event, "cat").await;
+    let cat_token = qt(&cat);
+    onsale_tests::wait_for("cat is told seats may return", Duration::from_secs(20), || {
+        let (room, event, token) = (&room, &event, &cat_token);
+        async move { room.view(event, "cat", token).await.1["availability"] == "SEATS_MAY_RETURN" }
+    })
+    .await;
+    let (_, view) = room.view(&event, "cat", &cat_token).await;
+    assert_eq!(view["status"], "WAITING", "{view}");
+}

@@ -58,8 +58,15 @@ impl Admitter {
             .execute(&self.room.pool)
             .await
             .is_ok();
+        let processor_ok = match crate::sale::processor_failing(&self.room.pool).await {
+            Ok(failing) => !failing,
+            // The store's health is judged above; an unreadable work list says nothing more.
+            Err(_) => true,
+        };
+        metrics::gauge!(onsale_telemetry::metrics::PROCESSOR_FAILING)
+            .set(f64::from(u8::from(!processor_ok)));
         let sample = self.health.sample(Duration::from_secs(5));
-        let factor = self.controller.step(sample, store_ok, dt);
+        let factor = self.controller.step(sample, store_ok, processor_ok, dt);
         metrics::gauge!(onsale_telemetry::metrics::ADMISSION_FACTOR).set(factor);
         let target = self.controller.target(self.room.config.target);
         let paused = self.controller.paused();
@@ -70,6 +77,10 @@ impl Admitter {
                 tracing::info!(%show, "the show started: its waiting room is retired");
                 continue;
             }
+            // Nobody more is let in while no seat is available: the line is told SOLD_OUT or
+            // SEATS_MAY_RETURN, and moves again when seats come back. Held back like a pause,
+            // so the admissions already given are extended by it.
+            let sale = crate::sale::availability(&self.room.pool, show).await;
             let started = Instant::now();
             let t = self
                 .room
@@ -80,7 +91,7 @@ impl Admitter {
                     opens,
                     target,
                     self.room.grace().as_millis() as i64,
-                    paused,
+                    paused || !sale.admits(),
                 )
                 .await?;
             metrics::histogram!(onsale_telemetry::metrics::ADMITTER_TICK_SECONDS)
@@ -96,6 +107,8 @@ impl Admitter {
                 .set(t.claim_rate);
             metrics::gauge!(onsale_telemetry::metrics::ADMITTED_THROUGH, &labels)
                 .set(t.admitted_through as f64);
+            metrics::gauge!(onsale_telemetry::metrics::ADMISSION_SOLD_OUT, &labels)
+                .set(f64::from(u8::from(!sale.admits())));
             metrics::counter!(onsale_telemetry::metrics::ADMITTED_POSITIONS_TOTAL, &labels)
                 .increment(t.advanced.max(0) as u64);
         }

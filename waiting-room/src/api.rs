@@ -228,24 +228,14 @@ fn fan_eta(s: &crate::store::Standing) -> Option<f64> {
     eta::eta(ahead, s.rate, last).map(|e| (e * 10.0).round() / 10.0)
 }
 
-/// "no seats and no live holds" versus "seats may come back" (002, sold-out signals).
+/// "no seats and no live holds" versus "seats may come back" (002, sold-out signals); read
+/// at most once a second per show.
 async fn availability(state: &RoomState, show: ShowId) -> &'static str {
     let pool = state.room.pool.clone();
     state
         .availability
         .get_with(show, async move {
-            let row: Result<(Option<i64>, Option<i64>), sqlx::Error> = sqlx::query_as(
-                "SELECT sum(available)::bigint, sum(held)::bigint FROM seat_map_sections WHERE show_id = $1",
-            )
-            .bind(show.to_string())
-            .fetch_one(&pool)
-            .await;
-            match row {
-                Ok((Some(a), _)) if a > 0 => "AVAILABLE",
-                Ok((Some(_), Some(h))) if h > 0 => "SEATS_MAY_RETURN",
-                Ok((Some(_), _)) => "SOLD_OUT",
-                _ => "UNKNOWN",
-            }
+            crate::sale::availability(&pool, show).await.as_str()
         })
         .await
 }

@@ -53,12 +53,21 @@ impl Controller {
         self.factor <= 0.0
     }
 
-    /// One step: `store_ok` is whether the event store answered its health check; `dt` the
-    /// time since the last step. Returns the new factor.
-    pub fn step(&mut self, sample: HealthSample, store_ok: bool, dt: Duration) -> f64 {
+    /// One step: `store_ok` is whether the event store answered its health check,
+    /// `processor_ok` whether the card processor is taking payments (a fan admitted during an
+    /// outage could hold seats but not pay for them); `dt` the time since the last step.
+    /// Returns the new factor.
+    pub fn step(
+        &mut self,
+        sample: HealthSample,
+        store_ok: bool,
+        processor_ok: bool,
+        dt: Duration,
+    ) -> f64 {
         let c = &self.config;
         let judged = sample.requests >= c.min_requests;
         let failing = !store_ok
+            || !processor_ok
             || (judged && sample.error_rate > c.max_error_rate)
             || (judged && sample.p99_secs > c.target_p99.as_secs_f64())
             // A few requests that all fail are enough: nothing healthy answers like that.
@@ -95,26 +104,36 @@ mod tests {
     fn failure_or_slowness_pauses_at_once_and_recovery_ramps_back() {
         let mut c = Controller::new(ControllerConfig::default());
         assert_eq!(c.target(1_000), 1_000);
-        c.step(sample(100, 40, 0.0), true, TICK);
+        c.step(sample(100, 40, 0.0), true, true, TICK);
         assert_eq!(c.target(1_000), 1_000);
-        c.step(sample(100, 900, 0.0), true, TICK);
+        c.step(sample(100, 900, 0.0), true, true, TICK);
         assert!(c.paused(), "p99 past target pauses");
-        c.step(sample(100, 40, 0.0), true, TICK);
+        c.step(sample(100, 40, 0.0), true, true, TICK);
         assert_eq!(c.target(1_000), 100, "recovery ramps: 0.2/s for 0.5 s");
         for _ in 0..20 {
-            c.step(sample(100, 40, 0.0), true, TICK);
+            c.step(sample(100, 40, 0.0), true, true, TICK);
         }
         assert_eq!(c.target(1_000), 1_000);
-        c.step(sample(0, 0, 0.0), false, TICK);
+        c.step(sample(0, 0, 0.0), false, true, TICK);
         assert!(c.paused(), "an event store that does not answer pauses");
-        c.step(sample(5, 10, 0.0), true, TICK);
-        c.step(sample(4, 10, 1.0), true, TICK);
+        for _ in 0..20 {
+            c.step(sample(100, 40, 0.0), true, true, TICK);
+        }
+        c.step(sample(100, 40, 0.0), true, false, TICK);
+        assert!(
+            c.paused(),
+            "a processor outage pauses: orders could not be paid"
+        );
+        c.step(sample(100, 40, 0.0), true, true, TICK);
+        assert_eq!(c.target(1_000), 100, "and ramps back after it");
+        c.step(sample(5, 10, 0.0), true, true, TICK);
+        c.step(sample(4, 10, 1.0), true, true, TICK);
         assert!(
             c.paused(),
             "every request failing pauses even with few requests"
         );
         let mut quiet = Controller::new(ControllerConfig::default());
-        quiet.step(sample(5, 5_000, 0.0), true, TICK);
+        quiet.step(sample(5, 5_000, 0.0), true, true, TICK);
         assert!(!quiet.paused(), "five slow requests are not a verdict");
     }
 }

@@ -14,6 +14,7 @@ pub mod api;
 pub mod controller;
 pub mod eta;
 pub mod fallback;
+pub mod sale;
 pub mod store;
 pub mod tokens;
 

@@ -17,6 +17,8 @@ interface Standing {
   eta?: number | null;
   admissionToken?: string;
   detail?: string;
+  /** AVAILABLE, SEATS_MAY_RETURN (none now, holds or payments may free some) or SOLD_OUT. */
+  availability?: string;
 }
 
 const KEY = (eventId: string) => `onsale.entry.${eventId}`;
@@ -119,6 +121,13 @@ export function WaitingRoom({ eventId, onEntered }: { eventId: string; onEntered
           <p role="status" aria-live="polite" data-testid="ahead" data-ahead={ahead ?? undefined}>
             {lineInWords(standing, ahead)}
           </p>
+          {standing?.availability === "SOLD_OUT" || standing?.availability === "SEATS_MAY_RETURN" ? (
+            <p role="alert" data-testid="availability" data-availability={standing.availability}>
+              {standing.availability === "SOLD_OUT"
+                ? "Sold out: every seat is sold. The line waits in case one comes back."
+                : "Every seat is taken for now, but some may come back as holds lapse or payments fail: the line moves again if they do."}
+            </p>
+          ) : null}
           <p class="meta">Keep this page open: you enter by yourself when the line reaches you.</p>
         </>
       )}
