@@ -73,6 +73,14 @@ enum Command {
         /// node at the same random moment, with the same checks.
         #[arg(long, conflicts_with = "kill_primary")]
         kill_node: Option<String>,
+        /// A general-admission floor of this many places beside the arena's seats (0: none);
+        /// a fifth of the fans ask for places on it.
+        #[arg(long, default_value_t = 0)]
+        ga_floor: u32,
+        /// The show hands out the best available only (`bestAvailableOnly: ALWAYS`): fans ask
+        /// for a quantity, never pick seats.
+        #[arg(long)]
+        best_available_only: bool,
     },
     /// Create the benchmark show over HTTP and write fan tokens for wrk.
     Setup {
@@ -210,6 +218,8 @@ async fn main() -> anyhow::Result<()> {
             processor,
             kill_primary,
             kill_node,
+            ga_floor,
+            best_available_only,
         } => {
             let auth = auth.secured()?;
             let drill = kill_primary
@@ -224,6 +234,10 @@ async fn main() -> anyhow::Result<()> {
                 auth.jwt_secret.expose_secret(),
                 &processor,
                 drill,
+                Sale {
+                    ga_floor,
+                    best_available_only,
+                },
             )
             .await
         }
@@ -381,6 +395,19 @@ async fn create_show(
     ttl: u32,
     waiting_room: bool,
 ) -> anyhow::Result<String> {
+    create_show_with(http, base, secret, venue, ttl, waiting_room, json!({})).await
+}
+
+/// [`create_show`] with `more` fields in the event's body (its on-sale policies).
+async fn create_show_with(
+    http: &reqwest::Client,
+    base: &str,
+    secret: &str,
+    venue: &Value,
+    ttl: u32,
+    waiting_room: bool,
+    more: Value,
+) -> anyhow::Result<String> {
     let admin = mint(secret, "admin", Role::Admin, 3600)?;
     let venue: Value = http
         .post(format!("{base}/v1/venues"))
@@ -395,11 +422,17 @@ async fn create_show(
     let event: Value = http
         .post(format!("{base}/v1/events"))
         .bearer_auth(&admin)
-        .json(&json!({
-            "name": "The Worst Minute Tour", "performer": "The Crowd", "venueId": venue["venueId"],
-            "startsAt": now + chrono::Duration::days(60), "onSaleAt": now - chrono::Duration::seconds(1),
-            "prices": venue::prices(), "holdTtlSeconds": ttl, "waitingRoom": waiting_room,
-        }))
+        .json(&{
+            let mut body = json!({
+                "name": "The Worst Minute Tour", "performer": "The Crowd", "venueId": venue["venueId"],
+                "startsAt": now + chrono::Duration::days(60), "onSaleAt": now - chrono::Duration::seconds(1),
+                "prices": venue::prices(), "holdTtlSeconds": ttl, "waitingRoom": waiting_room,
+            });
+            if let (Some(b), Value::Object(more)) = (body.as_object_mut(), more) {
+                b.extend(more);
+            }
+            body
+        })
         .send()
         .await?
         .error_for_status()?
@@ -560,6 +593,14 @@ async fn post(
     (503, Value::Null)
 }
 
+/// What the demo's show sells and how.
+#[derive(Debug, Clone, Copy)]
+struct Sale {
+    ga_floor: u32,
+    best_available_only: bool,
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn demo(
     base: &str,
     database_url: &str,
@@ -568,14 +609,28 @@ async fn demo(
     secret: &str,
     processor: &str,
     drill: Option<Arc<drill::Drill>>,
+    sale: Sale,
 ) -> anyhow::Result<()> {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(concurrency)
         .build()?;
-    let event = create_show(&http, base, secret, &venue::venue_body(), 120, true).await?;
+    let mut venue = venue::venue_body();
+    if sale.ga_floor > 0 {
+        if let Some(sections) = venue["sections"].as_array_mut() {
+            sections.push(json!({"section": "FLOOR", "priceTier": "C", "capacity": sale.ga_floor}));
+        }
+    }
+    let policy = if sale.best_available_only {
+        json!({"bestAvailableOnly": "ALWAYS"})
+    } else {
+        json!({})
+    };
+    let event = create_show_with(&http, base, secret, &venue, 120, true, policy).await?;
     println!(
-        "on sale: event {event}, {} seats, {fans} fans, {concurrency} at a time",
-        venue::SEATS
+        "on sale: event {event}, {} seats and {} places on a general-admission floor, {fans} fans, {concurrency} at a time{}",
+        venue::SEATS,
+        sale.ga_floor,
+        if sale.best_available_only { ", best available only" } else { "" }
     );
     let tally = Arc::new(Tally::default());
     let hold_latency = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
@@ -626,16 +681,18 @@ async fn demo(
                 let holds_url = format!("{base}/v1/events/{event}/holds");
                 let mut held: Option<Value> = None;
                 for attempt in 0..4 {
-                    let (n, explicit, skewed) = {
+                    let (n, explicit, floor) = {
                         let mut rng = rand::rng();
                         (
                             rng.random_range(1..=4u32),
-                            attempt < 3 && rng.random_bool(0.6),
-                            true,
+                            !sale.best_available_only && attempt < 3 && rng.random_bool(0.6),
+                            sale.ga_floor > 0 && rng.random_bool(0.2),
                         )
                     };
-                    let body = if explicit {
-                        json!({"seatIds": venue::pick(&mut rand::rng(), n, skewed)})
+                    let body = if floor {
+                        json!({"quantity": n, "section": "FLOOR"})
+                    } else if explicit {
+                        json!({"seatIds": venue::pick(&mut rand::rng(), n, true)})
                     } else {
                         json!({"quantity": n})
                     };
@@ -874,7 +931,12 @@ async fn demo(
         t(&tally.holds),
         t(&tally.holds) as f64 / elapsed
     );
-    println!("seat conflicts 409 {:>8}", t(&tally.conflicts));
+    println!(
+        "seat conflicts 409 {:>8}   ({:.1}% of hold attempts)",
+        t(&tally.conflicts),
+        100.0 * t(&tally.conflicts) as f64
+            / (t(&tally.holds) + t(&tally.conflicts) + t(&tally.limited)).max(1) as f64
+    );
     println!("cap refusals 429   {:>8}", t(&tally.limited));
     println!("outages 503        {:>8}", t(&tally.unavailable));
     println!(
