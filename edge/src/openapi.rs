@@ -78,10 +78,18 @@ fn body_rules() -> Vec<(&'static str, Value)> {
         ),
         (
             "SectionLayoutDoc",
-            json!({"properties": {
-                "section": {"pattern": LABEL},
-                "priceTier": {"pattern": LABEL},
-                "rows": {"minItems": 1, "maxItems": 100}}}),
+            json!({
+                "properties": {
+                    "section": {"pattern": LABEL},
+                    "priceTier": {"pattern": LABEL},
+                    "rows": {"maxItems": 100},
+                    "capacity": {"minimum": 1, "maximum": onsale_domain::layout::MAX_SEATS_PER_SHOW}},
+                // Rows of seats, or a general-admission capacity; a null is an absence.
+                "oneOf": [
+                    {"required": ["rows"], "properties": {
+                        "rows": {"type": "array", "minItems": 1}, "capacity": {"type": "null"}}},
+                    {"required": ["capacity"], "properties": {
+                        "capacity": {"type": "integer"}, "rows": {"maxItems": 0}}}]}),
         ),
         (
             "RowLayoutDoc",

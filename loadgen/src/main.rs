@@ -102,20 +102,8 @@ enum Command {
     BenchCommand {
         #[command(flatten)]
         database: DatabaseSettings,
-        #[arg(long, default_value_t = 64)]
-        clients: usize,
-        #[arg(long, default_value_t = 1)]
-        seats: u32,
-        #[arg(long)]
-        skewed: bool,
-        #[arg(long, default_value_t = 10)]
-        seconds: u64,
-        #[arg(long, default_value_t = 1)]
-        ttl: u32,
-        /// A show of one general-admission floor of this many places instead of the arena:
-        /// each hold asks for `--seats` of it by quantity (`make bench-ga`).
-        #[arg(long)]
-        ga: Option<u32>,
+        #[command(flatten)]
+        load: CommandLoad,
         #[command(flatten)]
         owners: OwnerConfig,
     },
@@ -267,24 +255,9 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::BenchCommand {
             database,
-            clients,
-            seats,
-            skewed,
-            seconds,
-            ttl,
-            ga,
+            load,
             owners,
-        } => {
-            let load = CommandLoad {
-                clients,
-                seats,
-                skewed,
-                seconds,
-                ttl,
-                ga,
-            };
-            bench_command(&database, owners, load).await
-        }
+        } => bench_command(&database, owners, load).await,
         Command::BenchSearch {
             database,
             base,
@@ -1043,12 +1016,21 @@ async fn demo(
 
 /// What `bench-command` runs: `clients` racing holds of `seats` seats (or places of a `ga`
 /// floor) for `seconds`, each hold lapsing after `ttl`.
+#[derive(Debug, clap::Args)]
 struct CommandLoad {
+    #[arg(long, default_value_t = 64)]
     clients: usize,
+    #[arg(long, default_value_t = 1)]
     seats: u32,
+    #[arg(long)]
     skewed: bool,
+    #[arg(long, default_value_t = 10)]
     seconds: u64,
+    #[arg(long, default_value_t = 1)]
     ttl: u32,
+    /// A show of one general-admission floor of this many places instead of the arena:
+    /// each hold asks for `--seats` of it by quantity (`make bench-ga`).
+    #[arg(long)]
     ga: Option<u32>,
 }
 
@@ -1161,7 +1143,8 @@ async fn bench_command(
             "ga": ga,
             "attempts_per_s": attempts / seconds as f64, "holds_per_s": t(&tally.holds) / seconds as f64,
             "p50_ms": hist.value_at_quantile(0.5) as f64 / 1000.0, "p99_ms": hist.value_at_quantile(0.99) as f64 / 1000.0,
-            "errors": t(&tally.other),
+            "errors": t(&tally.other), "conflicts_per_s": t(&tally.conflicts) / seconds as f64,
+            "limited_per_s": t(&tally.limited) / seconds as f64,
         })
     );
     Ok(())
