@@ -18,6 +18,8 @@ const LABEL: &str = "^[A-Za-z0-9]{1,16}$";
 const SEAT: &str = "^[A-Za-z0-9]{1,16}-[A-Za-z0-9]{1,16}-[1-9][0-9]{0,8}$";
 /// An `Idempotency-Key` or account id: visible ASCII.
 const KEY: &str = "^[!-~]{1,255}$";
+/// Text PostgreSQL can keep: no NUL character.
+const NO_NUL: &str = "^[^\\u0000]*$";
 /// Text a person typed: not only blanks.
 const TEXT: &str = "\\S";
 
@@ -45,8 +47,8 @@ fn parameter_schema(path: &str, name: &str) -> Option<Value> {
         "atSequence" => json!({"type": "integer", "format": "int64", "minimum": 1}),
         // The catalog search (`GET /v1/events`).
         "limit" if path == "/v1/events" => json!({"type": "integer", "minimum": 1, "maximum": 100}),
-        "q" => json!({"type": "string", "maxLength": 200}),
-        "city" => json!({"type": "string", "maxLength": 100}),
+        "q" => json!({"type": "string", "maxLength": 200, "pattern": NO_NUL}),
+        "city" => json!({"type": "string", "maxLength": 100, "pattern": NO_NUL}),
         // An empty filter is an absent one.
         "date" => json!({"anyOf": [
             {"type": "string", "format": "date"}, {"type": "string", "maxLength": 0}]}),

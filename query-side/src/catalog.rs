@@ -148,6 +148,8 @@ fn text(name: &str, s: &Option<String>, max: usize) -> Result<Option<String>, Ap
         Some(t) if t.chars().count() > max => {
             Err(bad(format!("{name} is at most {max} characters")))
         }
+        // PostgreSQL text cannot hold a NUL: refused here, not a 503 from the database.
+        Some(t) if t.contains('\0') => Err(bad(format!("{name} may not contain a NUL character"))),
         Some(t) => Ok(Some(t.to_owned())),
     }
 }

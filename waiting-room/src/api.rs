@@ -316,7 +316,7 @@ async fn status(state: &RoomState, show: ShowId, account: &str) -> Result<Value,
 /// text/event-stream` streams it every second until admitted.
 #[utoipa::path(get, path = "/v1/events/{id}/waiting-room", params(("id" = String, Path),
     ("X-Onsale-Queue-Token" = String, Header)), security(("bearer" = [])),
-    responses((status = 200, description = "{position, admittedThrough, eta} or {admissionToken}"), (status = 403)))]
+    responses((status = 200, description = "{status, position, admittedThrough, eta, availability}: status WAITING, PRE_QUEUE, ADMITTED (with admissionToken and enterBy) or EXPIRED; availability AVAILABLE, SEATS_MAY_RETURN (none now; holds or payments may free some: the line is held back until they do), SOLD_OUT (held back) or UNKNOWN"), (status = 403)))]
 async fn view(
     State(state): State<RoomState>,
     caller: Caller,
