@@ -36,23 +36,9 @@ PG_MAX_CONNECTIONS=1200 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
 DB="postgres://onsale@127.0.0.1:$PORT/onsale"
 (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-loadgen)
 BIN=$ROOT/target/release
-# A fresh service per run (as bench-holds: one run's log does not weigh on the next).
-start_service() {
-  stop_service
-  TOKIO_WORKER_THREADS=${BENCH_SERVICE_THREADS:-1} DATABASE_URL=$DB ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=${BENCH_GRPC_LISTEN:-127.0.0.1:50099} RUST_LOG=warn \
-    "$BIN/onsale" serve >>"$DIR/onsale.log" 2>&1 &
-  echo $! >"$DIR/onsale.pid"
-  for _ in $(seq 1 100); do curl -fsS "http://$LISTEN/healthz" >/dev/null 2>&1 && return; sleep 0.2; done
-  echo "onsale did not start" >&2; exit 1
-}
-stop_service() {
-  if [ -f "$DIR/onsale.pid" ]; then
-    kill "$(cat "$DIR/onsale.pid")" 2>/dev/null || true
-    rm -f "$DIR/onsale.pid"
-    sleep 0.5
-  fi
-}
-quiesce() { psql -qc "VACUUM ANALYZE" -c "CHECKPOINT" "$DB" >/dev/null; }
+GRPC_LISTEN=${BENCH_GRPC_LISTEN:-127.0.0.1:50099}
+# shellcheck source=scripts/bench/service.sh
+. "$ROOT/scripts/bench/service.sh"
 psql -q "$DB" -c "DROP TABLE IF EXISTS ga_buckets, ga_holds" \
   -c "CREATE TABLE ga_buckets (event_id int, bucket int, available bigint NOT NULL, PRIMARY KEY (event_id, bucket))" \
   -c "CREATE TABLE ga_holds (hold_id bigserial PRIMARY KEY, event_id int, bucket int, quantity int, expires_at timestamptz)" >/dev/null
