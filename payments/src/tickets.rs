@@ -28,7 +28,8 @@ enum Change {
         order_id: String,
         show_id: String,
         account_id: String,
-        seats: Vec<onsale_domain::SeatId>,
+        /// Each seat's name and whether it is a general-admission place.
+        seats: Vec<(onsale_domain::SeatId, bool)>,
         at: DateTime<Utc>,
     },
     Revoke {
@@ -61,7 +62,17 @@ impl Projection for TicketIssuer {
                     order_id: order_id.to_string(),
                     show_id: ctx.log.show_id.to_string(),
                     account_id: order.account.to_string(),
-                    seats: ctx.after.seat_names(&order.seats),
+                    seats: ctx
+                        .after
+                        .seat_names(&order.seats)
+                        .into_iter()
+                        .zip(
+                            order
+                                .seats
+                                .iter()
+                                .map(|&s| ctx.after.is_general_admission(s)),
+                        )
+                        .collect(),
                     at: ctx.log.at,
                 });
             }
@@ -88,12 +99,13 @@ impl Projection for TicketIssuer {
                     if cancelled.is_some() {
                         continue;
                     }
-                    for seat in seats {
+                    for (seat, general_admission) in seats {
                         let mut secret = [0u8; 32];
                         rand::rng().fill_bytes(&mut secret);
                         sqlx::query(
-                            "INSERT INTO tickets (ticket_id, order_id, show_id, seat_id, account_id, secret, issued_at)
-                             VALUES ($1, $2, $3, $4, $5, $6, $7)
+                            "INSERT INTO tickets (ticket_id, order_id, show_id, seat_id, account_id, secret, issued_at,
+                                                  general_admission)
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
                              ON CONFLICT (order_id, seat_id) DO NOTHING",
                         )
                         .bind(Uuid::new_v4())
@@ -103,6 +115,7 @@ impl Projection for TicketIssuer {
                         .bind(&account_id)
                         .bind(&secret[..])
                         .bind(at)
+                        .bind(general_admission)
                         .execute(&mut *tx)
                         .await?;
                     }

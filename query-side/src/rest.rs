@@ -467,10 +467,7 @@ async fn get_order(
 ) -> Result<Json<OrderResponse>, ApiError> {
     let r = find_order(&state, &caller, &id).await?;
     let tickets: Vec<TicketRef> = sqlx::query_as(
-        "SELECT t.ticket_id, t.seat_id, t.revoked_at IS NOT NULL AS revoked,
-                EXISTS (SELECT 1 FROM seat_map_sections m
-                         WHERE m.show_id = t.show_id AND m.general_admission
-                           AND m.section = split_part(t.seat_id, '-', 1)) AS general_admission
+        "SELECT t.ticket_id, t.seat_id, t.revoked_at IS NOT NULL AS revoked, t.general_admission
            FROM tickets t WHERE t.order_id = $1 ORDER BY t.seat_id",
     )
     .bind(&r.order_id)

@@ -146,6 +146,11 @@ impl Show {
             .collect()
     }
 
+    /// Whether the seat is a place on a general-admission floor (a ticket without a seat).
+    pub fn is_general_admission(&self, seat: u32) -> bool {
+        self.index.row_ga[self.index.seat_row[seat as usize] as usize]
+    }
+
     pub fn hold_view(&self, id: &HoldId) -> Option<HoldView> {
         let hold = self.holds.get(id)?;
         Some(HoldView {
