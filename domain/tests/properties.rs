@@ -411,6 +411,8 @@ impl World {
     /// `captured`: the step reported a successful charge (the only thing that may revive a
     /// failed order).
     fn check(&mut self, captured: bool) {
+        // The counts best available and the sweeper read never drift from the seats.
+        assert!(self.show.index_matches_rebuild(), "index drifted");
         let mut claimed: HashMap<usize, OrderId> = HashMap::new();
         for (i, (name, seat)) in self.show.seats().enumerate() {
             match seat {

@@ -18,17 +18,24 @@ impl Show {
         let row = self.index.seat_row[seat as usize] as usize;
         match from {
             Seat::Available => self.index.row_available[row] -= 1,
-            Seat::Held(_) => {
-                self.index.row_held[row] -= 1;
-                if self.index.row_held[row] == 0 {
-                    self.index.row_hold_floor[row] = None;
+            Seat::Held(h) => {
+                let until = self.held_until(&h);
+                let holds = &mut self.index.row_holds[row];
+                if let Some(n) = holds.get_mut(&until) {
+                    *n -= 1;
+                    if *n == 0 {
+                        holds.remove(&until);
+                    }
                 }
             }
             _ => {}
         }
         match to {
             Seat::Available => self.index.row_available[row] += 1,
-            Seat::Held(_) => self.index.row_held[row] += 1,
+            Seat::Held(h) => {
+                let until = self.held_until(&h);
+                *self.index.row_holds[row].entry(until).or_default() += 1;
+            }
             _ => {}
         }
         self.seats[seat as usize] = to;
@@ -105,10 +112,12 @@ impl Show {
         }
     }
 
-    fn lower_hold_floor(&mut self, seat: u32, expires_at: DateTime<Utc>) {
-        let row = self.index.seat_row[seat as usize] as usize;
-        let floor = &mut self.index.row_hold_floor[row];
-        *floor = Some(floor.map_or(expires_at, |f| f.min(expires_at)));
+    /// When a hold's seats lapse; a seat held by a hold not known (none should be) counts as
+    /// lapsed, so best available looks at it.
+    pub(super) fn held_until(&self, hold_id: &HoldId) -> DateTime<Utc> {
+        self.holds
+            .get(hold_id)
+            .map_or(DateTime::<Utc>::MIN_UTC, |h| h.expires_at)
     }
 }
 
@@ -149,27 +158,27 @@ impl Aggregate for Show {
                 ..
             } => {
                 let seats = self.seat_indices(&seat_ids);
-                for &i in &seats {
-                    self.move_seat(i, SeatMove::Hold, Seat::Held(hold_id));
-                    self.lower_hold_floor(i, expires_at);
-                }
                 let keyed = idempotency.is_some();
                 if let Some(idem) = idempotency {
                     self.remember(&account_id, idem, Outcome::Hold(hold_id), expires_at);
                 }
                 push_to(&mut self.index.account_holds, &account_id, hold_id);
                 self.index.expiry.insert((expires_at, hold_id));
+                // The hold is known before its seats move: the row counts them by its expiry.
                 self.holds.insert(
                     hold_id,
                     Hold {
                         account: account_id,
-                        seats,
+                        seats: seats.clone(),
                         expires_at,
                         state: HoldState::Active,
                         order: None,
                         keyed,
                     },
                 );
+                for &i in &seats {
+                    self.move_seat(i, SeatMove::Hold, Seat::Held(hold_id));
+                }
             }
             ShowEvent::HoldReleased { hold_id } => self.end_hold(&hold_id, HoldMove::Release),
             ShowEvent::HoldExpired { hold_id } => self.end_hold(&hold_id, HoldMove::Expire),

@@ -483,13 +483,20 @@ impl Show {
         // Asked for no section, the best available are seats: general admission is sold
         // only when asked for by its section.
         let in_scope = |r: &u32| section.is_some() || !self.index.row_ga[*r as usize];
-        let candidate = |r: u32| {
+        // Whether row `r` has at least `need` seats free now (available, or of lapsed holds).
+        let has_free = |r: u32, need: u32| {
             let r = r as usize;
-            let lapsed = self.index.row_hold_floor[r].is_some_and(|f| f <= now);
-            self.index.row_available[r] + if lapsed { self.index.row_held[r] } else { 0 }
+            let mut free = self.index.row_available[r];
+            for (_, n) in self.index.row_holds[r].range(..=now) {
+                if free >= need {
+                    break;
+                }
+                free += n;
+            }
+            free >= need
         };
         for r in rows.clone().filter(in_scope) {
-            if candidate(r) < quantity {
+            if !has_free(r, quantity) {
                 continue;
             }
             let span = self.index.rows[r as usize];
@@ -507,7 +514,7 @@ impl Show {
         }
         let mut picked = Vec::new();
         for r in rows.filter(in_scope) {
-            if candidate(r) == 0 {
+            if !has_free(r, 1) {
                 continue;
             }
             let span = self.index.rows[r as usize];

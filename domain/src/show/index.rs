@@ -23,11 +23,10 @@ pub(super) struct Index {
     /// Per row, whether it is a bucket of a general-admission section.
     pub(super) row_ga: Vec<bool>,
     pub(super) row_available: Vec<u32>,
-    pub(super) row_held: Vec<u32>,
-    /// Per row, no later than the earliest expiry of its held seats (`None`: none held). A row
-    /// whose floor is in the future has no lapsed hold to reclaim, so best-available skips its
-    /// held seats without looking at each (on a filling show, most rows are like that).
-    pub(super) row_hold_floor: Vec<Option<DateTime<Utc>>>,
+    /// Per row, its held seats counted by their hold's expiry: best available counts a row's
+    /// seats of lapsed holds as free without looking at each, and skips a row whose holds are
+    /// all live in one lookup (on a filling show or a busy floor, most rows are like that).
+    pub(super) row_holds: Vec<BTreeMap<DateTime<Utc>, u32>>,
     /// Per account, its active holds (ended ones are dropped as they end).
     pub(super) account_holds: HashMap<AccountId, Vec<HoldId>>,
     pub(super) account_orders: HashMap<AccountId, Vec<OrderId>>,
@@ -61,8 +60,7 @@ impl Show {
                 });
                 ix.row_ga.push(section.general_admission);
                 ix.row_available.push(0);
-                ix.row_held.push(0);
-                ix.row_hold_floor.push(None);
+                ix.row_holds.push(BTreeMap::new());
                 for n in 1..=row.seats {
                     let name = seat_id(&section.section, &row.row, n);
                     ix.seat_by_id.insert(name.clone(), seat);
@@ -80,16 +78,7 @@ impl Show {
             let row = ix.seat_row[i] as usize;
             match s {
                 Seat::Available => ix.row_available[row] += 1,
-                Seat::Held(h) => {
-                    ix.row_held[row] += 1;
-                    // A seat held by a hold we do not know is treated as lapsed: looked at.
-                    let expiry = self
-                        .holds
-                        .get(h)
-                        .map_or(DateTime::<Utc>::MIN_UTC, |h| h.expires_at);
-                    let floor = &mut ix.row_hold_floor[row];
-                    *floor = Some(floor.map_or(expiry, |f| f.min(expiry)));
-                }
+                Seat::Held(h) => *ix.row_holds[row].entry(self.held_until(h)).or_default() += 1,
                 _ => {}
             }
         }
@@ -117,5 +106,19 @@ impl Show {
                 .push(*id);
         }
         self.index = ix;
+    }
+}
+
+impl Show {
+    /// Whether the counts kept up to date event by event (free and held seats per row, by
+    /// expiry; the expiry queue) equal those rebuilt from the seats: what best available and
+    /// the sweeper trust. Property tests check it after every step.
+    pub fn index_matches_rebuild(&self) -> bool {
+        let mut fresh = self.clone();
+        fresh.rebuild_index();
+        let (now, then) = (&self.index, &fresh.index);
+        now.row_available == then.row_available
+            && now.row_holds == then.row_holds
+            && now.expiry == then.expiry
     }
 }
