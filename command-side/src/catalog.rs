@@ -82,6 +82,17 @@ impl Catalog {
         }
     }
 
+    /// The hold TTL and the on-sale policies in force, from the log (not the projection: a
+    /// change is seen as soon as it is committed); `ShowNotFound` for no such show.
+    pub async fn policy(&self, show: ShowId) -> Result<(u32, SalePolicy), CommandError> {
+        match self.log.policy_in_force(show).await {
+            Ok(Some(p)) => Ok(p),
+            Ok(None) => Err(CommandError::Domain(ShowError::ShowNotFound)),
+            Err(StoreError::Corrupt(m)) => Err(CommandError::Internal(m)),
+            Err(_) => Err(CommandError::Unavailable),
+        }
+    }
+
     /// A venue as registered, read through the read pool; `None` if there is none.
     pub async fn venue(
         &self,

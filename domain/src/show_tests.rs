@@ -1083,7 +1083,7 @@ fn window(secs: u32, on_sale_ttl: Option<u32>, picks: BestAvailableOnly) -> Sale
         on_sale_hold_ttl_seconds: on_sale_ttl,
         on_sale_window_seconds: secs,
         best_available_only: picks,
-        max_seats_per_account: None,
+        ..SalePolicy::default()
     }
 }
 
@@ -1227,6 +1227,13 @@ fn the_admin_changes_the_policy_for_what_is_decided_after_and_a_bad_one_changes_
             600,
             SalePolicy {
                 max_seats_per_account: Some(65),
+                ..SalePolicy::default()
+            },
+        ),
+        (
+            600,
+            SalePolicy {
+                join_challenge_bits: crate::show::messages::MAX_JOIN_CHALLENGE_BITS + 1,
                 ..SalePolicy::default()
             },
         ),

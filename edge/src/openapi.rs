@@ -110,7 +110,8 @@ fn body_rules() -> Vec<(&'static str, Value)> {
                 "holdTtlSeconds": {"minimum": 1, "maximum": 3600},
                 "onSaleHoldTtlSeconds": {"minimum": 1, "maximum": 3600},
                 "onSaleWindowSeconds": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_ON_SALE_WINDOW_SECONDS},
-                "maxSeatsPerAccount": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_SEAT_CAP}}}),
+                "maxSeatsPerAccount": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_SEAT_CAP},
+                "joinChallengeBits": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_JOIN_CHALLENGE_BITS}}}),
         ),
         (
             "SalePolicyDoc",
@@ -118,7 +119,8 @@ fn body_rules() -> Vec<(&'static str, Value)> {
                 "holdTtlSeconds": {"minimum": 1, "maximum": 3600},
                 "onSaleHoldTtlSeconds": {"minimum": 1, "maximum": 3600},
                 "onSaleWindowSeconds": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_ON_SALE_WINDOW_SECONDS},
-                "maxSeatsPerAccount": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_SEAT_CAP}}}),
+                "maxSeatsPerAccount": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_SEAT_CAP},
+                "joinChallengeBits": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_JOIN_CHALLENGE_BITS}}}),
         ),
         (
             "HoldRequest",

@@ -208,6 +208,19 @@ impl EventLog for MemoryEventLog {
             .unwrap_or_default())
     }
 
+    async fn last_policy_change(&self, show: &str) -> Result<Option<LogRow>> {
+        Ok(self
+            .lock()
+            .rows
+            .get(&(Show::TYPE.to_owned(), show.to_owned()))
+            .and_then(|rows| {
+                rows.iter()
+                    .rev()
+                    .find(|r| r.event_type == "SalePolicyChanged")
+                    .cloned()
+            }))
+    }
+
     async fn heads(&self) -> Result<Vec<(String, i64)>> {
         Ok(self
             .lock()

@@ -406,6 +406,22 @@ impl EventLog for PgEventLog {
         Ok(out)
     }
 
+    async fn last_policy_change(&self, show: &str) -> Result<Option<LogRow>> {
+        // The event type is written out, not bound: the planner then sees the partial index's
+        // predicate (migration 0019) in the query.
+        let row = sqlx::query(
+            "SELECT aggregate_type, aggregate_id, sequence, event_type, event_version,
+                    payload::text AS payload, metadata::text AS metadata FROM events
+              WHERE aggregate_type = $1 AND aggregate_id = $2 AND event_type = 'SalePolicyChanged'
+              ORDER BY sequence DESC LIMIT 1",
+        )
+        .bind(Show::TYPE)
+        .bind(show)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.as_ref().map(log_row).transpose()?)
+    }
+
     async fn heads(&self) -> Result<Vec<(String, i64)>> {
         // A loose index scan: one probe per show, however long its history.
         Ok(sqlx::query_as(

@@ -32,7 +32,9 @@ use onsale_eventlog::{EventLog, PgEventLog};
 use onsale_kafka::{leader, Relay};
 use onsale_payments::PaymentsState;
 use onsale_query::QueryState;
-use onsale_waiting_room::{FactsFuture, ShowFacts, ShowSchedule, WaitingRoom};
+use onsale_waiting_room::{
+    FactsFuture, JoinRules, RulesFuture, ShowFacts, ShowSchedule, WaitingRoom,
+};
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -123,6 +125,17 @@ impl ShowSchedule for CatalogSchedule {
                 waiting_room: s.info.waiting_room,
                 on_sale_at: s.info.on_sale_at,
                 starts_at: s.info.starts_at,
+            })
+        })
+    }
+
+    /// The policies in force, read from the log.
+    fn rules(&self, show: ShowId) -> RulesFuture<'_> {
+        Box::pin(async move {
+            let (_, policy) = self.0.policy(show).await?;
+            Ok(JoinRules {
+                verified_only: policy.require_verified_account,
+                challenge_bits: policy.join_challenge_bits,
             })
         })
     }

@@ -151,6 +151,9 @@ enum Command {
         sub: String,
         #[arg(long, value_parser = parse_role, default_value = "fan")]
         role: Role,
+        /// Sign the `verified` claim: the account is one the identity provider vouches for.
+        #[arg(long)]
+        verified: bool,
         #[arg(long, default_value_t = 3600)]
         ttl_secs: u64,
     },
@@ -406,9 +409,10 @@ async fn main() -> anyhow::Result<()> {
             auth,
             sub,
             role,
+            verified,
             ttl_secs,
         } => {
-            println!("{}", auth.secured()?.mint(&sub, role, ttl_secs)?);
+            println!("{}", auth.secured()?.mint(&sub, role, verified, ttl_secs)?);
             Ok(())
         }
     }

@@ -140,6 +140,11 @@ pub struct DevSignIn {
     #[serde(default = "fan")]
     #[schema(required = false)]
     role: Role,
+    /// Sign the `verified` claim (a verified account with a payment history); false when
+    /// absent.
+    #[serde(default)]
+    #[schema(required = false)]
+    verified: bool,
 }
 
 fn fan() -> Role {
@@ -152,11 +157,12 @@ pub struct DevToken {
     token: String,
     sub: String,
     role: Role,
+    verified: bool,
     #[serde(rename = "expiresInSeconds")]
     expires_in_seconds: u64,
 }
 
-/// `POST /v1/dev/token {sub, role?}`: a token for the local stack (development mode only; the
+/// `POST /v1/dev/token {sub, role?, verified?}`: a token for the local stack (development mode only; the
 /// route does not exist otherwise).
 #[utoipa::path(post, path = "/v1/dev/token", request_body = DevSignIn,
     description = "A bearer token for the local stack, for whoever asks: served in development mode (ONSALE_DEV_MODE) only; the route and this entry do not exist otherwise.",
@@ -186,13 +192,14 @@ async fn dev_token(
         .into_response();
     }
     let ttl = DEV_TOKEN_SECS.min(auth.jwt_max_lifetime_secs);
-    match auth.mint(&body.sub, body.role, ttl) {
+    match auth.mint(&body.sub, body.role, body.verified, ttl) {
         Ok(token) => (
             StatusCode::CREATED,
             Json(DevToken {
                 token,
                 sub: body.sub,
                 role: body.role,
+                verified: body.verified,
                 expires_in_seconds: ttl,
             }),
         )

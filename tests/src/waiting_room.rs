@@ -79,6 +79,19 @@ impl Room {
         seats: u32,
         opens_in: chrono::Duration,
     ) -> String {
+        self.show_with(sections, rows, seats, opens_in, json!({}))
+            .await
+    }
+
+    /// As [`Room::show`], with more fields of the event (its on-sale policies).
+    pub async fn show_with(
+        &self,
+        sections: u32,
+        rows: u32,
+        seats: u32,
+        opens_in: chrono::Duration,
+        more: Value,
+    ) -> String {
         let admin = self.app.admin();
         let sections: Vec<Value> = (1..=sections)
             .map(|s| json!({"section": format!("S{s}"), "priceTier": "A",
@@ -95,17 +108,13 @@ impl Room {
             .await;
         assert_eq!(status, 201, "{venue}");
         let now = chrono::Utc::now();
-        let (status, event) = self
-            .app
-            .post(
-                "/v1/events",
-                &admin,
-                json!({"name": "Night", "performer": "Band", "venueId": venue["venueId"],
-                    "startsAt": now + chrono::Duration::days(30), "onSaleAt": now + opens_in,
-                    "prices": {"A": 5000}, "waitingRoom": true}),
-                None,
-            )
-            .await;
+        let mut body = json!({"name": "Night", "performer": "Band", "venueId": venue["venueId"],
+            "startsAt": now + chrono::Duration::days(30), "onSaleAt": now + opens_in,
+            "prices": {"A": 5000}, "waitingRoom": true});
+        for (k, v) in more.as_object().into_iter().flatten() {
+            body[k] = v.clone();
+        }
+        let (status, event) = self.app.post("/v1/events", &admin, body, None).await;
         assert_eq!(status, 201, "{event}");
         event["eventId"].as_str().expect("event id").to_owned()
     }

@@ -10,7 +10,7 @@ use axum::extract::{FromRef, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, TimeZone, Utc};
 use onsale_domain::ShowId;
@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::{OpenApi, ToSchema};
 
+use crate::challenge::{self, ChallengeClaims};
 use crate::store::Entered;
 use crate::tokens::{self, AdmissionClaims, QueueClaims, SessionClaims};
 use crate::{eta, now_ms, WaitingRoom};
@@ -55,6 +56,7 @@ pub fn router(room: WaitingRoom, verifier: Verifier, streams: StreamSlots) -> Ro
         .build();
     Router::new()
         .route("/v1/events/{id}/waiting-room", post(join).get(view))
+        .route("/v1/events/{id}/waiting-room/challenge", get(challenge))
         .route("/v1/events/{id}/enter", post(enter))
         .route("/v1/events/{id}/heartbeat", post(heartbeat))
         .route("/v1/events/{id}/leave", post(leave))
@@ -68,8 +70,8 @@ pub fn router(room: WaitingRoom, verifier: Verifier, streams: StreamSlots) -> Ro
 
 #[derive(OpenApi)]
 #[openapi(
-    paths(join, view, enter, heartbeat),
-    components(schemas(Joined, EnterRequest, Entry, HeartbeatRequest))
+    paths(join, challenge, view, enter, heartbeat),
+    components(schemas(Joined, JoinRequest, Challenge, EnterRequest, Entry, HeartbeatRequest))
 )]
 #[derive(Debug)]
 pub struct WaitingRoomDoc;
@@ -137,16 +139,187 @@ pub struct Joined {
     pub status: &'static str,
 }
 
-/// Join the line: one position per account (joining again answers the same one).
-#[utoipa::path(post, path = "/v1/events/{id}/waiting-room", params(("id" = String, Path)),
-    security(("bearer" = [])), responses((status = 201, body = Joined), (status = 404), (status = 409)))]
-async fn join(
+/// What a join carries when the show asks a challenge: the challenge as it was given, and the
+/// answer found for it (both, or neither: `{}` and no body are the same join).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JoinRequest {
+    pub challenge: Option<String>,
+    /// Letters and digits, at most 64: `SHA-256(challenge + ":" + solution)` starts with the
+    /// challenge's `bits` zero bits.
+    pub solution: Option<String>,
+}
+
+/// A proof of work to solve before joining.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Challenge {
+    /// Opaque; send it back as it is, with the solution.
+    pub challenge: String,
+    /// Leading zero bits `SHA-256(challenge + ":" + solution)` must have (about 2^bits tries).
+    pub bits: u8,
+    /// After this the challenge is refused: ask another.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// A join challenge for the caller (when the show asks one: `joinChallengeBits` of its policy).
+/// Each is for this account and show only, good for 10 minutes and for one join.
+#[utoipa::path(get, path = "/v1/events/{id}/waiting-room/challenge", params(("id" = String, Path)),
+    security(("bearer" = [])), responses((status = 200, body = Challenge),
+        (status = 404, description = "No such event, no waiting room, or the event asks no challenge (NO_CHALLENGE)")))]
+async fn challenge(
     State(state): State<RoomState>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     caller.require(&[Role::Fan, Role::Admin])?;
+    let (show, _) = show_with_room(&state, &id).await?;
+    let bits = state.room.rules(show).await?.challenge_bits;
+    if bits == 0 {
+        return Err(err(
+            StatusCode::NOT_FOUND,
+            "NO_CHALLENGE",
+            "this event's waiting room asks no challenge: join directly",
+        ));
+    }
+    let claims = ChallengeClaims::new(
+        caller.account.as_str(),
+        &show.to_string(),
+        bits,
+        Utc::now().timestamp(),
+    );
+    let expires_at = Utc
+        .timestamp_opt(claims.exp, 0)
+        .single()
+        .unwrap_or_else(Utc::now);
+    Ok((
+        [(axum::http::header::CACHE_CONTROL, "no-store")],
+        Json(Challenge {
+            challenge: state.room.signer.sign(&claims),
+            bits,
+            expires_at,
+        }),
+    )
+        .into_response())
+}
+
+/// A fan's join under the show's rules: a verified account if it asks one, and a fresh,
+/// solved challenge of at least its size if it asks one. Admins join freely (they test lines).
+async fn admit_joiner(
+    state: &RoomState,
+    caller: &Caller,
+    show: ShowId,
+    answer: Option<(String, String)>,
+) -> Result<(), ApiError> {
+    if caller.role == Role::Admin {
+        return Ok(());
+    }
+    let rules = state.room.rules(show).await?;
+    if rules.verified_only && !caller.verified {
+        return Err(err(
+            StatusCode::FORBIDDEN,
+            "VERIFIED_ACCOUNT_REQUIRED",
+            "this event's line is open to verified accounts only",
+        ));
+    }
+    if rules.challenge_bits == 0 {
+        return Ok(());
+    }
+    let Some((challenge, solution)) = answer else {
+        return Err(err(
+            StatusCode::PRECONDITION_REQUIRED,
+            "CHALLENGE_REQUIRED",
+            "this event asks a proof of work to join: solve a challenge from GET /v1/events/{id}/waiting-room/challenge and send {challenge, solution}",
+        ));
+    };
+    let invalid = || {
+        err(
+            StatusCode::FORBIDDEN,
+            "CHALLENGE_INVALID",
+            "the challenge is not one of ours, has expired, is another account's or event's, or is smaller than the event asks now: ask another",
+        )
+    };
+    let claims = state
+        .room
+        .signer
+        .verify::<ChallengeClaims>(
+            &challenge,
+            challenge::CHALLENGE,
+            caller.account.as_str(),
+            &show.to_string(),
+        )
+        .map_err(|_| invalid())?;
+    if claims.bits < rules.challenge_bits {
+        return Err(invalid());
+    }
+    // One hash, whatever the size: what it costs the server does not grow with the work.
+    if !challenge::solves(&challenge, &solution, claims.bits) {
+        return Err(err(
+            StatusCode::FORBIDDEN,
+            "CHALLENGE_NOT_SOLVED",
+            "the solution does not solve the challenge",
+        ));
+    }
+    match state
+        .room
+        .store
+        .spend_challenge(show, &claims.nonce, claims.exp * 1000)
+        .await
+    {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(err(
+            StatusCode::CONFLICT,
+            "CHALLENGE_REUSED",
+            "this challenge was used already: ask another",
+        )),
+        // Redis away: the line runs in fallback (no positions to win), and the challenge is
+        // bound to this account and show; it is let through rather than stopping every join.
+        Err(e) => {
+            redis_down(&e);
+            Ok(())
+        }
+    }
+}
+
+/// Join the line: one position per account (joining again answers the same one). When the
+/// event asks it, only verified accounts may join, and each join carries a solved challenge.
+#[utoipa::path(post, path = "/v1/events/{id}/waiting-room", params(("id" = String, Path)),
+    request_body(content = Option<JoinRequest>, description = "A solved challenge, when the event asks one (`joinChallengeBits` > 0); no body or `{}` otherwise"),
+    security(("bearer" = [])), responses((status = 201, body = Joined),
+        (status = 403, description = "VERIFIED_ACCOUNT_REQUIRED (the event admits verified accounts only; the token's `verified` claim), CHALLENGE_INVALID or CHALLENGE_NOT_SOLVED"),
+        (status = 404), (status = 409, description = "SALE_CLOSED, or CHALLENGE_REUSED"),
+        (status = 428, description = "CHALLENGE_REQUIRED: solve a challenge first")))]
+async fn join(
+    State(state): State<RoomState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    caller.require(&[Role::Fan, Role::Admin])?;
     let (show, facts) = show_with_room(&state, &id).await?;
+    let request = if body.iter().all(u8::is_ascii_whitespace) {
+        JoinRequest::default()
+    } else {
+        serde_json::from_slice::<JoinRequest>(&body).map_err(|e| {
+            err(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "INVALID_REQUEST",
+                &format!("the body is not {{challenge, solution}}: {e}"),
+            )
+        })?
+    };
+    let answer = match (request.challenge, request.solution) {
+        (Some(c), Some(s)) => Some((c, s)),
+        (None, None) => None,
+        _ => {
+            return Err(err(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "INVALID_REQUEST",
+                "send a challenge with its solution, or neither",
+            ))
+        }
+    };
+    admit_joiner(&state, &caller, show, answer).await?;
     let account = caller.account.to_string();
     let queue_token = state.room.signer.sign(&QueueClaims {
         aud: tokens::QUEUE.into(),

@@ -11,6 +11,7 @@
 
 pub mod admitter;
 pub mod api;
+pub mod challenge;
 pub mod controller;
 pub mod eta;
 pub mod fallback;
@@ -112,11 +113,29 @@ pub struct ShowFacts {
 pub type FactsFuture<'a> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<ShowFacts, ApiError>> + Send + 'a>>;
 
-/// Where the waiting room learns a show's [`ShowFacts`] (the server wires the shows' owners in;
-/// this crate knows nothing of the command side).
+/// Who may join a show's line (the on-sale policies in force: an admin may change them, so
+/// they are read again every few seconds, unlike the facts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JoinRules {
+    /// Only accounts whose token carries the `verified` claim.
+    pub verified_only: bool,
+    /// The proof of work a join carries, in leading zero bits; 0: none.
+    pub challenge_bits: u8,
+}
+
+pub type RulesFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<JoinRules, ApiError>> + Send + 'a>>;
+
+/// How long a show's join rules are used before they are read again.
+const RULES_FOR: Duration = Duration::from_secs(2);
+
+/// Where the waiting room learns a show's [`ShowFacts`] and [`JoinRules`] (the server wires the
+/// catalog in; this crate knows nothing of the command side).
 pub trait ShowSchedule: Send + Sync + std::fmt::Debug {
     /// The show's facts: 404 `SHOW_NOT_FOUND` for an unknown show, 503 when they cannot be read.
     fn facts(&self, show: ShowId) -> FactsFuture<'_>;
+    /// Who may join the show's line now.
+    fn rules(&self, show: ShowId) -> RulesFuture<'_>;
 }
 
 #[derive(Clone, Debug)]
@@ -134,6 +153,7 @@ pub struct WaitingRoom {
     /// a block and leave all but one of them as holes in the line.
     blocks: Arc<tokio::sync::Mutex<HashMap<ShowId, (i64, i64)>>>,
     facts: Arc<Mutex<HashMap<ShowId, ShowFacts>>>,
+    rules: moka::future::Cache<ShowId, JoinRules>,
     fallback: Arc<Mutex<(f64, std::time::Instant)>>,
 }
 
@@ -161,6 +181,10 @@ impl WaitingRoom {
             shutdown,
             blocks: Arc::default(),
             facts: Arc::default(),
+            rules: moka::future::Cache::builder()
+                .time_to_live(RULES_FOR)
+                .max_capacity(100_000)
+                .build(),
             fallback: Arc::new(Mutex::new((0.0, std::time::Instant::now()))),
         }))
     }
@@ -197,6 +221,16 @@ impl WaitingRoom {
             .unwrap_or_else(|p| p.into_inner())
             .insert(show, facts);
         Ok(facts)
+    }
+
+    /// Who may join the show's line (read at most every [`RULES_FOR`] per show).
+    pub async fn rules(&self, show: ShowId) -> Result<JoinRules, ApiError> {
+        if let Some(r) = self.rules.get(&show).await {
+            return Ok(r);
+        }
+        let rules = self.schedule.rules(show).await?;
+        self.rules.insert(show, rules).await;
+        Ok(rules)
     }
 
     /// The next position from this process's block (a new block from Redis when it runs out):

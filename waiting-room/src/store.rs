@@ -12,7 +12,8 @@
 //! session), `passes` (sorted set: when the line reached each admitted_through), `hist` (recent
 //! ticks, for the claim rate), `paused` (total paused ms), `last` (last tick ms), `rate` (EWMA of
 //! positions admitted per second), `eta` (hash account -> last ETA told), `used:<jti>`
-//! (admission tokens already traded), `opens` and `starts` (the sale's opening and the show's
+//! (admission tokens already traded), `pow:<nonce>` (join challenges already answered),
+//! `opens` and `starts` (the sale's opening and the show's
 //! start). `wr:shows` is the set of shows with a line; once a show starts, the admitter takes
 //! it out and its keys expire an hour later.
 
@@ -26,7 +27,8 @@ pub fn key(show: ShowId, part: &str) -> String {
 
 const SHOWS: &str = "wr:shows";
 
-/// Every key of a show's family but the admission tokens' (`used:<jti>`, which expire alone).
+/// Every key of a show's family but the admission tokens' (`used:<jti>`) and the answered
+/// challenges' (`pow:<nonce>`), which expire alone.
 pub const PARTS: [&str; 17] = [
     "pos", "pre", "open", "next", "tail", "admitted", "leases", "reserved", "claimed", "passes",
     "hist", "paused", "last", "rate", "eta", "opens", "starts",
@@ -299,6 +301,25 @@ impl Store {
             tail,
             drawn,
         })
+    }
+
+    /// Marks a join challenge answered, until it expires: `false` if it was already (a reuse).
+    pub async fn spend_challenge(
+        &self,
+        show: ShowId,
+        nonce: &str,
+        until_ms: i64,
+    ) -> redis::RedisResult<bool> {
+        let mut c = self.conn()?;
+        let set: Option<String> = redis::cmd("SET")
+            .arg(key(show, &format!("pow:{nonce}")))
+            .arg(1)
+            .arg("NX")
+            .arg("PXAT")
+            .arg(until_ms)
+            .query_async(&mut c)
+            .await?;
+        Ok(set.is_some())
     }
 
     pub async fn standing(&self, show: ShowId, account: &str) -> redis::RedisResult<Standing> {

@@ -124,6 +124,7 @@ macro_rules! bound {
 bound!(QueueClaims);
 bound!(AdmissionClaims);
 bound!(SessionClaims);
+bound!(crate::challenge::ChallengeClaims);
 
 #[cfg(test)]
 mod tests {

@@ -366,6 +366,13 @@ pub struct NewEvent {
     /// The per-account cap of this show (default 8).
     #[schema(value_type = Option<u32>)]
     max_seats_per_account: Option<Integer<u32>>,
+    /// Only accounts whose token carries `verified: true` may join the waiting room.
+    #[serde(default)]
+    require_verified_account: bool,
+    /// The proof of work a waiting-room join must carry, in leading zero bits of SHA-256 (0 or
+    /// absent: none; 20 is about a second of a phone).
+    #[schema(value_type = Option<u8>)]
+    join_challenge_bits: Option<Integer<u8>>,
 }
 
 /// When explicit seat picks are refused (`BEST_AVAILABLE_ONLY`): the show hands out the best
@@ -414,6 +421,13 @@ pub struct SalePolicyDoc {
     best_available_only: Option<BestAvailableOnlyDoc>,
     #[schema(value_type = Option<u32>)]
     max_seats_per_account: Option<Integer<u32>>,
+    /// Only accounts whose token carries `verified: true` may join the waiting room.
+    #[serde(default)]
+    require_verified_account: bool,
+    /// The proof of work a waiting-room join must carry, in leading zero bits of SHA-256 (0 or
+    /// absent: none; 20 is about a second of a phone).
+    #[schema(value_type = Option<u8>)]
+    join_challenge_bits: Option<Integer<u8>>,
 }
 
 /// The policies in force, as the event page and the policy route answer them.
@@ -425,6 +439,8 @@ pub struct SalePolicyView {
     on_sale_window_seconds: u32,
     best_available_only: BestAvailableOnlyDoc,
     max_seats_per_account: u32,
+    require_verified_account: bool,
+    join_challenge_bits: u8,
 }
 
 impl SalePolicyView {
@@ -435,26 +451,31 @@ impl SalePolicyView {
             on_sale_window_seconds: p.on_sale_window_seconds,
             best_available_only: p.best_available_only.into(),
             max_seats_per_account: p.max_seats_per_account.unwrap_or(MAX_SEATS_PER_ACCOUNT),
+            require_verified_account: p.require_verified_account,
+            join_challenge_bits: p.join_challenge_bits,
         }
     }
 }
 
-fn policy_of(
-    on_sale_hold_ttl_seconds: Option<Integer<u32>>,
-    on_sale_window_seconds: Option<Integer<u32>>,
-    best_available_only: Option<BestAvailableOnlyDoc>,
-    max_seats_per_account: Option<Integer<u32>>,
-) -> SalePolicy {
-    SalePolicy {
-        on_sale_hold_ttl_seconds: on_sale_hold_ttl_seconds.map(|t| t.0),
-        on_sale_window_seconds: on_sale_window_seconds.map_or(0, |t| t.0),
-        best_available_only: best_available_only.map_or_else(Default::default, Into::into),
-        max_seats_per_account: max_seats_per_account.map(|t| t.0),
-    }
+/// The on-sale policies named by a request that carries them (a new event, or a policy of its
+/// own): the same fields in both.
+macro_rules! policy_of {
+    ($body:expr) => {
+        SalePolicy {
+            on_sale_hold_ttl_seconds: $body.on_sale_hold_ttl_seconds.map(|t| t.0),
+            on_sale_window_seconds: $body.on_sale_window_seconds.map_or(0, |t| t.0),
+            best_available_only: $body
+                .best_available_only
+                .map_or_else(Default::default, Into::into),
+            max_seats_per_account: $body.max_seats_per_account.map(|t| t.0),
+            require_verified_account: $body.require_verified_account,
+            join_challenge_bits: $body.join_challenge_bits.map_or(0, |b| b.0),
+        }
+    };
 }
 
 /// Set a show's on-sale policies (admin): the hold TTL in and out of the on-sale window, the
-/// window, best-available only, the per-account cap. They apply to what is decided from now
+/// window, best-available only, the per-account cap, who may join the waiting room. They apply to what is decided from now
 /// on: holds already made keep their expiry, seats already held stay held.
 #[utoipa::path(put, path = "/v1/events/{id}/policy", request_body = SalePolicyDoc, params(("id" = String, Path)),
     security(("bearer" = [])),
@@ -470,12 +491,7 @@ async fn set_policy(
     let hold_ttl_seconds = body
         .hold_ttl_seconds
         .map_or(DEFAULT_HOLD_TTL_SECONDS, |t| t.0);
-    let policy = policy_of(
-        body.on_sale_hold_ttl_seconds,
-        body.on_sale_window_seconds,
-        body.best_available_only,
-        body.max_seats_per_account,
-    );
+    let policy = policy_of!(body);
     state
         .shows
         .execute(
@@ -545,12 +561,7 @@ async fn create_event(
         hold_ttl_seconds: body
             .hold_ttl_seconds
             .map_or(DEFAULT_HOLD_TTL_SECONDS, |t| t.0),
-        policy: policy_of(
-            body.on_sale_hold_ttl_seconds,
-            body.on_sale_window_seconds,
-            body.best_available_only,
-            body.max_seats_per_account,
-        ),
+        policy: policy_of!(body),
     };
     state
         .shows

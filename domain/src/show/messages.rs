@@ -118,7 +118,21 @@ pub struct SalePolicy {
     /// The per-account cap of this show; `None`: [`MAX_SEATS_PER_ACCOUNT`].
     #[serde(default)]
     pub max_seats_per_account: Option<u32>,
+    /// Who may join the waiting room: only accounts whose token says they are verified (the
+    /// `verified` claim: an account with a payment history, checked by the identity provider).
+    #[serde(default)]
+    pub require_verified_account: bool,
+    /// The proof of work a join must carry: a challenge whose SHA-256 with the fan's answer
+    /// starts with this many zero bits (about 2^bits hashes to find, one to check); 0: none.
+    #[serde(default)]
+    pub join_challenge_bits: u8,
 }
+
+/// The hardest join challenge a show may set: 2^28 hashes is minutes in a browser.
+pub const MAX_JOIN_CHALLENGE_BITS: u8 = 28;
+/// The challenge size onsale measures and recommends (BENCHMARKS: about a second of a fan's
+/// device, so one machine joining with a thousand accounts spends a thousand seconds).
+pub const DEFAULT_JOIN_CHALLENGE_BITS: u8 = 20;
 
 /// The longest on-sale window: a week.
 pub const MAX_ON_SALE_WINDOW_SECONDS: u32 = 7 * 24 * 3600;
@@ -146,6 +160,11 @@ impl SalePolicy {
                     "maxSeatsPerAccount must be 1 to {MAX_SEAT_CAP}"
                 )));
             }
+        }
+        if self.join_challenge_bits > MAX_JOIN_CHALLENGE_BITS {
+            return Err(ShowError::Invalid(format!(
+                "joinChallengeBits must be 0 to {MAX_JOIN_CHALLENGE_BITS}"
+            )));
         }
         Ok(())
     }
