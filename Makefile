@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test web fuzz-api up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga
+.PHONY: demo test web fuzz-api up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
@@ -106,6 +106,11 @@ bench-replay:
 # document's counter SQL with one bucket and with 16, by pgbench, in one run.
 bench-ga:
 	./scripts/bench-ga.sh
+
+# What a waiting-room join costs when the show asks a proof of work: the fan's search in Chromium
+# and natively, the server's check.
+bench-join:
+	./scripts/bench-join.sh
 
 # Hold attempts/s over 20 shows on one node direct, one node behind the router, three nodes
 # behind the router (docs/capacity.md uses the figures).

@@ -8,6 +8,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod drill;
+mod join;
 mod queue;
 mod reads;
 mod replay;
@@ -179,6 +180,16 @@ enum Command {
         #[command(flatten)]
         auth: AuthSettings,
     },
+    /// What a join challenge costs: `runs` fresh challenges of `bits` solved natively, and the
+    /// server's check of a solved one (`make bench-join`).
+    BenchJoin {
+        #[arg(long, default_value_t = onsale_domain::show::messages::DEFAULT_JOIN_CHALLENGE_BITS)]
+        bits: u8,
+        #[arg(long, default_value_t = 30)]
+        runs: usize,
+        #[arg(long, default_value_t = 20_000)]
+        checks: usize,
+    },
     /// One-seat holds at a fixed rate (open loop), for the commit-to-projection lag.
     HoldRate {
         #[arg(long)]
@@ -336,6 +347,7 @@ async fn main() -> anyhow::Result<()> {
             )
             .await
         }
+        Command::BenchJoin { bits, runs, checks } => join::bench(bits, runs, checks),
         Command::HoldRate {
             base,
             event,

@@ -14,6 +14,9 @@ use metrics::{describe_counter, describe_gauge, describe_histogram};
 pub const ADMISSION_CLAIM_RATE: &str = "onsale_admission_claim_rate";
 /// How far the booking path's health scales the admission target N (1 = full, 0 = paused).
 pub const ADMISSION_FACTOR: &str = "onsale_admission_factor";
+/// The concurrency target N the line admits toward for a show (before the health factor): the
+/// configured N, or what the sale's conversion and seats left call for within the bounds.
+pub const ADMISSION_TARGET: &str = "onsale_admission_target";
 /// 1 while fans wait, admission is not paused, and nobody was admitted for 30 s (per show).
 pub const ADMISSION_STALLED: &str = "onsale_admission_stalled";
 /// 1 while no seat is available, so the line is held back (SOLD_OUT or SEATS_MAY_RETURN; per
@@ -160,6 +163,10 @@ pub fn describe() {
     describe_gauge!(
         ADMISSION_FACTOR,
         "How far the booking path's health scales the admission target N (1 = full, 0 = paused)."
+    );
+    describe_gauge!(
+        ADMISSION_TARGET,
+        "The concurrency target N the line admits toward for a show, before the health factor (per show)."
     );
     describe_gauge!(
         ADMISSION_STALLED,

@@ -114,6 +114,69 @@ async fn fans_pass_the_line_buy_two_seats_on_the_map_get_rotating_tickets_and_a_
     p.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unverified_fan_is_told_why_a_verified_one_solves_the_challenge_in_the_page_and_takes_floor_places_and_a_line_with_nothing_left_is_told_so(
+) {
+    let db = TestDb::new().await.expect("db");
+    let web = PathBuf::from(env("ONSALE_TEST_WEB_DIR"));
+    let redis = onsale_tests::waiting_room::redis_url()
+        .await
+        .expect("redis");
+    let rp = ReadPath::spawn_parts(
+        &db,
+        &shared_brokers().expect("brokers"),
+        |s| {
+            s.web.web_dir = Some(web);
+            s.waiting_room.redis_url = Some(redis);
+            s.waiting_room.tick_ms = 100;
+        },
+        &[],
+    )
+    .await
+    .expect("the stack");
+    rp.app
+        .server
+        .start(onsale_server::Part::Admitter)
+        .await
+        .expect("the admitter");
+    // Two reserved seats and a floor of three places; verified accounts only, a 16-bit
+    // challenge.
+    let admin = rp.app.admin();
+    let (status, venue) = rp
+        .app
+        .post(
+            "/v1/venues",
+            &admin,
+            serde_json::json!({"name": "Hall", "city": "Oslo", "sections": [
+                {"section": "S1", "priceTier": "A", "rows": [{"row": "R1", "seats": 2}]},
+                {"section": "FLOOR", "priceTier": "A", "capacity": 3}]}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{venue}");
+    let now = chrono::Utc::now();
+    let (status, event) = rp
+        .app
+        .post(
+            "/v1/events",
+            &admin,
+            serde_json::json!({"name": "Floor night", "performer": "Band", "venueId": venue["venueId"],
+                "startsAt": now + chrono::Duration::days(30), "onSaleAt": now - chrono::Duration::minutes(1),
+                "prices": {"A": 4000}, "waitingRoom": true,
+                "requireVerifiedAccount": true, "joinChallengeBits": 16}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{event}");
+    let event = event["eventId"].as_str().expect("event id").to_owned();
+    rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200)
+        .await;
+    listed(&rp, &event).await;
+    let base = rp.app.base.trim_end_matches('/').to_owned();
+    run_e2e("line.mjs", &[("BASE", &base), ("EVENT", &event)]).await;
+    rp.stop().await;
+}
+
 /// A Prometheus (scripts/stack.sh prom-up) scraping `target` every second with the alerting
 /// rules loaded, under the run's directory (reaped by `make test` if the test dies).
 struct Prometheus {

@@ -159,11 +159,13 @@ async fn a_floor_is_sold_by_quantity_with_a_ticket_per_place_and_never_beyond_it
         &format!("/v1/events/{event}/seats/{unit}/history"),
         &auditor,
         |s, h| {
-            let types: Vec<&str> = h["entries"]
-                .as_array()
-                .map(|e| e.iter().filter_map(|e| e["type"].as_str()).collect())
-                .unwrap_or_default();
-            s == 200 && types.contains(&"OrderCancelled") && types.last() == Some(&"SeatsHeld")
+            // Bob's refund is recorded when the processor answers: before or after Cat's hold.
+            let entries = h["entries"].as_array().cloned().unwrap_or_default();
+            let cancelled = entries.iter().position(|e| e["type"] == "OrderCancelled");
+            let held_by_cat = entries
+                .iter()
+                .rposition(|e| e["type"] == "SeatsHeld" && e["accountId"] == "cat");
+            s == 200 && matches!((cancelled, held_by_cat), (Some(c), Some(h)) if h > c)
         },
     )
     .await;

@@ -742,3 +742,71 @@ async fn a_sale_with_no_seat_left_holds_the_line_back_says_why_and_lets_it_move_
     let (_, view) = room.view(&event, "cat", &cat_token).await;
     assert_eq!(view["status"], "WAITING", "{view}");
 }
+
+/// The admission target a show's line admits toward, as the process's /metrics says it.
+async fn target_of(room: &Room, event: &str) -> Option<f64> {
+    let (_, page) = room.app.get("/metrics", "").await;
+    let name = onsale_telemetry::metrics::ADMISSION_TARGET;
+    page.as_str()?.lines().find_map(|l| {
+        l.strip_prefix(&format!("{name}{{show=\"{event}\"}} "))
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
+#[tokio::test]
+async fn with_bounds_set_n_follows_the_sales_conversion_and_the_seats_left() {
+    let db = TestDb::new().await.expect("db");
+    // N is 3, and may follow the sale between 1 and 3.
+    let mut room = Room::start(&db, |c| {
+        c.target = 3;
+        c.target_min = Some(1);
+        c.target_max = Some(3);
+        c.lease_secs = 60;
+    })
+    .await
+    .expect("room");
+    for part in [onsale_server::Part::Relay, onsale_server::Part::Projections] {
+        room.app.server.start(part).await.expect("the read path");
+    }
+    let event = room
+        .show_with(
+            1,
+            1,
+            40,
+            chrono::Duration::seconds(-60),
+            json!({"maxSeatsPerAccount": 64}),
+        )
+        .await;
+    room.start_admitter().await;
+    let ann = room.join(&event, "ann").await;
+    let admission = room.admitted(&event, "ann", &qt(&ann), 20).await;
+    let (status, entry) = room.enter(&event, "ann", &admission).await;
+    assert_eq!(status, 200, "{entry}");
+    let session = entry["sessionId"].as_str().expect("session").to_owned();
+    // Before the sale has said anything: the configured N.
+    assert_eq!(target_of(&room, &event).await, Some(3.0));
+    // Ann buys eight times four seats: every hold converts, four seats a hold, eight seats left.
+    for i in 0..8 {
+        let (status, hold) = room
+            .hold(&event, "ann", Some(&session), json!({"quantity": 4}))
+            .await;
+        assert_eq!(status, 201, "{hold}");
+        let (status, order) = room
+            .order("ann", &session, &hold["holdId"], &format!("order-{i}"))
+            .await;
+        assert_eq!(status, 202, "{order}");
+    }
+    // Eight seats left at four a fan who buys: two fans can still buy them; N follows.
+    onsale_tests::wait_for(
+        "N follows the sale down to 2",
+        Duration::from_secs(30),
+        || {
+            let (room, event) = (&room, &event);
+            async move { target_of(room, event).await == Some(2.0) }
+        },
+    )
+    .await;
+    // Within it: Bob is let in beside Ann.
+    let bob = room.join(&event, "bob").await;
+    room.admitted(&event, "bob", &qt(&bob), 20).await;
+}

@@ -68,8 +68,14 @@ impl Admitter {
         let sample = self.health.sample(Duration::from_secs(5));
         let factor = self.controller.step(sample, store_ok, processor_ok, dt);
         metrics::gauge!(onsale_telemetry::metrics::ADMISSION_FACTOR).set(factor);
-        let target = self.controller.target(self.room.config.target);
         let paused = self.controller.paused();
+        let config = &self.room.config;
+        // Without bounds N stays the configured target; with them it follows each show's sale.
+        let follows = config.target_min.is_some() || config.target_max.is_some();
+        let (min, max) = (
+            config.target_min.unwrap_or(config.target),
+            config.target_max.unwrap_or(config.target),
+        );
         for (show, opens, starts) in self.room.store.shows().await? {
             if now_ms() >= starts {
                 // The show started: its sale is over, its line is of no use to anyone.
@@ -81,6 +87,15 @@ impl Admitter {
             // SEATS_MAY_RETURN, and moves again when seats come back. Held back like a pause,
             // so the admissions already given are extended by it.
             let sale = crate::sale::availability(&self.room.pool, show).await;
+            let n = if follows {
+                crate::sale::measure(&self.room.pool, show)
+                    .await
+                    .unwrap_or_default()
+                    .target(config.target, min, max)
+            } else {
+                config.target
+            };
+            let target = self.controller.target(n);
             let started = Instant::now();
             let t = self
                 .room
@@ -107,6 +122,7 @@ impl Admitter {
                 .set(t.claim_rate);
             metrics::gauge!(onsale_telemetry::metrics::ADMITTED_THROUGH, &labels)
                 .set(t.admitted_through as f64);
+            metrics::gauge!(onsale_telemetry::metrics::ADMISSION_TARGET, &labels).set(n as f64);
             metrics::gauge!(onsale_telemetry::metrics::ADMISSION_SOLD_OUT, &labels)
                 .set(f64::from(u8::from(!sale.admits())));
             metrics::counter!(onsale_telemetry::metrics::ADMITTED_POSITIONS_TOTAL, &labels)

@@ -48,6 +48,22 @@ pub struct WaitingRoomConfig {
         default_value_t = 2_000
     )]
     pub target: u64,
+    /// The least N may follow the sale down to (unset: N stays the target). With a bound set,
+    /// each show's N follows its measured conversion and seats left (sale.rs, Little's law),
+    /// starting from the target until the sale has said enough.
+    #[arg(
+        id = "admission_target_min",
+        long = "admission-target-min",
+        env = "ONSALE_ADMISSION_TARGET_MIN"
+    )]
+    pub target_min: Option<u64>,
+    /// The most N may follow the sale up to (unset: the target).
+    #[arg(
+        id = "admission_target_max",
+        long = "admission-target-max",
+        env = "ONSALE_ADMISSION_TARGET_MAX"
+    )]
+    pub target_max: Option<u64>,
     #[arg(
         id = "admission_tick_ms",
         long = "admission-tick-ms",

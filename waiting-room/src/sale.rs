@@ -1,7 +1,9 @@
 //! What the line needs to know of the sale behind it (002, sold-out signals; provider outages):
-//! whether seats are left, may come back, or are gone; and whether the card processor is
+//! whether seats are left, may come back, or are gone; how many fans the sale can use at once
+//! (its conversion and seats left, by Little's law); and whether the card processor is
 //! failing, since an admitted fan could hold seats but not pay for them. Read from the read
-//! models and the payment work list, so any admitter replica, on any node, sees the same.
+//! models, the log and the payment work list, so any admitter replica, on any node, sees the
+//! same.
 
 use onsale_domain::ShowId;
 use sqlx::PgPool;
@@ -71,6 +73,98 @@ pub async fn availability(pool: &PgPool, show: ShowId) -> Availability {
     }
 }
 
+/// What a show's recent sale says: seats that can still be sold (available, or held and so
+/// perhaps coming back), and over its last [`RECENT_EVENTS`] events the holds made, the seats
+/// they took and the orders placed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SaleMeasure {
+    pub seats_left: i64,
+    pub holds: i64,
+    pub seats_held: i64,
+    pub orders: i64,
+}
+
+/// How far back the measure looks in a show's log (by sequence: one index range, however long
+/// the show's history is).
+pub const RECENT_EVENTS: i64 = 5_000;
+/// Fewer recent holds than this say nothing yet: N stays the configured target.
+pub const MIN_HOLDS: i64 = 8;
+/// Conversion is taken as at least this: a sale where nearly no hold converts would otherwise
+/// ask for an unbounded N (the upper bound still applies).
+pub const MIN_CONVERSION: f64 = 0.05;
+
+impl SaleMeasure {
+    /// Orders per hold.
+    pub fn conversion(&self) -> f64 {
+        if self.holds == 0 {
+            return 0.0;
+        }
+        self.orders as f64 / self.holds as f64
+    }
+
+    /// Seats per hold.
+    pub fn seats_per_hold(&self) -> f64 {
+        if self.holds == 0 {
+            return 0.0;
+        }
+        self.seats_held as f64 / self.holds as f64
+    }
+
+    /// The fans the sale can use at once (before the health factor), between `min` and `max`.
+    /// Little's law: fans in the sale N = the rate they are admitted at x the time each spends
+    /// in it (about one hold's duration: pick, hold, pay or let go). In one such cycle N fans
+    /// take N x k seats (k seats per hold) and keep a share c of them (the conversion), so the
+    /// seats left are sold in about one cycle by N = left / (k x c): fewer leaves seats unsold
+    /// while the line waits, more only adds fans racing for seats that are not there (409s, a
+    /// hold storm). Until the sale has made [`MIN_HOLDS`] recent holds, N is `target`.
+    pub fn target(&self, target: u64, min: u64, max: u64) -> u64 {
+        let (min, max) = (min.min(max), max.max(min));
+        if self.holds < MIN_HOLDS {
+            return target.clamp(min, max);
+        }
+        let cycle = self.seats_per_hold().max(1.0) * self.conversion().clamp(MIN_CONVERSION, 1.0);
+        let n = (self.seats_left.max(0) as f64 / cycle).ceil();
+        // A float past u64's range saturates; the clamp keeps it within the bounds.
+        (n as u64).clamp(min, max)
+    }
+}
+
+/// The show's [`SaleMeasure`]: seats left from the seat map, the rest from the show's last
+/// [`RECENT_EVENTS`] events in the log. `None` when the seat map has not folded the show yet or
+/// the store cannot be read (N then stays the target).
+pub async fn measure(pool: &PgPool, show: ShowId) -> Option<SaleMeasure> {
+    let row: Result<(Option<i64>, i64, i64, i64), sqlx::Error> = sqlx::query_as(
+        "WITH recent AS (
+           SELECT event_type, payload FROM events
+            WHERE aggregate_type = 'show' AND aggregate_id = $1
+              AND sequence > (SELECT COALESCE(max(sequence), 0) FROM events
+                               WHERE aggregate_type = 'show' AND aggregate_id = $1) - $2)
+         SELECT (SELECT sum(available + held)::bigint FROM seat_map_sections WHERE show_id = $1),
+                count(*) FILTER (WHERE event_type = 'SeatsHeld'),
+                COALESCE(sum(json_array_length(payload->'SeatsHeld'->'seat_ids'))
+                           FILTER (WHERE event_type = 'SeatsHeld'), 0)::bigint,
+                count(*) FILTER (WHERE event_type = 'OrderPlaced')
+           FROM recent",
+    )
+    .bind(show.to_string())
+    .bind(RECENT_EVENTS)
+    .fetch_one(pool)
+    .await;
+    match row {
+        Ok((Some(seats_left), holds, seats_held, orders)) => Some(SaleMeasure {
+            seats_left,
+            holds,
+            seats_held,
+            orders,
+        }),
+        Ok((None, ..)) => None,
+        Err(e) => {
+            tracing::warn!(%show, error = %e, "the sale's measure not read");
+            None
+        }
+    }
+}
+
 /// Payments failing at the processor now: at least `FAILING_PAYMENTS` open payments have been
 /// refused or left unanswered twice or more, and none resolved in the last 30 s. A processor
 /// that answers some calls is not down; one that answers none while payments queue is.
@@ -91,6 +185,61 @@ pub const FAILING_PAYMENTS: i64 = 3;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn sale(seats_left: i64, holds: i64, seats_held: i64, orders: i64) -> SaleMeasure {
+        SaleMeasure {
+            seats_left,
+            holds,
+            seats_held,
+            orders,
+        }
+    }
+
+    #[test]
+    fn n_follows_the_seats_left_the_seats_per_hold_and_the_conversion() {
+        // Too few holds to judge: the configured target, within the bounds.
+        assert_eq!(sale(10_000, 3, 6, 3).target(2_000, 100, 5_000), 2_000);
+        assert_eq!(sale(10_000, 3, 6, 3).target(2_000, 100, 1_000), 1_000);
+        // 10,000 seats left, 2 seats a hold, every hold bought: 5,000 fans sell them.
+        assert_eq!(
+            sale(10_000, 100, 200, 100).target(2_000, 100, 50_000),
+            5_000
+        );
+        // Half the holds lapse: twice the fans, since half the seats come back.
+        assert_eq!(
+            sale(10_000, 100, 200, 50).target(2_000, 100, 50_000),
+            10_000
+        );
+        // 4 seats a hold: half as many fans.
+        assert_eq!(
+            sale(10_000, 100, 400, 100).target(2_000, 100, 50_000),
+            2_500
+        );
+        // The end of the sale: 30 seats left, N shrinks to the fans who can still buy.
+        assert_eq!(sale(30, 100, 200, 100).target(2_000, 1, 50_000), 15);
+        // A sale where nothing converts asks for the upper bound, not for infinity.
+        assert_eq!(sale(10_000, 100, 200, 0).target(2_000, 100, 50_000), 50_000);
+        // Bounds given the wrong way round are still bounds.
+        assert_eq!(sale(30, 100, 200, 100).target(2_000, 500, 100), 100);
+    }
+
+    proptest! {
+        /// N never leaves the bounds, and never falls as more seats are left.
+        #[test]
+        fn n_stays_within_the_bounds_and_grows_with_the_seats_left(
+            left in 0i64..1_000_000, more in 0i64..1_000_000,
+            holds in 0i64..10_000, per_hold in 1i64..8, orders_pct in 0i64..=100,
+            target in 0u64..100_000, min in 0u64..10_000, span in 0u64..100_000,
+        ) {
+            let max = min + span;
+            let orders = holds * orders_pct / 100;
+            let a = sale(left, holds, holds * per_hold, orders).target(target, min, max);
+            let b = sale(left + more, holds, holds * per_hold, orders).target(target, min, max);
+            prop_assert!((min..=max).contains(&a));
+            prop_assert!(b >= a);
+        }
+    }
 
     #[test]
     fn the_line_is_told_seats_may_return_while_holds_or_payments_could_free_them() {

@@ -36,7 +36,9 @@ export async function accessible(page, what) {
   const result = await page.evaluate(async () => await window.axe.run(document));
   const bad = result.violations.filter((v) => v.impact === "serious" || v.impact === "critical");
   if (bad.length) {
-    throw new Error(`${what}: ${bad.map((v) => `${v.id} (${v.impact}): ${v.help}`).join("; ")}`);
+    throw new Error(
+      `${what}: ${bad.map((v) => `${v.id} (${v.impact}): ${v.help} at ${v.nodes.map((n) => n.target.join(" ")).slice(0, 3).join(", ")}`).join("; ")}`,
+    );
   }
 }
 

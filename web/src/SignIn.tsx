@@ -6,6 +6,7 @@ import { setSession, type Session } from "./session";
 export function SignIn() {
   const [sub, setSub] = useState("");
   const [role, setRole] = useState<Session["role"]>("fan");
+  const [verified, setVerified] = useState(true);
   const [error, setError] = useState<string | null>(null);
   async function submit(e: Event) {
     e.preventDefault();
@@ -13,7 +14,7 @@ export function SignIn() {
     const r = await fetch("/v1/dev/token", {
       method: "POST",
       headers: { "content-type": "application/json" },
-      body: JSON.stringify({ sub, role }),
+      body: JSON.stringify({ sub, role, verified }),
     });
     const body = await r.json().catch(() => ({}));
     if (!r.ok) {
@@ -36,6 +37,10 @@ export function SignIn() {
           <option value="admin">Admin (the ops console)</option>
           <option value="auditor">Auditor</option>
         </select>
+      </label>
+      <label class="check">
+        <input type="checkbox" name="verified" checked={verified} onChange={(e) => setVerified(e.currentTarget.checked)} />
+        A verified account (some shows admit only those to their line)
       </label>
       <button type="submit">Sign in</button>
       {error ? <p role="alert" class="error">{error}</p> : null}

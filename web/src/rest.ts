@@ -40,6 +40,11 @@ const WORDS: Record<string, string> = {
   ORDER_NOT_CANCELLABLE: "This order cannot be cancelled any more.",
   BEST_AVAILABLE_ONLY: "Right now this show hands out the best seats available: choose how many you want.",
   GENERAL_ADMISSION: "This area is general admission: choose how many tickets you want.",
+  VERIFIED_ACCOUNT_REQUIRED:
+    "This show's line is open to verified accounts only: verify your account (a payment method on file) and come back.",
+  CHALLENGE_INVALID: "Joining took too long. Reload the page to try again.",
+  CHALLENGE_NOT_SOLVED: "Joining did not work. Reload the page to try again.",
+  CHALLENGE_REUSED: "Joining did not work. Reload the page to try again.",
 };
 
 /** What to tell a fan about a refusal. */

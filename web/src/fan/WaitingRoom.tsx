@@ -2,6 +2,7 @@
 // the line passes the fan, entering by itself; then the session is kept alive (heartbeats)
 // while the page is open, and every hold carries it (`X-Onsale-Session`).
 import { useEffect, useState } from "preact/hooks";
+import { inWords } from "../rest";
 import { currentSession } from "../session";
 import { sseOver } from "./sse";
 
@@ -38,15 +39,61 @@ function auth(): Record<string, string> {
   return s ? { authorization: `Bearer ${s.token}` } : {};
 }
 
-async function post(url: string, body?: unknown) {
+/** A refusal of the API: its problem's code and words for the fan. */
+class Refused extends Error {
+  constructor(
+    readonly code: string | undefined,
+    detail: string,
+  ) {
+    super(detail);
+  }
+}
+
+async function call(method: string, url: string, body?: unknown) {
   const r = await fetch(url, {
-    method: "POST",
+    method,
     headers: { ...auth(), "content-type": "application/json" },
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   const json = await r.json().catch(() => ({}));
-  if (!r.ok) throw new Error(json.detail ?? `${r.status}`);
+  if (!r.ok) throw new Refused(json.code, inWords({ ...json, status: r.status }));
   return json;
+}
+
+const post = (url: string, body?: unknown) => call("POST", url, body);
+
+/** Solves a challenge in a worker. */
+function solveOffThread(challenge: string, bits: number): Promise<{ solution: string; tries: number; ms: number }> {
+  const worker = new Worker(new URL("./pow.worker.ts", import.meta.url), { type: "module" });
+  return new Promise((resolve, reject) => {
+    worker.onmessage = (e) => {
+      worker.terminate();
+      resolve(e.data);
+    };
+    worker.onerror = (e) => {
+      worker.terminate();
+      reject(new Error(e.message));
+    };
+    worker.postMessage({ challenge, bits });
+  });
+}
+
+/**
+ * Joins the line; when the show asks a proof of work (428 CHALLENGE_REQUIRED), asks a
+ * challenge, solves it off the page's thread and joins with it.
+ */
+async function joinLine(eventId: string, solving: (bits: number | null) => void) {
+  const url = `/v1/events/${eventId}/waiting-room`;
+  try {
+    return await post(url, {});
+  } catch (e) {
+    if (!(e instanceof Refused) || e.code !== "CHALLENGE_REQUIRED") throw e;
+  }
+  const c = await call("GET", `${url}/challenge`);
+  solving(c.bits);
+  const solved = await solveOffThread(c.challenge, c.bits);
+  solving(null);
+  return post(url, { challenge: c.challenge, solution: solved.solution });
 }
 
 /** Keeps `entry` alive while the page shows the show. */
@@ -68,11 +115,13 @@ export function useHeartbeat(eventId: string, entry: Entry | null) {
 export function WaitingRoom({ eventId, onEntered }: { eventId: string; onEntered: (e: Entry) => void }) {
   const [standing, setStanding] = useState<Standing | null>(null);
   const [error, setError] = useState<string | null>(null);
+  const [solving, setSolving] = useState<number | null>(null);
+  const [refused, setRefused] = useState<string | null>(null);
   useEffect(() => {
     const ctl = new AbortController();
     (async () => {
       try {
-        const joined = await post(`/v1/events/${eventId}/waiting-room`);
+        const joined = await joinLine(eventId, setSolving);
         setStanding({ status: "WAITING", position: joined.position, eta: joined.eta });
         for (;;) {
           try {
@@ -98,7 +147,7 @@ export function WaitingRoom({ eventId, onEntered }: { eventId: string; onEntered
           await new Promise((r) => setTimeout(r, 1000));
         }
       } catch (e) {
-        if (!ctl.signal.aborted) setError((e as Error).message);
+        if (!ctl.signal.aborted) setRefused((e as Error).message);
       }
     })();
     return () => ctl.abort();
@@ -128,10 +177,22 @@ export function WaitingRoom({ eventId, onEntered }: { eventId: string; onEntered
                 : "Every seat is taken for now, but some may come back as holds lapse or payments fail: the line moves again if they do."}
             </p>
           ) : null}
+          {solving !== null ? (
+            <p role="status" data-testid="solving">
+              Checking this is a real device before you join: a few seconds of work for it, so that nobody
+              can take thousands of places from one machine.
+            </p>
+          ) : null}
           <p class="meta">Keep this page open: you enter by yourself when the line reaches you.</p>
         </>
       )}
-      {error ? <p class="meta">{error}</p> : null}
+      {refused ? (
+        <p role="alert" class="error" data-testid="refused">
+          {refused}
+        </p>
+      ) : error ? (
+        <p class="meta">{error}</p>
+      ) : null}
     </section>
   );
 }
