@@ -22,7 +22,7 @@ ONSALE_ADMISSION_TARGET=${DEMO_ADMISSION_TARGET:-192} ONSALE_ADMISSION_TICK_MS=1
 "$ROOT/target/release/onsale-loadgen" demo --base "http://$LISTEN" \
   --database-url "postgres://onsale@127.0.0.1:$PG_PORT/onsale" \
   --fans "${DEMO_FANS:-20000}" --concurrency "${DEMO_CONCURRENCY:-256}" \
-  --ga-floor "${DEMO_GA_FLOOR:-5000}" "$@"
+  --ga-floor "${DEMO_GA_FLOOR:-5000}" --join-challenge-bits "${DEMO_JOIN_BITS:-12}" "$@"
 # The sale just run, in a browser: at a terminal the stack stays up until Enter (DEMO_BROWSE=0:
 # never; the drills).
 echo

@@ -30,7 +30,7 @@ use onsale_domain::{
     AccountId, HoldId, SectionLayout, ShowCommand, ShowError, ShowId, ShowInfo, SystemClock,
     VenueId, VenueLayout,
 };
-use onsale_edge::auth::{mint, Role};
+use onsale_edge::auth::{mint, mint_verified, Role};
 use onsale_edge::AuthSettings;
 use onsale_eventlog::{DatabaseSettings, EventLog, PgEventLog};
 use rand::Rng;
@@ -82,6 +82,10 @@ enum Command {
         /// for a quantity, never pick seats.
         #[arg(long)]
         best_available_only: bool,
+        /// The show's line is for verified accounts and asks each join a proof of work of this
+        /// many bits (0: neither); every simulated fan is verified and solves it.
+        #[arg(long, default_value_t = 0)]
+        join_challenge_bits: u8,
     },
     /// Create the benchmark show over HTTP and write fan tokens for wrk.
     Setup {
@@ -219,6 +223,7 @@ async fn main() -> anyhow::Result<()> {
             kill_node,
             ga_floor,
             best_available_only,
+            join_challenge_bits,
         } => {
             let auth = auth.secured()?;
             let drill = kill_primary
@@ -236,6 +241,7 @@ async fn main() -> anyhow::Result<()> {
                 Sale {
                     ga_floor,
                     best_available_only,
+                    join_challenge_bits,
                 },
             )
             .await
@@ -446,6 +452,9 @@ struct Tally {
     in_zone: AtomicU64,
     peak_in_zone: AtomicU64,
     zone_full: AtomicU64,
+    /// Join challenges solved, and the time spent solving them.
+    challenges: AtomicU64,
+    solve_micros: AtomicU64,
 }
 
 /// Polls the waiting room (`room`, its URL) with the fan's queue token every `every` until it
@@ -500,7 +509,41 @@ async fn queue_in(
 ) -> Option<(String, Duration)> {
     let started = Instant::now();
     let room = format!("{base}/v1/events/{event}/waiting-room");
-    let (status, joined) = post(http, &room, token, &json!({}), None, None).await;
+    let (mut status, mut joined) = post(http, &room, token, &json!({}), None, None).await;
+    if status == 428 {
+        // The show asks a proof of work: a challenge, solved off the runtime's threads.
+        let c: Value = http
+            .get(format!("{room}/challenge"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        let (challenge, bits) = (c["challenge"].as_str()?.to_owned(), c["bits"].as_u64()?);
+        let t = Instant::now();
+        let (solution, challenge) = tokio::task::spawn_blocking(move || {
+            let (solution, _) =
+                onsale_waiting_room::challenge::solve(&challenge, u8::try_from(bits).unwrap_or(0));
+            (solution, challenge)
+        })
+        .await
+        .ok()?;
+        tally
+            .solve_micros
+            .fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+        bump(&tally.challenges);
+        (status, joined) = post(
+            http,
+            &room,
+            token,
+            &json!({"challenge": challenge, "solution": solution}),
+            None,
+            None,
+        )
+        .await;
+    }
     if status != 201 {
         return None;
     }
@@ -583,6 +626,7 @@ async fn post(
 struct Sale {
     ga_floor: u32,
     best_available_only: bool,
+    join_challenge_bits: u8,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -605,11 +649,15 @@ async fn demo(
             sections.push(json!({"section": "FLOOR", "priceTier": "C", "capacity": sale.ga_floor}));
         }
     }
-    let policy = if sale.best_available_only {
+    let mut policy = if sale.best_available_only {
         json!({"bestAvailableOnly": "ALWAYS"})
     } else {
         json!({})
     };
+    if sale.join_challenge_bits > 0 {
+        policy["requireVerifiedAccount"] = json!(true);
+        policy["joinChallengeBits"] = json!(sale.join_challenge_bits);
+    }
     let event = create_show_with(&http, base, secret, &venue, 120, true, policy).await?;
     println!(
         "on sale: event {event}, {} seats and {} places on a general-admission floor, {fans} fans, {concurrency} at a time{}",
@@ -617,6 +665,12 @@ async fn demo(
         sale.ga_floor,
         if sale.best_available_only { ", best available only" } else { "" }
     );
+    if sale.join_challenge_bits > 0 {
+        println!(
+            "its line: verified accounts only, a {}-bit proof of work per join",
+            sale.join_challenge_bits
+        );
+    }
     let tally = Arc::new(Tally::default());
     let hold_latency = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
     let order_latency = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
@@ -654,8 +708,8 @@ async fn demo(
                 if let Some(d) = &drill {
                     d.fan_starts(fan);
                 }
-                let token =
-                    mint(&secret, &format!("fan-{fan}"), Role::Fan, 3600).unwrap_or_default();
+                let token = mint_verified(&secret, &format!("fan-{fan}"), Role::Fan, 3600)
+                    .unwrap_or_default();
                 let Some((session, waited)) = queue_in(&http, &base, &event, &token, &tally).await
                 else {
                     unexpected(&tally, "the waiting room did not let the fan in".into());
@@ -951,6 +1005,13 @@ async fn demo(
         t(&tally.peak_in_zone),
         t(&tally.zone_full),
     );
+    if t(&tally.challenges) > 0 {
+        println!(
+            "join challenges solved {:>8}   ({:.2} ms each on average, natively)",
+            t(&tally.challenges),
+            t(&tally.solve_micros) as f64 / t(&tally.challenges) as f64 / 1000.0
+        );
+    }
     println!(
         "hold latency  p50 {:.1} ms  p90 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
         ms(&hl, 0.5),
