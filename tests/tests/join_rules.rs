@@ -42,6 +42,16 @@ async fn join(room: &Room, event: &str, token: &str, body: Value) -> (u16, Value
         .await
 }
 
+/// A join that must be refused with `status` and `code`.
+async fn refused(room: &Room, event: &str, token: &str, body: Value, status: u16, code: &str) {
+    let (got, answer) = join(room, event, token, body).await;
+    assert_eq!(
+        (got, answer["code"].as_str()),
+        (status, Some(code)),
+        "{answer}"
+    );
+}
+
 /// A challenge for `token`, solved.
 async fn solved(room: &Room, event: &str, token: &str) -> (String, String, u8) {
     let (status, c, _) = challenge(room, event, token).await;
@@ -69,20 +79,18 @@ async fn a_show_may_admit_verified_accounts_only_each_with_a_solved_challenge_us
     let (ann, bob) = (room.app.verified_fan("ann"), room.app.verified_fan("bob"));
 
     // An account the identity provider does not vouch for is turned away, whatever it sends.
-    let (status, body) = join(&room, &event, &room.app.fan("mallory"), json!({})).await;
-    assert_eq!(
-        (status, body["code"].clone()),
-        (403, json!("VERIFIED_ACCOUNT_REQUIRED")),
-        "{body}"
-    );
+    refused(
+        &room,
+        &event,
+        &room.app.fan("mallory"),
+        json!({}),
+        403,
+        "VERIFIED_ACCOUNT_REQUIRED",
+    )
+    .await;
 
     // A verified fan without a challenge is told to solve one.
-    let (status, body) = join(&room, &event, &ann, json!({})).await;
-    assert_eq!(
-        (status, body["code"].clone()),
-        (428, json!("CHALLENGE_REQUIRED")),
-        "{body}"
-    );
+    refused(&room, &event, &ann, json!({}), 428, "CHALLENGE_REQUIRED").await;
 
     // The challenge: this event's size, never cached, ten minutes to answer.
     let (status, c, cache) = challenge(&room, &event, &ann).await;
@@ -98,61 +106,52 @@ async fn a_show_may_admit_verified_accounts_only_each_with_a_solved_challenge_us
         .map(|n| format!("x{n}"))
         .find(|s| !solves(&text, s, 10))
         .expect("most words do not solve it");
-    let (status, body) = join(
+    refused(
         &room,
         &event,
         &ann,
         json!({"challenge": text, "solution": wrong}),
+        403,
+        "CHALLENGE_NOT_SOLVED",
     )
     .await;
-    assert_eq!(
-        (status, body["code"].clone()),
-        (403, json!("CHALLENGE_NOT_SOLVED")),
-        "{body}"
-    );
-    let (status, body) = join(&room, &event, &ann, json!({"challenge": text})).await;
-    assert_eq!(
-        (status, body["code"].clone()),
-        (422, json!("INVALID_REQUEST")),
-        "{body}"
-    );
-    let (status, body) = join(
+    refused(
+        &room,
+        &event,
+        &ann,
+        json!({"challenge": text}),
+        422,
+        "INVALID_REQUEST",
+    )
+    .await;
+    refused(
         &room,
         &event,
         &bob,
         json!({"challenge": text, "solution": answer}),
+        403,
+        "CHALLENGE_INVALID",
     )
     .await;
-    assert_eq!(
-        (status, body["code"].clone()),
-        (403, json!("CHALLENGE_INVALID")),
-        "{body}"
-    );
     let forged = format!("{}x", &text[..text.len() - 1]);
-    let (status, body) = join(
+    refused(
         &room,
         &event,
         &ann,
         json!({"challenge": forged, "solution": answer}),
+        403,
+        "CHALLENGE_INVALID",
     )
     .await;
-    assert_eq!(
-        (status, body["code"].clone()),
-        (403, json!("CHALLENGE_INVALID")),
-        "{body}"
-    );
-    let (status, body) = join(
+    refused(
         &room,
         &event,
         &ann,
         json!({"challenge": text, "solution": "1:2"}),
+        403,
+        "CHALLENGE_NOT_SOLVED",
     )
     .await;
-    assert_eq!(
-        (status, body["code"].clone()),
-        (403, json!("CHALLENGE_NOT_SOLVED")),
-        "{body}"
-    );
 
     // The right answer: a place in line.
     let (status, body) = join(
@@ -166,18 +165,15 @@ async fn a_show_may_admit_verified_accounts_only_each_with_a_solved_challenge_us
     let place = body["position"].as_i64().expect("a position");
 
     // The same solved challenge again is spent.
-    let (status, body) = join(
+    refused(
         &room,
         &event,
         &ann,
         json!({"challenge": text, "solution": answer}),
+        409,
+        "CHALLENGE_REUSED",
     )
     .await;
-    assert_eq!(
-        (status, body["code"].clone()),
-        (409, json!("CHALLENGE_REUSED")),
-        "{body}"
-    );
 
     // Joining again with a fresh one answers the same place (one per account).
     let (text, answer, _) = solved(&room, &event, &ann).await;
@@ -253,18 +249,15 @@ async fn the_admin_sizes_the_challenge_and_a_smaller_one_stops_counting() {
         || async { challenge(&room, &event, &cat).await.1["bits"] == 12 },
     )
     .await;
-    let (status, body) = join(
+    refused(
         &room,
         &event,
         &cat,
         json!({"challenge": old, "solution": old_answer}),
+        403,
+        "CHALLENGE_INVALID",
     )
     .await;
-    assert_eq!(
-        (status, body["code"].clone()),
-        (403, json!("CHALLENGE_INVALID")),
-        "{body}"
-    );
     let (text, answer, bits) = solved(&room, &event, &cat).await;
     assert_eq!(bits, 12);
     let (status, body) = join(
