@@ -783,8 +783,16 @@ async fn with_bounds_set_n_follows_the_sales_conversion_and_the_seats_left() {
     let (status, entry) = room.enter(&event, "ann", &admission).await;
     assert_eq!(status, 200, "{entry}");
     let session = entry["sessionId"].as_str().expect("session").to_owned();
-    // Before the sale has said anything: the configured N.
-    assert_eq!(target_of(&room, &event).await, Some(3.0));
+    // Before the sale has said anything: the configured N (the gauge is set as a tick ends).
+    onsale_tests::wait_for(
+        "the line admits toward the configured N",
+        Duration::from_secs(10),
+        || {
+            let (room, event) = (&room, &event);
+            async move { target_of(room, event).await == Some(3.0) }
+        },
+    )
+    .await;
     // Ann buys eight times four seats: every hold converts, four seats a hold, eight seats left.
     for i in 0..8 {
         let (status, hold) = room
