@@ -1,13 +1,13 @@
 //! What a show was scheduled with, for the reads that need it (the event page, whether a show
 //! has a waiting room, its on-sale window): read once from the log's first event through the
-//! read pool and kept in memory, since a schedule never changes (the on-sale policies may: the
-//! page reads those from the catalog projection). No read goes through a show's
+//! read pool and kept in memory, since a schedule never changes (the on-sale policies may: they
+//! are read from the show's last change in the log, one probe of a partial index). No read goes through a show's
 //! owner or the append pool, so a flood of GETs (of real or random ids) cannot fill an owner's
 //! queue or take the connections appends wait for.
 
 use std::sync::Arc;
 
-use onsale_domain::{SalePolicy, ShowError, ShowId, ShowInfo, VenueLayout};
+use onsale_domain::{SalePolicy, ShowError, ShowEvent, ShowId, ShowInfo, VenueLayout};
 use onsale_eventlog::{EventLog, StoreError};
 
 use crate::owner::CommandError;
@@ -23,8 +23,6 @@ pub struct Scheduled {
 #[derive(Debug, Default)]
 pub struct Live {
     pub available: Option<i32>,
-    /// The hold TTL and the on-sale policies.
-    pub policy: Option<(u32, SalePolicy)>,
 }
 
 #[derive(Clone, Debug)]
@@ -54,42 +52,54 @@ impl Catalog {
         self
     }
 
-    /// What the catalog projection has of the show now: seats available, and the policies in
-    /// force (`None` in either when it has not folded them yet, or cannot be read: the page
-    /// then goes with the schedule's).
+    /// How many seats the catalog projection has available now (`None` when it has not folded
+    /// the show yet, or cannot be read: the page then goes with the schedule's).
     pub async fn live(&self, show: ShowId) -> Live {
         let Some(pool) = self.projection.as_ref() else {
             return Live::default();
         };
-        let row: Option<(i32, Option<i32>, Option<sqlx::types::Json<SalePolicy>>)> =
-            sqlx::query_as(
-                "SELECT available, hold_ttl_seconds, policy FROM catalog_events WHERE event_id = $1",
-            )
-            .bind(show.to_string())
-            .fetch_optional(pool)
-            .await
-            .inspect_err(|e| tracing::warn!(error = %e, "catalog projection not read"))
-            .ok()
-            .flatten();
-        match row {
-            Some((available, ttl, policy)) => Live {
-                available: Some(available),
-                policy: ttl
-                    .zip(policy)
-                    .map(|(ttl, p)| (u32::try_from(ttl).unwrap_or(0), p.0)),
-            },
-            None => Live::default(),
-        }
+        let available: Option<i32> =
+            sqlx::query_scalar("SELECT available FROM catalog_events WHERE event_id = $1")
+                .bind(show.to_string())
+                .fetch_optional(pool)
+                .await
+                .inspect_err(|e| tracing::warn!(error = %e, "catalog projection not read"))
+                .ok()
+                .flatten();
+        Live { available }
     }
 
-    /// The hold TTL and the on-sale policies in force, from the log (not the projection: a
-    /// change is seen as soon as it is committed); `ShowNotFound` for no such show.
+    /// The hold TTL and the on-sale policies in force: the show's last `SalePolicyChanged` in
+    /// the log (one probe of a partial index), else as scheduled. Read from the log, not the
+    /// projection, so an admin who changes them reads the change back at once, and the
+    /// waiting room admits by it within its 2 s cache.
     pub async fn policy(&self, show: ShowId) -> Result<(u32, SalePolicy), CommandError> {
-        match self.log.policy_in_force(show).await {
-            Ok(Some(p)) => Ok(p),
-            Ok(None) => Err(CommandError::Domain(ShowError::ShowNotFound)),
-            Err(StoreError::Corrupt(m)) => Err(CommandError::Internal(m)),
-            Err(_) => Err(CommandError::Unavailable),
+        let row = self
+            .log
+            .last_policy_change(&show.to_string())
+            .await
+            .map_err(|e| match e {
+                StoreError::Corrupt(m) => CommandError::Internal(m),
+                _ => CommandError::Unavailable,
+            })?;
+        let Some(row) = row else {
+            let scheduled = self.get(show).await?;
+            return Ok((scheduled.info.hold_ttl_seconds, scheduled.info.policy));
+        };
+        match serde_json::from_str::<ShowEvent>(&row.payload) {
+            Ok(ShowEvent::SalePolicyChanged {
+                hold_ttl_seconds,
+                policy,
+                ..
+            }) => Ok((hold_ttl_seconds, policy)),
+            Ok(_) => Err(CommandError::Internal(format!(
+                "{show}@{} is not SalePolicyChanged",
+                row.sequence
+            ))),
+            Err(e) => Err(CommandError::Internal(format!(
+                "{show}@{}: {e}",
+                row.sequence
+            ))),
         }
     }
 

@@ -177,33 +177,6 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
     /// without reading the show's history).
     async fn last_policy_change(&self, show: &str) -> Result<Option<LogRow>>;
 
-    /// The hold TTL and on-sale policies in force, from the log itself (its last change, else
-    /// the schedule): what the waiting room admits by, a moment after an admin changes them.
-    async fn policy_in_force(
-        &self,
-        show: ShowId,
-    ) -> Result<Option<(u32, onsale_domain::SalePolicy)>> {
-        let id = show.to_string();
-        if let Some(row) = self.last_policy_change(&id).await? {
-            return match serde_json::from_str::<ShowEvent>(&row.payload) {
-                Ok(ShowEvent::SalePolicyChanged {
-                    hold_ttl_seconds,
-                    policy,
-                    ..
-                }) => Ok(Some((hold_ttl_seconds, policy))),
-                Ok(_) => Err(StoreError::Corrupt(format!(
-                    "{id}@{} is not SalePolicyChanged",
-                    row.sequence
-                ))),
-                Err(e) => Err(StoreError::Corrupt(format!("{id}@{}: {e}", row.sequence))),
-            };
-        }
-        Ok(self
-            .scheduled(show)
-            .await?
-            .map(|(info, _)| (info.hold_ttl_seconds, info.policy)))
-    }
-
     /// Every show and the sequence of its last event.
     async fn heads(&self) -> Result<Vec<(String, i64)>>;
 

@@ -635,11 +635,11 @@ async fn get_event(
     let now = state.shows.clock().now();
     let scheduled = state.catalog.get(show_id).await?;
     let (info, layout) = (&scheduled.info, &scheduled.layout);
-    // The facts come from the show's first event, the availability from the catalog
-    // projection (absent for a moment after the show is scheduled: then all seats are).
-    let live = state.catalog.live(show_id).await;
-    let available = live.available;
-    let (hold_ttl_seconds, policy) = live.policy.unwrap_or((info.hold_ttl_seconds, info.policy));
+    // The facts come from the show's first event, the policies in force from the log (read
+    // back at once after a change), the availability from the catalog projection (absent for
+    // a moment after the show is scheduled: then all seats are).
+    let available = state.catalog.live(show_id).await.available;
+    let (hold_ttl_seconds, policy) = state.catalog.policy(show_id).await?;
     let status = if now >= info.starts_at {
         "STARTED"
     } else if available == Some(0) {
