@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use onsale_domain::transitions::SeatStatus;
-use onsale_domain::{SalePolicy, Show, ShowEvent, ShowId, ShowInfo};
+use onsale_domain::{Show, ShowEvent, ShowId, ShowInfo};
 use sqlx::postgres::PgConnection;
 
 use crate::fold::{status_at, EventCtx};
@@ -20,8 +20,6 @@ pub struct Catalog {
     scheduled: BTreeMap<ShowId, (ShowInfo, i32)>,
     /// Shows whose count changed since the last flush.
     dirty: BTreeMap<ShowId, i32>,
-    /// Shows whose policies changed since the last flush: the hold TTL and the policies.
-    policies: BTreeMap<ShowId, (u32, SalePolicy)>,
 }
 
 fn count_available(show: &Show) -> i32 {
@@ -43,15 +41,6 @@ impl Projection for Catalog {
             let seats = layout.seat_count() as i32;
             self.available.insert(show, seats);
             self.scheduled.insert(show, (info.clone(), seats));
-            return;
-        }
-        if let ShowEvent::SalePolicyChanged {
-            hold_ttl_seconds,
-            policy,
-            ..
-        } = &ctx.log.event
-        {
-            self.policies.insert(show, (*hold_ttl_seconds, *policy));
             return;
         }
         let mut delta = 0;
@@ -79,9 +68,8 @@ impl Projection for Catalog {
             let prices = info.prices.values();
             sqlx::query(
                 "INSERT INTO catalog_events (event_id, name, performer, venue_id, venue_name, city,
-                        starts_at, on_sale_at, min_price_cents, max_price_cents, waiting_room, seats, available,
-                        hold_ttl_seconds, policy)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                        starts_at, on_sale_at, min_price_cents, max_price_cents, waiting_room, seats, available)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
                  ON CONFLICT (event_id) DO UPDATE SET available = EXCLUDED.available",
             )
             .bind(show.to_string())
@@ -97,18 +85,6 @@ impl Projection for Catalog {
             .bind(info.waiting_room)
             .bind(seats)
             .bind(available)
-            .bind(info.hold_ttl_seconds as i32)
-            .bind(sqlx::types::Json(info.policy))
-            .execute(&mut *tx)
-            .await?;
-        }
-        for (show, (ttl, policy)) in std::mem::take(&mut self.policies) {
-            sqlx::query(
-                "UPDATE catalog_events SET hold_ttl_seconds = $2, policy = $3 WHERE event_id = $1",
-            )
-            .bind(show.to_string())
-            .bind(ttl as i32)
-            .bind(sqlx::types::Json(policy))
             .execute(&mut *tx)
             .await?;
         }
