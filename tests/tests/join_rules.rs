@@ -189,6 +189,15 @@ async fn a_show_may_admit_verified_accounts_only_each_with_a_solved_challenge_us
         (201, Some(place)),
         "{body}"
     );
+    // A fan in line who reloads the page joins again without working again: the same place.
+    let (status, body) = join(&room, &event, &ann, json!({})).await;
+    assert_eq!(
+        (status, body["position"].as_i64()),
+        (201, Some(place)),
+        "{body}"
+    );
+    // Bob, not in line, still has to.
+    refused(&room, &event, &bob, json!({}), 428, "CHALLENGE_REQUIRED").await;
 
     // An admin tests the line without either.
     let (status, body) = join(&room, &event, &room.app.admin(), json!({})).await;

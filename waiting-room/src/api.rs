@@ -226,6 +226,17 @@ async fn admit_joiner(
         return Ok(());
     }
     let Some((challenge, solution)) = answer else {
+        // A fan already in line (a reloaded page) keeps the place without working again.
+        match state
+            .room
+            .store
+            .standing(show, caller.account.as_str())
+            .await
+        {
+            Ok(s) if holds_place(&state.room, &s) => return Ok(()),
+            Ok(_) => {}
+            Err(e) => redis_down(&e),
+        }
         return Err(err(
             StatusCode::PRECONDITION_REQUIRED,
             "CHALLENGE_REQUIRED",
@@ -371,15 +382,11 @@ async fn join_line(
             facts.starts_at.timestamp_millis(),
         )
         .await?;
-    // An admission whose window lapsed is void: the fan goes to the back (A2).
     let standing = room.store.standing(show, account).await?;
-    let paused = standing.paused_ms;
-    let requeue = standing.passed_at_ms.is_some_and(|t| {
-        now_ms() > t + room.grace().as_millis() as i64 + (paused - standing.paused_at_pass_ms)
-    });
-    if standing.position.is_some() && !requeue {
+    if holds_place(room, &standing) {
         return Ok((standing.position, fan_eta(&standing)));
     }
+    let requeue = standing.position.is_some();
     let candidate = room
         .candidate(show, facts.on_sale_at.timestamp_millis())
         .await?;
@@ -390,6 +397,15 @@ async fn join_line(
         .await?;
     let standing = room.store.standing(show, account).await?;
     Ok(((pos > 0).then_some(pos), fan_eta(&standing)))
+}
+
+/// Whether the account has a place in the line that still counts: an admission whose window
+/// lapsed is void, and the fan goes to the back (A2).
+fn holds_place(room: &WaitingRoom, s: &crate::store::Standing) -> bool {
+    let lapsed = s.passed_at_ms.is_some_and(|t| {
+        now_ms() > t + room.grace().as_millis() as i64 + (s.paused_ms - s.paused_at_pass_ms)
+    });
+    s.position.is_some() && !lapsed
 }
 
 fn fan_eta(s: &crate::store::Standing) -> Option<f64> {
