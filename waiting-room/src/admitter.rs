@@ -4,6 +4,7 @@
 //! free capacity. The watchdog raises the alarm nobody else would: nothing admitted for 30 s
 //! while people wait and admission is not paused.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,7 @@ use onsale_edge::admission::BookingHealth;
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::{Controller, ControllerConfig};
+use crate::sale::SaleMeasure;
 use crate::{now_ms, WaitingRoom};
 
 /// One admitter replica.
@@ -20,7 +22,13 @@ pub struct Admitter {
     room: WaitingRoom,
     health: Arc<BookingHealth>,
     controller: Controller,
+    /// Per show, its sale's measure and when it was taken (see [`MEASURE_EVERY`]).
+    measured: HashMap<ShowId, (Instant, SaleMeasure)>,
 }
+
+/// How often a show's sale is measured again when N follows it: conversion and seats left move
+/// over seconds, and the measure reads the show's recent log.
+const MEASURE_EVERY: Duration = Duration::from_secs(2);
 
 impl Admitter {
     pub fn new(room: WaitingRoom, health: Arc<BookingHealth>) -> Self {
@@ -32,6 +40,7 @@ impl Admitter {
             room,
             health,
             controller,
+            measured: HashMap::new(),
         }
     }
 
@@ -69,29 +78,33 @@ impl Admitter {
         let factor = self.controller.step(sample, store_ok, processor_ok, dt);
         metrics::gauge!(onsale_telemetry::metrics::ADMISSION_FACTOR).set(factor);
         let paused = self.controller.paused();
-        let config = &self.room.config;
+        let config = self.room.config.clone();
         // Without bounds N stays the configured target; with them it follows each show's sale.
         let follows = config.target_min.is_some() || config.target_max.is_some();
         let (min, max) = (
             config.target_min.unwrap_or(config.target),
             config.target_max.unwrap_or(config.target),
         );
-        for (show, opens, starts) in self.room.store.shows().await? {
+        let shows = self.room.store.shows().await?;
+        // Nobody more is let in while no seat is available: the line is told SOLD_OUT or
+        // SEATS_MAY_RETURN, and moves again when seats come back. Held back like a pause, so
+        // the admissions already given are extended by it. One query for every show.
+        let ids: Vec<ShowId> = shows.iter().map(|(show, ..)| *show).collect();
+        let sales = crate::sale::availabilities(&self.room.pool, &ids).await;
+        self.measured.retain(|show, _| ids.contains(show));
+        for (show, opens, starts) in shows {
             if now_ms() >= starts {
                 // The show started: its sale is over, its line is of no use to anyone.
                 self.room.store.retire(show, RETIRED_KEYS_KEEP_MS).await?;
                 tracing::info!(%show, "the show started: its waiting room is retired");
                 continue;
             }
-            // Nobody more is let in while no seat is available: the line is told SOLD_OUT or
-            // SEATS_MAY_RETURN, and moves again when seats come back. Held back like a pause,
-            // so the admissions already given are extended by it.
-            let sale = crate::sale::availability(&self.room.pool, show).await;
+            let sale = sales
+                .get(&show)
+                .copied()
+                .unwrap_or(crate::sale::Availability::Unknown);
             let n = if follows {
-                crate::sale::measure(&self.room.pool, show)
-                    .await
-                    .unwrap_or_default()
-                    .target(config.target, min, max)
+                self.measure(show).await.target(config.target, min, max)
             } else {
                 config.target
             };
@@ -129,6 +142,22 @@ impl Admitter {
                 .increment(t.advanced.max(0) as u64);
         }
         Ok(())
+    }
+}
+
+impl Admitter {
+    /// The show's sale as last measured, measured again when older than [`MEASURE_EVERY`].
+    async fn measure(&mut self, show: ShowId) -> SaleMeasure {
+        if let Some((at, m)) = self.measured.get(&show) {
+            if at.elapsed() < MEASURE_EVERY {
+                return *m;
+            }
+        }
+        let m = crate::sale::measure(&self.room.pool, show)
+            .await
+            .unwrap_or_default();
+        self.measured.insert(show, (Instant::now(), m));
+        m
     }
 }
 

@@ -5,6 +5,8 @@
 //! models, the log and the payment work list, so any admitter replica, on any node, sees the
 //! same.
 
+use std::collections::HashMap;
+
 use onsale_domain::ShowId;
 use sqlx::PgPool;
 
@@ -52,25 +54,40 @@ impl Availability {
 /// The show's availability from the seat map's section counts (whose `sold` includes the
 /// seats of orders still paying) and the orders projection's pending orders.
 pub async fn availability(pool: &PgPool, show: ShowId) -> Availability {
-    let row: Result<(Option<i64>, Option<i64>, i64), sqlx::Error> = sqlx::query_as(
-        "SELECT (SELECT sum(available)::bigint FROM seat_map_sections WHERE show_id = $1),
-                (SELECT sum(held)::bigint FROM seat_map_sections WHERE show_id = $1),
-                (SELECT COALESCE(sum(cardinality(seat_ids)), 0)::bigint FROM orders_view
-                  WHERE show_id = $1 AND status = 'PENDING_PAYMENT')",
+    availabilities(pool, &[show])
+        .await
+        .remove(&show)
+        .unwrap_or(Availability::Unknown)
+}
+
+/// [`availability`] of many shows in one query (the admitter asks it of every show with a line
+/// on every tick). A show the read models cannot say anything of is `Unknown`.
+pub async fn availabilities(pool: &PgPool, shows: &[ShowId]) -> HashMap<ShowId, Availability> {
+    let ids: Vec<String> = shows.iter().map(ToString::to_string).collect();
+    let rows: Result<Vec<(String, i64, i64, i64)>, sqlx::Error> = sqlx::query_as(
+        "SELECT s.show_id, sum(s.available)::bigint, sum(s.held)::bigint,
+                COALESCE((SELECT sum(cardinality(o.seat_ids)) FROM orders_view o
+                           WHERE o.show_id = s.show_id AND o.status = 'PENDING_PAYMENT'), 0)::bigint
+           FROM seat_map_sections s WHERE s.show_id = ANY($1) GROUP BY s.show_id",
     )
-    .bind(show.to_string())
-    .fetch_one(pool)
+    .bind(&ids)
+    .fetch_all(pool)
     .await;
-    match row {
-        Ok((Some(available), held, pending)) => {
-            Availability::of(available, held.unwrap_or(0), pending)
+    let mut out: HashMap<ShowId, Availability> = shows
+        .iter()
+        .map(|s| (*s, Availability::Unknown))
+        .collect();
+    match rows {
+        Ok(rows) => {
+            for (id, available, held, pending) in rows {
+                if let Ok(show) = id.parse::<ShowId>() {
+                    out.insert(show, Availability::of(available, held, pending));
+                }
+            }
         }
-        Ok((None, ..)) => Availability::Unknown,
-        Err(e) => {
-            tracing::warn!(%show, error = %e, "availability not read");
-            Availability::Unknown
-        }
+        Err(e) => tracing::warn!(error = %e, "availability not read"),
     }
+    out
 }
 
 /// What a show's recent sale says: seats that can still be sold (available, or held and so
