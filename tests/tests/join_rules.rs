@@ -78,7 +78,14 @@ async fn a_show_may_admit_verified_accounts_only_each_with_a_solved_challenge_us
         .await;
     let (ann, bob) = (room.app.verified_fan("ann"), room.app.verified_fan("bob"));
 
-    // An account the identity provider does not vouch for is turned away, whatever it sends.
+    // An account the identity provider does not vouch for is turned away, whatever it sends,
+    // and is given no work to do.
+    let (status, body, _) = challenge(&room, &event, &room.app.fan("mallory")).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("VERIFIED_ACCOUNT_REQUIRED")),
+        "{body}"
+    );
     refused(
         &room,
         &event,

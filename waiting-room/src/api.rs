@@ -166,6 +166,7 @@ pub struct Challenge {
 /// Each is for this account and show only, good for 10 minutes and for one join.
 #[utoipa::path(get, path = "/v1/events/{id}/waiting-room/challenge", params(("id" = String, Path)),
     security(("bearer" = [])), responses((status = 200, body = Challenge),
+        (status = 403, description = "VERIFIED_ACCOUNT_REQUIRED: the event's line is for verified accounts"),
         (status = 404, description = "No such event, no waiting room, or the event asks no challenge (NO_CHALLENGE)")))]
 async fn challenge(
     State(state): State<RoomState>,
@@ -174,7 +175,10 @@ async fn challenge(
 ) -> Result<Response, ApiError> {
     caller.require(&[Role::Fan, Role::Admin])?;
     let (show, _) = show_with_room(&state, &id).await?;
-    let bits = state.room.rules(show).await?.challenge_bits;
+    let rules = state.room.rules(show).await?;
+    // No work for a fan the line would turn away anyway.
+    verified_if_asked(&rules, &caller)?;
+    let bits = rules.challenge_bits;
     if bits == 0 {
         return Err(err(
             StatusCode::NOT_FOUND,
@@ -203,6 +207,18 @@ async fn challenge(
         .into_response())
 }
 
+/// 403 `VERIFIED_ACCOUNT_REQUIRED` for a fan whose token lacks the claim, when the show asks it.
+fn verified_if_asked(rules: &crate::JoinRules, caller: &Caller) -> Result<(), ApiError> {
+    if rules.verified_only && caller.role == Role::Fan && !caller.verified {
+        return Err(err(
+            StatusCode::FORBIDDEN,
+            "VERIFIED_ACCOUNT_REQUIRED",
+            "this event's line is open to verified accounts only",
+        ));
+    }
+    Ok(())
+}
+
 /// A fan's join under the show's rules: a verified account if it asks one, and a fresh,
 /// solved challenge of at least its size if it asks one. Admins join freely (they test lines).
 async fn admit_joiner(
@@ -215,13 +231,7 @@ async fn admit_joiner(
         return Ok(());
     }
     let rules = state.room.rules(show).await?;
-    if rules.verified_only && !caller.verified {
-        return Err(err(
-            StatusCode::FORBIDDEN,
-            "VERIFIED_ACCOUNT_REQUIRED",
-            "this event's line is open to verified accounts only",
-        ));
-    }
+    verified_if_asked(&rules, caller)?;
     if rules.challenge_bits == 0 {
         return Ok(());
     }

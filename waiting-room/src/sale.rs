@@ -73,10 +73,8 @@ pub async fn availabilities(pool: &PgPool, shows: &[ShowId]) -> HashMap<ShowId, 
     .bind(&ids)
     .fetch_all(pool)
     .await;
-    let mut out: HashMap<ShowId, Availability> = shows
-        .iter()
-        .map(|s| (*s, Availability::Unknown))
-        .collect();
+    let mut out: HashMap<ShowId, Availability> =
+        shows.iter().map(|s| (*s, Availability::Unknown)).collect();
     match rows {
         Ok(rows) => {
             for (id, available, held, pending) in rows {
