@@ -271,6 +271,13 @@ pub struct DatabaseSettings {
     /// Migrations always run as the login role.
     #[arg(long, env = "ONSALE_DATABASE_ROLE", default_value = APP_ROLE)]
     pub database_role: String,
+    /// PostgreSQL ends a session of these pools left idle inside a transaction this long
+    /// (seconds; 0: never). onsale never waits inside a transaction, but a statement's future
+    /// dropped at the wrong moment (a timeout, an aborted task) can leave its connection in
+    /// one (sqlx #4393): its locks would then block others (a logical slot's creation waits for
+    /// every open transaction) until it is ended.
+    #[arg(long, env = "ONSALE_DB_IDLE_IN_TRANSACTION_SECS", default_value_t = 30)]
+    pub idle_in_transaction_secs: u64,
 }
 
 /// The role the processes act as, created by the migrations (0009).
@@ -286,6 +293,10 @@ impl DatabaseSettings {
         use anyhow::Context;
         let options: sqlx::postgres::PgConnectOptions =
             self.database_url.parse().context("parse DATABASE_URL")?;
+        let options = options.options([(
+            "idle_in_transaction_session_timeout",
+            format!("{}s", self.idle_in_transaction_secs),
+        )]);
         let role = (!self.database_role.is_empty())
             .then(|| format!("SET ROLE \"{}\"", self.database_role.replace('"', "\"\"")));
         Ok(sqlx::postgres::PgPoolOptions::new()

@@ -353,6 +353,7 @@ async fn a_fold_stopped_by_a_corrupt_row_leaves_its_pool_as_it_found_it() {
         database_url: db.url.clone(),
         pool_size: 1,
         database_role: onsale_eventlog::APP_ROLE.into(),
+        idle_in_transaction_secs: 30,
     }
     .pool(1, false)
     .expect("pool");
@@ -380,4 +381,59 @@ async fn a_fold_stopped_by_a_corrupt_row_leaves_its_pool_as_it_found_it() {
     .await
     .expect("settings");
     assert_eq!(scans, ["on", "on"], "the planner is back as it was");
+}
+
+/// A connection of onsale's pools left inside a transaction (a statement's future dropped at
+/// the wrong moment, sqlx #4393) does not hold its locks for ever: PostgreSQL ends the session
+/// after `idle_in_transaction_secs`, and the pool goes on with a fresh connection.
+#[tokio::test]
+async fn a_session_left_inside_a_transaction_is_ended_and_its_locks_freed() {
+    let db = TestDb::new().await.expect("db");
+    let pool = onsale_eventlog::DatabaseSettings {
+        database_url: db.url.clone(),
+        pool_size: 1,
+        database_role: onsale_eventlog::APP_ROLE.into(),
+        idle_in_transaction_secs: 1,
+    }
+    .pool(1, true)
+    .expect("pool");
+    // A transaction begun and never ended, holding a lock, as a dropped future leaves one.
+    let mut stuck = pool.acquire().await.expect("a connection");
+    sqlx::raw_sql("BEGIN; SELECT pg_advisory_xact_lock(4242)")
+        .execute(&mut *stuck)
+        .await
+        .expect("begin");
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *stuck)
+        .await
+        .expect("pid");
+    drop(stuck);
+    let owner = db.pool().await.expect("owner pool");
+    onsale_tests::wait_for(
+        "the session left in a transaction is ended",
+        std::time::Duration::from_secs(15),
+        || {
+            let owner = owner.clone();
+            async move {
+                sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_stat_activity WHERE pid = $1")
+                    .bind(pid)
+                    .fetch_one(&owner)
+                    .await
+                    .expect("activity")
+                    == 0
+            }
+        },
+    )
+    .await;
+    // Its lock is free, and the pool serves again.
+    let free: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(4242)")
+        .fetch_one(&owner)
+        .await
+        .expect("lock");
+    assert!(free, "the ended session's lock was released");
+    let one: i32 = sqlx::query_scalar("SELECT 1")
+        .fetch_one(&pool)
+        .await
+        .expect("the pool serves with a fresh connection");
+    assert_eq!(one, 1);
 }
