@@ -743,6 +743,16 @@ async fn a_sale_with_no_seat_left_holds_the_line_back_says_why_and_lets_it_move_
     assert_eq!(view["status"], "WAITING", "{view}");
 }
 
+/// Waits (30 s at most) until the show's line admits toward `n`, as /metrics says.
+async fn admits_toward(room: &Room, event: &str, n: f64) {
+    onsale_tests::wait_for(
+        &format!("the line admits toward N = {n}"),
+        Duration::from_secs(30),
+        || async move { target_of(room, event).await == Some(n) },
+    )
+    .await;
+}
+
 /// The admission target a show's line admits toward, as the process's /metrics says it.
 async fn target_of(room: &Room, event: &str) -> Option<f64> {
     let (_, page) = room.app.get("/metrics", "").await;
@@ -784,15 +794,7 @@ async fn with_bounds_set_n_follows_the_sales_conversion_and_the_seats_left() {
     assert_eq!(status, 200, "{entry}");
     let session = entry["sessionId"].as_str().expect("session").to_owned();
     // Before the sale has said anything: the configured N (the gauge is set as a tick ends).
-    onsale_tests::wait_for(
-        "the line admits toward the configured N",
-        Duration::from_secs(10),
-        || {
-            let (room, event) = (&room, &event);
-            async move { target_of(room, event).await == Some(3.0) }
-        },
-    )
-    .await;
+    admits_toward(&room, &event, 3.0).await;
     // Ann buys eight times four seats: every hold converts, four seats a hold, eight seats left.
     for i in 0..8 {
         let (status, hold) = room
@@ -805,15 +807,7 @@ async fn with_bounds_set_n_follows_the_sales_conversion_and_the_seats_left() {
         assert_eq!(status, 202, "{order}");
     }
     // Eight seats left at four a fan who buys: two fans can still buy them; N follows.
-    onsale_tests::wait_for(
-        "N follows the sale down to 2",
-        Duration::from_secs(30),
-        || {
-            let (room, event) = (&room, &event);
-            async move { target_of(room, event).await == Some(2.0) }
-        },
-    )
-    .await;
+    admits_toward(&room, &event, 2.0).await;
     // Within it: Bob is let in beside Ann.
     let bob = room.join(&event, "bob").await;
     room.admitted(&event, "bob", &qt(&bob), 20).await;

@@ -406,7 +406,9 @@ impl From<BestAvailableOnly> for BestAvailableOnlyDoc {
 }
 
 /// A show's on-sale policies as `PUT /v1/events/{id}/policy` takes them and the event page
-/// shows them: the whole policy (an absent field is its default).
+/// shows them: the whole policy (an absent field is its default). `NewEvent` repeats these
+/// fields rather than flattening this struct into it: serde cannot flatten into a struct that
+/// denies unknown fields, and a misspelt field must be refused; `policy_of!` maps both.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SalePolicyDoc {
