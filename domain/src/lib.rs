@@ -25,7 +25,7 @@ pub use ids::{AccountId, HoldId, IdempotencyKey, OrderId, SeatId, ShowId, VenueI
 pub use layout::{RowLayout, SectionLayout, VenueLayout};
 pub use show::{
     Actor, BestAvailableOnly, HoldStatus, HoldView, Idempotency, OrderStatus, OrderView,
-    PaymentFailure, SalePolicy, Show, ShowCommand, ShowEvent, ShowInfo, ShowServices,
+    PaymentFailure, SalePolicy, Show, ShowCommand, ShowEvent, ShowInfo, ShowServices, SnapshotCopy,
     FINISHED_HOLDS_KEPT_PER_ACCOUNT, IDEMPOTENCY_KEY_HOURS, MAX_PRICE_CENTS, MAX_SEATS_PER_ACCOUNT,
 };
 pub use venue::{VenueEvent, VENUE_TYPE};

@@ -396,6 +396,17 @@ impl World {
             Op::Crash => self.show = replay(&self.log),
             Op::Snapshot => {
                 let json = serde_json::to_value(&self.show).expect("snapshot serializes");
+                // What the owner writes (the copy without the index) is the same snapshot.
+                let copied = self
+                    .show
+                    .snapshot_copy()
+                    .to_json()
+                    .expect("the copy serializes");
+                assert_eq!(
+                    serde_json::from_str::<serde_json::Value>(&copied).expect("json"),
+                    json,
+                    "the owner's snapshot copy differs from the show's own"
+                );
                 let restored: Show = serde_json::from_value(json.clone()).expect("snapshot loads");
                 let replayed = serde_json::to_value(replay(&self.log)).expect("replay serializes");
                 assert_eq!(
