@@ -398,7 +398,6 @@ impl Api {
         seats: u32,
         more: Value,
     ) -> String {
-        let admin = self.admin();
         let sections: Vec<Value> = (1..=sections)
             .map(|s| {
                 json!({
@@ -408,6 +407,14 @@ impl Api {
                 })
             })
             .collect();
+        self.event_at(json!(sections), more).await
+    }
+
+    /// A venue of `sections` (as `POST /v1/venues` takes them) and a show there on sale since a
+    /// minute ago, with tiers A and B priced, and `more` fields in the event's body. Returns
+    /// the event id.
+    pub async fn event_at(&self, sections: Value, more: Value) -> String {
+        let admin = self.admin();
         let (status, venue) = self
             .post(
                 "/v1/venues",

@@ -231,6 +231,16 @@ impl Room {
             .await
     }
 
+    /// `fan` joins the line, waits (20 s at most) for it to pass, and enters: the session id.
+    pub async fn enter_sale(&self, event: &str, fan: &str) -> String {
+        let joined = self.join(event, fan).await;
+        let queue_token = joined["queueToken"].as_str().expect("queue token");
+        let admission = self.admitted(event, fan, queue_token, 20).await;
+        let (status, entry) = self.enter(event, fan, &admission).await;
+        assert_eq!(status, 200, "{entry}");
+        entry["sessionId"].as_str().expect("session").to_owned()
+    }
+
     /// Live sessions of a show, straight from Redis.
     pub async fn live(&self, event: &str) -> i64 {
         let now = chrono::Utc::now().timestamp_millis();

@@ -141,34 +141,15 @@ async fn an_unverified_fan_is_told_why_a_verified_one_solves_the_challenge_in_th
         .expect("the admitter");
     // Two reserved seats and a floor of three places; verified accounts only, a 16-bit
     // challenge.
-    let admin = rp.app.admin();
-    let (status, venue) = rp
+    let event = rp
         .app
-        .post(
-            "/v1/venues",
-            &admin,
-            serde_json::json!({"name": "Hall", "city": "Oslo", "sections": [
+        .event_at(
+            serde_json::json!([
                 {"section": "S1", "priceTier": "A", "rows": [{"row": "R1", "seats": 2}]},
-                {"section": "FLOOR", "priceTier": "A", "capacity": 3}]}),
-            None,
+                {"section": "FLOOR", "priceTier": "A", "capacity": 3}]),
+            serde_json::json!({"waitingRoom": true, "requireVerifiedAccount": true, "joinChallengeBits": 16}),
         )
         .await;
-    assert_eq!(status, 201, "{venue}");
-    let now = chrono::Utc::now();
-    let (status, event) = rp
-        .app
-        .post(
-            "/v1/events",
-            &admin,
-            serde_json::json!({"name": "Floor night", "performer": "Band", "venueId": venue["venueId"],
-                "startsAt": now + chrono::Duration::days(30), "onSaleAt": now - chrono::Duration::minutes(1),
-                "prices": {"A": 4000}, "waitingRoom": true,
-                "requireVerifiedAccount": true, "joinChallengeBits": 16}),
-            None,
-        )
-        .await;
-    assert_eq!(status, 201, "{event}");
-    let event = event["eventId"].as_str().expect("event id").to_owned();
     rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200)
         .await;
     listed(&rp, &event).await;

@@ -657,11 +657,7 @@ async fn a_sale_with_no_seat_left_holds_the_line_back_says_why_and_lets_it_move_
     }
     let event = room.show(1, 1, 2, chrono::Duration::seconds(-60)).await;
     room.start_admitter().await;
-    let ann = room.join(&event, "ann").await;
-    let admission = room.admitted(&event, "ann", &qt(&ann), 20).await;
-    let (status, entry) = room.enter(&event, "ann", &admission).await;
-    assert_eq!(status, 200, "{entry}");
-    let session = entry["sessionId"].as_str().expect("session").to_owned();
+    let session = room.enter_sale(&event, "ann").await;
     // Ann holds both seats: none left, but her hold may lapse.
     let (status, hold) = room
         .hold(&event, "ann", Some(&session), json!({"quantity": 2}))
@@ -788,11 +784,7 @@ async fn with_bounds_set_n_follows_the_sales_conversion_and_the_seats_left() {
         )
         .await;
     room.start_admitter().await;
-    let ann = room.join(&event, "ann").await;
-    let admission = room.admitted(&event, "ann", &qt(&ann), 20).await;
-    let (status, entry) = room.enter(&event, "ann", &admission).await;
-    assert_eq!(status, 200, "{entry}");
-    let session = entry["sessionId"].as_str().expect("session").to_owned();
+    let session = room.enter_sale(&event, "ann").await;
     // Before the sale has said anything: the configured N (the gauge is set as a tick ends).
     admits_toward(&room, &event, 3.0).await;
     // Ann buys eight times four seats: every hold converts, four seats a hold, eight seats left.
