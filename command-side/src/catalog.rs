@@ -12,6 +12,9 @@ use onsale_eventlog::{EventLog, StoreError};
 
 use crate::owner::CommandError;
 
+/// How long an id found to name no show is answered 404 without reading again.
+pub const MISS_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A show as scheduled.
 #[derive(Debug)]
 pub struct Scheduled {
@@ -29,6 +32,13 @@ pub struct Live {
 pub struct Catalog {
     log: Arc<dyn EventLog>,
     shows: moka::future::Cache<ShowId, Arc<Scheduled>>,
+    /// Ids found to name no show, for a few seconds: a flood of made-up ids costs one read
+    /// each per [`MISS_TTL`], not one per request. A show id is drawn by the server when the
+    /// show is scheduled, so a miss can only be cached for it before that by guessing a fresh
+    /// UUIDv7; this process forgets the miss when it schedules the show all the same.
+    misses: moka::future::Cache<ShowId, ()>,
+    /// Reads of the log this catalog made (misses of `shows` and `misses`).
+    lookups: Arc<std::sync::atomic::AtomicU64>,
     /// The catalog projection (`catalog_events`): how many seats are available, for the event
     /// page's status (`SOLD_OUT`).
     projection: Option<sqlx::PgPool>,
@@ -42,6 +52,11 @@ impl Catalog {
             // A show's schedule is a few kilobytes: 100,000 of them fit in a few hundred MB at
             // worst; the least used go first.
             shows: moka::future::Cache::builder().max_capacity(100_000).build(),
+            misses: moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(MISS_TTL)
+                .build(),
+            lookups: Arc::default(),
             projection: None,
         }
     }
@@ -114,16 +129,37 @@ impl Catalog {
         })
     }
 
-    /// The show as scheduled; `ShowNotFound` if no such show exists (not cached: it may be
-    /// scheduled a moment later).
+    /// How many times this catalog read the log for a show (cached answers read nothing).
+    pub fn lookups(&self) -> u64 {
+        self.lookups.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// This process scheduled `show`: a miss cached for its id goes.
+    pub async fn scheduled(&self, show: ShowId) {
+        self.misses.invalidate(&show).await;
+    }
+
+    /// Whether `show` exists: `ShowNotFound` (404) before anything reaches an owner, which
+    /// would otherwise claim and load a show that is not there.
+    pub async fn exists(&self, show: ShowId) -> Result<(), CommandError> {
+        self.get(show).await.map(|_| ())
+    }
+
+    /// The show as scheduled; `ShowNotFound` if no such show exists (the miss kept for
+    /// [`MISS_TTL`], bounded).
     pub async fn get(&self, show: ShowId) -> Result<Arc<Scheduled>, CommandError> {
         if let Some(s) = self.shows.get(&show).await {
             return Ok(s);
         }
+        if self.misses.contains_key(&show) {
+            return Err(CommandError::Domain(ShowError::ShowNotFound));
+        }
         let log = self.log.clone();
+        let lookups = self.lookups.clone();
         let found = self
             .shows
             .try_get_with(show, async move {
+                lookups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 match log.scheduled(show).await {
                     Ok(Some((info, layout))) => Ok(Arc::new(Scheduled { info, layout })),
                     Ok(None) => Err(None),
@@ -131,6 +167,9 @@ impl Catalog {
                 }
             })
             .await;
+        if matches!(&found, Err(e) if e.is_none()) {
+            self.misses.insert(show, ()).await;
+        }
         found.map_err(|e: Arc<Option<StoreError>>| match e.as_ref() {
             None => CommandError::Domain(ShowError::ShowNotFound),
             Some(StoreError::Corrupt(m)) => CommandError::Internal(m.clone()),

@@ -11,6 +11,7 @@
 pub mod api;
 pub mod catalog;
 pub mod cluster;
+mod known;
 pub mod owner;
 pub mod tokens;
 

@@ -13,7 +13,7 @@
 //! committed.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,7 @@ use onsale_eventlog::{Claim, EventLog, Node, StoreError};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{ClusterConfig, Forwarded, Found, Returned, ShowQuery};
+use crate::known::KnownIds;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -147,6 +148,7 @@ struct Job {
 #[derive(Debug)]
 struct Handle {
     tx: mpsc::Sender<Job>,
+    known: Arc<KnownIds>,
     started: Instant,
     id: u64,
 }
@@ -177,6 +179,14 @@ struct Inner {
     client: reqwest::Client,
     /// The owner tasks: the node leaves (frees its shows) once they are done.
     owner_tasks: TaskTracker,
+    /// Until when this node's registration is known to be alive (nanoseconds after `base`):
+    /// the start of its last successful heartbeat or claim plus the TTL, less a margin. Past
+    /// it the node cannot prove it still owns its shows (it was paused, or cut off from the
+    /// database: another node may own them by now), and its owners answer nothing from their
+    /// state, not even a refusal or a read, until a heartbeat proves the lease again.
+    lease_until: AtomicU64,
+    base: Instant,
+    owners_started: AtomicU64,
 }
 
 impl Shows {
@@ -206,6 +216,9 @@ impl Shows {
                 config,
                 owners: Mutex::new(HashMap::new()),
                 owner_tasks: TaskTracker::new(),
+                lease_until: AtomicU64::new(0),
+                base: Instant::now(),
+                owners_started: AtomicU64::new(0),
             }),
         };
         tasks.spawn(shows.clone().keep_alive());
@@ -255,7 +268,12 @@ impl Shows {
             }
             let started = Instant::now();
             match self.log().heartbeat(&node, ttl).await {
-                Ok(owned) => self.retire_lost(&owned.into_iter().collect(), started),
+                Ok(owned) => {
+                    // Retired first: an owner of a show claimed elsewhere meanwhile must not
+                    // answer on the renewed lease.
+                    self.retire_lost(&owned.into_iter().collect(), started);
+                    self.renewed(started);
+                }
                 Err(e) => {
                     warn!(error = %e, "node heartbeat failed");
                     continue;
@@ -299,6 +317,22 @@ impl Shows {
 
     pub fn log(&self) -> &Arc<dyn EventLog> {
         &self.inner.log
+    }
+
+    /// The registration was renewed by a statement sent at `started`: the database's
+    /// `alive_until` is at least `started` + TTL. A tenth of the TTL is kept as a margin for
+    /// the two clocks' rates.
+    fn renewed(&self, started: Instant) {
+        let ttl = self.inner.config.cluster.node_ttl;
+        let until = started.saturating_duration_since(self.inner.base) + ttl - ttl / 10;
+        let nanos = u64::try_from(until.as_nanos()).unwrap_or(u64::MAX);
+        self.inner.lease_until.fetch_max(nanos, Ordering::AcqRel);
+    }
+
+    /// Whether this node can prove, now, that no other node may have claimed its shows.
+    pub fn lease_held(&self) -> bool {
+        let now = u64::try_from(self.inner.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        now < self.inner.lease_until.load(Ordering::Acquire)
     }
 
     pub fn clock(&self) -> &Arc<dyn Clock> {
@@ -455,7 +489,11 @@ impl Shows {
             forwarded,
         };
         for _ in 0..2 {
-            let sender = self.owner(show);
+            let (sender, known) = self.owner(show);
+            if let Some(answer) = self.unknown_id(&job.work, &known) {
+                metrics::counter!(onsale_telemetry::metrics::UNKNOWN_IDS_TOTAL).increment(1);
+                return answer;
+            }
             match sender.try_send(job) {
                 Ok(()) => {
                     let bound = self.inner.config.commit_timeout;
@@ -491,30 +529,74 @@ impl Shows {
         ))
     }
 
+    /// The answer to work naming a hold or order the show's owner here certainly does not
+    /// have, without the owner's queue, a batch slot or a write; `None`: the owner decides.
+    /// Only on a proven lease (else another node may have made the id since).
+    fn unknown_id(
+        &self,
+        work: &Work,
+        known: &KnownIds,
+    ) -> Option<Result<Reply, CommandError>> {
+        let answer = match work {
+            Work::Command(ShowCommand::ReleaseHold { hold_id, .. }) if known.hold(hold_id)? => {
+                return None
+            }
+            Work::Command(ShowCommand::ReleaseHold { .. }) => Err(ShowError::HoldNotFound),
+            Work::Command(ShowCommand::CancelOrder { order_id, .. })
+            | Work::Ask(ShowQuery::Cancellable {
+                order: order_id, ..
+            }) => {
+                if known.order(order_id)? {
+                    return None;
+                }
+                Err(ShowError::OrderNotFound)
+            }
+            Work::Ask(ShowQuery::OrderState(order)) => {
+                if known.order(order)? {
+                    return None;
+                }
+                Ok(Reply::Found(Found::OrderState(None)))
+            }
+            _ => return None,
+        };
+        if !self.lease_held() {
+            return None;
+        }
+        Some(answer.map_err(CommandError::Domain))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ShowId, Handle>> {
         self.inner.owners.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn owner(&self, show: ShowId) -> mpsc::Sender<Job> {
+    fn owner(&self, show: ShowId) -> (mpsc::Sender<Job>, Arc<KnownIds>) {
         let mut owners = self.lock();
         if let Some(h) = owners.get(&show).filter(|h| !h.tx.is_closed()) {
-            return h.tx.clone();
+            return (h.tx.clone(), h.known.clone());
         }
         let (tx, rx) = mpsc::channel(self.inner.config.max_queue);
         let id = OWNER_IDS.fetch_add(1, Ordering::Relaxed);
+        let known = Arc::new(KnownIds::default());
         owners.insert(
             show,
             Handle {
                 tx: tx.clone(),
+                known: known.clone(),
                 started: Instant::now(),
                 id,
             },
         );
-        let owner = Owner::new(show, id, self.clone()).run(rx);
+        self.inner.owners_started.fetch_add(1, Ordering::Relaxed);
+        let owner = Owner::new(show, id, self.clone(), known.clone()).run(rx);
         self.inner
             .tasks
             .spawn(self.inner.owner_tasks.track_future(owner));
-        tx
+        (tx, known)
+    }
+
+    /// How many owner tasks this process started (each claims and loads its show).
+    pub fn owners_started(&self) -> u64 {
+        self.inner.owners_started.load(Ordering::Relaxed)
     }
 
     /// Removes this show's entry if it is still owner `id`'s.
@@ -600,10 +682,12 @@ struct Owner {
     broken: bool,
     redo: Vec<Job>,
     snapshot_due: bool,
+    /// The ids of the show, for lookups that skip the queue.
+    known: Arc<KnownIds>,
 }
 
 impl Owner {
-    fn new(show_id: ShowId, id: u64, shows: Shows) -> Self {
+    fn new(show_id: ShowId, id: u64, shows: Shows, known: Arc<KnownIds>) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let services = ShowServices {
             clock: shows.inner.clock.clone(),
@@ -624,6 +708,7 @@ impl Owner {
             broken: false,
             redo: Vec::new(),
             snapshot_due: false,
+            known,
         }
     }
 
@@ -740,8 +825,11 @@ impl Owner {
         }
         if self.epoch.is_none() {
             let (node, ttl) = (self.shows.node(), self.shows.cluster().node_ttl);
+            let started = Instant::now();
             match self.shows.log().claim(self.show_id, &node, ttl).await {
                 Ok(Claim::Owned { epoch }) => {
+                    // The claim renewed this node's registration too.
+                    self.shows.renewed(started);
                     metrics::counter!(onsale_telemetry::metrics::SHOWS_CLAIMED_TOTAL).increment(1);
                     self.epoch = Some(epoch);
                 }
@@ -762,6 +850,7 @@ impl Owner {
             .map_err(store_error)?;
         metrics::histogram!(onsale_telemetry::metrics::SHOW_LOAD_SECONDS)
             .record(started.elapsed().as_secs_f64());
+        self.known.rebuild(&loaded.show);
         self.state = Some(Loaded {
             show: loaded.show,
             committed: loaded.version,
@@ -783,6 +872,14 @@ impl Owner {
             Ok(true) => {}
             Ok(false) => return self.adrift.push(job),
             Err(e) => return reply(job, Err(e)),
+        }
+        if !self.shows.lease_held() {
+            // Paused or cut off past the lease: another node may own the show and have
+            // changed it, so nothing is answered from this state (appends would be fenced;
+            // refusals and reads would not). The caller retries; a heartbeat either proves
+            // the lease again or retires this owner.
+            metrics::counter!(onsale_telemetry::metrics::LEASE_UNPROVEN_TOTAL).increment(1);
+            return reply(job, Err(CommandError::Unavailable));
         }
         let Some(state) = self.state.as_mut() else {
             return reply(job, Err(CommandError::Unavailable));
@@ -817,7 +914,9 @@ impl Owner {
                     Work::Command(command) => Ok(Reply::Answer(answer(&state.show, command))),
                     _ => Ok(Reply::Answer(Answer::Done)),
                 };
-                self.open.events.extend(sink.collect().await);
+                let events = sink.collect().await;
+                self.known.note(&events);
+                self.open.events.extend(events);
                 self.open.decided.push(Decided { job, answer });
             }
             Err(e) => {
@@ -933,6 +1032,7 @@ impl Owner {
     async fn recover(&mut self) {
         self.broken = false;
         self.state = None;
+        self.known.unknown();
         let mut jobs = std::mem::take(&mut self.redo);
         jobs.extend(
             std::mem::take(&mut self.open)
@@ -962,6 +1062,8 @@ impl Owner {
         };
         // The data without the derived index: a few times cheaper on the owner's task.
         let show = state.show.snapshot_copy();
+        // What the show forgot (finished holds past their keep) leaves the lookup set too.
+        self.known.rebuild(&state.show);
         let version = state.committed;
         state.snapshot_version = version;
         state.snapshot_at = Some(Instant::now());

@@ -23,6 +23,10 @@ struct Process {
 }
 
 fn config() -> OwnerConfig {
+    config_with_ttl(Duration::from_secs(5))
+}
+
+fn config_with_ttl(node_ttl: Duration) -> OwnerConfig {
     OwnerConfig {
         max_batch: 512,
         snapshot_every: 10_000,
@@ -32,7 +36,7 @@ fn config() -> OwnerConfig {
         max_queue: 1_000,
         commit_timeout: Duration::from_secs(5),
         cluster: ClusterConfig {
-            node_ttl: Duration::from_secs(5),
+            node_ttl,
             node_secret: "test-node-secret".into(),
             advertise_addr: None,
         },
@@ -41,11 +45,15 @@ fn config() -> OwnerConfig {
 
 /// One process's owners on `log`.
 fn process(log: &MemoryEventLog) -> Process {
+    process_with(log, config())
+}
+
+fn process_with(log: &MemoryEventLog, config: OwnerConfig) -> Process {
     let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
     let shows = Shows::new(
         Arc::new(log.clone()),
         Arc::new(SystemClock),
-        config(),
+        config,
         stop.clone(),
         tasks.clone(),
     );
@@ -163,6 +171,101 @@ async fn commands_taken_while_an_append_is_in_flight_commit_together() {
     );
     let replayed = log.replay(show).await.expect("replay").show;
     assert_eq!(replayed.holds().count(), 21);
+}
+
+/// Sends `command` until its answer is what `wanted` accepts (at most 10 s).
+async fn until_answer(
+    shows: &Shows,
+    show: ShowId,
+    command: impl Fn() -> ShowCommand,
+    wanted: impl Fn(&Result<Answer, CommandError>) -> bool,
+) -> Result<Answer, CommandError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = shows.execute(show, command()).await;
+        if wanted(&answer) || tokio::time::Instant::now() > deadline {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn made_up_ids_of_a_show_are_answered_without_its_queue_and_real_holds_go_on() {
+    let log = MemoryEventLog::default();
+    let a = process(&log);
+    let show = on_sale(&a.shows).await;
+    let real = held(a.shows.execute(show, hold(show, "ann", 1, None)).await);
+    // More made-up releases than the owner's queue holds (1,000), all sent before the owner
+    // runs (this runtime has one thread): each is answered 404 without a queue slot.
+    let bogus: Vec<_> = (0..1_500)
+        .map(|_| {
+            let shows = a.shows.clone();
+            tokio::spawn(async move {
+                let account = AccountId::parse("bot").expect("account");
+                let release = ShowCommand::ReleaseHold {
+                    hold_id: HoldId::new(show),
+                    account,
+                };
+                shows.execute(show, release).await
+            })
+        })
+        .collect();
+    let fans = holds_in_background(&a.shows, show, 2..=40);
+    for b in bogus {
+        match b.await.expect("joins") {
+            Err(CommandError::Domain(ShowError::HoldNotFound)) => {}
+            other => panic!("a made-up hold is not found, got {other:?}"),
+        }
+    }
+    for f in fans {
+        held(f.await.expect("joins"));
+    }
+    // A real hold, just made, is known at once: its release reaches the owner.
+    let fresh = held(a.shows.execute(show, hold(show, "bea", 50, None)).await);
+    for (id, fan) in [(real, "ann"), (fresh, "bea")] {
+        let release = ShowCommand::ReleaseHold {
+            hold_id: id,
+            account: AccountId::parse(fan).expect("account"),
+        };
+        assert!(matches!(a.shows.execute(show, release).await, Ok(Answer::Done)));
+    }
+    // Orders the show never had: the cancellation's check is answered without the queue too.
+    let unknown = onsale_domain::OrderId::new(show);
+    let ask = onsale_command::ShowQuery::Cancellable {
+        order: unknown,
+        account: AccountId::parse("bot").expect("account"),
+        admin: false,
+    };
+    assert!(matches!(
+        a.shows.ask(show, ask).await,
+        Err(CommandError::Domain(ShowError::OrderNotFound))
+    ));
+}
+
+#[tokio::test]
+async fn an_owner_that_cannot_prove_its_lease_answers_nothing_not_even_a_refusal() {
+    let log = MemoryEventLog::default();
+    let a = process_with(&log, config_with_ttl(Duration::from_millis(500)));
+    let show = on_sale(&a.shows).await;
+    held(a.shows.execute(show, hold(show, "ann", 1, None)).await);
+    let taken = |a: &Result<Answer, CommandError>| {
+        matches!(a, Err(CommandError::Domain(ShowError::SeatUnavailable { .. })))
+    };
+    assert!(taken(&a.shows.execute(show, hold(show, "bob", 1, None)).await));
+    // Cut off from the database: once the lease's TTL has run out another node may have the
+    // show, so the refusal from this (possibly stale) state is not given.
+    log.fail_heartbeats(true);
+    let answer = until_answer(&a.shows, show, || hold(show, "bob", 1, None), |a| {
+        matches!(a, Err(CommandError::Unavailable))
+    })
+    .await;
+    assert!(matches!(answer, Err(CommandError::Unavailable)), "{answer:?}");
+    assert!(!a.shows.lease_held());
+    // A heartbeat proves the lease again: the owner answers from its state again.
+    log.fail_heartbeats(false);
+    let answer = until_answer(&a.shows, show, || hold(show, "bob", 1, None), taken).await;
+    assert!(taken(&answer), "{answer:?}");
 }
 
 #[tokio::test]

@@ -143,15 +143,23 @@ impl RateLimits {
         }
     }
 
-    /// Whether a request is one of the rate-limited writes.
+    /// Whether a request is one of the rate-limited writes: every route a fan can send to a
+    /// show's owner (holds, their release, orders, cancellations), the line's joins and the
+    /// gate's scans.
     fn limited(method: &Method, path: &str) -> bool {
+        if method == Method::DELETE {
+            return path.starts_with("/v1/holds/");
+        }
         if method != Method::POST {
             return false;
         }
-        match path.strip_prefix("/v1/events/") {
-            Some(rest) => rest.ends_with("/holds") || rest.ends_with("/waiting-room"),
-            None => path == "/v1/orders" || path == "/v1/scans",
+        if let Some(rest) = path.strip_prefix("/v1/events/") {
+            return rest.ends_with("/holds") || rest.ends_with("/waiting-room");
         }
+        if let Some(rest) = path.strip_prefix("/v1/orders/") {
+            return rest.ends_with("/cancel");
+        }
+        path == "/v1/orders" || path == "/v1/scans"
     }
 
     fn client(&self, req: &Request) -> Option<IpAddr> {
@@ -251,15 +259,16 @@ mod tests {
             (Method::POST, "/v1/events/e/waiting-room"),
             (Method::POST, "/v1/orders"),
             (Method::POST, "/v1/scans"),
+            (Method::POST, "/v1/orders/o/cancel"),
+            (Method::DELETE, "/v1/holds/h"),
         ] {
             assert!(RateLimits::limited(&m, p), "{m} {p}");
         }
         for (m, p) in [
             (Method::GET, "/v1/events/e/waiting-room"),
             (Method::GET, "/v1/orders/o"),
-            (Method::POST, "/v1/orders/o/cancel"),
+            (Method::GET, "/v1/holds/h"),
             (Method::POST, "/v1/webhooks/processor"),
-            (Method::DELETE, "/v1/holds/h"),
         ] {
             assert!(!RateLimits::limited(&m, p), "{m} {p}");
         }

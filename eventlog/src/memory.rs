@@ -33,6 +33,11 @@ struct State {
     owners: BTreeMap<ShowId, (uuid::Uuid, i64)>,
     nodes: BTreeMap<uuid::Uuid, Node>,
     dead: std::collections::BTreeSet<uuid::Uuid>,
+    /// The last epoch handed out, for any show: epochs never go back, even for a show whose
+    /// claim was released (PostgreSQL: the `show_owner_epochs` sequence).
+    last_epoch: i64,
+    /// Heartbeats fail (the database is unreachable from this process).
+    heartbeats_fail: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -82,6 +87,12 @@ impl MemoryEventLog {
     /// The node is presumed dead (its heartbeats stopped): its shows may be claimed by others.
     pub fn presume_dead(&self, node: uuid::Uuid) {
         self.lock().dead.insert(node);
+    }
+
+    /// Heartbeats fail from now on (`false`: they work again): a node cut off from the
+    /// database, which cannot renew its lease.
+    pub fn fail_heartbeats(&self, fail: bool) {
+        self.lock().heartbeats_fail = fail;
     }
 
     /// How many appends committed.
@@ -302,7 +313,8 @@ impl EventLog for MemoryEventLog {
                 Ok(Claim::Elsewhere(other))
             }
             _ => {
-                let epoch = current.map_or(1, |(_, e)| e + 1);
+                state.last_epoch += 1;
+                let epoch = state.last_epoch;
                 state.owners.insert(show, (node.id, epoch));
                 Ok(Claim::Owned { epoch })
             }
@@ -319,6 +331,9 @@ impl EventLog for MemoryEventLog {
 
     async fn heartbeat(&self, node: &Node, _ttl: std::time::Duration) -> Result<Vec<ShowId>> {
         let mut state = self.lock();
+        if state.heartbeats_fail {
+            return Err(StoreError::Unavailable("heartbeat refused (injected)".into()));
+        }
         state.nodes.insert(node.id, node.clone());
         state.dead.remove(&node.id);
         Ok(state
@@ -426,5 +441,38 @@ mod tests {
             .await
             .expect("the new owner appends");
         assert!(log.heartbeat(&a, ttl).await.expect("a wakes").is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_epoch_never_goes_back_when_a_claim_is_released_or_its_node_leaves() {
+        let log = MemoryEventLog::default();
+        let ttl = std::time::Duration::from_secs(5);
+        let show = ShowId::random();
+        let a = Node {
+            id: uuid::Uuid::new_v4(),
+            addr: "a".into(),
+        };
+        let Claim::Owned { epoch: first } = log.claim(show, &a, ttl).await.expect("a") else {
+            panic!("a free show is claimed");
+        };
+        log.release(show, first).await.expect("release");
+        let Claim::Owned { epoch: second } = log.claim(show, &a, ttl).await.expect("again") else {
+            panic!("a released show is claimed");
+        };
+        assert!(second > first, "{second} after {first}");
+        log.leave(&a).await.expect("leave");
+        let Claim::Owned { epoch: third } = log.claim(show, &a, ttl).await.expect("back") else {
+            panic!("a show of a node that left is claimed");
+        };
+        assert!(third > second, "{third} after {second}");
+        let e = [ShowEvent::HoldReleased {
+            hold_id: HoldId::new(show),
+        }];
+        for stale in [first, second] {
+            assert!(matches!(
+                log.append(show, stale, 0, Utc::now(), &e).await,
+                Err(StoreError::Fenced)
+            ));
+        }
     }
 }

@@ -542,9 +542,10 @@ impl EventLog for PgEventLog {
                    INSERT INTO nodes (node_id, addr, alive_until)
                    VALUES ($2, $3, now() + make_interval(secs => $4::double precision))
                    ON CONFLICT (node_id) DO UPDATE SET addr = EXCLUDED.addr, alive_until = EXCLUDED.alive_until)
-                 INSERT INTO show_owners (show_id, node_id, epoch) VALUES ($1, $2, 1)
+                 INSERT INTO show_owners (show_id, node_id, epoch)
+                 VALUES ($1, $2, nextval('show_owner_epochs'))
                  ON CONFLICT (show_id) DO UPDATE
-                   SET node_id = EXCLUDED.node_id, epoch = show_owners.epoch + 1, claimed_at = now()
+                   SET node_id = EXCLUDED.node_id, epoch = EXCLUDED.epoch, claimed_at = now()
                  WHERE show_owners.node_id = EXCLUDED.node_id
                     OR NOT EXISTS (SELECT 1 FROM nodes n
                                     WHERE n.node_id = show_owners.node_id AND n.alive_until > now())

@@ -30,6 +30,8 @@ use crate::tickets::{self, Revocation};
 #[derive(Clone)]
 pub struct PaymentsState {
     pub shows: Shows,
+    /// Whether a show exists, before a request for it reaches an owner.
+    pub catalog: onsale_command::Catalog,
     pub pool: PgPool,
     pub verifier: Verifier,
     /// Checks webhook signatures.
@@ -286,6 +288,8 @@ async fn cancel_order(
 ) -> Result<Response, ApiError> {
     caller.require(&[Role::Fan, Role::Admin])?;
     let order: OrderId = id.parse()?;
+    // A made-up show answers 404 here (cached), before an owner would claim and load it.
+    state.catalog.exists(order.show()).await?;
     let admin = caller.role == Role::Admin;
     let account = caller.account.clone();
     // Check first, with the domain's rule, so a refusal changes nothing (no ticket revoked for

@@ -263,6 +263,7 @@ impl Server {
             .merge(onsale_query::rest::router(query.clone()))
             .merge(onsale_payments::router(PaymentsState {
                 shows: self.shows.clone(),
+                catalog: self.catalog.clone(),
                 pool: self.pool.clone(),
                 verifier: verifier.clone(),
                 processor: s.payments.processor(Duration::from_secs(10))?,

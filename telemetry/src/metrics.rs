@@ -42,6 +42,12 @@ pub const APPENDS_FENCED_TOTAL: &str = "onsale_appends_fenced_total";
 pub const SINGLETON_ACTIVE: &str = "onsale_singleton_active";
 /// Shows this node claimed (first touch, a dead node's show, or after a fence).
 pub const SHOWS_CLAIMED_TOTAL: &str = "onsale_shows_claimed_total";
+/// Commands an owner did not answer because its node could not prove its lease (paused or cut
+/// off from the database past the node TTL).
+pub const LEASE_UNPROVEN_TOTAL: &str = "onsale_lease_unproven_total";
+/// Requests naming a hold or order their show does not have, answered without its owner's
+/// queue.
+pub const UNKNOWN_IDS_TOTAL: &str = "onsale_unknown_ids_total";
 /// Commands per group commit.
 pub const COMMIT_BATCH_COMMANDS: &str = "onsale_commit_batch_commands";
 /// Time of one group commit (the append of a batch).
@@ -215,6 +221,14 @@ pub fn describe() {
     describe_counter!(
         SHOWS_CLAIMED_TOTAL,
         "Shows this node claimed (first touch, a dead node's show, or after a fence)."
+    );
+    describe_counter!(
+        LEASE_UNPROVEN_TOTAL,
+        "Commands an owner did not answer because its node could not prove its lease."
+    );
+    describe_counter!(
+        UNKNOWN_IDS_TOTAL,
+        "Requests naming a hold or order their show does not have, answered without its owner's queue."
     );
     describe_histogram!(COMMIT_BATCH_COMMANDS, "Commands per group commit.");
     describe_histogram!(

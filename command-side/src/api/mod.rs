@@ -569,6 +569,7 @@ async fn create_event(
         .shows
         .execute(show_id, ShowCommand::Schedule { info, layout })
         .await?;
+    state.catalog.scheduled(show_id).await;
     Ok((
         StatusCode::CREATED,
         Json(EventCreated {
@@ -873,6 +874,8 @@ async fn release_hold(
 ) -> Result<Response, ApiError> {
     caller.require(&[Role::Fan, Role::Admin])?;
     let hold_id: HoldId = id.parse()?;
+    // A made-up show answers 404 here (cached), before an owner would claim and load it.
+    state.catalog.exists(hold_id.show()).await?;
     state
         .shows
         .execute(
