@@ -15,6 +15,7 @@
 pub mod cors;
 pub mod http;
 mod settings;
+pub mod supervise;
 pub mod web;
 
 use std::collections::HashMap;
@@ -70,6 +71,19 @@ pub enum Part {
 }
 
 impl Part {
+    /// The part's name in logs, metrics and `/readyz`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Api => "api",
+            Part::Worker => "payment worker",
+            Part::Jobs => "jobs",
+            Part::Admitter => "admitter",
+            Part::Relay => "relay",
+            Part::Projections => "projections",
+            Part::PaymentConsumers => "payment intake and ticket issuer",
+        }
+    }
+
     /// `onsale serve`.
     pub const SERVE: [Part; 4] = [Part::Api, Part::Worker, Part::Jobs, Part::Admitter];
     /// `onsale project`.
@@ -92,23 +106,107 @@ pub struct Server {
     pub room: Option<WaitingRoom>,
     /// The hold path's health, which the admitter reads.
     health: Arc<BookingHealth>,
+    /// The parts whose tasks stopped and are being restarted (`/readyz`, `/healthz`).
+    parts_health: supervise::PartsHealth,
     http: Option<SocketAddr>,
     grpc: Option<SocketAddr>,
     shutdown: CancellationToken,
     /// The listeners and the owners (and their appends): waited for at shutdown.
     tracker: TaskTracker,
-    parts: Mutex<HashMap<Part, Vec<JoinHandle<()>>>>,
+    parts: Mutex<HashMap<Part, Vec<supervise::Supervised>>>,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
         // Nothing outlives its server: loops stop, owners drain, listeners close.
         self.shutdown.cancel();
-        for (_, handles) in self.lock().drain() {
-            for h in handles {
-                h.abort();
+        for (_, parts) in self.lock().drain() {
+            for p in parts {
+                p.abort();
             }
         }
+    }
+}
+
+/// What a part's tasks are built from: everything it needs, cloneable, so that its
+/// supervisor can build them again.
+#[derive(Clone)]
+struct PartCtx {
+    settings: Arc<Settings>,
+    pool: PgPool,
+    shows: Shows,
+    room: Option<WaitingRoom>,
+    health: Arc<BookingHealth>,
+    stop: CancellationToken,
+}
+
+impl PartCtx {
+    async fn spawn(&self, part: Part) -> anyhow::Result<Vec<JoinHandle<()>>> {
+        let s = &self.settings;
+        let stop = &self.stop;
+        Ok(match part {
+            Part::Api => Vec::new(),
+            Part::Worker => vec![onsale_payments::spawn_worker(
+                self.pool.clone(),
+                self.shows.clone(),
+                s.payments.clone(),
+                s.payments.worker_processor()?,
+                stop,
+            )],
+            Part::Jobs => {
+                // Reconciliation and the invariant monitor: one active process among all.
+                let (pool, shows, config) =
+                    (self.pool.clone(), self.shows.clone(), s.payments.clone());
+                let processor = s.payments.processor(Duration::from_secs(10))?;
+                vec![tokio::spawn(leader::lead(
+                    self.pool.clone(),
+                    leader::keys::JOBS,
+                    "jobs",
+                    stop.clone(),
+                    move |term| {
+                        onsale_payments::run_jobs(
+                            pool.clone(),
+                            shows.clone(),
+                            config.clone(),
+                            processor.clone(),
+                            term,
+                        )
+                    },
+                ))]
+            }
+            Part::Admitter => match &self.room {
+                Some(room) => room.spawn_admitter(self.health.clone()),
+                None => Vec::new(),
+            },
+            Part::Relay => {
+                let relay = Arc::new(
+                    Relay::start(self.pool.clone(), s.kafka.clone(), s.relay.clone()).await?,
+                );
+                // Exactly one relay publishes; the others are hot standbys.
+                vec![tokio::spawn(leader::lead(
+                    self.pool.clone(),
+                    leader::keys::RELAY,
+                    "relay",
+                    stop.clone(),
+                    move |term| {
+                        let relay = relay.clone();
+                        async move { relay.run(term.cancelled_owned()).await }
+                    },
+                ))]
+            }
+            Part::Projections => onsale_projections::spawn_all(
+                self.pool.clone(),
+                s.kafka.clone(),
+                s.runner.clone(),
+                stop,
+            ),
+            Part::PaymentConsumers => onsale_payments::spawn_consumers(
+                self.pool.clone(),
+                s.kafka.clone(),
+                s.runner.clone(),
+                stop,
+            ),
+        })
     }
 }
 
@@ -186,6 +284,7 @@ impl Server {
             query: None,
             room: None,
             health: Arc::new(BookingHealth::default()),
+            parts_health: supervise::PartsHealth::default(),
             http: None,
             grpc: None,
             shutdown,
@@ -217,7 +316,7 @@ impl Server {
         &self.settings
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Part, Vec<JoinHandle<()>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Part, Vec<supervise::Supervised>>> {
         self.parts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -245,12 +344,17 @@ impl Server {
         .await?;
         let doc = openapi(room.is_some(), s.auth.dev_mode)?;
         let health = query.health.clone();
+        let (parts, parts_live) = (self.parts_health.clone(), self.parts_health.clone());
         let state = AppState {
             shows: self.shows.clone(),
             catalog: self.catalog.clone(),
             verifier: verifier.clone(),
             metrics: onsale_telemetry::metrics(),
-            ready: Some(Arc::new(move || health.ready())),
+            ready: Some(Arc::new(move || {
+                parts.ready()?;
+                health.ready()
+            })),
+            live: Some(Arc::new(move || parts_live.live())),
             gate: room
                 .clone()
                 .map(|r| Arc::new(r) as Arc<dyn onsale_edge::admission::SessionGate>),
@@ -329,11 +433,23 @@ impl Server {
         });
     }
 
-    /// `/metrics` and `/healthz` of a process without the API.
+    /// `/metrics`, `/healthz` and `/readyz` of a process without the API.
     async fn serve_metrics(&self, listen: &str) -> anyhow::Result<()> {
         let handle = onsale_telemetry::metrics();
+        let (ready, live) = (self.parts_health.clone(), self.parts_health.clone());
+        let probe = |r: Result<(), String>| match r {
+            Ok(()) => (axum::http::StatusCode::OK, "ok".to_owned()),
+            Err(why) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, why),
+        };
         let router = axum::Router::new()
-            .route("/healthz", axum::routing::get(|| async { "ok" }))
+            .route(
+                "/healthz",
+                axum::routing::get(move || std::future::ready(probe(live.live()))),
+            )
+            .route(
+                "/readyz",
+                axum::routing::get(move || std::future::ready(probe(ready.ready()))),
+            )
             .route(
                 "/metrics",
                 axum::routing::get(move || {
@@ -359,81 +475,45 @@ impl Server {
         ));
     }
 
-    /// Starts (another instance of) a part's background tasks.
+    /// Starts (another instance of) a part's background tasks, under a supervisor that
+    /// starts them again if they stop before shutdown (`supervise`).
     pub async fn start(&self, part: Part) -> anyhow::Result<()> {
-        let s = &self.settings;
-        let stop = &self.shutdown;
-        let handles = match part {
-            Part::Api => Vec::new(),
-            Part::Worker => vec![onsale_payments::spawn_worker(
-                self.pool.clone(),
-                self.shows.clone(),
-                s.payments.clone(),
-                s.payments.worker_processor()?,
-                stop,
-            )],
-            Part::Jobs => {
-                // Reconciliation and the invariant monitor: one active process among all.
-                let (pool, shows, config) =
-                    (self.pool.clone(), self.shows.clone(), s.payments.clone());
-                let processor = s.payments.processor(Duration::from_secs(10))?;
-                vec![tokio::spawn(leader::lead(
-                    self.pool.clone(),
-                    leader::keys::JOBS,
-                    "jobs",
-                    stop.clone(),
-                    move |term| {
-                        onsale_payments::run_jobs(
-                            pool.clone(),
-                            shows.clone(),
-                            config.clone(),
-                            processor.clone(),
-                            term,
-                        )
-                    },
-                ))]
-            }
-            Part::Admitter => match &self.room {
-                Some(room) => room.spawn_admitter(self.health.clone()),
-                None => Vec::new(),
-            },
-            Part::Relay => {
-                let relay = Arc::new(
-                    Relay::start(self.pool.clone(), s.kafka.clone(), s.relay.clone()).await?,
-                );
-                // Exactly one relay publishes; the others are hot standbys.
-                vec![tokio::spawn(leader::lead(
-                    self.pool.clone(),
-                    leader::keys::RELAY,
-                    "relay",
-                    stop.clone(),
-                    move |term| {
-                        let relay = relay.clone();
-                        async move { relay.run(term.cancelled_owned()).await }
-                    },
-                ))]
-            }
-            Part::Projections => onsale_projections::spawn_all(
-                self.pool.clone(),
-                s.kafka.clone(),
-                s.runner.clone(),
-                stop,
-            ),
-            Part::PaymentConsumers => onsale_payments::spawn_consumers(
-                self.pool.clone(),
-                s.kafka.clone(),
-                s.runner.clone(),
-                stop,
-            ),
+        let ctx = PartCtx {
+            settings: Arc::new(self.settings.clone()),
+            pool: self.pool.clone(),
+            shows: self.shows.clone(),
+            room: self.room.clone(),
+            health: self.health.clone(),
+            stop: self.shutdown.clone(),
         };
-        self.lock().entry(part).or_default().extend(handles);
+        let first = ctx.spawn(part).await?;
+        let handle = supervise::supervise(
+            part.name(),
+            first,
+            self.parts_health.clone(),
+            self.shutdown.clone(),
+            move || {
+                let ctx = ctx.clone();
+                async move { ctx.spawn(part).await }
+            },
+        );
+        self.lock().entry(part).or_default().push(handle);
         Ok(())
     }
 
-    /// Kills a part's tasks where they stand (no shutdown path runs): a crash, for tests.
+    /// Kills a part's tasks where they stand (no shutdown path runs), and its supervisor: a
+    /// crash of the whole process's part, for tests; [`Server::start`] starts it again.
     pub fn kill(&self, part: Part) {
-        for h in self.lock().remove(&part).unwrap_or_default() {
-            h.abort();
+        for p in self.lock().remove(&part).unwrap_or_default() {
+            p.abort();
+        }
+    }
+
+    /// A part's tasks die where they stand, as a panic would end them; its supervisor starts
+    /// them again (`/readyz` names the part meanwhile). For drills and tests.
+    pub fn crash(&self, part: Part) {
+        for p in self.lock().get(&part).into_iter().flatten() {
+            p.crash();
         }
     }
 
@@ -443,13 +523,14 @@ impl Server {
     pub async fn shutdown(self) -> anyhow::Result<()> {
         let bound = Duration::from_secs(self.settings.shutdown_timeout_secs);
         self.shutdown.cancel();
-        let handles: Vec<JoinHandle<()>> = self.lock().drain().flat_map(|(_, h)| h).collect();
-        let aborts: Vec<_> = handles.iter().map(JoinHandle::abort_handle).collect();
+        let handles: Vec<supervise::Supervised> =
+            self.lock().drain().flat_map(|(_, h)| h).collect();
+        let aborts: Vec<_> = handles.iter().map(supervise::Supervised::abort_handle).collect();
         self.tracker.close();
         let tracker = self.tracker.clone();
         let all = async move {
             for h in handles {
-                let _ = h.await;
+                h.join().await;
             }
             tracker.wait().await;
         };

@@ -48,6 +48,9 @@ pub const LEASE_UNPROVEN_TOTAL: &str = "onsale_lease_unproven_total";
 /// Requests naming a hold or order their show does not have, answered without its owner's
 /// queue.
 pub const UNKNOWN_IDS_TOTAL: &str = "onsale_unknown_ids_total";
+/// A part of a process (worker, relay, projections, ...) stopped before shutdown and was
+/// started again, by part.
+pub const PART_RESTARTS_TOTAL: &str = "onsale_part_restarts_total";
 /// Commands per group commit.
 pub const COMMIT_BATCH_COMMANDS: &str = "onsale_commit_batch_commands";
 /// Time of one group commit (the append of a batch).
@@ -229,6 +232,10 @@ pub fn describe() {
     describe_counter!(
         UNKNOWN_IDS_TOTAL,
         "Requests naming a hold or order their show does not have, answered without its owner's queue."
+    );
+    describe_counter!(
+        PART_RESTARTS_TOTAL,
+        "A part of a process stopped before shutdown (a panic, a loop that returned) and was started again, by part."
     );
     describe_histogram!(COMMIT_BATCH_COMMANDS, "Commands per group commit.");
     describe_histogram!(

@@ -39,6 +39,9 @@ pub struct AppState {
     pub verifier: Verifier,
     pub metrics: Option<PrometheusHandle>,
     pub ready: Option<ReadyCheck>,
+    /// Whether the process should go on at all (`/healthz`): `Err` names a part that keeps
+    /// dying.
+    pub live: Option<ReadyCheck>,
     /// The waiting room's session check; `None`: this deployment has no waiting room.
     pub gate: Option<std::sync::Arc<dyn onsale_edge::admission::SessionGate>>,
     /// The hold path's recent latencies and failures (the admission controller's input).
@@ -108,7 +111,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events/{id}/holds", post(create_hold))
         .route("/v1/holds/{id}", axum::routing::delete(release_hold))
         .route("/v1/orders", post(place_order))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_page))
         .route(
@@ -1005,6 +1008,15 @@ async fn admitted(
                 "the waiting room's sessions cannot be checked now; retry shortly",
             ),
         })
+}
+
+async fn healthz(State(state): State<AppState>) -> Response {
+    match state.live.as_ref().map_or(Ok(()), |check| check()) {
+        Ok(()) => (StatusCode::OK, "ok").into_response(),
+        Err(why) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "UNHEALTHY", why).into_response()
+        }
+    }
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {

@@ -1,0 +1,283 @@
+//! Every background loop of a process runs under a supervisor: a loop that ends before
+//! shutdown (it panicked, or returned) is logged, counted
+//! (`onsale_part_restarts_total{part}`) and started again after a backoff (1 s doubling to
+//! 30 s; back to 1 s once it has run a minute). From its death until it has run
+//! [`STABLE`] again the part is "down": `/readyz` answers 503 naming it, and after
+//! [`CRASH_LOOP`] deaths in a row without a stable run `/healthz` answers 503 too, so an
+//! orchestrator replaces the process. Nothing dies silently.
+//!
+//! Hand-written rather than a crate's: the restart unit is one of the server's parts (several
+//! tasks that live and die together) and its health feeds this server's own probes; tokio's
+//! `JoinHandle` already turns a panic into a value, so what is left is the loop below.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use futures::future::select_all;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+
+/// How long a restarted part must run before it counts as up again.
+pub const STABLE: Duration = Duration::from_secs(5);
+/// Deaths in a row (none followed by a minute's run) after which the process is unhealthy.
+pub const CRASH_LOOP: u32 = 5;
+const FIRST_WAIT: Duration = Duration::from_secs(1);
+const MAX_WAIT: Duration = Duration::from_secs(30);
+const RESET_AFTER: Duration = Duration::from_secs(60);
+
+/// The parts of this process that are down, and why.
+#[derive(Debug, Clone, Default)]
+pub struct PartsHealth {
+    down: Arc<Mutex<BTreeMap<&'static str, Down>>>,
+}
+
+#[derive(Debug, Clone)]
+struct Down {
+    why: String,
+    /// Deaths in a row without a minute's run.
+    deaths: u32,
+    /// Restarted at (still within [`STABLE`]); `None` while waiting to restart.
+    restarted: Option<Instant>,
+}
+
+impl PartsHealth {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, Down>> {
+        self.down.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn died(&self, part: &'static str, why: String, deaths: u32) {
+        self.lock().insert(
+            part,
+            Down {
+                why,
+                deaths,
+                restarted: None,
+            },
+        );
+    }
+
+    fn restarted(&self, part: &'static str) {
+        if let Some(d) = self.lock().get_mut(part) {
+            d.restarted = Some(Instant::now());
+        }
+    }
+
+    /// `Err` names every part that is down (or restarted less than [`STABLE`] ago).
+    pub fn ready(&self) -> Result<(), String> {
+        let mut down = self.lock();
+        down.retain(|_, d| d.restarted.is_none_or(|at| at.elapsed() < STABLE));
+        if down.is_empty() {
+            return Ok(());
+        }
+        Err(down
+            .iter()
+            .map(|(part, d)| match d.restarted {
+                Some(_) => format!("{part} restarted after it stopped ({}); {} in a row", d.why, d.deaths),
+                None => format!("{part} is down ({}); restarting", d.why),
+            })
+            .collect::<Vec<_>>()
+            .join("; "))
+    }
+
+    /// `Err` names a part that keeps dying: the process should be replaced.
+    pub fn live(&self) -> Result<(), String> {
+        match self.lock().iter().find(|(_, d)| d.deaths >= CRASH_LOOP) {
+            Some((part, d)) => Err(format!(
+                "{part} died {} times in a row ({})",
+                d.deaths, d.why
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Why a part's tasks ended.
+fn why(result: Result<(), tokio::task::JoinError>) -> String {
+    match result {
+        Ok(()) => "its loop returned".to_owned(),
+        Err(e) if e.is_panic() => {
+            let p = e.into_panic();
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_owned());
+            format!("panicked: {msg}")
+        }
+        Err(_) => "its task was cancelled".to_owned(),
+    }
+}
+
+/// Runs the part `name` (the tasks `start` spawns) until `stop`, restarting it when any of its
+/// tasks ends before then. `first` are the tasks already started (so the first start's errors
+/// reach the caller). Dropping (aborting) the supervisor aborts the part's tasks.
+pub fn supervise<F, Fut>(
+    name: &'static str,
+    first: Vec<JoinHandle<()>>,
+    health: PartsHealth,
+    stop: CancellationToken,
+    start: F,
+) -> Supervised
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = anyhow::Result<Vec<JoinHandle<()>>>> + Send,
+{
+    let running = Running::default();
+    let current = running.clone();
+    let supervisor = tokio::spawn(async move {
+        let mut tasks: Vec<AbortOnDropHandle<()>> = current.track(first);
+        let (mut deaths, mut wait) = (0u32, FIRST_WAIT);
+        loop {
+            let started = Instant::now();
+            if tasks.is_empty() {
+                return;
+            }
+            let (ended, _, rest) = select_all(tasks).await;
+            if stop.is_cancelled() {
+                // Shutting down: the others stop by themselves.
+                for t in rest {
+                    let _ = t.await;
+                }
+                return;
+            }
+            drop(rest);
+            if started.elapsed() >= RESET_AFTER {
+                (deaths, wait) = (0, FIRST_WAIT);
+            }
+            deaths += 1;
+            let why = why(ended);
+            tracing::error!(part = name, %why, deaths, ?wait, "a part of this process stopped; restarting it");
+            metrics::counter!(onsale_telemetry::metrics::PART_RESTARTS_TOTAL, "part" => name)
+                .increment(1);
+            health.died(name, why, deaths);
+            tasks = loop {
+                if stop
+                    .run_until_cancelled(tokio::time::sleep(wait))
+                    .await
+                    .is_none()
+                {
+                    return;
+                }
+                wait = (wait * 2).min(MAX_WAIT);
+                match start().await {
+                    Ok(t) => break current.track(t),
+                    Err(e) => {
+                        tracing::error!(part = name, error = %e, "the part did not start again");
+                        health.died(name, format!("did not start: {e}"), deaths);
+                    }
+                }
+            };
+            health.restarted(name);
+        }
+    });
+    Supervised {
+        supervisor,
+        running,
+    }
+}
+
+/// The current tasks of a supervised part.
+#[derive(Debug, Clone, Default)]
+struct Running(Arc<Mutex<Vec<tokio::task::AbortHandle>>>);
+
+impl Running {
+    fn track(&self, tasks: Vec<JoinHandle<()>>) -> Vec<AbortOnDropHandle<()>> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) =
+            tasks.iter().map(JoinHandle::abort_handle).collect();
+        tasks.into_iter().map(AbortOnDropHandle::new).collect()
+    }
+}
+
+/// A part under its supervisor.
+#[derive(Debug)]
+pub struct Supervised {
+    supervisor: JoinHandle<()>,
+    running: Running,
+}
+
+impl Supervised {
+    /// Stops the part and its supervisor where they stand: nothing restarts it.
+    pub fn abort(&self) {
+        self.supervisor.abort();
+    }
+
+    /// The part's tasks die where they stand (as a panic would end them); the supervisor sees
+    /// it and starts them again. For drills and tests.
+    pub fn crash(&self) {
+        for t in self.running.0.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            t.abort();
+        }
+    }
+
+    /// Waits for the supervisor to end (at shutdown, once the part's tasks have ended).
+    pub async fn join(self) {
+        let _ = self.supervisor.await;
+    }
+
+    pub fn abort_handle(&self) -> tokio::task::AbortHandle {
+        self.supervisor.abort_handle()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_part_that_panics_is_named_down_restarted_and_then_up() {
+        let health = PartsHealth::default();
+        let runs = Arc::new(AtomicU32::new(0));
+        let stop = CancellationToken::new();
+        let start = {
+            let runs = runs.clone();
+            let stop = stop.clone();
+            move || {
+                let runs = runs.clone();
+                let stop = stop.clone();
+                async move {
+                    let n = runs.fetch_add(1, Ordering::SeqCst);
+                    Ok(vec![tokio::spawn(async move {
+                        assert!(n > 0, "the first run dies");
+                        stop.cancelled().await;
+                    })])
+                }
+            }
+        };
+        let first = start().await.expect("starts");
+        let sup = supervise("intake", first, health.clone(), stop.clone(), start);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let down = health.ready().expect_err("down while it waits to restart");
+        assert!(down.contains("intake is down (panicked"), "{down}");
+        assert!(health.live().is_ok(), "one death is not a crash loop");
+        tokio::time::sleep(FIRST_WAIT).await;
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "restarted once");
+        assert!(health.ready().expect_err("not stable yet").contains("restarted"));
+        tokio::time::sleep(STABLE).await;
+        assert_eq!(health.ready(), Ok(()));
+        stop.cancel();
+        sup.join().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_part_that_keeps_dying_makes_the_process_unhealthy() {
+        let health = PartsHealth::default();
+        let stop = CancellationToken::new();
+        let start = || async { Ok(vec![tokio::spawn(async {})]) };
+        let first = start().await.expect("starts");
+        let _sup = supervise("worker", first, health.clone(), stop.clone(), start);
+        let mut waited = Duration::ZERO;
+        while health.live().is_ok() && waited < Duration::from_secs(600) {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            waited += Duration::from_secs(1);
+        }
+        let why = health.live().expect_err("a crash loop");
+        assert!(why.contains("worker died 5 times in a row"), "{why}");
+        stop.cancel();
+    }
+}

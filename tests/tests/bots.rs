@@ -1,0 +1,135 @@
+//! Hostile load (issue 29): bots with made-up ids, card testers, floods of anonymous reads, and
+//! parts of a node that die. Each test drives a real `onsale` API on a real PostgreSQL (Kafka
+//! and Redis where the part needs them) and fails without the fix it names.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use onsale_domain::SystemClock;
+use onsale_server::{Part, Settings};
+use onsale_tests::read_path::{shared_brokers, ReadPath};
+use onsale_tests::{settings, wait_for, Api, TestApp, TestDb};
+use serde_json::json;
+
+async fn app_with(db: &TestDb, parts: &[Part], tweak: impl FnOnce(&mut Settings)) -> TestApp {
+    let mut s = settings(db);
+    tweak(&mut s);
+    TestApp::start(s, parts, Arc::new(SystemClock))
+        .await
+        .expect("the API starts")
+}
+
+/// A hold id and an order id of a show that does not exist.
+fn made_up_ids() -> (String, String) {
+    let (show, id) = (uuid::Uuid::now_v7().simple(), uuid::Uuid::now_v7().simple());
+    (format!("h_{show}_{id}"), format!("o_{show}_{id}"))
+}
+
+#[tokio::test]
+async fn ids_of_shows_that_do_not_exist_are_answered_404_without_starting_an_owner() {
+    let db = TestDb::new().await.expect("db");
+    let app = app_with(&db, &[Part::Api], |_| {}).await;
+    let fan = app.fan("bot");
+    let started = app.shows().owners_started();
+    let lookups = app.server.catalog.lookups();
+    let (hold, order) = made_up_ids();
+    for _ in 0..20 {
+        let (status, body) = app.delete(&format!("/v1/holds/{hold}"), &fan).await;
+        assert_eq!((status, body["code"].as_str()), (404, Some("EVENT_NOT_FOUND")), "{body}");
+        let (status, body) = app
+            .post(&format!("/v1/orders/{order}/cancel"), &fan, json!({}), None)
+            .await;
+        assert_eq!((status, body["code"].as_str()), (404, Some("EVENT_NOT_FOUND")), "{body}");
+        let (status, body) = app
+            .post(
+                "/v1/orders",
+                &fan,
+                json!({"holdId": hold, "paymentToken": "tok_ok"}),
+                Some("k-1"),
+            )
+            .await;
+        assert_eq!((status, body["code"].as_str()), (404, Some("EVENT_NOT_FOUND")), "{body}");
+    }
+    assert_eq!(
+        app.shows().owners_started(),
+        started,
+        "no owner claimed or loaded a show that is not there"
+    );
+    assert_eq!(
+        app.server.catalog.lookups(),
+        lookups + 1,
+        "the miss is cached: 60 requests, one read"
+    );
+    let claims: i64 = sqlx::query_scalar("SELECT count(*) FROM show_owners")
+        .fetch_one(&db.pool().await.expect("pool"))
+        .await
+        .expect("counted");
+    assert_eq!(claims, 0, "nothing was claimed");
+    // A show scheduled now is found at once by the same process.
+    let event = app.on_sale_event(1, 1, 4, None).await;
+    let (status, body) = app
+        .hold(&event, &fan, json!({"seatIds": ["S1-R1-1"]}), None)
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, _) = app
+        .delete(&format!("/v1/holds/{}", body["holdId"].as_str().expect("id")), &fan)
+        .await;
+    assert_eq!(status, 204);
+}
+
+/// Waits until `/readyz` answers `status` with a body containing `naming`.
+async fn readyz(api: &Api, path: &str, status: u16, naming: &str) {
+    wait_for(
+        &format!("{path} answers {status} naming {naming:?}"),
+        Duration::from_secs(30),
+        || {
+            let req = api.http.get(format!("{}{path}", api.base)).send();
+            async move {
+                match req.await {
+                    Ok(r) => {
+                        let s = r.status().as_u16();
+                        s == status && r.text().await.is_ok_and(|t| t.contains(naming))
+                    }
+                    Err(_) => false,
+                }
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn each_part_that_dies_is_named_by_readyz_and_restarted() {
+    let db = TestDb::new().await.expect("db");
+    let rp = ReadPath::spawn_parts(
+        &db,
+        &shared_brokers().expect("broker"),
+        |_| {},
+        &[Part::Worker, Part::Jobs, Part::PaymentConsumers],
+    )
+    .await
+    .expect("the read path starts");
+    let app = &rp.app;
+    readyz(app, "/readyz", 200, "ready").await;
+    for part in [
+        Part::Worker,
+        Part::Jobs,
+        Part::Relay,
+        Part::Projections,
+        Part::PaymentConsumers,
+    ] {
+        app.server.crash(part);
+        readyz(app, "/readyz", 503, part.name()).await;
+        // Restarted, and up again once it has run for a while.
+        readyz(app, "/readyz", 200, "ready").await;
+    }
+    // The part works after its restart: a hold reaches the seat map through the restarted
+    // relay and projections.
+    let event = rp.show_on_map(1, 1, 4).await;
+    let fan = app.fan("ann");
+    let (status, _) = app
+        .hold(&event, &fan, json!({"seatIds": ["S1-R1-1"]}), None)
+        .await;
+    assert_eq!(status, 201);
+    rp.stop().await;
+}
