@@ -22,7 +22,7 @@ SECS=${BENCH_SECONDS:-10}
 CLIENTS=${BENCH_CLIENTS:-256}
 REPEAT=${BENCH_REPEAT:-3}
 SHOWS=${BENCH_SHOWS:-20}
-HTTP_BASE=18180 GRPC_BASE=18250 ROUTER=127.0.0.1:18280
+HTTP_BASE=18180 GRPC_BASE=18250 INTERNAL_BASE=18380 ROUTER=127.0.0.1:18280
 OUT=$ROOT/target/bench
 mkdir -p "$OUT"
 RESULTS=$OUT/nodes.jsonl
@@ -46,7 +46,7 @@ start_nodes() { # n
   local i
   for i in $(seq 1 "$1"); do
     TOKIO_WORKER_THREADS=${BENCH_SERVICE_THREADS:-1} DATABASE_URL=$DB ONSALE_LISTEN=127.0.0.1:$((HTTP_BASE + i)) \
-      ONSALE_GRPC_LISTEN=127.0.0.1:$((GRPC_BASE + i)) RUST_LOG=warn \
+      ONSALE_GRPC_LISTEN=127.0.0.1:$((GRPC_BASE + i)) ONSALE_INTERNAL_LISTEN=127.0.0.1:$((INTERNAL_BASE + i)) RUST_LOG=warn \
       "$BIN/onsale" serve >>"$DIR/node$i.log" 2>&1 &
     echo $! >"$DIR/node$i.pid"
   done
@@ -62,7 +62,7 @@ rss() { # n: "node rss_mb shows" per node
   local i pid
   for i in $(seq 1 "$1"); do
     pid=$(cat "$DIR/node$i.pid")
-    echo "node$i $(($(awk '/VmRSS/ {print $2}' "/proc/$pid/status") / 1024)) $(psql -tAc "SELECT count(*) FROM show_owners o JOIN nodes n USING (node_id) WHERE n.addr = '127.0.0.1:$((HTTP_BASE + i))'" "$DB")"
+    echo "node$i $(($(awk '/VmRSS/ {print $2}' "/proc/$pid/status") / 1024)) $(psql -tAc "SELECT count(*) FROM show_owners o JOIN nodes n USING (node_id) WHERE n.addr = '127.0.0.1:$((INTERNAL_BASE + i))'" "$DB")"
   done
 }
 

@@ -62,6 +62,8 @@ BROKERS=${BROKERS:-1}
 NODES=${NODES:-1}
 NODE_HTTP_BASE=${ONSALE_NODE_HTTP_BASE:-8180}
 NODE_GRPC_BASE=${ONSALE_NODE_GRPC_BASE:-50150}
+# Node i's internal listener (commands other nodes forward to it): never behind the router.
+NODE_INTERNAL_BASE=${ONSALE_NODE_INTERNAL_BASE:-8280}
 
 ensure_packages() {
   local missing=()
@@ -730,12 +732,14 @@ router_down() {
 
 node_http() { echo "127.0.0.1:$((NODE_HTTP_BASE + $1))"; }
 node_grpc() { echo "127.0.0.1:$((NODE_GRPC_BASE + $1))"; }
+node_internal() { echo "127.0.0.1:$((NODE_INTERNAL_BASE + $1))"; }
 
 # Starts node I of `up NODES=n` (an `onsale serve` on its own ports).
 node_start() {
   local i=$1 page=$LISTEN grpc_web=$GRPC_LISTEN
   # Browsers reach every node through the router: the page's origin and gRPC-web are its.
   LISTEN=$(node_http "$i") GRPC_LISTEN=$(node_grpc "$i") ONSALE_TRUST_FORWARDED_FOR=1 \
+    ONSALE_INTERNAL_LISTEN=$(node_internal "$i") \
     ONSALE_PUBLIC_GRPC_WEB_URL="http://$grpc_web" \
     ONSALE_CORS_ORIGINS="http://$page,http://localhost:${page##*:},http://localhost:5173,http://127.0.0.1:5173" \
     ONSALE_PROCESSOR_URL="http://$PROCESSOR_LISTEN" start_onsale "node$i" serve
@@ -755,7 +759,7 @@ node_owner() {
   port=$(psql -h 127.0.0.1 -p "$PG_PORT" -U onsale -d onsale -Atc \
     "SELECT split_part(n.addr, ':', 2) FROM show_owners o JOIN nodes n USING (node_id) ORDER BY o.claimed_at DESC LIMIT 1")
   [ -n "$port" ] || { echo "no show has an owner yet" >&2; return 1; }
-  echo $((port - NODE_HTTP_BASE))
+  echo $((port - NODE_INTERNAL_BASE))
 }
 
 # The node drills: SIGKILL the show's node; or pause it (SIGSTOP) for SECS, then let it run on

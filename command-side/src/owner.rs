@@ -416,20 +416,27 @@ impl Shows {
             Work::Sweep | Work::Wake => return Ok(Reply::Answer(Answer::Done)),
         };
         metrics::counter!(onsale_telemetry::metrics::COMMANDS_FORWARDED_TOTAL).increment(1);
-        let url = format!(
-            "http://{}{}",
-            to.addr,
-            crate::cluster::WORK_PATH.replace("{id}", &show.to_string())
+        let path = crate::cluster::WORK_PATH.replace("{id}", &show.to_string());
+        let url = format!("http://{}{path}", to.addr);
+        let body = match serde_json::to_vec(&body) {
+            Ok(b) => b,
+            Err(e) => return Err(CommandError::Internal(format!("forwarded work: {e}"))),
+        };
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        let signature = crate::cluster::sign(
+            secrecy::ExposeSecret::expose_secret(&self.cluster().node_secret),
+            &path,
+            chrono::Utc::now().timestamp_millis(),
+            &nonce,
+            &body,
         );
         let sent = self
             .inner
             .client
             .post(&url)
-            .header(
-                crate::cluster::SECRET_HEADER,
-                secrecy::ExposeSecret::expose_secret(&self.cluster().node_secret),
-            )
-            .json(&body)
+            .header(crate::cluster::SIGNATURE_HEADER, signature)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
             .send()
             .await;
         let returned = match sent {

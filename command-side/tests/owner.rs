@@ -39,6 +39,7 @@ fn config_with_ttl(node_ttl: Duration) -> OwnerConfig {
             node_ttl,
             node_secret: "test-node-secret".into(),
             advertise_addr: None,
+            internal_listen: "127.0.0.1:0".into(),
         },
     }
 }

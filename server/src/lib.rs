@@ -110,6 +110,8 @@ pub struct Server {
     parts_health: supervise::PartsHealth,
     http: Option<SocketAddr>,
     grpc: Option<SocketAddr>,
+    /// Where other nodes forward commands, with the API.
+    internal: Option<SocketAddr>,
     shutdown: CancellationToken,
     /// The listeners and the owners (and their appends): waited for at shutdown.
     tracker: TaskTracker,
@@ -287,6 +289,7 @@ impl Server {
             parts_health: supervise::PartsHealth::default(),
             http: None,
             grpc: None,
+            internal: None,
             shutdown,
             tracker,
             parts: Mutex::default(),
@@ -310,6 +313,11 @@ impl Server {
     /// Where gRPC and gRPC-web are served, with the API.
     pub fn grpc_addr(&self) -> Option<SocketAddr> {
         self.grpc
+    }
+
+    /// Where other nodes forward commands for this node's shows, with the API.
+    pub fn internal_addr(&self) -> Option<SocketAddr> {
+        self.internal
     }
 
     pub fn settings(&self) -> &Settings {
@@ -363,7 +371,6 @@ impl Server {
             openapi: Arc::new(doc),
         };
         let mut router = onsale_command::api::router(state)
-            .merge(onsale_command::cluster::router(self.shows.clone()))
             .merge(onsale_query::rest::router(query.clone()))
             .merge(onsale_payments::router(PaymentsState {
                 shows: self.shows.clone(),
@@ -412,8 +419,18 @@ impl Server {
         };
         self.http = Some(http.local_addr()?);
         self.grpc = Some(grpc.local_addr()?);
-        // Other nodes forward commands for this node's shows here.
-        self.shows.advertise(&http.local_addr()?.to_string());
+        // Other nodes forward commands for this node's shows to its internal listener, never
+        // the public one (signed requests, checked before their body is read).
+        let internal = bind(&s.owners.cluster.internal_listen).await?;
+        self.internal = Some(internal.local_addr()?);
+        self.shows.advertise(&internal.local_addr()?.to_string());
+        let internal_router = onsale_command::cluster::router(self.shows.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                Duration::from_millis(s.limits.request_timeout_ms),
+                limits::deadline,
+            ))
+            .layer(tower_http::trace::TraceLayer::new_for_http());
+        self.serve("internal", internal, internal_router);
         self.serve("HTTP", http, router);
         self.serve("gRPC", grpc, grpc_router);
         tracing::info!(http = ?self.http, grpc = ?self.grpc, "onsale serving");

@@ -46,11 +46,15 @@ fn onsale(db: &TestDb, args: &[&str], env: &[(&str, String)]) -> Child {
     cmd.spawn().expect("onsale starts")
 }
 
-/// `onsale serve` on its own ports; `processor`: the card processor's URL (none: orders stay
-/// pending, nothing is charged).
+/// A node's internal listener (where other nodes forward commands): its HTTP port plus this.
+const INTERNAL: u16 = 500;
+
+/// `onsale serve` on its own ports (HTTP `http`, internal `http` + [`INTERNAL`]); `processor`:
+/// the card processor's URL (none: orders stay pending, nothing is charged).
 fn node(db: &TestDb, http: u16, grpc: u16, ttl_ms: Option<u64>, processor: Option<&str>) -> Child {
     let mut env = vec![
         ("ONSALE_LISTEN", format!("127.0.0.1:{http}")),
+        ("ONSALE_INTERNAL_LISTEN", format!("127.0.0.1:{}", http + INTERNAL)),
         ("ONSALE_GRPC_LISTEN", format!("127.0.0.1:{grpc}")),
         (
             "ONSALE_PROCESSOR_URL",
@@ -74,6 +78,7 @@ fn signal(child: &Child, sig: &str) {
     assert!(ok.success());
 }
 
+/// The HTTP port of the node that owns `show` (the nodes table has its internal address).
 async fn owner_port(pool: &sqlx::PgPool, show: &str) -> Option<u16> {
     let addr: Option<String> = sqlx::query_scalar(
         "SELECT n.addr FROM show_owners o JOIN nodes n USING (node_id) WHERE o.show_id = $1",
@@ -82,7 +87,8 @@ async fn owner_port(pool: &sqlx::PgPool, show: &str) -> Option<u16> {
     .fetch_optional(pool)
     .await
     .expect("owner");
-    addr.and_then(|a| a.rsplit(':').next()?.parse().ok())
+    addr.and_then(|a| a.rsplit(':').next()?.parse::<u16>().ok())
+        .map(|internal| internal - INTERNAL)
 }
 
 /// One hold request with a key, retried with the same key while the answer is 503 or nothing
@@ -175,7 +181,10 @@ async fn an_append_with_an_epoch_another_node_claimed_since_writes_nothing() {
 async fn three_nodes_behind_the_router_lose_one_mid_sale_and_lose_nothing() {
     let db = TestDb::new().await.expect("db");
     let pool = db.pool().await.expect("pool");
-    let (http_base, grpc_base) = (free_ports(&[1, 2, 3]), free_ports(&[1, 2, 3]));
+    let (http_base, grpc_base) = (
+        free_ports(&[1, 2, 3, INTERNAL + 1, INTERNAL + 2, INTERNAL + 3]),
+        free_ports(&[1, 2, 3]),
+    );
     // The card simulator, its webhooks to the router.
     let sim = onsale_processor_sim::Sim::new(onsale_processor_sim::Settings {
         hang_ms: 1_500,
@@ -236,20 +245,21 @@ async fn three_nodes_behind_the_router_lose_one_mid_sale_and_lose_nothing() {
         .await
         .expect("an answer");
     assert_eq!(res.status(), 404);
-    // On a node itself it wants the nodes' secret.
-    let res = api
-        .http
-        .post(format!(
-            "http://127.0.0.1:{}/internal/v1/shows/{}/work",
-            http_base + 1,
-            ShowId::random()
-        ))
-        .header("x-onsale-node-secret", "a guess")
-        .json(&json!({"Ask": {"OrderState": onsale_domain::OrderId::new(ShowId::random())}}))
-        .send()
-        .await
-        .expect("an answer");
-    assert_eq!(res.status(), 401);
+    // Nor on a node's public listener: it is served on the internal one only, and wants a
+    // signature there (bots.rs tests the signature's checks).
+    let path = format!("/internal/v1/shows/{}/work", ShowId::random());
+    let body = json!({"Ask": {"OrderState": onsale_domain::OrderId::new(ShowId::random())}});
+    for (port, status) in [(http_base + 1, 404), (http_base + 1 + INTERNAL, 401)] {
+        let res = api
+            .http
+            .post(format!("http://127.0.0.1:{port}{path}"))
+            .header("x-onsale-node-secret", "onsale-dev-node-secret")
+            .json(&body)
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(res.status(), status, "port {port}");
+    }
 
     let events: Vec<String> = {
         let mut v = Vec::new();
@@ -441,7 +451,7 @@ async fn three_nodes_behind_the_router_lose_one_mid_sale_and_lose_nothing() {
 async fn a_paused_owner_wakes_to_find_its_show_moved_and_sells_nothing_twice() {
     let db = TestDb::new().await.expect("db");
     let pool = db.pool().await.expect("pool");
-    let (pa, pb) = (free_port(), free_port());
+    let (pa, pb) = (free_ports(&[0, INTERNAL]), free_ports(&[0, INTERNAL]));
     let a = node(&db, pa, free_port(), Some(2_000), None);
     let _b = node(&db, pb, free_port(), Some(2_000), None);
     let (api_a, api_b) = (

@@ -51,6 +51,8 @@ pub const UNKNOWN_IDS_TOTAL: &str = "onsale_unknown_ids_total";
 /// A part of a process (worker, relay, projections, ...) stopped before shutdown and was
 /// started again, by part.
 pub const PART_RESTARTS_TOTAL: &str = "onsale_part_restarts_total";
+/// Forwarded requests refused on the internal route (unsigned, forged, stale or replayed).
+pub const FORWARDS_REFUSED_TOTAL: &str = "onsale_forwards_refused_total";
 /// Commands per group commit.
 pub const COMMIT_BATCH_COMMANDS: &str = "onsale_commit_batch_commands";
 /// Time of one group commit (the append of a batch).
@@ -236,6 +238,10 @@ pub fn describe() {
     describe_counter!(
         PART_RESTARTS_TOTAL,
         "A part of a process stopped before shutdown (a panic, a loop that returned) and was started again, by part."
+    );
+    describe_counter!(
+        FORWARDS_REFUSED_TOTAL,
+        "Forwarded requests refused on the internal route (unsigned, forged, stale or replayed)."
     );
     describe_histogram!(COMMIT_BATCH_COMMANDS, "Commands per group commit.");
     describe_histogram!(

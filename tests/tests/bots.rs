@@ -133,3 +133,61 @@ async fn each_part_that_dies_is_named_by_readyz_and_restarted() {
     assert_eq!(status, 201);
     rp.stop().await;
 }
+
+#[tokio::test]
+async fn the_node_route_is_internal_signed_checked_before_parsing_and_narrow() {
+    let db = TestDb::new().await.expect("db");
+    let app = app_with(&db, &[Part::Api], |_| {}).await;
+    let event = app.on_sale_event(1, 1, 4, None).await;
+    let show: onsale_domain::ShowId = event.parse().expect("show id");
+    let path = onsale_command::cluster::WORK_PATH.replace("{id}", &event);
+    let internal = app.server.internal_addr().expect("an internal listener");
+    let secret = "onsale-dev-node-secret";
+    let ask = serde_json::to_vec(&json!({"Ask": {"OrderState": onsale_domain::OrderId::new(show)}}))
+        .expect("json");
+    let send = |body: Vec<u8>, signature: Option<String>| {
+        let mut req = app
+            .http
+            .post(format!("http://{internal}{path}"))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(s) = signature {
+            req = req.header("x-onsale-node-signature", s);
+        }
+        async move { req.send().await.expect("an answer").status().as_u16() }
+    };
+    let now = chrono::Utc::now().timestamp_millis();
+    let nonce = || uuid::Uuid::new_v4().simple().to_string();
+    let signed = |body: &[u8], secret: &str, t: i64, n: &str| {
+        onsale_command::cluster::sign(secret, &path, t, n, body)
+    };
+    // Not on the public listener at all.
+    let public = app
+        .http
+        .post(format!("{}{path}", app.base))
+        .header("x-onsale-node-signature", signed(&ask, secret, now, &nonce()))
+        .body(ask.clone())
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(public.status(), 404);
+    // Unsigned, signed with another secret, stale: refused.
+    assert_eq!(send(ask.clone(), None).await, 401);
+    let other = "another-node-secret-of-32-bytes-or-more";
+    assert_eq!(send(ask.clone(), Some(signed(&ask, other, now, &nonce()))).await, 401);
+    assert_eq!(send(ask.clone(), Some(signed(&ask, secret, now - 60_000, &nonce()))).await, 401);
+    // A body that does not parse, under a bad signature: refused for the signature (401), not
+    // read (422).
+    let garbage = b"{not json".to_vec();
+    assert_eq!(send(garbage.clone(), Some(signed(&garbage, other, now, &nonce()))).await, 401);
+    assert_eq!(send(garbage.clone(), Some(signed(&garbage, secret, now, &nonce()))).await, 422);
+    // Signed right: answered once; the same signature again is a replay.
+    let n = nonce();
+    let good = signed(&ask, secret, now, &n);
+    assert_eq!(send(ask.clone(), Some(good.clone())).await, 200);
+    assert_eq!(send(ask.clone(), Some(good)).await, 401);
+    // Only what forwarding carries: never a show's expiry sweep or schedule.
+    let sweep = serde_json::to_vec(&json!({"Command": {"ExpireHolds": {"hold_ids": []}}}))
+        .expect("json");
+    assert_eq!(send(sweep.clone(), Some(signed(&sweep, secret, now, &nonce()))).await, 403);
+}
