@@ -25,6 +25,8 @@ pub enum ShowError {
     SeatUnavailable { lost: Vec<String> },
     #[error("the per-account limit of {limit} seats would be exceeded ({already} already held or ordered)")]
     HoldLimit { limit: u32, already: u32 },
+    #[error("this account had {limit} payments declined for this show within a day; it may order again later")]
+    PaymentAttemptsExceeded { limit: u32, retry_after_secs: u64 },
     #[error("this show hands out the best available seats now: ask for a quantity, not seats")]
     BestAvailableOnly,
     #[error("section {0} is general admission: ask for a quantity")]
@@ -66,6 +68,7 @@ impl ShowError {
             Self::UnknownSection(_) => "UNKNOWN_SECTION",
             Self::SeatUnavailable { .. } => "SEAT_UNAVAILABLE",
             Self::HoldLimit { .. } => "HOLD_LIMIT",
+            Self::PaymentAttemptsExceeded { .. } => "PAYMENT_ATTEMPTS_EXCEEDED",
             Self::BestAvailableOnly => "BEST_AVAILABLE_ONLY",
             Self::GeneralAdmission(_) => "GENERAL_ADMISSION",
             Self::SaleNotOpen => "SALE_NOT_OPEN",

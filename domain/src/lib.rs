@@ -26,7 +26,8 @@ pub use layout::{RowLayout, SectionLayout, VenueLayout};
 pub use show::{
     Actor, BestAvailableOnly, HoldStatus, HoldView, Idempotency, OrderStatus, OrderView,
     PaymentFailure, SalePolicy, Show, ShowCommand, ShowEvent, ShowInfo, ShowServices, SnapshotCopy,
-    FINISHED_HOLDS_KEPT_PER_ACCOUNT, IDEMPOTENCY_KEY_HOURS, MAX_PRICE_CENTS, MAX_SEATS_PER_ACCOUNT,
+    DEFAULT_MAX_FAILED_PAYMENTS, FINISHED_HOLDS_KEPT_PER_ACCOUNT, IDEMPOTENCY_KEY_HOURS,
+    KEYED_FINISHED_HOLDS_KEPT_PER_ACCOUNT, MAX_PRICE_CENTS, MAX_SEATS_PER_ACCOUNT,
 };
 pub use venue::{VenueEvent, VENUE_TYPE};
 

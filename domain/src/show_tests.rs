@@ -1418,3 +1418,232 @@ fn places_on_the_floor_are_ordered_paid_and_priced_like_seats() {
         .when(place_cmd(1, 1, "ann", "k-order", "fp-order"))
         .then_expect_events(vec![placed(1, 1, "ann", &["F-GA1-1", "F-GA1-2"], 10_000)]);
 }
+
+/// Decides `command` at `now` on `show` and applies what it emits.
+fn run(show: &mut Show, command: ShowCommand, now: DateTime<Utc>) -> Result<Vec<ShowEvent>> {
+    let events = show.decide(command, now)?;
+    for e in events.clone() {
+        cqrs_es::Aggregate::apply(show, e);
+    }
+    Ok(events)
+}
+
+/// One round of a card tester: a keyed hold of seat `seat`, an order from it, the card
+/// declined (or the processor timing out). Answers the order's decision.
+fn card_test(
+    show: &mut Show,
+    who: &str,
+    n: u128,
+    now: DateTime<Utc>,
+    code: PaymentFailure,
+) -> Result<Vec<ShowEvent>> {
+    run(
+        show,
+        ShowCommand::HoldSeats {
+            hold_id: hold_id(n),
+            account: acct(who),
+            seat_ids: vec!["B-1-1".into()],
+            idempotency: Some(idem(&format!("h-{n}"), "fp")),
+        },
+        now,
+    )?;
+    let placed = run(
+        show,
+        ShowCommand::PlaceOrder {
+            order_id: order_id(n),
+            hold_id: hold_id(n),
+            account: acct(who),
+            idempotency: idem(&format!("o-{n}"), "fp"),
+        },
+        now,
+    );
+    if placed.is_err() {
+        run(
+            show,
+            ShowCommand::ReleaseHold {
+                hold_id: hold_id(n),
+                account: acct(who),
+            },
+            now,
+        )?;
+        return placed;
+    }
+    run(
+        show,
+        ShowCommand::RecordPaymentFailed {
+            order_id: order_id(n),
+            code,
+            reason: "declined".into(),
+        },
+        now,
+    )?;
+    placed
+}
+
+#[test]
+fn card_testing_stops_at_the_policys_declines_and_the_show_forgets_them_a_day_later() {
+    let mut show = folded([scheduled()]);
+    let hour = |h: i64| t0() + Duration::hours(h);
+    let declined = PaymentFailure::CardDeclined;
+    // Hours 1 to 6: five declines and one processor timeout (not the buyer's doing: it does
+    // not count), so the sixth order is still placed.
+    for n in 1..=6 {
+        let code = if n == 3 {
+            PaymentFailure::PaymentTimedOut
+        } else {
+            declined
+        };
+        card_test(&mut show, "bot", n, hour(n as i64), code).expect("ordered");
+    }
+    match card_test(&mut show, "bot", 7, hour(7), declined) {
+        Err(ShowError::PaymentAttemptsExceeded {
+            limit: 5,
+            retry_after_secs,
+        }) => {
+            // Until the first decline (placed at hour 1) is a day old: 18 hours from hour 7.
+            assert_eq!(retry_after_secs, 18 * 3600);
+        }
+        other => panic!("expected PAYMENT_ATTEMPTS_EXCEEDED, got {other:?}"),
+    }
+    // Another account is not held back by the bot's declines.
+    card_test(&mut show, "ann", 8, hour(7), declined).expect("ann orders");
+    // A day after the first decline the bot may order again, and the show has forgotten the
+    // declined orders whose keys aged out (their holds with them).
+    card_test(
+        &mut show,
+        "bot",
+        9,
+        hour(25) + Duration::minutes(30),
+        declined,
+    )
+    .expect("one decline aged out");
+    assert!(
+        show.order(&order_id(1)).is_none(),
+        "the oldest failed order is forgotten"
+    );
+    assert!(show.hold(&hold_id(1)).is_none(), "with its hold");
+    let kept: Vec<String> = show.orders().map(|(o, _)| o.to_string()).collect();
+    assert!(
+        show.order(&order_id(2)).is_some(),
+        "a decline of the last day is kept: {kept:?}"
+    );
+    assert!(matches!(
+        card_test(
+            &mut show,
+            "bot",
+            10,
+            hour(25) + Duration::minutes(40),
+            declined
+        ),
+        Err(ShowError::PaymentAttemptsExceeded { .. })
+    ));
+    assert!(show.index_matches_rebuild());
+}
+
+#[test]
+fn a_policy_may_allow_more_declines() {
+    let policy = SalePolicy {
+        max_failed_payments: Some(7),
+        ..Default::default()
+    };
+    let mut show = folded([with_policy(policy)]);
+    for n in 1..=7 {
+        card_test(
+            &mut show,
+            "ann",
+            n,
+            t0() + Duration::minutes(n as i64),
+            PaymentFailure::CardDeclined,
+        )
+        .expect("within the show's allowance");
+    }
+    assert!(matches!(
+        card_test(
+            &mut show,
+            "ann",
+            8,
+            t0() + Duration::minutes(9),
+            PaymentFailure::CardDeclined
+        ),
+        Err(ShowError::PaymentAttemptsExceeded { limit: 7, .. })
+    ));
+    assert!(SalePolicy {
+        max_failed_payments: Some(0),
+        ..Default::default()
+    }
+    .check()
+    .is_err());
+    assert!(SalePolicy {
+        max_failed_payments: Some(51),
+        ..Default::default()
+    }
+    .check()
+    .is_err());
+}
+
+#[test]
+fn a_show_under_each_bot_loop_remembers_a_bounded_amount() {
+    let mut show = folded([scheduled()]);
+    let mut now = t0();
+    let mut peak = 0;
+    for n in 1..=3_000u128 {
+        now += Duration::minutes(2);
+        // Loop 1: keyed hold -> release, as fast as the rate limit lets one account.
+        run(
+            &mut show,
+            ShowCommand::HoldSeats {
+                hold_id: hold_id(100_000 + n),
+                account: acct("looper"),
+                seat_ids: vec!["A-1-1".into()],
+                idempotency: Some(idem(&format!("k-{n}"), "fp")),
+            },
+            now,
+        )
+        .expect("held");
+        run(
+            &mut show,
+            ShowCommand::ReleaseHold {
+                hold_id: hold_id(100_000 + n),
+                account: acct("looper"),
+            },
+            now,
+        )
+        .expect("released");
+        // Loop 2: hold -> order -> declined card (refused once past the allowance).
+        let _ = card_test(&mut show, "carder", n, now, PaymentFailure::CardDeclined);
+        // Loop 3: unkeyed hold -> release.
+        run(
+            &mut show,
+            ShowCommand::HoldSeats {
+                hold_id: hold_id(200_000 + n),
+                account: acct("plain"),
+                seat_ids: vec!["A-2-1".into()],
+                idempotency: None,
+            },
+            now,
+        )
+        .expect("held");
+        run(
+            &mut show,
+            ShowCommand::ReleaseHold {
+                hold_id: hold_id(200_000 + n),
+                account: acct("plain"),
+            },
+            now,
+        )
+        .expect("released");
+        peak = peak.max(show.history_len());
+    }
+    // Holds, orders and keys remembered: the looper's 64 keyed finished holds and their keys;
+    // the carder's declines of a day (5 orders, their holds, both keys) and the keyed holds
+    // its refused orders left (64, with keys); the plain looper's 16. Flat, whatever the
+    // number of rounds.
+    let keyed = 2 * KEYED_FINISHED_HOLDS_KEPT_PER_ACCOUNT;
+    let declines = 4 * DEFAULT_MAX_FAILED_PAYMENTS as usize;
+    let bound = 2 * keyed + declines + FINISHED_HOLDS_KEPT_PER_ACCOUNT;
+    assert!(
+        peak <= bound,
+        "{peak} remembered at the peak, bound {bound}"
+    );
+    assert!(show.index_matches_rebuild());
+}

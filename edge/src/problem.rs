@@ -130,7 +130,9 @@ impl From<ShowError> for ApiError {
             ShowError::Invalid(_)
             | ShowError::IdempotencyKeyReused
             | ShowError::GeneralAdmission(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ShowError::HoldLimit { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ShowError::HoldLimit { .. } | ShowError::PaymentAttemptsExceeded { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ShowError::ShowAlreadyExists
             | ShowError::SeatUnavailable { .. }
             | ShowError::BestAvailableOnly
@@ -150,6 +152,10 @@ impl From<ShowError> for ApiError {
             ShowError::HoldLimit { limit, already } => err
                 .with("limit", json!(limit))
                 .with("alreadyClaimed", json!(already)),
+            ShowError::PaymentAttemptsExceeded {
+                limit,
+                retry_after_secs,
+            } => err.with("limit", json!(limit)).retry_after(retry_after_secs),
             _ => err,
         }
     }

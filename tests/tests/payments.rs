@@ -1071,3 +1071,51 @@ async fn a_processor_outage_pauses_the_waiting_room_and_it_resumes_when_payments
     .await;
     p.stop().await;
 }
+
+/// Card testing (issue 29): hold -> order -> declined card, in a loop. After the show's
+/// allowance of declines (2 here) the account's next order is refused 429
+/// `PAYMENT_ATTEMPTS_EXCEEDED` with `Retry-After`, before any call to the processor; another
+/// account orders as before.
+#[tokio::test]
+async fn a_card_tester_is_refused_after_the_shows_declines() {
+    let (_db, p) = PaymentPath::start(|_| {}).await.expect("payment path");
+    let app = &p.rp.app;
+    let event = app
+        .on_sale_event_with(1, 1, 10, json!({"maxFailedPayments": 2}))
+        .await;
+    let (status, page) = app.get(&format!("/v1/events/{event}"), &app.fan("x")).await;
+    assert_eq!(status, 200);
+    assert_eq!(page["policy"]["maxFailedPayments"], 2, "{page}");
+    for _ in 0..2 {
+        let order = p.buy(&event, "bot", &["S1-R1-1"], "tok_decline").await;
+        p.order_becomes(&order, "bot", "FAILED", 20).await;
+    }
+    let bot = app.fan("bot");
+    let (status, hold) = app
+        .hold(&event, &bot, json!({"seatIds": ["S1-R1-1"]}), None)
+        .await;
+    assert_eq!(status, 201, "{hold}");
+    let res = app
+        .http
+        .post(format!("{}/v1/orders", app.base))
+        .bearer_auth(&bot)
+        .header("Idempotency-Key", "third")
+        .json(&json!({"holdId": hold["holdId"], "paymentToken": "tok_decline"}))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(res.status(), 429);
+    let retry: u64 = res
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .expect("Retry-After");
+    assert!(retry > 23 * 3600 && retry <= 24 * 3600, "{retry}");
+    let body: Value = res.json().await.expect("problem+json");
+    assert_eq!(body["code"], "PAYMENT_ATTEMPTS_EXCEEDED", "{body}");
+    // Nothing was sent to the processor for it: two charges, both declined.
+    assert_eq!(p.sim.ledger().charges().count(), 2);
+    // Another fan is not held back.
+    let ok = p.buy(&event, "ann", &["S1-R1-2"], "tok_ok").await;
+    p.order_becomes(&ok, "ann", "CONFIRMED", 20).await;
+}

@@ -376,6 +376,10 @@ pub struct NewEvent {
     /// absent: none; 20 is about a second of a phone).
     #[schema(value_type = Option<u8>)]
     join_challenge_bits: Option<Integer<u8>>,
+    /// Declined payments one account may have on this show within a day before its next
+    /// order answers 429 `PAYMENT_ATTEMPTS_EXCEEDED` (default 5, at most 50).
+    #[schema(value_type = Option<u32>)]
+    max_failed_payments: Option<Integer<u32>>,
 }
 
 /// When explicit seat picks are refused (`BEST_AVAILABLE_ONLY`): the show hands out the best
@@ -433,6 +437,10 @@ pub struct SalePolicyDoc {
     /// absent: none; 20 is about a second of a phone).
     #[schema(value_type = Option<u8>)]
     join_challenge_bits: Option<Integer<u8>>,
+    /// Declined payments one account may have on this show within a day before its next
+    /// order answers 429 `PAYMENT_ATTEMPTS_EXCEEDED` (default 5, at most 50).
+    #[schema(value_type = Option<u32>)]
+    max_failed_payments: Option<Integer<u32>>,
 }
 
 /// The policies in force, as the event page and the policy route answer them.
@@ -446,6 +454,7 @@ pub struct SalePolicyView {
     max_seats_per_account: u32,
     require_verified_account: bool,
     join_challenge_bits: u8,
+    max_failed_payments: u32,
 }
 
 impl SalePolicyView {
@@ -458,6 +467,7 @@ impl SalePolicyView {
             max_seats_per_account: p.max_seats_per_account.unwrap_or(MAX_SEATS_PER_ACCOUNT),
             require_verified_account: p.require_verified_account,
             join_challenge_bits: p.join_challenge_bits,
+            max_failed_payments: p.failed_payment_cap(),
         }
     }
 }
@@ -475,6 +485,7 @@ macro_rules! policy_of {
             max_seats_per_account: $body.max_seats_per_account.map(|t| t.0),
             require_verified_account: $body.require_verified_account,
             join_challenge_bits: $body.join_challenge_bits.map_or(0, |b| b.0),
+            max_failed_payments: $body.max_failed_payments.map(|n| n.0),
         }
     };
 }
@@ -912,7 +923,8 @@ pub struct OrderAccepted {
         ("X-Onsale-Session" = Option<String>, Header, description = "The caller's live waiting-room session (required for a show with a waiting room, admins excepted)")),
     responses((status = 202, body = OrderAccepted),
         (status = 403, body = Problem, description = "ADMISSION_REQUIRED: the show sells through its waiting room and the caller has no live session of it (FORBIDDEN: the caller's role may not order)"), (status = 409, body = Problem, description = "HOLD_EXPIRED or HOLD_ORDERED"),
-        (status = 422, body = Problem, description = "IDEMPOTENCY_KEY_REUSED"), (status = 404, body = Problem)))]
+        (status = 422, body = Problem, description = "IDEMPOTENCY_KEY_REUSED"), (status = 404, body = Problem),
+        (status = 429, body = Problem, description = "PAYMENT_ATTEMPTS_EXCEEDED: this account had as many payments declined for this show within a day as its policy allows (Retry-After)")))]
 async fn place_order(
     State(state): State<AppState>,
     caller: Caller,

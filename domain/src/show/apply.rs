@@ -71,10 +71,36 @@ impl Show {
 
     /// A hold that just finished joins its account's finished holds; past the few kept, the
     /// oldest is forgotten (no rule needs it: its seats are free, it has no order and no key).
+    /// A keyed one joins the account's keyed finished holds, of which the oldest past
+    /// [`KEYED_FINISHED_HOLDS_KEPT_PER_ACCOUNT`] is forgotten with its key.
     fn forget_finished(&mut self, hold_id: &HoldId) {
-        let Some(hold) = self.holds.get(hold_id).filter(|h| h.forgettable()) else {
+        let Some(hold) = self.holds.get(hold_id).filter(|h| h.finished()) else {
             return;
         };
+        if hold.keyed {
+            if hold.key.is_none() {
+                // From a snapshot older than the key on the hold: kept until the key ages out.
+                return;
+            }
+            let account = hold.account.clone();
+            let finished = self
+                .index
+                .account_keyed_finished
+                .entry(account)
+                .or_default();
+            finished.insert(*hold_id);
+            let oldest = (finished.len() > KEYED_FINISHED_HOLDS_KEPT_PER_ACCOUNT)
+                .then(|| finished.pop_first())
+                .flatten();
+            if let Some(oldest) = oldest {
+                if let Some(h) = self.holds.remove(&oldest) {
+                    if let Some(key) = h.key {
+                        self.forget_key(&h.account, &key);
+                    }
+                }
+            }
+            return;
+        }
         let finished = match self.index.account_finished.get_mut(&hold.account) {
             Some(finished) => finished,
             None => self
@@ -103,11 +129,63 @@ impl Show {
             let Some(record) = self.idempotency.remove(&(account, key)) else {
                 continue;
             };
-            if let Outcome::Hold(h) = record.outcome {
-                if let Some(hold) = self.holds.get_mut(&h) {
-                    hold.keyed = false;
+            match record.outcome {
+                Outcome::Hold(h) => {
+                    if let Some(hold) = self.holds.get_mut(&h) {
+                        if hold.keyed && hold.finished() {
+                            if let Some(f) =
+                                self.index.account_keyed_finished.get_mut(&hold.account)
+                            {
+                                f.remove(&h);
+                                if f.is_empty() {
+                                    self.index.account_keyed_finished.remove(&hold.account);
+                                }
+                            }
+                        }
+                        hold.keyed = false;
+                        hold.key = None;
+                    }
+                    self.forget_finished(&h);
                 }
-                self.forget_finished(&h);
+                // A failed order (its seats returned, nothing captured) goes with its key: no
+                // rule needs it any more (a capture that arrives later still is refunded by
+                // reconciliation, which finds no order for it).
+                Outcome::Order(o) => {
+                    if self
+                        .orders
+                        .get(&o)
+                        .is_some_and(|o| o.state == OrderState::Failed)
+                    {
+                        self.forget_order(&o);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Forgets an idempotency key before it ages out (its hold is forgotten).
+    fn forget_key(&mut self, account: &AccountId, key: &IdempotencyKey) {
+        if let Some(r) = self.idempotency.remove(&(account.clone(), key.clone())) {
+            self.index
+                .key_ages
+                .remove(&(r.at, account.clone(), key.clone()));
+        }
+    }
+
+    /// Forgets a failed order and the hold it was placed from.
+    fn forget_order(&mut self, order_id: &OrderId) {
+        let Some(order) = self.orders.remove(order_id) else {
+            return;
+        };
+        if let Some(orders) = self.index.account_orders.get_mut(&order.account) {
+            orders.retain(|o| o != order_id);
+            if orders.is_empty() {
+                self.index.account_orders.remove(&order.account);
+            }
+        }
+        if let Some(hold) = self.holds.remove(&order.hold_id) {
+            if let Some(key) = hold.key {
+                self.forget_key(&hold.account, &key);
             }
         }
     }
@@ -159,6 +237,7 @@ impl Aggregate for Show {
             } => {
                 let seats = self.seat_indices(&seat_ids);
                 let keyed = idempotency.is_some();
+                let key = idempotency.as_ref().map(|i| i.key.clone());
                 if let Some(idem) = idempotency {
                     self.remember(&account_id, idem, Outcome::Hold(hold_id), expires_at);
                 }
@@ -174,6 +253,7 @@ impl Aggregate for Show {
                         state: HoldState::Active,
                         order: None,
                         keyed,
+                        key,
                     },
                 );
                 for &i in &seats {

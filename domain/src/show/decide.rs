@@ -115,6 +115,7 @@ impl Show {
                 if let Some(order) = hold.order {
                     return Err(ShowError::HoldOrdered(order));
                 }
+                self.check_failed_payments(info, &account, now)?;
                 // The fence: this hold, still active, and not past its expiry at this instant.
                 if hold.state != HoldState::Active || hold.expires_at <= now {
                     return Err(ShowError::HoldExpired);
@@ -325,6 +326,38 @@ impl Show {
         } else {
             Err(ShowError::IdempotencyKeyReused)
         }
+    }
+
+    /// Card testing stops here: an account with as many declined payments on this show in
+    /// the last day as the policy allows places no order until the oldest of them is a day
+    /// old (when the show forgets it).
+    fn check_failed_payments(
+        &self,
+        info: &ShowInfo,
+        account: &AccountId,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let horizon = now - Duration::hours(IDEMPOTENCY_KEY_HOURS);
+        let declined: Vec<DateTime<Utc>> = self
+            .index
+            .account_orders
+            .get(account)
+            .into_iter()
+            .flatten()
+            .filter_map(|o| self.orders.get(o))
+            .filter(|o| o.declined() && o.placed_at > horizon)
+            .map(|o| o.placed_at)
+            .collect();
+        let limit = info.policy.failed_payment_cap();
+        if declined.len() < limit as usize {
+            return Ok(());
+        }
+        let oldest = declined.into_iter().min().unwrap_or(now);
+        let wait = (oldest + Duration::hours(IDEMPOTENCY_KEY_HOURS) - now).num_seconds();
+        Err(ShowError::PaymentAttemptsExceeded {
+            limit,
+            retry_after_secs: u64::try_from(wait).unwrap_or(0).max(1),
+        })
     }
 
     fn check_cap(

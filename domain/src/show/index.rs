@@ -34,6 +34,9 @@ pub(super) struct Index {
     /// Per account, its finished holds made without a key (oldest id first: ids sort by
     /// creation), at most [`FINISHED_HOLDS_KEPT_PER_ACCOUNT`].
     pub(super) account_finished: HashMap<AccountId, BTreeSet<HoldId>>,
+    /// Per account, its finished holds made under a key (oldest first), at most
+    /// [`KEYED_FINISHED_HOLDS_KEPT_PER_ACCOUNT`].
+    pub(super) account_keyed_finished: HashMap<AccountId, BTreeSet<HoldId>>,
     /// Every remembered idempotency key by when it was used, oldest first.
     pub(super) key_ages: BTreeSet<(DateTime<Utc>, AccountId, IdempotencyKey)>,
 }
@@ -94,6 +97,11 @@ impl Show {
                     .entry(hold.account.clone())
                     .or_default()
                     .insert(*id);
+            } else if hold.finished() && hold.key.is_some() {
+                ix.account_keyed_finished
+                    .entry(hold.account.clone())
+                    .or_default()
+                    .insert(*id);
             }
         }
         for r in self.idempotency.values() {
@@ -120,5 +128,8 @@ impl Show {
         now.row_available == then.row_available
             && now.row_holds == then.row_holds
             && now.expiry == then.expiry
+            && now.account_finished == then.account_finished
+            && now.account_keyed_finished == then.account_keyed_finished
+            && now.key_ages == then.key_ages
     }
 }

@@ -126,7 +126,14 @@ pub struct SalePolicy {
     /// starts with this many zero bits (about 2^bits hashes to find, one to check); 0: none.
     #[serde(default)]
     pub join_challenge_bits: u8,
+    /// Declined payments one account may have on this show within a day before its next
+    /// order is refused; `None`: [`crate::show::DEFAULT_MAX_FAILED_PAYMENTS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_failed_payments: Option<u32>,
 }
+
+/// The most declined payments a show may let one account have in a day.
+pub const MAX_FAILED_PAYMENTS: u32 = 50;
 
 /// The hardest join challenge a show may set: 2^28 hashes is minutes in a browser.
 pub const MAX_JOIN_CHALLENGE_BITS: u8 = 28;
@@ -140,8 +147,21 @@ pub const MAX_ON_SALE_WINDOW_SECONDS: u32 = 7 * 24 * 3600;
 pub const MAX_SEAT_CAP: u32 = 64;
 
 impl SalePolicy {
+    /// Declined payments one account may have on the show within a day.
+    pub fn failed_payment_cap(&self) -> u32 {
+        self.max_failed_payments
+            .unwrap_or(crate::show::DEFAULT_MAX_FAILED_PAYMENTS)
+    }
+
     /// The policy's bounds, named as the API names the fields.
     pub fn check(&self) -> Result<()> {
+        if let Some(n) = self.max_failed_payments {
+            if n == 0 || n > MAX_FAILED_PAYMENTS {
+                return Err(ShowError::Invalid(format!(
+                    "maxFailedPayments must be 1 to {MAX_FAILED_PAYMENTS}"
+                )));
+            }
+        }
         if let Some(ttl) = self.on_sale_hold_ttl_seconds {
             if ttl == 0 || ttl > 3_600 {
                 return Err(ShowError::Invalid(

@@ -45,6 +45,15 @@ pub const FINISHED_HOLDS_KEPT_PER_ACCOUNT: usize = 16;
 /// How long an idempotency key (and the finished hold it made) is remembered: API.md promises
 /// at least 24 hours. Measured from the hold's expiry or the order's placing.
 pub const IDEMPOTENCY_KEY_HOURS: i64 = 24;
+/// Finished holds made under an idempotency key a show remembers per account (with their
+/// keys), newest first: a retry comes within minutes, not after 64 newer holds, and a bot
+/// looping keyed hold -> release grows nothing past them.
+pub const KEYED_FINISHED_HOLDS_KEPT_PER_ACCOUNT: usize = 64;
+/// Declined payments one account may have on one show within [`IDEMPOTENCY_KEY_HOURS`] before
+/// its next order is refused (`PAYMENT_ATTEMPTS_EXCEEDED`), unless the show's policy says
+/// otherwise: card testing by hold -> order -> decline stops there, and a failed order is
+/// forgotten with its key, so the show remembers at most this many per account.
+pub const DEFAULT_MAX_FAILED_PAYMENTS: u32 = 5;
 
 pub use crate::transitions::{HoldState as HoldStatus, OrderState as OrderStatus};
 
@@ -85,6 +94,9 @@ pub struct Hold {
     /// Made under an idempotency key: remembered as long as the key is.
     #[serde(default)]
     pub keyed: bool,
+    /// The key it was made under (absent in snapshots written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<IdempotencyKey>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -219,8 +231,20 @@ impl From<ShowSnapshot> for Show {
 impl Hold {
     /// Finished without an order or a key: nothing but the fan's memory refers to it.
     fn forgettable(&self) -> bool {
-        matches!(self.state, HoldState::Released | HoldState::Expired)
-            && self.order.is_none()
-            && !self.keyed
+        self.finished() && !self.keyed
+    }
+
+    /// Released or expired without an order.
+    fn finished(&self) -> bool {
+        matches!(self.state, HoldState::Released | HoldState::Expired) && self.order.is_none()
+    }
+}
+
+impl Order {
+    /// Declined (or failed for a reason of the card's), its seats returned: what the limit on
+    /// failed payments counts. A processor that never answered is not the buyer's doing.
+    pub fn declined(&self) -> bool {
+        matches!(self.state, OrderState::PaymentFailed | OrderState::Failed)
+            && self.failure_code != Some(PaymentFailure::PaymentTimedOut)
     }
 }
