@@ -9,6 +9,7 @@ set -euo pipefail
 export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
 # Every simulated fan comes from 127.0.0.1: no rate limit per client address here.
 export ONSALE_RATE_ADDRESS_PER_SEC=${ONSALE_RATE_ADDRESS_PER_SEC:-0}
+export ONSALE_RATE_READ_ADDRESS_PER_SEC=${ONSALE_RATE_READ_ADDRESS_PER_SEC:-0}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PG_PORT=${ONSALE_PG_PORT:-54329}
 LISTEN=${ONSALE_LISTEN:-127.0.0.1:8080}

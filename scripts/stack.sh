@@ -41,6 +41,7 @@ set -euo pipefail
 export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
 # Every simulated fan comes from 127.0.0.1: no rate limit per client address here.
 export ONSALE_RATE_ADDRESS_PER_SEC=${ONSALE_RATE_ADDRESS_PER_SEC:-0}
+export ONSALE_RATE_READ_ADDRESS_PER_SEC=${ONSALE_RATE_READ_ADDRESS_PER_SEC:-0}
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STACK_DIR=${ONSALE_STACK_DIR:-/tmp/onsale-stack}
@@ -738,7 +739,7 @@ node_internal() { echo "127.0.0.1:$((NODE_INTERNAL_BASE + $1))"; }
 node_start() {
   local i=$1 page=$LISTEN grpc_web=$GRPC_LISTEN
   # Browsers reach every node through the router: the page's origin and gRPC-web are its.
-  LISTEN=$(node_http "$i") GRPC_LISTEN=$(node_grpc "$i") ONSALE_TRUST_FORWARDED_FOR=1 \
+  LISTEN=$(node_http "$i") GRPC_LISTEN=$(node_grpc "$i") ONSALE_TRUSTED_PROXIES=127.0.0.1 \
     ONSALE_INTERNAL_LISTEN=$(node_internal "$i") \
     ONSALE_PUBLIC_GRPC_WEB_URL="http://$grpc_web" \
     ONSALE_CORS_ORIGINS="http://$page,http://localhost:${page##*:},http://localhost:5173,http://127.0.0.1:5173" \

@@ -67,6 +67,17 @@ impl Catalog {
         self
     }
 
+    /// The same catalog (its caches shared) reading through `log` and `projection` instead:
+    /// the pages anyone may ask for read through the public pool, so a flood of them never
+    /// takes the connections holds, orders and the waiting room read through.
+    pub fn reading_from(&self, log: Arc<dyn EventLog>, projection: sqlx::PgPool) -> Self {
+        Self {
+            log,
+            projection: Some(projection),
+            ..self.clone()
+        }
+    }
+
     /// How many seats the catalog projection has available now (`None` when it has not folded
     /// the show yet, or cannot be read: the page then goes with the schedule's).
     pub async fn live(&self, show: ShowId) -> Live {

@@ -18,10 +18,10 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use hmac::{Hmac, KeyInit, Mac};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use hmac::{Hmac, KeyInit, Mac};
 use onsale_domain::{AccountId, OrderId, OrderStatus, Show, ShowCommand, ShowError, ShowId};
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
@@ -46,7 +46,11 @@ pub struct ClusterConfig {
     pub advertise_addr: Option<String>,
     /// Where this node listens for the commands other nodes forward to it: an internal
     /// address, not the public one (port 0: any free port).
-    #[arg(long = "internal-listen", env = "ONSALE_INTERNAL_LISTEN", default_value = "127.0.0.1:0")]
+    #[arg(
+        long = "internal-listen",
+        env = "ONSALE_INTERNAL_LISTEN",
+        default_value = "127.0.0.1:0"
+    )]
     pub internal_listen: String,
 }
 
@@ -212,9 +216,7 @@ async fn work(
     body: Bytes,
 ) -> Response {
     let path = WORK_PATH.replace("{id}", &id);
-    let header = headers
-        .get(SIGNATURE_HEADER)
-        .and_then(|v| v.to_str().ok());
+    let header = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
     let secret = internal.shows.cluster().node_secret.expose_secret();
     let now = chrono::Utc::now().timestamp_millis();
     let nonce = match verify(secret, &path, header, &body, now) {
@@ -264,14 +266,41 @@ mod tests {
         let (path, body, t) = ("/internal/v1/shows/s/work", b"{}".as_slice(), 1_000_000);
         let nonce = "0123456789abcdef";
         let h = sign(SECRET, path, t, nonce, body);
-        assert_eq!(verify(SECRET, path, Some(&h), body, t + 5_000), Ok(nonce.to_owned()));
-        assert_eq!(verify(SECRET, path, Some(&h), b"{ }", t), Err(Refused::Mismatch));
-        assert_eq!(verify(SECRET, "/internal/v1/shows/x/work", Some(&h), body, t), Err(Refused::Mismatch));
-        assert_eq!(verify("another-secret-of-at-least-32-bytes!", path, Some(&h), body, t), Err(Refused::Mismatch));
-        assert_eq!(verify(SECRET, path, Some(&h), body, t + 31_000), Err(Refused::Stale));
-        assert_eq!(verify(SECRET, path, Some(&h), body, t - 31_000), Err(Refused::Stale));
+        assert_eq!(
+            verify(SECRET, path, Some(&h), body, t + 5_000),
+            Ok(nonce.to_owned())
+        );
+        assert_eq!(
+            verify(SECRET, path, Some(&h), b"{ }", t),
+            Err(Refused::Mismatch)
+        );
+        assert_eq!(
+            verify(SECRET, "/internal/v1/shows/x/work", Some(&h), body, t),
+            Err(Refused::Mismatch)
+        );
+        assert_eq!(
+            verify(
+                "another-secret-of-at-least-32-bytes!",
+                path,
+                Some(&h),
+                body,
+                t
+            ),
+            Err(Refused::Mismatch)
+        );
+        assert_eq!(
+            verify(SECRET, path, Some(&h), body, t + 31_000),
+            Err(Refused::Stale)
+        );
+        assert_eq!(
+            verify(SECRET, path, Some(&h), body, t - 31_000),
+            Err(Refused::Stale)
+        );
         assert_eq!(verify(SECRET, path, None, body, t), Err(Refused::Malformed));
         let other_nonce = h.replace(nonce, "fedcba9876543210");
-        assert_eq!(verify(SECRET, path, Some(&other_nonce), body, t), Err(Refused::Mismatch));
+        assert_eq!(
+            verify(SECRET, path, Some(&other_nonce), body, t),
+            Err(Refused::Mismatch)
+        );
     }
 }

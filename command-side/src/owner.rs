@@ -539,11 +539,7 @@ impl Shows {
     /// The answer to work naming a hold or order the show's owner here certainly does not
     /// have, without the owner's queue, a batch slot or a write; `None`: the owner decides.
     /// Only on a proven lease (else another node may have made the id since).
-    fn unknown_id(
-        &self,
-        work: &Work,
-        known: &KnownIds,
-    ) -> Option<Result<Reply, CommandError>> {
+    fn unknown_id(&self, work: &Work, known: &KnownIds) -> Option<Result<Reply, CommandError>> {
         let answer = match work {
             Work::Command(ShowCommand::ReleaseHold { hold_id, .. }) if known.hold(hold_id)? => {
                 return None

@@ -229,7 +229,10 @@ async fn made_up_ids_of_a_show_are_answered_without_its_queue_and_real_holds_go_
             hold_id: id,
             account: AccountId::parse(fan).expect("account"),
         };
-        assert!(matches!(a.shows.execute(show, release).await, Ok(Answer::Done)));
+        assert!(matches!(
+            a.shows.execute(show, release).await,
+            Ok(Answer::Done)
+        ));
     }
     // Orders the show never had: the cancellation's check is answered without the queue too.
     let unknown = onsale_domain::OrderId::new(show);
@@ -251,17 +254,28 @@ async fn an_owner_that_cannot_prove_its_lease_answers_nothing_not_even_a_refusal
     let show = on_sale(&a.shows).await;
     held(a.shows.execute(show, hold(show, "ann", 1, None)).await);
     let taken = |a: &Result<Answer, CommandError>| {
-        matches!(a, Err(CommandError::Domain(ShowError::SeatUnavailable { .. })))
+        matches!(
+            a,
+            Err(CommandError::Domain(ShowError::SeatUnavailable { .. }))
+        )
     };
-    assert!(taken(&a.shows.execute(show, hold(show, "bob", 1, None)).await));
+    assert!(taken(
+        &a.shows.execute(show, hold(show, "bob", 1, None)).await
+    ));
     // Cut off from the database: once the lease's TTL has run out another node may have the
     // show, so the refusal from this (possibly stale) state is not given.
     log.fail_heartbeats(true);
-    let answer = until_answer(&a.shows, show, || hold(show, "bob", 1, None), |a| {
-        matches!(a, Err(CommandError::Unavailable))
-    })
+    let answer = until_answer(
+        &a.shows,
+        show,
+        || hold(show, "bob", 1, None),
+        |a| matches!(a, Err(CommandError::Unavailable)),
+    )
     .await;
-    assert!(matches!(answer, Err(CommandError::Unavailable)), "{answer:?}");
+    assert!(
+        matches!(answer, Err(CommandError::Unavailable)),
+        "{answer:?}"
+    );
     assert!(!a.shows.lease_held());
     // A heartbeat proves the lease again: the owner answers from its state again.
     log.fail_heartbeats(false);

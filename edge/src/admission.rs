@@ -36,6 +36,11 @@ pub trait SessionGate: Send + Sync + std::fmt::Debug {
     ) -> GateFuture<'a>;
 }
 
+/// Whether the write path answers now: a probe of the pool the owners append through (not the
+/// read pool, which a flood of public reads may fill without any hold failing).
+pub type WriteProbe =
+    std::sync::Arc<dyn Fn() -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
+
 /// The hold path's recent latencies and failures (a failure is the service's: 5xx, not a 409).
 #[derive(Debug, Default)]
 pub struct BookingHealth {

@@ -14,6 +14,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use ipnet::IpNet;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::auth::Verifier;
@@ -30,23 +31,41 @@ pub struct LimitSettings {
     /// milliseconds; past it: 503 `REQUEST_TIMEOUT` with `Retry-After`.
     #[arg(long, env = "ONSALE_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
     pub request_timeout_ms: u64,
-    /// Holds, orders, joins and scans per second one account may make (0: no limit).
+    /// Writes that reach a show (holds, their release, orders, cancellations), joins and
+    /// scans per second one account may make (0: no limit).
     #[arg(long, env = "ONSALE_RATE_ACCOUNT_PER_SEC", default_value_t = 10)]
     pub rate_account_per_sec: u32,
     /// How many of them one account may make at once before the rate applies.
     #[arg(long, env = "ONSALE_RATE_ACCOUNT_BURST", default_value_t = 20)]
     pub rate_account_burst: u32,
-    /// Holds, orders, joins and scans per second from one client address (0: no limit). The
-    /// local stack turns it off: every simulated fan comes from 127.0.0.1.
+    /// The same writes per second from one client address, counted after the account's own
+    /// limit (so a bot's refused requests take nothing from the fans behind its address): a
+    /// ceiling for many accounts behind one NAT or proxy (0: no limit). The local stack turns
+    /// it off: every simulated fan comes from 127.0.0.1.
     #[arg(long, env = "ONSALE_RATE_ADDRESS_PER_SEC", default_value_t = 200)]
     pub rate_address_per_sec: u32,
     /// How many of them one address may make at once before the rate applies.
     #[arg(long, env = "ONSALE_RATE_ADDRESS_BURST", default_value_t = 400)]
     pub rate_address_burst: u32,
-    /// The client's address is the last one of `X-Forwarded-For` (set when onsale runs behind
-    /// a proxy that appends it, as the local stack's router does), not the peer's.
-    #[arg(long, env = "ONSALE_TRUST_FORWARDED_FOR", default_value_t = false, value_parser = clap::builder::BoolishValueParser::new())]
-    pub trust_forwarded_for: bool,
+    /// Reads without a bearer token (event pages, seat maps, search, SSE and gRPC reads) per
+    /// second from one client address (0: no limit).
+    #[arg(long, env = "ONSALE_RATE_READ_ADDRESS_PER_SEC", default_value_t = 100)]
+    pub rate_read_address_per_sec: u32,
+    /// How many of them one address may make at once before the rate applies.
+    #[arg(long, env = "ONSALE_RATE_READ_ADDRESS_BURST", default_value_t = 200)]
+    pub rate_read_address_burst: u32,
+    /// The proxies whose `X-Forwarded-For` is believed (addresses or CIDR blocks, comma
+    /// separated): the client is the last address of the header that is not one of them. A
+    /// header from any other peer is ignored (anyone can write one).
+    #[arg(long, env = "ONSALE_TRUSTED_PROXIES", value_delimiter = ',', value_parser = proxy)]
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+fn proxy(s: &str) -> Result<IpNet, String> {
+    let s = s.trim();
+    s.parse::<IpNet>()
+        .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+        .map_err(|_| format!("{s} is neither an address nor a CIDR block"))
 }
 
 /// A per-process cap on open streams: a stream holds a [`StreamSlot`] for as long as it runs.
@@ -91,16 +110,166 @@ pub mod names {
     pub const STREAMS_REFUSED_TOTAL: &str = "onsale_streams_refused_total";
     pub const RATE_LIMITED_TOTAL: &str = "onsale_rate_limited_total";
     pub const REQUESTS_TIMED_OUT_TOTAL: &str = "onsale_requests_timed_out_total";
+    /// Limit checks decided by this node alone because Redis did not answer.
+    pub const RATE_LIMIT_FALLBACKS_TOTAL: &str = "onsale_rate_limit_fallbacks_total";
 }
 
-/// Rate limits per account and per client address on the writes a crowd repeats: holds,
-/// orders, joins and scans.
+/// What a request is, for the limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// A write that reaches a show's owner, a join or a scan: per account, then per address.
+    Write,
+    /// A read without a bearer token: per address.
+    AnonymousRead,
+    /// Not limited (probes, static files, authenticated reads).
+    Free,
+}
+
+/// One budget: a key and its rate.
+#[derive(Debug, Clone)]
+struct Budget {
+    key: String,
+    per_sec: u32,
+    burst: u32,
+    /// Named in the refusal.
+    who: &'static str,
+}
+
+/// GCRA over every budget of a request in one Redis round trip: each key holds its
+/// theoretical arrival time (ms); a request is let through only if every budget allows it,
+/// and only then are they all advanced (so a request refused by its account's budget takes
+/// nothing from its address's). Answers 0, or the 1-based index of the budget that refused
+/// and the milliseconds until it would allow.
+const GCRA: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local new = {}
+for i, key in ipairs(KEYS) do
+  local period = 1000 / tonumber(ARGV[2 * i - 1])
+  local tolerance = period * tonumber(ARGV[2 * i])
+  local tat = tonumber(redis.call('GET', key)) or now
+  if tat < now then tat = now end
+  local next_tat = tat + period
+  local allow_at = next_tat - tolerance
+  if allow_at > now then
+    return {i, math.ceil(allow_at - now)}
+  end
+  new[i] = next_tat
+end
+for i, key in ipairs(KEYS) do
+  redis.call('SET', key, tostring(new[i]), 'PX', math.ceil(new[i] - now) + 1000)
+end
+return {0, 0}
+"#;
+
+/// The budgets kept in Redis, shared by every node (so N nodes allow the rate, not N times
+/// it); while Redis does not answer within [`SHARED_TIMEOUT`] each node falls back to its own
+/// (and stops asking for a second).
+#[derive(Clone)]
+struct Shared {
+    conn: Arc<tokio::sync::OnceCell<redis::aio::ConnectionManager>>,
+    script: Arc<redis::Script>,
+    /// Until when (ms after `base`) Redis is not asked: it failed just now.
+    away_until: Arc<std::sync::atomic::AtomicU64>,
+    base: std::time::Instant,
+}
+
+/// How long a limit check waits for Redis before it decides with this node's own budgets.
+pub const SHARED_TIMEOUT: Duration = Duration::from_millis(50);
+
+impl Shared {
+    fn connect(url: &str) -> anyhow::Result<Self> {
+        let client = redis::Client::open(url)?;
+        let conn = Arc::new(tokio::sync::OnceCell::new());
+        let cell = conn.clone();
+        tokio::spawn(async move {
+            let config = redis::aio::ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(Duration::from_millis(500)))
+                .set_response_timeout(Some(SHARED_TIMEOUT))
+                .set_number_of_retries(0);
+            loop {
+                match redis::aio::ConnectionManager::new_with_config(client.clone(), config.clone())
+                    .await
+                {
+                    Ok(c) => {
+                        let _ = cell.set(c);
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "rate limits: redis unreachable; each node limits alone");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+        Ok(Self {
+            conn,
+            script: Arc::new(redis::Script::new(GCRA)),
+            away_until: Arc::default(),
+            base: std::time::Instant::now(),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// `Some(Ok(()))` allowed, `Some(Err((i, wait)))` refused by budget `i`; `None`: Redis
+    /// did not answer (the caller decides alone).
+    async fn check(&self, budgets: &[Budget]) -> Option<Result<(), (usize, Duration)>> {
+        use std::sync::atomic::Ordering;
+        if self.now_ms() < self.away_until.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut conn = self.conn.get()?.clone();
+        let mut call = self.script.prepare_invoke();
+        for b in budgets {
+            call.key(format!("rl:{}", b.key))
+                .arg(b.per_sec)
+                .arg(b.burst);
+        }
+        let answer =
+            tokio::time::timeout(SHARED_TIMEOUT, call.invoke_async::<(i64, i64)>(&mut conn)).await;
+        match answer {
+            Ok(Ok((0, _))) => Some(Ok(())),
+            Ok(Ok((i, wait))) => {
+                let i = usize::try_from(i - 1).unwrap_or(0);
+                Some(Err((
+                    i,
+                    Duration::from_millis(u64::try_from(wait).unwrap_or(0)),
+                )))
+            }
+            Ok(Err(e)) => {
+                self.away(&e.to_string());
+                None
+            }
+            Err(_) => {
+                self.away("no answer within the bound");
+                None
+            }
+        }
+    }
+
+    fn away(&self, why: &str) {
+        metrics::counter!(names::RATE_LIMIT_FALLBACKS_TOTAL).increment(1);
+        tracing::warn!(%why, "rate limits: redis away; this node limits alone for a second");
+        self.away_until
+            .store(self.now_ms() + 1_000, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Rate limits per account and per client address on the writes that reach a show (and
+/// joins and scans), and per address on anonymous reads: GCRA, in Redis across the nodes when
+/// one is configured ([`RateLimits::shared`]), else (and while it is away) in this process
+/// (`governor`).
 #[derive(Clone)]
 pub struct RateLimits {
+    settings: LimitSettings,
     accounts: Option<Arc<DefaultKeyedRateLimiter<String>>>,
     addresses: Option<Arc<DefaultKeyedRateLimiter<IpAddr>>>,
+    reads: Option<Arc<DefaultKeyedRateLimiter<IpAddr>>>,
+    shared: Option<Shared>,
     verifier: Verifier,
-    trust_forwarded_for: bool,
 }
 
 impl std::fmt::Debug for RateLimits {
@@ -108,6 +277,8 @@ impl std::fmt::Debug for RateLimits {
         f.debug_struct("RateLimits")
             .field("accounts", &self.accounts.is_some())
             .field("addresses", &self.addresses.is_some())
+            .field("reads", &self.reads.is_some())
+            .field("shared", &self.shared.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -118,99 +289,194 @@ fn quota(per_sec: u32, burst: u32) -> Option<Quota> {
     Some(Quota::per_second(rate).allow_burst(burst))
 }
 
+fn keyed<K: std::hash::Hash + Eq + Clone>(
+    per_sec: u32,
+    burst: u32,
+) -> Option<Arc<DefaultKeyedRateLimiter<K>>> {
+    quota(per_sec, burst).map(|q| Arc::new(RateLimiter::dashmap(q)))
+}
+
 impl RateLimits {
     pub fn new(settings: &LimitSettings, verifier: Verifier) -> Self {
+        let s = settings;
         Self {
-            accounts: quota(settings.rate_account_per_sec, settings.rate_account_burst)
-                .map(|q| Arc::new(RateLimiter::dashmap(q))),
-            addresses: quota(settings.rate_address_per_sec, settings.rate_address_burst)
-                .map(|q| Arc::new(RateLimiter::dashmap(q))),
+            settings: s.clone(),
+            accounts: keyed(s.rate_account_per_sec, s.rate_account_burst),
+            addresses: keyed(s.rate_address_per_sec, s.rate_address_burst),
+            reads: keyed(s.rate_read_address_per_sec, s.rate_read_address_burst),
+            shared: None,
             verifier,
-            trust_forwarded_for: settings.trust_forwarded_for,
         }
+    }
+
+    /// Keeps the budgets in the Redis at `url`, shared by every node; this process's own are
+    /// the fallback while it is away.
+    pub fn shared(mut self, url: &str) -> anyhow::Result<Self> {
+        self.shared = Some(Shared::connect(url)?);
+        Ok(self)
     }
 
     /// Forgets the keys whose allowance is full again (the maps stay as large as the callers
     /// of the last seconds). Run every few seconds.
     pub fn prune(&self) {
+        for limiter in [&self.addresses, &self.reads].into_iter().flatten() {
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
+        }
         if let Some(a) = &self.accounts {
             a.retain_recent();
             a.shrink_to_fit();
         }
-        if let Some(a) = &self.addresses {
-            a.retain_recent();
-            a.shrink_to_fit();
-        }
     }
 
-    /// Whether a request is one of the rate-limited writes: every route a fan can send to a
-    /// show's owner (holds, their release, orders, cancellations), the line's joins and the
-    /// gate's scans.
-    fn limited(method: &Method, path: &str) -> bool {
-        if method == Method::DELETE {
-            return path.starts_with("/v1/holds/");
+    /// What a request is for the limits: every route a fan can send to a show's owner (holds,
+    /// their release, orders, cancellations), the line's joins and the gate's scans are
+    /// writes; a request to `/v1/` (or gRPC) without a bearer token is an anonymous read.
+    fn class(method: &Method, path: &str, grpc: bool, authenticated: bool) -> Class {
+        let write = match *method {
+            Method::DELETE => path.starts_with("/v1/holds/"),
+            Method::POST => match (
+                path.strip_prefix("/v1/events/"),
+                path.strip_prefix("/v1/orders/"),
+            ) {
+                (Some(rest), _) => rest.ends_with("/holds") || rest.ends_with("/waiting-room"),
+                (_, Some(rest)) => rest.ends_with("/cancel"),
+                _ => path == "/v1/orders" || path == "/v1/scans",
+            },
+            _ => false,
+        };
+        if write {
+            return Class::Write;
         }
-        if method != Method::POST {
-            return false;
+        let read =
+            grpc || (matches!(*method, Method::GET | Method::HEAD) && path.starts_with("/v1/"));
+        if read && !authenticated {
+            return Class::AnonymousRead;
         }
-        if let Some(rest) = path.strip_prefix("/v1/events/") {
-            return rest.ends_with("/holds") || rest.ends_with("/waiting-room");
-        }
-        if let Some(rest) = path.strip_prefix("/v1/orders/") {
-            return rest.ends_with("/cancel");
-        }
-        path == "/v1/orders" || path == "/v1/scans"
+        Class::Free
     }
 
+    /// The client's address: the peer's, or (from a trusted proxy) the last address of
+    /// `X-Forwarded-For` that is not itself a trusted proxy.
     fn client(&self, req: &Request) -> Option<IpAddr> {
-        if self.trust_forwarded_for {
-            let forwarded = req
-                .headers()
-                .get_all("x-forwarded-for")
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(','))
-                .next_back()
-                .and_then(|a| a.trim().parse::<IpAddr>().ok());
-            if forwarded.is_some() {
-                return forwarded;
+        let peer = req
+            .extensions()
+            .get::<ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0.ip())?;
+        let trusted = |ip: &IpAddr| self.settings.trusted_proxies.iter().any(|n| n.contains(ip));
+        if !trusted(&peer) {
+            return Some(peer);
+        }
+        let forwarded: Vec<IpAddr> = req
+            .headers()
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|a| a.trim().parse::<IpAddr>().ok())
+            .collect();
+        Some(
+            forwarded
+                .into_iter()
+                .rev()
+                .find(|ip| !trusted(ip))
+                .unwrap_or(peer),
+        )
+    }
+
+    /// The budgets a request spends, in the order they are checked: the account's first.
+    fn budgets(&self, req: &Request, grpc: bool) -> Vec<Budget> {
+        let s = &self.settings;
+        let caller = req
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|t| self.verifier.verify(t).ok());
+        let class = Self::class(req.method(), req.uri().path(), grpc, caller.is_some());
+        let ip = self.client(req);
+        let mut budgets = Vec::new();
+        match class {
+            Class::Free => {}
+            Class::Write => {
+                // An unauthenticated write is refused by its handler: only its address counts.
+                if let (Some(c), true) = (&caller, s.rate_account_per_sec > 0) {
+                    budgets.push(Budget {
+                        key: format!("a:{}", c.account.as_str()),
+                        per_sec: s.rate_account_per_sec,
+                        burst: s.rate_account_burst.max(1),
+                        who: "this account",
+                    });
+                }
+                if let (Some(ip), true) = (ip, s.rate_address_per_sec > 0) {
+                    budgets.push(Budget {
+                        key: format!("w:{ip}"),
+                        per_sec: s.rate_address_per_sec,
+                        burst: s.rate_address_burst.max(1),
+                        who: "this address",
+                    });
+                }
+            }
+            Class::AnonymousRead => {
+                if let (Some(ip), true) = (ip, s.rate_read_address_per_sec > 0) {
+                    budgets.push(Budget {
+                        key: format!("r:{ip}"),
+                        per_sec: s.rate_read_address_per_sec,
+                        burst: s.rate_read_address_burst.max(1),
+                        who: "this address (reads without a token)",
+                    });
+                }
             }
         }
-        req.extensions()
-            .get::<ConnectInfo<std::net::SocketAddr>>()
-            .map(|c| c.0.ip())
+        budgets
     }
 
-    fn check(&self, req: &Request) -> Result<(), ApiError> {
-        if let (Some(limiter), Some(ip)) = (&self.addresses, self.client(req)) {
-            limiter
-                .check_key(&ip)
-                .map_err(|n| too_many(n, "this address"))?;
-        }
-        if let Some(limiter) = &self.accounts {
-            let caller = req
-                .headers()
-                .get(axum::http::header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .and_then(|t| self.verifier.verify(t).ok());
-            // An unauthenticated request is refused by its handler; only accounts are keyed.
-            if let Some(caller) = caller {
-                limiter
-                    .check_key(&caller.account.as_str().to_owned())
-                    .map_err(|n| too_many(n, "this account"))?;
+    /// This process's own budgets (no Redis, or Redis away).
+    fn check_locally(&self, budgets: &[Budget]) -> Result<(), ApiError> {
+        for b in budgets {
+            let verdict = match b.key.split_once(':') {
+                Some(("a", account)) => self
+                    .accounts
+                    .as_ref()
+                    .map(|l| l.check_key(&account.to_owned())),
+                Some((kind, ip)) => {
+                    let limiter = if kind == "r" {
+                        &self.reads
+                    } else {
+                        &self.addresses
+                    };
+                    match (limiter, ip.parse::<IpAddr>()) {
+                        (Some(l), Ok(ip)) => Some(l.check_key(&ip)),
+                        _ => None,
+                    }
+                }
+                None => None,
+            };
+            if let Some(Err(n)) = verdict {
+                let wait = n.wait_time_from(DefaultClock::default().now());
+                return Err(too_many(wait, b.who));
             }
         }
         Ok(())
     }
+
+    async fn check(&self, budgets: Vec<Budget>) -> Result<(), ApiError> {
+        if budgets.is_empty() {
+            return Ok(());
+        }
+        if let Some(shared) = &self.shared {
+            if let Some(verdict) = shared.check(&budgets).await {
+                return verdict.map_err(|(i, wait)| {
+                    too_many(wait, budgets.get(i).map_or("this caller", |b| b.who))
+                });
+            }
+        }
+        self.check_locally(&budgets)
+    }
 }
 
-fn too_many(
-    not_until: governor::NotUntil<<DefaultClock as Clock>::Instant>,
-    who: &str,
-) -> ApiError {
+fn too_many(wait: Duration, who: &str) -> ApiError {
     metrics::counter!(names::RATE_LIMITED_TOTAL).increment(1);
-    let wait = not_until.wait_time_from(DefaultClock::default().now());
     ApiError::new(
         StatusCode::TOO_MANY_REQUESTS,
         "RATE_LIMITED",
@@ -219,12 +485,25 @@ fn too_many(
     .retry_after(wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
 }
 
-/// Middleware: holds, orders, joins and scans past a rate answer 429 before their handler.
+/// Whether a request is gRPC (or gRPC-web): its refusals are gRPC statuses, not problem+json.
+fn is_grpc(req: &Request) -> bool {
+    req.headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/grpc"))
+}
+
+/// Middleware: requests past a rate answer 429 (gRPC: `RESOURCE_EXHAUSTED`) before their
+/// handler.
 pub async fn rate_limit(State(limits): State<RateLimits>, req: Request, next: Next) -> Response {
-    if RateLimits::limited(req.method(), req.uri().path()) {
-        if let Err(e) = limits.check(&req) {
-            return e.into_response();
+    let grpc = is_grpc(&req);
+    // Read from the request before anything is awaited (a request is not `Sync`).
+    let budgets = limits.budgets(&req, grpc);
+    if let Err(e) = limits.check(budgets).await {
+        if grpc {
+            return e.into_status().into_http();
         }
+        return e.into_response();
     }
     next.run(req).await
 }
@@ -233,17 +512,21 @@ pub async fn rate_limit(State(limits): State<RateLimits>, req: Request, next: Ne
 /// (its handler is dropped; a command already submitted to its show's owner still runs, and
 /// its idempotency key gives the same answer on a retry).
 pub async fn deadline(State(limit): State<Duration>, req: Request, next: Next) -> Response {
+    let grpc = is_grpc(&req);
     match tokio::time::timeout(limit, next.run(req)).await {
         Ok(res) => res,
         Err(_) => {
             metrics::counter!(names::REQUESTS_TIMED_OUT_TOTAL).increment(1);
-            ApiError::new(
+            let e = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "REQUEST_TIMEOUT",
                 "the request took too long to answer; retry (with the same Idempotency-Key)",
             )
-            .retry_after(1)
-            .into_response()
+            .retry_after(1);
+            if grpc {
+                return e.into_status().into_http();
+            }
+            e.into_response()
         }
     }
 }
@@ -253,7 +536,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_writes_a_crowd_repeats_are_limited() {
+    fn writes_that_reach_a_show_and_anonymous_reads_are_limited() {
+        let class =
+            |m: Method, p: &str, grpc: bool, auth: bool| RateLimits::class(&m, p, grpc, auth);
         for (m, p) in [
             (Method::POST, "/v1/events/e/holds"),
             (Method::POST, "/v1/events/e/waiting-room"),
@@ -262,16 +547,100 @@ mod tests {
             (Method::POST, "/v1/orders/o/cancel"),
             (Method::DELETE, "/v1/holds/h"),
         ] {
-            assert!(RateLimits::limited(&m, p), "{m} {p}");
+            assert_eq!(class(m.clone(), p, false, true), Class::Write, "{m} {p}");
         }
         for (m, p) in [
-            (Method::GET, "/v1/events/e/waiting-room"),
-            (Method::GET, "/v1/orders/o"),
-            (Method::GET, "/v1/holds/h"),
-            (Method::POST, "/v1/webhooks/processor"),
+            (Method::GET, "/v1/events/e"),
+            (Method::GET, "/v1/events/e/seats"),
+            (Method::GET, "/v1/search?q=x"),
         ] {
-            assert!(!RateLimits::limited(&m, p), "{m} {p}");
+            assert_eq!(
+                class(m.clone(), p, false, false),
+                Class::AnonymousRead,
+                "{m} {p}"
+            );
+            assert_eq!(
+                class(m.clone(), p, false, true),
+                Class::Free,
+                "{m} {p} with a token"
+            );
         }
+        assert_eq!(
+            class(
+                Method::POST,
+                "/onsale.v1.SeatMaps/StreamDeltas",
+                true,
+                false
+            ),
+            Class::AnonymousRead
+        );
+        for (m, p) in [
+            (Method::GET, "/healthz"),
+            (Method::GET, "/assets/app.js"),
+            (Method::POST, "/v1/webhooks/processor"),
+            (Method::GET, "/v1/orders/o"),
+        ] {
+            assert_ne!(class(m.clone(), p, false, true), Class::Write, "{m} {p}");
+            assert_ne!(
+                class(m.clone(), p, false, true),
+                Class::AnonymousRead,
+                "{m} {p}"
+            );
+        }
+    }
+
+    #[test]
+    fn forwarded_for_is_believed_only_from_a_trusted_proxy() {
+        let settings = |proxies: &str| {
+            let mut s = LimitSettings {
+                max_streams: 1,
+                request_timeout_ms: 1,
+                rate_account_per_sec: 0,
+                rate_account_burst: 0,
+                rate_address_per_sec: 0,
+                rate_address_burst: 0,
+                rate_read_address_per_sec: 0,
+                rate_read_address_burst: 0,
+                trusted_proxies: Vec::new(),
+            };
+            s.trusted_proxies = proxies
+                .split(',')
+                .filter(|p| !p.is_empty())
+                .map(|p| proxy(p).expect("a proxy"))
+                .collect();
+            s
+        };
+        let verifier = Verifier::new("a-secret-of-at-least-32-bytes-long", "i", "a", 60);
+        let req = |peer: &str, xff: &str| {
+            let mut r = Request::builder()
+                .uri("/v1/events/e")
+                .header("x-forwarded-for", xff)
+                .body(axum::body::Body::empty())
+                .expect("a request");
+            r.extensions_mut().insert(ConnectInfo(
+                format!("{peer}:1")
+                    .parse::<std::net::SocketAddr>()
+                    .expect("addr"),
+            ));
+            r
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        let open = RateLimits::new(&settings(""), verifier.clone());
+        assert_eq!(
+            open.client(&req("203.0.113.9", "10.0.0.1")),
+            Some(ip("203.0.113.9")),
+            "an untrusted peer's header is a lie"
+        );
+        let behind = RateLimits::new(&settings("127.0.0.1,10.1.0.0/16"), verifier);
+        assert_eq!(
+            behind.client(&req("127.0.0.1", "198.51.100.7, 10.1.2.3")),
+            Some(ip("198.51.100.7"))
+        );
+        assert_eq!(behind.client(&req("127.0.0.1", "")), Some(ip("127.0.0.1")));
+        assert_eq!(
+            behind.client(&req("203.0.113.9", "198.51.100.7")),
+            Some(ip("203.0.113.9"))
+        );
     }
 
     #[test]

@@ -155,7 +155,9 @@ impl From<ShowError> for ApiError {
             ShowError::PaymentAttemptsExceeded {
                 limit,
                 retry_after_secs,
-            } => err.with("limit", json!(limit)).retry_after(retry_after_secs),
+            } => err
+                .with("limit", json!(limit))
+                .retry_after(retry_after_secs),
             _ => err,
         }
     }

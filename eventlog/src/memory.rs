@@ -332,7 +332,9 @@ impl EventLog for MemoryEventLog {
     async fn heartbeat(&self, node: &Node, _ttl: std::time::Duration) -> Result<Vec<ShowId>> {
         let mut state = self.lock();
         if state.heartbeats_fail {
-            return Err(StoreError::Unavailable("heartbeat refused (injected)".into()));
+            return Err(StoreError::Unavailable(
+                "heartbeat refused (injected)".into(),
+            ));
         }
         state.nodes.insert(node.id, node.clone());
         state.dead.remove(&node.id);

@@ -141,9 +141,10 @@ impl Projection for SeatMap {
     async fn flush(&mut self, tx: &mut PgConnection) -> anyhow::Result<()> {
         for (show_id, state) in &mut self.shows {
             if state.created {
+                // Seq 0 is the show as scheduled (what a reader gets before the projection has
+                // folded it); what changed in the same batch is pending, for delta 1.
                 insert_show(tx, *show_id, state).await?;
                 state.created = false;
-                state.dirty_sections.clear();
                 state.seat_names.clear();
             }
             if !state.dirty_seats.is_empty() {
@@ -253,13 +254,15 @@ async fn insert_show(
         Vec::new(),
     );
     let ga = &state.general_admission;
+    // As scheduled: every seat available (the batch's later changes are updated right after,
+    // pending a delta).
     for (i, ((name, _), c)) in state.sections.iter().zip(&state.counts).enumerate() {
         names.push(name.clone());
         order.push(i as i32);
         totals.push(c.total);
-        avail.push(c.available);
-        held.push(c.held);
-        sold.push(c.sold);
+        avail.push(c.total);
+        held.push(0);
+        sold.push(0);
     }
     sqlx::query(
         "INSERT INTO seat_map_sections (show_id, ord, section, total, available, held, sold, delta_seq,

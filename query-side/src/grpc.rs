@@ -162,7 +162,6 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
         let slot = self.0.streams.open().map_err(ApiError::into_status)?;
         let stream = self
             .0
-            .hub
             .subscribe(show, (after > 0).then_some(after))
             .await
             .map_err(|e| {

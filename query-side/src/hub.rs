@@ -271,7 +271,13 @@ impl Hub {
             .collect()
     }
 
-    async fn show_hub(&self, show: ShowId) -> anyhow::Result<Option<Arc<ShowHub>>> {
+    /// The show's hub; `scheduled`: the show exists even if its projection has no row yet (it
+    /// starts at seq 0, as the projection will).
+    async fn show_hub(
+        &self,
+        show: ShowId,
+        scheduled: bool,
+    ) -> anyhow::Result<Option<Arc<ShowHub>>> {
         if let Some(h) = self.shows.lock().ok().and_then(|s| s.get(&show).cloned()) {
             return Ok(Some(h));
         }
@@ -280,7 +286,11 @@ impl Hub {
                 .bind(show.to_string())
                 .fetch_optional(&self.pool)
                 .await?;
-        let Some(seq) = seq else { return Ok(None) };
+        let seq = match (seq, scheduled) {
+            (Some(seq), _) => seq,
+            (None, true) => 0,
+            (None, false) => return Ok(None),
+        };
         self.note_seq(show, seq);
         let mut shows = self
             .shows
@@ -305,7 +315,19 @@ impl Hub {
         show: ShowId,
         after: Option<i64>,
     ) -> anyhow::Result<Option<ReceiverStream<Update>>> {
-        let Some(hub) = self.show_hub(show).await? else {
+        self.subscribe_scheduled(show, after, false).await
+    }
+
+    /// As [`Hub::subscribe`]; `scheduled`: the show exists (its schedule says so) even if the
+    /// projection has not folded it yet: the stream starts at seq 0 and its deltas come as the
+    /// projection writes them.
+    pub async fn subscribe_scheduled(
+        &self,
+        show: ShowId,
+        after: Option<i64>,
+        scheduled: bool,
+    ) -> anyhow::Result<Option<ReceiverStream<Update>>> {
+        let Some(hub) = self.show_hub(show, scheduled).await? else {
             return Ok(None);
         };
         let mut rx = hub.tx.subscribe();

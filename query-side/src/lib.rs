@@ -16,6 +16,7 @@ pub mod hub;
 pub mod rest;
 pub mod snapshots;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::FromRef;
@@ -80,6 +81,27 @@ impl FromRef<QueryState> for Verifier {
 }
 
 impl QueryState {
+    /// A show's deltas after `after` (SSE and gRPC streams): `Ok(None)` if there is no such
+    /// show; a show scheduled but not folded by the projection yet streams from seq 0.
+    pub async fn subscribe(
+        &self,
+        show: onsale_domain::ShowId,
+        after: Option<i64>,
+    ) -> anyhow::Result<Option<tokio_stream::wrappers::ReceiverStream<hub::Update>>> {
+        if let Some(stream) = self.hub.subscribe(show, after).await? {
+            return Ok(Some(stream));
+        }
+        let scheduled = self.snapshots.scheduled(show).await;
+        self.hub.subscribe_scheduled(show, after, scheduled).await
+    }
+
+    /// Reads shows the projection has not folded yet from `schedules` (see
+    /// [`snapshots::Schedules`]).
+    pub fn with_schedules(mut self, schedules: Arc<dyn snapshots::Schedules>) -> Self {
+        self.snapshots = self.snapshots.with_schedules(schedules);
+        self
+    }
+
     /// Wires the query side on `pool` (where the projections write) and starts its listener and
     /// health tasks on `tasks`; they stop, and streams end, when `shutdown` is cancelled.
     /// `relay_slot` is the relay's replication slot, whose lag `/readyz` and `/metrics` report.

@@ -294,7 +294,6 @@ async fn updates(
     };
     let slot = state.streams.open()?;
     let stream = state
-        .hub
         .subscribe(show, after)
         .await
         .map_err(|e| db_unavailable(sqlx::Error::Protocol(e.to_string())))?

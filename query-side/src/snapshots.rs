@@ -111,6 +111,19 @@ pub enum Missing {
 
 type Key = (ShowId, Option<String>, i64);
 
+pub type ScheduleFuture<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = anyhow::Result<Option<onsale_domain::Show>>> + Send + 'a>,
+>;
+
+/// Where a show's schedule is read (the catalog: the log's first event), so that a show the
+/// projection has not folded yet is read as scheduled (every seat available, `seq` 0, `lsn`
+/// 0/0: what the projection writes first) rather than 404: a show is readable the moment its
+/// `201` is answered.
+pub trait Schedules: Send + Sync + std::fmt::Debug {
+    /// The show as scheduled; `None` if there is no such show.
+    fn scheduled(&self, show: ShowId) -> ScheduleFuture<'_>;
+}
+
 /// One read of a map: watermark, counts, a section's seats, whether that section exists.
 #[derive(Debug, sqlx::FromRow)]
 struct MapRow {
@@ -141,6 +154,7 @@ pub struct Snapshots {
     /// The last good map per (show, section), for when PostgreSQL is away.
     last_good: Cache<(ShowId, Option<String>), Arc<Snapshot>>,
     rebuilds: Arc<std::sync::atomic::AtomicU64>,
+    schedules: Option<Arc<dyn Schedules>>,
 }
 
 /// What a read got.
@@ -171,7 +185,23 @@ impl Snapshots {
                 .time_to_live(Duration::from_secs(600))
                 .build(),
             rebuilds: Arc::default(),
+            schedules: None,
         }
+    }
+
+    /// Whether the show was scheduled, by its schedule (not the projection); `false` without
+    /// schedules or when they cannot be read.
+    pub async fn scheduled(&self, show: ShowId) -> bool {
+        match &self.schedules {
+            Some(s) => matches!(s.scheduled(show).await, Ok(Some(_))),
+            None => false,
+        }
+    }
+
+    /// Reads a show the projection has not folded yet from `schedules`.
+    pub fn with_schedules(mut self, schedules: Arc<dyn Schedules>) -> Self {
+        self.schedules = Some(schedules);
+        self
     }
 
     /// How many maps are cached (made-up ids are never among them).
@@ -225,6 +255,31 @@ impl Snapshots {
         }
     }
 
+    /// A show the projection has not folded yet, as its schedule made it (seq 0, lsn 0/0:
+    /// the deltas after it are all still to come); `Missing::Show` if it was never scheduled.
+    async fn as_scheduled(&self, show: ShowId, section: Option<&str>) -> anyhow::Result<Entry> {
+        let Some(schedules) = &self.schedules else {
+            return Ok(Err(Missing::Show));
+        };
+        let Some(scheduled) = schedules.scheduled(show).await? else {
+            return Ok(Err(Missing::Show));
+        };
+        let map = match map_of(
+            &scheduled,
+            show.to_string(),
+            chrono::Utc::now(),
+            0,
+            "0/0".to_owned(),
+            section,
+        ) {
+            Ok(m) => m,
+            Err(m) => return Ok(Err(m)),
+        };
+        let body = Bytes::from(serde_json::to_vec(&map)?);
+        let etag = format!("\"{show}-{}-0-0/0\"", section.unwrap_or("all"));
+        Ok(Ok(Arc::new(Snapshot { map, body, etag })))
+    }
+
     async fn build(&self, show: ShowId, section: Option<&str>) -> anyhow::Result<Entry> {
         metrics::counter!(onsale_telemetry::metrics::SEAT_MAP_REBUILDS_TOTAL).increment(1);
         self.rebuilds
@@ -255,7 +310,7 @@ impl Snapshots {
             section_known,
         }) = row
         else {
-            return Ok(Err(Missing::Show));
+            return self.as_scheduled(show, section).await;
         };
         if !section_known {
             return Ok(Err(Missing::Section));

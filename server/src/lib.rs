@@ -98,8 +98,13 @@ pub struct Server {
     pub shows: Shows,
     /// Shows as scheduled, read through the read pool.
     pub catalog: Catalog,
-    /// The pool of reads and of background work (query side, payments, relay, projections).
+    /// The pool of background work and private routes (payments, card vault, webhooks, scans,
+    /// relay, projections).
     pub pool: PgPool,
+    /// The pool of the public reads (query side, catalog).
+    pub public_pool: PgPool,
+    /// The pool of the waiting room and its admitter.
+    pub admission_pool: PgPool,
     /// The query side, with the API.
     pub query: Option<QueryState>,
     /// The waiting room, with the API when Redis is configured.
@@ -177,7 +182,15 @@ impl PartCtx {
                 ))]
             }
             Part::Admitter => match &self.room {
-                Some(room) => room.spawn_admitter(self.health.clone()),
+                Some(room) => {
+                    // The controller's store signal is the write path's own pool.
+                    let log = self.shows.log().clone();
+                    let probe: onsale_edge::admission::WriteProbe = Arc::new(move || {
+                        let log = log.clone();
+                        Box::pin(async move { log.ping().await.is_ok() })
+                    });
+                    room.spawn_admitter(self.health.clone(), probe)
+                }
                 None => Vec::new(),
             },
             Part::Relay => {
@@ -241,6 +254,28 @@ impl ShowSchedule for CatalogSchedule {
     }
 }
 
+/// The query side reads a show its projection has not folded yet as the catalog has it
+/// scheduled (through the public pool).
+#[derive(Debug)]
+struct PublicSchedules(Catalog);
+
+impl onsale_query::snapshots::Schedules for PublicSchedules {
+    fn scheduled(&self, show: ShowId) -> onsale_query::snapshots::ScheduleFuture<'_> {
+        Box::pin(async move {
+            match self.0.get(show).await {
+                Ok(s) => Ok(Some(onsale_domain::Show::as_scheduled(
+                    s.info.clone(),
+                    s.layout.clone(),
+                ))),
+                Err(onsale_command::CommandError::Domain(
+                    onsale_domain::ShowError::ShowNotFound,
+                )) => Ok(None),
+                Err(e) => Err(anyhow::anyhow!("the catalog did not answer: {e}")),
+            }
+        })
+    }
+}
+
 async fn bind(addr: &str) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr)
         .await
@@ -266,6 +301,11 @@ impl Server {
         db.migrate().await?;
         let append_pool = db.pool(db.pool_size, false)?;
         let pool = db.pool(db.pool_size, true)?;
+        // Each workload its own bounded share (issue 29): reads anyone may send without a token
+        // (event pages, seat maps, search, SSE resumes) cannot take the connections of the
+        // card vault, webhooks, scans and the workers (`pool`), nor the waiting room's.
+        let public_pool = db.pool(db.pool_size, true)?;
+        let admission_pool = db.pool((db.pool_size / 4).max(2), true)?;
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
         let log: Arc<dyn EventLog> = Arc::new(PgEventLog::new(append_pool));
@@ -283,6 +323,8 @@ impl Server {
             shows,
             catalog,
             pool,
+            public_pool,
+            admission_pool,
             query: None,
             room: None,
             health: Arc::new(BookingHealth::default()),
@@ -334,18 +376,23 @@ impl Server {
         let s = &self.settings;
         let verifier = s.auth.verifier();
         let streams = StreamSlots::new(s.limits.max_streams);
+        let public_catalog = self.catalog.reading_from(
+            Arc::new(PgEventLog::new(self.public_pool.clone())),
+            self.public_pool.clone(),
+        );
         let query = QueryState::start(
-            self.pool.clone(),
+            self.public_pool.clone(),
             &s.query,
             &s.relay.slot,
             verifier.clone(),
             streams.clone(),
             &self.shutdown,
             &self.tracker,
-        );
+        )
+        .with_schedules(Arc::new(PublicSchedules(public_catalog.clone())));
         let room = WaitingRoom::connect(
             s.waiting_room.clone(),
-            self.pool.clone(),
+            self.admission_pool.clone(),
             Arc::new(CatalogSchedule(self.catalog.clone())),
             self.shutdown.clone(),
         )
@@ -356,6 +403,7 @@ impl Server {
         let state = AppState {
             shows: self.shows.clone(),
             catalog: self.catalog.clone(),
+            public_catalog,
             verifier: verifier.clone(),
             metrics: onsale_telemetry::metrics(),
             ready: Some(Arc::new(move || {
@@ -389,14 +437,18 @@ impl Server {
         let http = bind(&s.listen).await?;
         let grpc = bind(&s.grpc_listen).await?;
         router = router.merge(s.web.routes(&s.auth, grpc.local_addr()?)?);
-        let rates = RateLimits::new(&s.limits, verifier);
+        let mut rates = RateLimits::new(&s.limits, verifier);
+        if let Some(url) = &s.waiting_room.redis_url {
+            // Budgets shared by every node: N nodes allow the rate, not N times it.
+            rates = rates.shared(url)?;
+        }
         self.prune_rate_limits(rates.clone());
         // Innermost first: every body at most 64 KiB; the rate limits; the deadline; the
         // framework's own errors as problem+json; the trace.
         let router = router
             .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
             .layer(axum::middleware::from_fn_with_state(
-                rates,
+                rates.clone(),
                 limits::rate_limit,
             ))
             .layer(axum::middleware::from_fn_with_state(
@@ -410,12 +462,20 @@ impl Server {
         // Outermost: a browser's preflight is answered before anything else looks at it. In
         // development mode the fan app this listener serves may call gRPC-web on the other.
         let cors = s.cors.layer(s.auth.dev_mode, http.local_addr()?)?;
+        // gRPC gets the same limits and deadline as REST (refusals as gRPC statuses); its
+        // streams share the stream cap.
+        let grpc_router = onsale_query::grpc::router(query.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                rates,
+                limits::rate_limit,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                Duration::from_millis(s.limits.request_timeout_ms),
+                limits::deadline,
+            ));
         let (router, grpc_router) = match cors {
-            Some(cors) => (
-                router.layer(cors.clone()),
-                onsale_query::grpc::router(query.clone()).layer(cors),
-            ),
-            None => (router, onsale_query::grpc::router(query.clone())),
+            Some(cors) => (router.layer(cors.clone()), grpc_router.layer(cors)),
+            None => (router, grpc_router),
         };
         self.http = Some(http.local_addr()?);
         self.grpc = Some(grpc.local_addr()?);
@@ -542,7 +602,10 @@ impl Server {
         self.shutdown.cancel();
         let handles: Vec<supervise::Supervised> =
             self.lock().drain().flat_map(|(_, h)| h).collect();
-        let aborts: Vec<_> = handles.iter().map(supervise::Supervised::abort_handle).collect();
+        let aborts: Vec<_> = handles
+            .iter()
+            .map(supervise::Supervised::abort_handle)
+            .collect();
         self.tracker.close();
         let tracker = self.tracker.clone();
         let all = async move {

@@ -77,7 +77,10 @@ impl PartsHealth {
         Err(down
             .iter()
             .map(|(part, d)| match d.restarted {
-                Some(_) => format!("{part} restarted after it stopped ({}); {} in a row", d.why, d.deaths),
+                Some(_) => format!(
+                    "{part} restarted after it stopped ({}); {} in a row",
+                    d.why, d.deaths
+                ),
                 None => format!("{part} is down ({}); restarting", d.why),
             })
             .collect::<Vec<_>>()
@@ -209,7 +212,13 @@ impl Supervised {
     /// The part's tasks die where they stand (as a panic would end them); the supervisor sees
     /// it and starts them again. For drills and tests.
     pub fn crash(&self) {
-        for t in self.running.0.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for t in self
+            .running
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
             t.abort();
         }
     }
@@ -257,7 +266,10 @@ mod tests {
         assert!(health.live().is_ok(), "one death is not a crash loop");
         tokio::time::sleep(FIRST_WAIT).await;
         assert_eq!(runs.load(Ordering::SeqCst), 2, "restarted once");
-        assert!(health.ready().expect_err("not stable yet").contains("restarted"));
+        assert!(health
+            .ready()
+            .expect_err("not stable yet")
+            .contains("restarted"));
         tokio::time::sleep(STABLE).await;
         assert_eq!(health.ready(), Ok(()));
         stop.cancel();

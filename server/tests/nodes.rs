@@ -27,6 +27,7 @@ fn onsale(db: &TestDb, args: &[&str], env: &[(&str, String)]) -> Child {
         .env("DATABASE_URL", &db.url)
         .env("ONSALE_DEV_MODE", "1")
         .env("ONSALE_RATE_ADDRESS_PER_SEC", "0")
+        .env("ONSALE_RATE_READ_ADDRESS_PER_SEC", "0")
         .env("ONSALE_RATE_ACCOUNT_PER_SEC", "0")
         .env("ONSALE_JWT_SECRET", SECRET)
         .env("ONSALE_RELAY_SLOT", format!("slot_{}", db.name))
@@ -54,7 +55,10 @@ const INTERNAL: u16 = 500;
 fn node(db: &TestDb, http: u16, grpc: u16, ttl_ms: Option<u64>, processor: Option<&str>) -> Child {
     let mut env = vec![
         ("ONSALE_LISTEN", format!("127.0.0.1:{http}")),
-        ("ONSALE_INTERNAL_LISTEN", format!("127.0.0.1:{}", http + INTERNAL)),
+        (
+            "ONSALE_INTERNAL_LISTEN",
+            format!("127.0.0.1:{}", http + INTERNAL),
+        ),
         ("ONSALE_GRPC_LISTEN", format!("127.0.0.1:{grpc}")),
         (
             "ONSALE_PROCESSOR_URL",

@@ -158,6 +158,8 @@ pub fn settings(db: &TestDb) -> Settings {
         // tests of their own.
         "--rate-address-per-sec",
         "0",
+        "--rate-read-address-per-sec",
+        "0",
         "--rate-account-per-sec",
         "0",
         "--jwt-secret",

@@ -35,11 +35,19 @@ async fn ids_of_shows_that_do_not_exist_are_answered_404_without_starting_an_own
     let (hold, order) = made_up_ids();
     for _ in 0..20 {
         let (status, body) = app.delete(&format!("/v1/holds/{hold}"), &fan).await;
-        assert_eq!((status, body["code"].as_str()), (404, Some("EVENT_NOT_FOUND")), "{body}");
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (404, Some("EVENT_NOT_FOUND")),
+            "{body}"
+        );
         let (status, body) = app
             .post(&format!("/v1/orders/{order}/cancel"), &fan, json!({}), None)
             .await;
-        assert_eq!((status, body["code"].as_str()), (404, Some("EVENT_NOT_FOUND")), "{body}");
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (404, Some("EVENT_NOT_FOUND")),
+            "{body}"
+        );
         let (status, body) = app
             .post(
                 "/v1/orders",
@@ -48,7 +56,11 @@ async fn ids_of_shows_that_do_not_exist_are_answered_404_without_starting_an_own
                 Some("k-1"),
             )
             .await;
-        assert_eq!((status, body["code"].as_str()), (404, Some("EVENT_NOT_FOUND")), "{body}");
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (404, Some("EVENT_NOT_FOUND")),
+            "{body}"
+        );
     }
     assert_eq!(
         app.shows().owners_started(),
@@ -72,7 +84,10 @@ async fn ids_of_shows_that_do_not_exist_are_answered_404_without_starting_an_own
         .await;
     assert_eq!(status, 201, "{body}");
     let (status, _) = app
-        .delete(&format!("/v1/holds/{}", body["holdId"].as_str().expect("id")), &fan)
+        .delete(
+            &format!("/v1/holds/{}", body["holdId"].as_str().expect("id")),
+            &fan,
+        )
         .await;
     assert_eq!(status, 204);
 }
@@ -143,8 +158,9 @@ async fn the_node_route_is_internal_signed_checked_before_parsing_and_narrow() {
     let path = onsale_command::cluster::WORK_PATH.replace("{id}", &event);
     let internal = app.server.internal_addr().expect("an internal listener");
     let secret = "onsale-dev-node-secret";
-    let ask = serde_json::to_vec(&json!({"Ask": {"OrderState": onsale_domain::OrderId::new(show)}}))
-        .expect("json");
+    let ask =
+        serde_json::to_vec(&json!({"Ask": {"OrderState": onsale_domain::OrderId::new(show)}}))
+            .expect("json");
     let send = |body: Vec<u8>, signature: Option<String>| {
         let mut req = app
             .http
@@ -165,7 +181,10 @@ async fn the_node_route_is_internal_signed_checked_before_parsing_and_narrow() {
     let public = app
         .http
         .post(format!("{}{path}", app.base))
-        .header("x-onsale-node-signature", signed(&ask, secret, now, &nonce()))
+        .header(
+            "x-onsale-node-signature",
+            signed(&ask, secret, now, &nonce()),
+        )
         .body(ask.clone())
         .send()
         .await
@@ -174,20 +193,220 @@ async fn the_node_route_is_internal_signed_checked_before_parsing_and_narrow() {
     // Unsigned, signed with another secret, stale: refused.
     assert_eq!(send(ask.clone(), None).await, 401);
     let other = "another-node-secret-of-32-bytes-or-more";
-    assert_eq!(send(ask.clone(), Some(signed(&ask, other, now, &nonce()))).await, 401);
-    assert_eq!(send(ask.clone(), Some(signed(&ask, secret, now - 60_000, &nonce()))).await, 401);
+    assert_eq!(
+        send(ask.clone(), Some(signed(&ask, other, now, &nonce()))).await,
+        401
+    );
+    assert_eq!(
+        send(
+            ask.clone(),
+            Some(signed(&ask, secret, now - 60_000, &nonce()))
+        )
+        .await,
+        401
+    );
     // A body that does not parse, under a bad signature: refused for the signature (401), not
     // read (422).
     let garbage = b"{not json".to_vec();
-    assert_eq!(send(garbage.clone(), Some(signed(&garbage, other, now, &nonce()))).await, 401);
-    assert_eq!(send(garbage.clone(), Some(signed(&garbage, secret, now, &nonce()))).await, 422);
+    assert_eq!(
+        send(
+            garbage.clone(),
+            Some(signed(&garbage, other, now, &nonce()))
+        )
+        .await,
+        401
+    );
+    assert_eq!(
+        send(
+            garbage.clone(),
+            Some(signed(&garbage, secret, now, &nonce()))
+        )
+        .await,
+        422
+    );
     // Signed right: answered once; the same signature again is a replay.
     let n = nonce();
     let good = signed(&ask, secret, now, &n);
     assert_eq!(send(ask.clone(), Some(good.clone())).await, 200);
     assert_eq!(send(ask.clone(), Some(good)).await, 401);
     // Only what forwarding carries: never a show's expiry sweep or schedule.
-    let sweep = serde_json::to_vec(&json!({"Command": {"ExpireHolds": {"hold_ids": []}}}))
-        .expect("json");
-    assert_eq!(send(sweep.clone(), Some(signed(&sweep, secret, now, &nonce()))).await, 403);
+    let sweep =
+        serde_json::to_vec(&json!({"Command": {"ExpireHolds": {"hold_ids": []}}})).expect("json");
+    assert_eq!(
+        send(sweep.clone(), Some(signed(&sweep, secret, now, &nonce()))).await,
+        403
+    );
+}
+
+#[tokio::test]
+async fn a_show_just_scheduled_is_readable_at_once_on_every_read_path() {
+    let db = TestDb::new().await.expect("db");
+    let rp = ReadPath::spawn(&db, &shared_brokers().expect("broker"))
+        .await
+        .expect("the read path starts");
+    let app = &rp.app;
+    let mut grpc = onsale_proto::v1::seat_maps_client::SeatMapsClient::connect(rp.grpc.clone())
+        .await
+        .expect("gRPC connects");
+    for _ in 0..8 {
+        // Right after its 201, before the projection can have folded it.
+        let event = app.on_sale_event(2, 2, 5, None).await;
+        let res = app
+            .http
+            .get(format!("{}/v1/events/{event}/seats?section=S1", app.base))
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(res.status(), 200, "the seat map of a show just scheduled");
+        let map: serde_json::Value = res.json().await.expect("json");
+        let seats = map["seats"].as_array().expect("seats");
+        assert_eq!(seats.len(), 10, "{map}");
+        assert!(seats.iter().all(|s| s["status"] == "AVAILABLE"), "{map}");
+        let sse = app
+            .http
+            .get(format!("{}/v1/events/{event}/updates", app.base))
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(sse.status(), 200, "SSE of a show just scheduled");
+        drop(sse);
+        let got = grpc
+            .get_seat_map(onsale_proto::v1::GetSeatMapRequest {
+                event_id: event.clone(),
+                section: String::new(),
+            })
+            .await
+            .expect("gRPC reads it");
+        assert_eq!(got.into_inner().sections.len(), 2);
+    }
+    // A hold made at once reaches a stream opened at once (its deltas follow seq 0).
+    let event = app.on_sale_event(1, 1, 4, None).await;
+    let mut stream = grpc
+        .stream_deltas(onsale_proto::v1::StreamDeltasRequest {
+            event_id: event.clone(),
+            section: String::new(),
+            after_seq: 0,
+        })
+        .await
+        .expect("a stream")
+        .into_inner();
+    let (status, _) = app
+        .hold(
+            &event,
+            &app.fan("ann"),
+            json!({"seatIds": ["S1-R1-1"]}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201);
+    let first = tokio::time::timeout(Duration::from_secs(20), stream.message())
+        .await
+        .expect("a delta within 20 s")
+        .expect("the stream goes on")
+        .expect("an update");
+    match first.update {
+        Some(onsale_proto::v1::seat_map_update::Update::Delta(d)) => assert_eq!(d.seq, 1),
+        other => panic!("the hold's delta, seq 1: {other:?}"),
+    }
+    // And the map after it says so, at seq 1 (seq 0 is the show as scheduled).
+    rp.eventually(&format!("/v1/events/{event}/seats"), "", |status, m| {
+        status == 200 && m["seq"] == 1 && m["sections"][0]["held"] == 1
+    })
+    .await;
+    rp.stop().await;
+}
+
+#[tokio::test]
+async fn reads_without_a_token_are_limited_per_address_on_rest_and_grpc() {
+    let db = TestDb::new().await.expect("db");
+    let rp = ReadPath::spawn_parts(
+        &db,
+        &shared_brokers().expect("broker"),
+        |s| {
+            s.limits.rate_read_address_per_sec = 1;
+            s.limits.rate_read_address_burst = 3;
+        },
+        &[],
+    )
+    .await
+    .expect("the read path starts");
+    let app = &rp.app;
+    let event = app.on_sale_event(1, 1, 4, None).await;
+    let url = format!("{}/v1/events/{event}/seats", app.base);
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(
+            app.http
+                .get(&url)
+                .send()
+                .await
+                .expect("answer")
+                .status()
+                .as_u16(),
+        );
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    // With a token the same reads are the account's, not the address's.
+    for _ in 0..5 {
+        let r = app
+            .http
+            .get(&url)
+            .bearer_auth(app.fan("ann"))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(r.status(), 200);
+    }
+    let mut grpc = onsale_proto::v1::seat_maps_client::SeatMapsClient::connect(rp.grpc.clone())
+        .await
+        .expect("gRPC connects");
+    let refused = grpc
+        .get_seat_map(onsale_proto::v1::GetSeatMapRequest {
+            event_id: event.clone(),
+            section: String::new(),
+        })
+        .await
+        .expect_err("past the address's rate");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(refused.metadata().get("retry-after").is_some());
+    rp.stop().await;
+}
+
+#[tokio::test]
+async fn a_flood_of_public_reads_neither_pauses_the_line_nor_refuses_orders() {
+    let db = TestDb::new().await.expect("db");
+    let mut room = onsale_tests::waiting_room::Room::start(&db, |_| {})
+        .await
+        .expect("a room");
+    room.start_admitter().await;
+    let event = room.show(1, 1, 10, chrono::Duration::minutes(-1)).await;
+    let app = &room.app;
+    // The flood: every connection of the public pool taken (as slow anonymous reads would).
+    let public = app.server.public_pool.clone();
+    let mut taken = Vec::new();
+    while let Ok(Ok(c)) = tokio::time::timeout(Duration::from_millis(500), public.acquire()).await {
+        taken.push(c);
+    }
+    assert!(!taken.is_empty());
+    let (status, _) = app.get(&format!("/v1/events/{event}/seats"), "").await;
+    assert_eq!(status, 503, "public reads wait for the flood");
+    // The line still admits, and a fan holds and orders: nothing on those paths waits for
+    // the public pool (the admitter's health is the write path's).
+    let session = room.enter_sale(&event, "ann").await;
+    let (status, hold) = room
+        .hold(
+            &event,
+            "ann",
+            Some(&session),
+            json!({"seatIds": ["S1-R1-1"]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{hold}");
+    let (status, order) = room.order("ann", &session, &hold["holdId"], "k-ann").await;
+    assert_eq!(status, 202, "{order}");
+    drop(taken);
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use onsale_domain::ShowId;
-use onsale_edge::admission::BookingHealth;
+use onsale_edge::admission::{BookingHealth, WriteProbe};
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::{Controller, ControllerConfig};
@@ -17,10 +17,11 @@ use crate::sale::SaleMeasure;
 use crate::{now_ms, WaitingRoom};
 
 /// One admitter replica.
-#[derive(Debug)]
 pub struct Admitter {
     room: WaitingRoom,
     health: Arc<BookingHealth>,
+    /// The write path's own probe (the append pool), not the read pool's.
+    write_path: WriteProbe,
     controller: Controller,
     /// Per show, its sale's measure and when it was taken (see [`MEASURE_EVERY`]).
     measured: HashMap<ShowId, (Instant, SaleMeasure)>,
@@ -30,8 +31,16 @@ pub struct Admitter {
 /// over seconds, and the measure reads the show's recent log.
 const MEASURE_EVERY: Duration = Duration::from_secs(2);
 
+impl std::fmt::Debug for Admitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admitter")
+            .field("controller", &self.controller)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Admitter {
-    pub fn new(room: WaitingRoom, health: Arc<BookingHealth>) -> Self {
+    pub fn new(room: WaitingRoom, health: Arc<BookingHealth>, write_path: WriteProbe) -> Self {
         let controller = Controller::new(ControllerConfig {
             target_p99: Duration::from_millis(room.config.hold_p99_ms),
             ..ControllerConfig::default()
@@ -39,6 +48,7 @@ impl Admitter {
         Self {
             room,
             health,
+            write_path,
             controller,
             measured: HashMap::new(),
         }
@@ -63,10 +73,7 @@ impl Admitter {
     /// One tick over every show: the controller reads the booking path, then each show's line
     /// moves in one round trip.
     pub async fn tick(&mut self, dt: Duration) -> anyhow::Result<()> {
-        let store_ok = sqlx::query("SELECT 1")
-            .execute(&self.room.pool)
-            .await
-            .is_ok();
+        let store_ok = (self.write_path)().await;
         let processor_ok = match crate::sale::processor_failing(&self.room.pool).await {
             Ok(failing) => !failing,
             // The store's health is judged above; an unreadable work list says nothing more.

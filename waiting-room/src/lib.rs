@@ -206,13 +206,18 @@ impl WaitingRoom {
     }
 
     /// Starts the admitter replica and the stall watchdog of this process.
+    /// `write_path` says whether the owners' appends would go through now (the controller's
+    /// store signal).
     pub fn spawn_admitter(
         &self,
         health: Arc<onsale_edge::admission::BookingHealth>,
+        write_path: onsale_edge::admission::WriteProbe,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let stop = &self.shutdown;
         vec![
-            tokio::spawn(admitter::Admitter::new(self.clone(), health).run(stop.clone())),
+            tokio::spawn(
+                admitter::Admitter::new(self.clone(), health, write_path).run(stop.clone()),
+            ),
             tokio::spawn(admitter::watchdog(
                 self.clone(),
                 Duration::from_secs(5),

@@ -34,8 +34,11 @@ pub type ReadyCheck = std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Syn
 #[derive(Clone)]
 pub struct AppState {
     pub shows: Shows,
-    /// Shows as scheduled, for the event page and the waiting-room check (never the owners).
+    /// Shows as scheduled, for the waiting-room check and the existence check before an
+    /// owner (never the owners themselves).
     pub catalog: crate::Catalog,
+    /// The same catalog reading through the public pool: the venue and event pages.
+    pub public_catalog: crate::Catalog,
     pub verifier: Verifier,
     pub metrics: Option<PrometheusHandle>,
     pub ready: Option<ReadyCheck>,
@@ -298,7 +301,7 @@ async fn get_venue(
 ) -> Result<Response, ApiError> {
     let venue_id: VenueId = id.parse()?;
     let Some(VenueEvent::VenueRegistered { name, city, layout }) =
-        state.catalog.venue(venue_id).await?
+        state.public_catalog.venue(venue_id).await?
     else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -650,13 +653,13 @@ async fn get_event(
 ) -> Result<Response, ApiError> {
     let show_id: ShowId = id.parse()?;
     let now = state.shows.clock().now();
-    let scheduled = state.catalog.get(show_id).await?;
+    let scheduled = state.public_catalog.get(show_id).await?;
     let (info, layout) = (&scheduled.info, &scheduled.layout);
     // The facts come from the show's first event, the policies in force from the log (read
     // back at once after a change), the availability from the catalog projection (absent for
     // a moment after the show is scheduled: then all seats are).
-    let available = state.catalog.live(show_id).await.available;
-    let (hold_ttl_seconds, policy) = state.catalog.policy(show_id).await?;
+    let available = state.public_catalog.live(show_id).await.available;
+    let (hold_ttl_seconds, policy) = state.public_catalog.policy(show_id).await?;
     let status = if now >= info.starts_at {
         "STARTED"
     } else if available == Some(0) {

@@ -95,6 +95,13 @@ impl Show {
         }
     }
 
+    /// The show as its schedule made it: every seat available, nothing held or sold.
+    pub fn as_scheduled(info: ShowInfo, layout: VenueLayout) -> Show {
+        let mut show = Show::default();
+        cqrs_es::Aggregate::apply(&mut show, ShowEvent::ShowScheduled { info, layout });
+        show
+    }
+
     pub fn hold(&self, id: &HoldId) -> Option<&Hold> {
         self.holds.get(id)
     }
