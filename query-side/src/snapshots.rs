@@ -277,7 +277,11 @@ impl Snapshots {
         };
         let body = Bytes::from(serde_json::to_vec(&map)?);
         let etag = format!("\"{show}-{}-0-0/0\"", section.unwrap_or("all"));
-        Ok(Ok(Arc::new(Snapshot { map, body, etag })))
+        let snap = Arc::new(Snapshot { map, body, etag });
+        self.last_good
+            .insert((show, section.map(str::to_owned)), snap.clone())
+            .await;
+        Ok(Ok(snap))
     }
 
     async fn build(&self, show: ShowId, section: Option<&str>) -> anyhow::Result<Entry> {

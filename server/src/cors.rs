@@ -26,11 +26,14 @@ pub struct CorsSettings {
 /// origin: the front end's development server.
 pub const DEV_ORIGINS: [&str; 2] = ["http://localhost:5173", "http://127.0.0.1:5173"];
 
-/// The request headers a page may send: the API's (API.md), SSE's resume, and gRPC-web's.
-const ALLOWED_HEADERS: [&str; 9] = [
+/// The request headers a page may send: the API's (API.md: the waiting room's queue token and
+/// session among them), SSE's resume, and gRPC-web's.
+const ALLOWED_HEADERS: [&str; 11] = [
     "authorization",
     "content-type",
     "idempotency-key",
+    "x-onsale-session",
+    "x-onsale-queue-token",
     "last-event-id",
     "x-grpc-web",
     "x-user-agent",

@@ -132,8 +132,10 @@ where
 {
     let running = Running::default();
     let current = running.clone();
+    // Owned before the supervisor first runs: aborting it at once still stops them.
+    let first = current.track(first);
     let supervisor = tokio::spawn(async move {
-        let mut tasks: Vec<AbortOnDropHandle<()>> = current.track(first);
+        let mut tasks: Vec<AbortOnDropHandle<()>> = first;
         let (mut deaths, mut wait) = (0u32, FIRST_WAIT);
         loop {
             let started = Instant::now();

@@ -185,11 +185,27 @@ impl ReadPath {
         Ok((db, rp))
     }
 
-    /// A show on sale now (as [`TestApp::on_sale_event`]), once its seat map exists.
+    /// A show on sale now (as [`TestApp::on_sale_event`]), once its seat map's projection has
+    /// folded it (until then the map is read as scheduled).
     pub async fn show_on_map(&self, sections: u32, rows: u32, seats: u32) -> String {
         let event = self.app.on_sale_event(sections, rows, seats, None).await;
-        self.eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200)
-            .await;
+        crate::wait_for(
+            "the seat map's projection folds the show",
+            std::time::Duration::from_secs(20),
+            || {
+                let (pool, event) = (self.pool.clone(), event.clone());
+                async move {
+                    sqlx::query_scalar::<_, i64>(
+                        "SELECT count(*) FROM seat_map_shows WHERE show_id = $1",
+                    )
+                    .bind(event)
+                    .fetch_one(&pool)
+                    .await
+                    .is_ok_and(|n| n == 1)
+                }
+            },
+        )
+        .await;
         event
     }
 

@@ -410,3 +410,144 @@ async fn a_flood_of_public_reads_neither_pauses_the_line_nor_refuses_orders() {
     assert_eq!(status, 202, "{order}");
     drop(taken);
 }
+
+/// `n` made-up hold releases by `fan` through `api` (with `X-Forwarded-For: xff` if given):
+/// their statuses.
+async fn bogus_releases(api: &Api, fan: &str, n: usize, xff: Option<&str>) -> Vec<u16> {
+    let token = api.fan(fan);
+    let mut statuses = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (hold, _) = made_up_ids();
+        let mut req = api
+            .http
+            .delete(format!("{}/v1/holds/{hold}", api.base))
+            .bearer_auth(&token);
+        if let Some(x) = xff {
+            req = req.header("x-forwarded-for", x);
+        }
+        statuses.push(req.send().await.expect("an answer").status().as_u16());
+    }
+    statuses
+}
+
+#[tokio::test]
+async fn an_accounts_budget_holds_across_nodes_and_each_node_limits_alone_without_redis() {
+    let db = TestDb::new().await.expect("db");
+    let url = onsale_tests::waiting_room::redis_url()
+        .await
+        .expect("redis");
+    let limited = |redis: String| {
+        move |s: &mut Settings| {
+            s.limits.rate_account_per_sec = 1;
+            s.limits.rate_account_burst = 3;
+            s.waiting_room.redis_url = Some(redis);
+        }
+    };
+    let a = app_with(&db, &[Part::Api], limited(url.clone())).await;
+    let b = app_with(&db, &[Part::Api], limited(url.clone())).await;
+    // Both nodes keep their budgets in Redis once connected (a probe's key shows up there).
+    let redis = redis::Client::open(url.as_str()).expect("a client");
+    for (node, name) in [(&a, "probe-a"), (&b, "probe-b")] {
+        wait_for(
+            "the node's limits reach Redis",
+            Duration::from_secs(10),
+            || {
+                let (api, redis) = (node.api.clone(), redis.clone());
+                async move {
+                    bogus_releases(&api, name, 1, None).await;
+                    let mut c = redis
+                        .get_multiplexed_async_connection()
+                        .await
+                        .expect("redis");
+                    redis::cmd("EXISTS")
+                        .arg(format!("rl:a:{name}"))
+                        .query_async::<i64>(&mut c)
+                        .await
+                        .is_ok_and(|n| n == 1)
+                }
+            },
+        )
+        .await;
+    }
+    // Three on node a spend the account's burst; node b knows it.
+    assert_eq!(bogus_releases(&a, "bot", 3, None).await, [404, 404, 404]);
+    assert_eq!(
+        bogus_releases(&b, "bot", 1, None).await,
+        [429],
+        "one budget for both nodes"
+    );
+    // Redis away (nothing listens there): each node still limits, on its own budgets.
+    let dead = format!("redis://127.0.0.1:{}/", onsale_tests::free_port());
+    let c = app_with(&db, &[Part::Api], limited(dead)).await;
+    assert_eq!(
+        bogus_releases(&c, "bot", 4, None).await,
+        [404, 404, 404, 429]
+    );
+}
+
+#[tokio::test]
+async fn fans_behind_one_address_are_not_punished_for_the_bots_among_them() {
+    let db = TestDb::new().await.expect("db");
+    let app = app_with(&db, &[Part::Api], |s| {
+        s.limits.rate_account_per_sec = 5;
+        s.limits.rate_account_burst = 5;
+        s.limits.rate_address_per_sec = 100;
+        s.limits.rate_address_burst = 100;
+        s.limits.trusted_proxies = vec!["127.0.0.1/32".parse().expect("a block")];
+    })
+    .await;
+    let event = app.on_sale_event(1, 8, 10, None).await;
+    let nat = "198.51.100.7";
+    // Four bot accounts flood made-up ids from the address...
+    let bots: Vec<_> = (0..4)
+        .map(|i| {
+            let api = app.api.clone();
+            tokio::spawn(
+                async move { bogus_releases(&api, &format!("bot-{i}"), 100, Some(nat)).await },
+            )
+        })
+        .collect();
+    // ...while 24 fans behind it hold three seats each.
+    let fans: Vec<_> = (0..24u32)
+        .map(|f| {
+            let (api, event) = (app.api.clone(), event.clone());
+            tokio::spawn(async move {
+                let token = api.fan(&format!("fan-{f}"));
+                let mut statuses = Vec::new();
+                for k in 0..3 {
+                    let n = f * 3 + k;
+                    let seat = format!("S1-R{}-{}", n / 10 + 1, n % 10 + 1);
+                    let r = api
+                        .http
+                        .post(format!("{}/v1/events/{event}/holds", api.base))
+                        .bearer_auth(&token)
+                        .header("x-forwarded-for", nat)
+                        .json(&json!({"seatIds": [seat]}))
+                        .send()
+                        .await
+                        .expect("an answer");
+                    statuses.push(r.status().as_u16());
+                }
+                statuses
+            })
+        })
+        .collect();
+    let mut bot = Vec::new();
+    for b in bots {
+        bot.extend(b.await.expect("a bot"));
+    }
+    let mut fan = Vec::new();
+    for f in fans {
+        fan.extend(f.await.expect("a fan"));
+    }
+    let throttled = bot.iter().filter(|s| **s == 429).count();
+    assert!(
+        throttled * 10 >= bot.len() * 9,
+        "{throttled} of {} bot requests throttled",
+        bot.len()
+    );
+    assert!(
+        fan.iter().all(|s| *s == 201),
+        "every fan's hold granted: {fan:?}"
+    );
+}

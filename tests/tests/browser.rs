@@ -241,3 +241,35 @@ async fn the_ops_console_shows_a_running_load_its_firing_alerts_and_a_seats_hist
     prometheus.stop().await;
     rp.stop().await;
 }
+
+/// Issue 29: the fan app on another origin (a listed CORS origin) buys through a waiting
+/// room: the line's and the session's headers pass Chromium's preflights.
+#[tokio::test]
+async fn a_page_on_another_origin_buys_through_the_waiting_room() {
+    let db = TestDb::new().await.expect("db");
+    let port = onsale_tests::free_port();
+    let origin = format!("http://127.0.0.1:{port}");
+    let mut s = onsale_tests::settings(&db);
+    s.waiting_room.redis_url = Some(
+        onsale_tests::waiting_room::redis_url()
+            .await
+            .expect("redis"),
+    );
+    s.waiting_room.tick_ms = 100;
+    s.cors.cors_origins = vec![origin.clone()];
+    let app = onsale_tests::TestApp::start(
+        s,
+        &[onsale_server::Part::Api, onsale_server::Part::Admitter],
+        std::sync::Arc::new(onsale_domain::SystemClock),
+    )
+    .await
+    .expect("the API");
+    let event = app
+        .on_sale_event_with(1, 1, 10, serde_json::json!({"waitingRoom": true}))
+        .await;
+    run_e2e(
+        "cross-origin.mjs",
+        &[("BASE", &app.base), ("EVENT", &event), ("ORIGIN", &origin)],
+    )
+    .await;
+}

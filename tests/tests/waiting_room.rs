@@ -209,6 +209,7 @@ async fn replayed_expired_forged_and_foreign_tokens_and_sessions_are_refused() {
         exp_ms: chrono::Utc::now().timestamp_millis() + 60_000,
         paused_ms: 0,
         exp: chrono::Utc::now().timestamp() + 3600,
+        fallback: false,
     });
     assert_eq!(
         room.enter(&event, "ann", &forged).await.1["code"],
@@ -224,6 +225,7 @@ async fn replayed_expired_forged_and_foreign_tokens_and_sessions_are_refused() {
         exp_ms: chrono::Utc::now().timestamp_millis() - 1_000,
         paused_ms: 0,
         exp: chrono::Utc::now().timestamp() + 3600,
+        fallback: false,
     });
     assert_eq!(
         room.enter(&event, "ann", &expired).await.1["code"],
@@ -803,4 +805,17 @@ async fn with_bounds_set_n_follows_the_sales_conversion_and_the_seats_left() {
     // Within it: Bob is let in beside Ann.
     let bob = room.join(&event, "bob").await;
     room.admitted(&event, "bob", &qt(&bob), 20).await;
+}
+
+/// An account named like the fallback's old id prefix ("fb": its admission's id is "fb:1")
+/// enters through the line like anyone: only the signed `fallback` claim makes a fallback
+/// admission, so its session is a live one in Redis, counted against N.
+#[tokio::test]
+async fn an_account_name_cannot_pass_for_a_fallback_admission() {
+    let db = TestDb::new().await.expect("db");
+    let mut room = Room::start(&db, |_| {}).await.expect("room");
+    room.start_admitter().await;
+    let event = room.show(1, 1, 10, chrono::Duration::minutes(-1)).await;
+    room.enter_sale(&event, "fb").await;
+    assert_eq!(room.live(&event).await, 1, "the session is the line's, in Redis");
 }

@@ -459,6 +459,7 @@ async fn status(state: &RoomState, show: ShowId, account: &str) -> Result<Value,
                     exp_ms: now + room.grace().as_millis() as i64,
                     paused_ms: 0,
                     exp: Utc::now().timestamp() + 24 * 3600,
+                    fallback: true,
                 });
                 return Ok(
                     json!({"status": "ADMITTED", "mode": "FALLBACK", "position": null,
@@ -494,6 +495,7 @@ async fn status(state: &RoomState, show: ShowId, account: &str) -> Result<Value,
             exp_ms: passed + grace,
             paused_ms: standing.paused_at_pass_ms,
             exp: Utc::now().timestamp() + 24 * 3600,
+            fallback: false,
         });
         return Ok(json!({"status": "ADMITTED", "position": position,
             "admittedThrough": standing.admitted_through, "admissionToken": token,
@@ -606,7 +608,14 @@ pub struct Entry {
     pub lease_expires_at: DateTime<Utc>,
 }
 
-fn session(room: &WaitingRoom, account: &str, show: ShowId, sid: &str, lease_ms: i64) -> String {
+fn session(
+    room: &WaitingRoom,
+    account: &str,
+    show: ShowId,
+    sid: &str,
+    lease_ms: i64,
+    fallback: bool,
+) -> String {
     room.signer.sign(&SessionClaims {
         aud: tokens::SESSION.into(),
         sub: account.to_owned(),
@@ -614,6 +623,7 @@ fn session(room: &WaitingRoom, account: &str, show: ShowId, sid: &str, lease_ms:
         sid: sid.to_owned(),
         lease_ms,
         exp: Utc::now().timestamp() + 6 * 3600,
+        fallback,
     })
 }
 
@@ -646,7 +656,7 @@ async fn enter(
         })?;
     let now = now_ms();
     let lease_ms = now + room.lease().as_millis() as i64;
-    let fallback = crate::fallback::is_fallback(&claims.jti);
+    let fallback = claims.fallback;
     let sid = if fallback {
         crate::fallback::new_id()
     } else {
@@ -702,7 +712,7 @@ async fn enter(
         Ok((Entered::Yes | Entered::Again, sid)) => {
             metrics::counter!(onsale_telemetry::metrics::WAITING_ROOM_ENTRIES_TOTAL).increment(1);
             Ok(Json(Entry {
-                session_id: session(room, &account, show, &sid, lease_ms),
+                session_id: session(room, &account, show, &sid, lease_ms, fallback),
                 lease_expires_at: ms_to_time(lease_ms),
             })
             .into_response())
@@ -768,7 +778,7 @@ async fn heartbeat(
     let room = &state.room;
     let now = now_ms();
     let until = now + room.lease().as_millis() as i64;
-    let (live, until) = if crate::fallback::is_fallback(&claims.sid) {
+    let (live, until) = if claims.fallback {
         // A session the fallback opened lives in PostgreSQL: renewed only if it is there.
         let renewed = crate::fallback::heartbeat(
             &room.pool,
@@ -802,7 +812,7 @@ async fn heartbeat(
     }
     Ok(Json(json!({
         "leaseExpiresAt": ms_to_time(until),
-        "sessionId": session(room, &account, show, &claims.sid, until),
+        "sessionId": session(room, &account, show, &claims.sid, until, claims.fallback),
     }))
     .into_response())
 }
@@ -819,7 +829,7 @@ async fn leave(
 ) -> Result<Response, ApiError> {
     let (show, account, claims) = own_session(&state, &id, &caller, &body.session_id).await?;
     let room = &state.room;
-    if crate::fallback::is_fallback(&claims.sid) {
+    if claims.fallback {
         crate::fallback::leave(&room.pool, &claims.sid, &show.to_string(), &account)
             .await
             .map_err(|e| {

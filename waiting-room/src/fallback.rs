@@ -6,16 +6,9 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-const PREFIX: &str = "fb:";
-
-/// Whether an admission (its jti) or a session (its id) is the fallback's.
-pub fn is_fallback(id: &str) -> bool {
-    id.starts_with(PREFIX)
-}
-
-/// A new admission (jti) or session id of the fallback.
+/// A new admission (jti) or session id of the fallback (its tokens say `fallback: true`).
 pub fn new_id() -> String {
-    format!("{PREFIX}{}", uuid::Uuid::new_v4())
+    uuid::Uuid::new_v4().to_string()
 }
 
 /// Whether this account's fallback session of this show exists and its lease runs.

@@ -322,7 +322,7 @@ impl SessionGate for WaitingRoom {
                 .verify(token, tokens::SESSION, account.as_str(), &show.to_string())
                 .map_err(|_| admission_required("the session is not yours, or not valid"))?;
             let now = now_ms();
-            let live = if fallback::is_fallback(&claims.sid) {
+            let live = if claims.fallback {
                 fallback::live(&self.pool, &claims.sid, &show.to_string(), account.as_str())
                     .await
                     .map_err(|e| {

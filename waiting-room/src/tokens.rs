@@ -35,6 +35,10 @@ pub struct AdmissionClaims {
     pub paused_ms: i64,
     /// Unix seconds; long after `exp_ms` so the JWT layer never refuses a paused token first.
     pub exp: i64,
+    /// Signed by the fallback while Redis was away: it enters through PostgreSQL. A typed
+    /// claim, never read off the id (which names the account).
+    #[serde(default)]
+    pub fallback: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +50,9 @@ pub struct SessionClaims {
     /// The lease this token was signed with (ms); Redis holds the live one.
     pub lease_ms: i64,
     pub exp: i64,
+    /// A session the fallback opened (it lives in PostgreSQL, not Redis).
+    #[serde(default)]
+    pub fallback: bool,
 }
 
 /// Why a token is refused.
