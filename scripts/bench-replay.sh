@@ -50,7 +50,7 @@ DATABASE_URL="postgres://onsale@127.0.0.1:$PORT/onsale" ONSALE_DEV_MODE=1 \
   python3 - "$ROOT/target/release/onsale" "$DIR/export" <<'PY' | tee -a "$OUT/replay.md"
 import json, resource, subprocess, sys, time
 started = time.monotonic()
-subprocess.run([sys.argv[1], "export", "--out", sys.argv[2], "--quiet"], check=True,
+subprocess.run([sys.argv[1], "export", "--out", sys.argv[2], "--quiet", "--allow-development-pseudonym-key"], check=True,
                stdout=subprocess.DEVNULL)
 secs = time.monotonic() - started
 rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024

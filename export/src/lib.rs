@@ -85,6 +85,8 @@ pub struct Options {
     pub until: Option<Bound>,
     pub format: Format,
     pub accounts: Accounts,
+    /// The pseudonym key is the built-in development one (allowed only when asked for).
+    pub development_key: bool,
     /// Rows per file before the next one starts.
     pub file_rows: usize,
     /// Show a progress bar (on standard error).
@@ -115,6 +117,12 @@ pub struct Manifest {
     pub from: Option<Bound>,
     pub until: Option<Bound>,
     pub account_ids: &'static str,
+    /// Which key made the pseudonyms (see [`Accounts::key_id`]); absent for raw ids.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pseudonym_key_id: Option<String>,
+    /// The pseudonyms were made with the built-in development key: anyone can recompute them,
+    /// so they hide nobody.
+    pub development_pseudonym_key: bool,
     pub events: u64,
     pub shows: u64,
     pub files: Vec<FileEntry>,
@@ -309,6 +317,8 @@ pub async fn export(pool: &PgPool, o: &Options) -> anyhow::Result<Manifest> {
         from: o.from,
         until: o.until,
         account_ids: o.accounts.mode(),
+        pseudonym_key_id: o.accounts.key_id(),
+        development_pseudonym_key: o.development_key,
         events,
         shows,
         files: files.done,

@@ -44,6 +44,20 @@ impl Accounts {
         }
     }
 
+    /// Which key made the pseudonyms, for the manifest: 16 hex digits of HMAC-SHA256 of a
+    /// fixed label under it (the key itself cannot be read back from it); `None` for raw ids.
+    pub fn key_id(&self) -> Option<String> {
+        match self {
+            Self::Raw => None,
+            Self::Pseudonymized(key) => {
+                let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key)
+                    .expect("HMAC takes keys of any length");
+                mac.update(b"onsale pseudonym key id");
+                Some(hex::encode(&mac.finalize().into_bytes()[..8]))
+            }
+        }
+    }
+
     pub fn name(&self, account: &AccountId) -> String {
         match self {
             Self::Raw => account.to_string(),

@@ -337,6 +337,7 @@ async fn export(pool: &PgPool) -> anyhow::Result<Figure> {
             accounts: onsale_export::Accounts::Pseudonymized(
                 b"bench-replay-pseudonym-key-32-bytes".to_vec(),
             ),
+            development_key: false,
             file_rows: 1_000_000,
             progress: false,
         },

@@ -117,6 +117,8 @@ pub struct Server {
     grpc: Option<SocketAddr>,
     /// Where other nodes forward commands, with the API.
     internal: Option<SocketAddr>,
+    /// The operators' listener (`/metrics`, probes), when one is set.
+    operator: Option<SocketAddr>,
     shutdown: CancellationToken,
     /// The listeners and the owners (and their appends): waited for at shutdown.
     tracker: TaskTracker,
@@ -295,6 +297,12 @@ impl Server {
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Self> {
         settings.secure()?;
+        if settings.auth.dev_mode {
+            tracing::warn!(
+                "DEVELOPMENT MODE: built-in secrets where none is set, a token for any account \
+                 (admins too) to callers on this machine; never run a deployment like this"
+            );
+        }
         let db = &settings.database;
         // Appends get a pool of their own: a burst of seat-map misses, SSE resumes or payment
         // rounds must not take the connections the owners' appends are waiting for.
@@ -332,13 +340,17 @@ impl Server {
             http: None,
             grpc: None,
             internal: None,
+            operator: None,
             shutdown,
             tracker,
             parts: Mutex::default(),
         };
         if parts.contains(&Part::Api) {
             server.serve_api().await?;
-        } else if let Some(listen) = server.settings.metrics_listen.clone() {
+        }
+        // `/metrics` (and the probes) on an operator-only listener when one is set: then the
+        // API's public listener serves no `/metrics`.
+        if let Some(listen) = server.settings.metrics_listen.clone() {
             server.serve_metrics(&listen).await?;
         }
         for part in parts {
@@ -355,6 +367,11 @@ impl Server {
     /// Where gRPC and gRPC-web are served, with the API.
     pub fn grpc_addr(&self) -> Option<SocketAddr> {
         self.grpc
+    }
+
+    /// Where `/metrics` and the probes are served for operators, when `metrics_listen` is set.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.operator
     }
 
     /// Where other nodes forward commands for this node's shows, with the API.
@@ -405,7 +422,7 @@ impl Server {
             catalog: self.catalog.clone(),
             public_catalog,
             verifier: verifier.clone(),
-            metrics: onsale_telemetry::metrics(),
+            metrics: onsale_telemetry::metrics().filter(|_| s.metrics_listen.is_none()),
             ready: Some(Arc::new(move || {
                 parts.ready()?;
                 health.ready()
@@ -511,7 +528,7 @@ impl Server {
     }
 
     /// `/metrics`, `/healthz` and `/readyz` of a process without the API.
-    async fn serve_metrics(&self, listen: &str) -> anyhow::Result<()> {
+    async fn serve_metrics(&mut self, listen: &str) -> anyhow::Result<()> {
         let handle = onsale_telemetry::metrics();
         let (ready, live) = (self.parts_health.clone(), self.parts_health.clone());
         let probe = |r: Result<(), String>| match r {
@@ -535,6 +552,7 @@ impl Server {
                 }),
             );
         let listener = bind(listen).await?;
+        self.operator = Some(listener.local_addr()?);
         tracing::info!(metrics = ?listener.local_addr(), "metrics serving");
         self.serve("metrics", listener, router);
         Ok(())

@@ -126,9 +126,13 @@ enum Command {
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
-        /// Development mode: an unset pseudonym key takes a built-in development value.
+        /// Development mode: an unset pseudonym key takes a built-in development value...
         #[arg(long = "dev-mode", env = "ONSALE_DEV_MODE", default_value_t = false, value_parser = clap::builder::BoolishValueParser::new())]
         dev_mode: bool,
+        /// ...which is refused unless this says so: its pseudonyms can be recomputed by anyone
+        /// (the manifest records it).
+        #[arg(long)]
+        allow_development_pseudonym_key: bool,
     },
     /// The auditors' checks of the log.
     Audit {
@@ -338,21 +342,33 @@ async fn main() -> anyhow::Result<()> {
             file_rows,
             quiet,
             dev_mode,
+            allow_development_pseudonym_key,
         } => {
             if let Some(show) = &show {
                 show.parse::<onsale_domain::ShowId>()?;
             }
-            let accounts = if raw_account_ids {
-                onsale_export::Accounts::Raw
+            const DEV_KEY: &str = "onsale-dev-pseudonym-key";
+            let (accounts, development_key) = if raw_account_ids {
+                (onsale_export::Accounts::Raw, false)
             } else {
                 onsale_edge::auth::require_secret(
                     &mut pseudonym_key,
                     "ONSALE_PSEUDONYM_KEY",
-                    "onsale-dev-pseudonym-key",
+                    DEV_KEY,
                     dev_mode,
                 )?;
-                onsale_export::Accounts::Pseudonymized(
-                    pseudonym_key.expose_secret().as_bytes().to_vec(),
+                let development = pseudonym_key.expose_secret() == DEV_KEY;
+                anyhow::ensure!(
+                    !development || allow_development_pseudonym_key,
+                    "ONSALE_PSEUDONYM_KEY is unset and development mode would use its built-in key, \
+                     whose pseudonyms anyone can recompute: set ONSALE_PSEUDONYM_KEY, or pass \
+                     --allow-development-pseudonym-key for a development export"
+                );
+                (
+                    onsale_export::Accounts::Pseudonymized(
+                        pseudonym_key.expose_secret().as_bytes().to_vec(),
+                    ),
+                    development,
                 )
             };
             let options = onsale_export::Options {
@@ -362,6 +378,7 @@ async fn main() -> anyhow::Result<()> {
                 until,
                 format,
                 accounts,
+                development_key,
                 file_rows,
                 progress: !quiet,
             };

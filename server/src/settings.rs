@@ -51,8 +51,9 @@ pub struct Settings {
     /// Where gRPC and gRPC-web are served.
     #[arg(long, env = "ONSALE_GRPC_LISTEN", default_value = "127.0.0.1:50051")]
     pub grpc_listen: String,
-    /// Where `/metrics` and `/healthz` of a process without the API (relay, projections) are
-    /// served.
+    /// Where `/metrics`, `/healthz` and `/readyz` are served for operators: a process without
+    /// the API (relay, projections) has no other listener; with the API set, `/metrics` leaves
+    /// the public listener for this one.
     #[arg(long, env = "ONSALE_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
     /// On SIGTERM or Ctrl-C, how long in-flight work may take to finish before the process

@@ -170,8 +170,19 @@ pub struct DevToken {
         (status = 422, description = "The body is not a sign-in, or its sub is not an account id (INVALID_REQUEST)")))]
 async fn dev_token(
     State(auth): State<AuthSettings>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     body: Result<Json<DevSignIn>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
+    // Tokens for whoever asks, so only from this machine: a development stack reachable from
+    // a network must not hand out admin tokens to it.
+    if !peer.is_some_and(|p| p.0 .0.ip().is_loopback()) {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "DEV_TOKEN_LOOPBACK_ONLY",
+            "development tokens are handed out to this machine only",
+        )
+        .into_response();
+    }
     let Json(body) = match body {
         Ok(b) => b,
         Err(e) => {
@@ -343,18 +354,26 @@ mod tests {
     const GRPC: &str = "127.0.0.1:50999";
 
     async fn call(router: &Router, method: &str, uri: &str, body: &str) -> (StatusCode, Response) {
-        let r = router
-            .clone()
-            .oneshot(
-                Request::builder()
-                    .method(method)
-                    .uri(uri)
-                    .header("content-type", "application/json")
-                    .body(Body::from(body.to_owned()))
-                    .expect("request"),
-            )
-            .await
-            .expect("answer");
+        call_from(router, "127.0.0.1:40000", method, uri, body).await
+    }
+
+    async fn call_from(
+        router: &Router,
+        peer: &str,
+        method: &str,
+        uri: &str,
+        body: &str,
+    ) -> (StatusCode, Response) {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_owned()))
+            .expect("request");
+        req.extensions_mut().insert(axum::extract::ConnectInfo(
+            peer.parse::<std::net::SocketAddr>().expect("a peer"),
+        ));
+        let r = router.clone().oneshot(req).await.expect("answer");
         (r.status(), r)
     }
 
@@ -402,6 +421,16 @@ mod tests {
             let (status, _) = call(&dev, "POST", "/v1/dev/token", bad).await;
             assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
         }
+        // Only to this machine: a peer on a network gets no token.
+        let (status, _) = call_from(
+            &dev,
+            "192.0.2.10:40000",
+            "POST",
+            "/v1/dev/token",
+            r#"{"sub":"ann","role":"admin"}"#,
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
     }
 
     #[tokio::test]

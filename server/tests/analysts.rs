@@ -24,7 +24,7 @@ fn export(db_url: &str, out: &Path, args: &[&str]) -> std::process::Output {
         .arg("export")
         .arg("--out")
         .arg(out)
-        .args(["--quiet"])
+        .args(["--quiet", "--allow-development-pseudonym-key"])
         .args(args)
         .env("DATABASE_URL", db_url)
         .env("ONSALE_DEV_MODE", "1")
@@ -132,6 +132,13 @@ async fn duckdb_reads_from_the_export_what_the_projections_hold_and_the_sample_c
             .expect("json");
     assert_eq!(manifest["format"], "parquet");
     assert_eq!(manifest["shows"], 2);
+    // Which key made the pseudonyms, and that it was the development one, say so.
+    assert_eq!(manifest["developmentPseudonymKey"], true, "{manifest}");
+    assert_eq!(
+        manifest["pseudonymKeyId"].as_str().map(str::len),
+        Some(16),
+        "{manifest}"
+    );
     let text = all_text(&parquet);
     for clear in ["ann-q7", "bob-q7", "dan-q7", "eve-q7", "cat-q7", "tok_"] {
         assert!(!text.contains(clear), "{clear} is in the Parquet export");
@@ -193,6 +200,17 @@ async fn duckdb_reads_from_the_export_what_the_projections_hold_and_the_sample_c
         .expect("onsale runs");
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("ONSALE_PSEUDONYM_KEY"));
+    // In development mode too, unless the development key is asked for by name.
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_onsale"))
+        .args(["export", "--quiet", "--out"])
+        .arg(dir.join("refused-dev"))
+        .env("DATABASE_URL", &db.url)
+        .env("ONSALE_DEV_MODE", "1")
+        .env_remove("ONSALE_PSEUDONYM_KEY")
+        .output()
+        .expect("onsale runs");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--allow-development-pseudonym-key"));
 
     // The sample consumer prints show a's history from the topic, each event once.
     let head = projected[&a]["events"].as_i64().expect("head");

@@ -551,3 +551,36 @@ async fn fans_behind_one_address_are_not_punished_for_the_bots_among_them() {
         "every fan's hold granted: {fan:?}"
     );
 }
+
+#[tokio::test]
+async fn metrics_can_leave_the_public_listener_for_an_operators_one() {
+    let db = TestDb::new().await.expect("db");
+    let app = app_with(&db, &[Part::Api], |s| {
+        s.metrics_listen = Some("127.0.0.1:0".into());
+    })
+    .await;
+    let public = app
+        .http
+        .get(format!("{}/metrics", app.base))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(public.status(), 404, "no metrics on the public listener");
+    let operator = app.server.metrics_addr().expect("an operators' listener");
+    for path in ["/metrics", "/healthz", "/readyz"] {
+        let r = app
+            .http
+            .get(format!("http://{operator}{path}"))
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(r.status(), 200, "{path}");
+        if path == "/metrics" {
+            let text = r.text().await.expect("text");
+            assert!(
+                text.contains("onsale_"),
+                "the process's metrics: {text:.200}"
+            );
+        }
+    }
+}

@@ -817,5 +817,9 @@ async fn an_account_name_cannot_pass_for_a_fallback_admission() {
     room.start_admitter().await;
     let event = room.show(1, 1, 10, chrono::Duration::minutes(-1)).await;
     room.enter_sale(&event, "fb").await;
-    assert_eq!(room.live(&event).await, 1, "the session is the line's, in Redis");
+    assert_eq!(
+        room.live(&event).await,
+        1,
+        "the session is the line's, in Redis"
+    );
 }
