@@ -835,16 +835,40 @@ up() {
     start_onsale relay relay --metrics-listen 127.0.0.1:9101
     start_onsale project project --metrics-listen 127.0.0.1:9102
   fi
+  # Every process started above, with where it says it is ready: `up` returns only when all
+  # are (a process that exited, or is not ready within a minute, is named with its log).
+  local checks="processor=http://$PROCESSOR_LISTEN/healthz relay=http://127.0.0.1:9101/readyz project=http://127.0.0.1:9102/readyz"
+  if [ "$NODES" -gt 1 ]; then
+    for i in $(seq 1 "$NODES"); do checks="$checks node$i=http://$(node_http "$i")/readyz"; done
+    checks="$checks relay2=http://127.0.0.1:9111/readyz project2=http://127.0.0.1:9112/readyz router=http://$LISTEN/readyz"
+  else
+    checks="$checks onsale=http://$LISTEN/readyz"
+  fi
+  local pending=$checks check name
   for _ in $(seq 1 120); do
-    if curl -fsS "http://$LISTEN/readyz" >/dev/null 2>&1; then
+    local left=""
+    for check in $pending; do
+      name=${check%%=*}
+      if [ -f "$STACK_DIR/$name.pid" ] && ! kill -0 "$(cat "$STACK_DIR/$name.pid")" 2>/dev/null; then
+        echo "$name exited; its log, $STACK_DIR/$name.log, ends:" >&2
+        tail -20 "$STACK_DIR/$name.log" >&2 || true
+        return 1
+      fi
+      curl -fsS "${check#*=}" >/dev/null 2>&1 || left="$left $check"
+    done
+    pending=$left
+    if [ -z "$pending" ]; then
       echo "onsale ready: REST and SSE on http://$LISTEN, gRPC and gRPC-web on $GRPC_LISTEN, Kafka on $(brokers_list), card processor on http://$PROCESSOR_LISTEN"
       echo "the fan app: http://$LISTEN/ (sign in with any name: development mode); the ops console: http://$LISTEN/ops (sign in as an admin); Prometheus: http://127.0.0.1:$PROM_PORT"
       return 0
     fi
     sleep 0.5
   done
-  echo "onsale did not become ready; see $STACK_DIR/onsale.log" >&2
-  tail -20 "$STACK_DIR/onsale.log" >&2 || true
+  for check in $pending; do
+    name=${check%%=*}
+    echo "$name is not ready (${check#*=}): $(curl -sS "${check#*=}" 2>&1 | head -c 300)" >&2
+    [ -f "$STACK_DIR/$name.log" ] && tail -5 "$STACK_DIR/$name.log" >&2
+  done
   return 1
 }
 

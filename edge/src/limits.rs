@@ -48,7 +48,7 @@ pub struct LimitSettings {
     #[arg(long, env = "ONSALE_RATE_ADDRESS_BURST", default_value_t = 400)]
     pub rate_address_burst: u32,
     /// Reads without a bearer token (event pages, seat maps, search, SSE and gRPC reads) per
-    /// second from one client address (0: no limit).
+    /// second from one client address; reads with one, per account (0: no limit).
     #[arg(long, env = "ONSALE_RATE_READ_ADDRESS_PER_SEC", default_value_t = 100)]
     pub rate_read_address_per_sec: u32,
     /// How many of them one address may make at once before the rate applies.
@@ -121,7 +121,9 @@ enum Class {
     Write,
     /// A read without a bearer token: per address.
     AnonymousRead,
-    /// Not limited (probes, static files, authenticated reads).
+    /// A read with one: per account, at the same rate.
+    AccountRead,
+    /// Not limited (probes, static files, webhooks).
     Free,
 }
 
@@ -268,6 +270,7 @@ pub struct RateLimits {
     accounts: Option<Arc<DefaultKeyedRateLimiter<String>>>,
     addresses: Option<Arc<DefaultKeyedRateLimiter<IpAddr>>>,
     reads: Option<Arc<DefaultKeyedRateLimiter<IpAddr>>>,
+    account_reads: Option<Arc<DefaultKeyedRateLimiter<String>>>,
     shared: Option<Shared>,
     verifier: Verifier,
 }
@@ -304,6 +307,7 @@ impl RateLimits {
             accounts: keyed(s.rate_account_per_sec, s.rate_account_burst),
             addresses: keyed(s.rate_address_per_sec, s.rate_address_burst),
             reads: keyed(s.rate_read_address_per_sec, s.rate_read_address_burst),
+            account_reads: keyed(s.rate_read_address_per_sec, s.rate_read_address_burst),
             shared: None,
             verifier,
         }
@@ -323,9 +327,9 @@ impl RateLimits {
             limiter.retain_recent();
             limiter.shrink_to_fit();
         }
-        if let Some(a) = &self.accounts {
-            a.retain_recent();
-            a.shrink_to_fit();
+        for limiter in [&self.accounts, &self.account_reads].into_iter().flatten() {
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
         }
     }
 
@@ -350,10 +354,11 @@ impl RateLimits {
         }
         let read =
             grpc || (matches!(*method, Method::GET | Method::HEAD) && path.starts_with("/v1/"));
-        if read && !authenticated {
-            return Class::AnonymousRead;
+        match (read, authenticated) {
+            (true, false) => Class::AnonymousRead,
+            (true, true) => Class::AccountRead,
+            (false, _) => Class::Free,
         }
-        Class::Free
     }
 
     /// The client's address: the peer's, or (from a trusted proxy) the last address of
@@ -417,6 +422,16 @@ impl RateLimits {
                     });
                 }
             }
+            Class::AccountRead => {
+                if let (Some(c), true) = (&caller, s.rate_read_address_per_sec > 0) {
+                    budgets.push(Budget {
+                        key: format!("ra:{}", c.account.as_str()),
+                        per_sec: s.rate_read_address_per_sec,
+                        burst: s.rate_read_address_burst.max(1),
+                        who: "this account (reads)",
+                    });
+                }
+            }
             Class::AnonymousRead => {
                 if let (Some(ip), true) = (ip, s.rate_read_address_per_sec > 0) {
                     budgets.push(Budget {
@@ -437,6 +452,10 @@ impl RateLimits {
             let verdict = match b.key.split_once(':') {
                 Some(("a", account)) => self
                     .accounts
+                    .as_ref()
+                    .map(|l| l.check_key(&account.to_owned())),
+                Some(("ra", account)) => self
+                    .account_reads
                     .as_ref()
                     .map(|l| l.check_key(&account.to_owned())),
                 Some((kind, ip)) => {
@@ -561,7 +580,7 @@ mod tests {
             );
             assert_eq!(
                 class(m.clone(), p, false, true),
-                Class::Free,
+                Class::AccountRead,
                 "{m} {p} with a token"
             );
         }

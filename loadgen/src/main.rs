@@ -7,6 +7,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod bots;
 mod drill;
 mod join;
 mod queue;
@@ -194,6 +195,20 @@ enum Command {
         #[arg(long, default_value_t = 20_000)]
         checks: usize,
     },
+    /// The bots drill (`make drill-bots`): honest fans calm, then beside bots flooding made-up
+    /// ids, card testing and anonymous reads; the goals of issue 29 checked.
+    DrillBots {
+        #[command(flatten)]
+        drill: bots::BotsDrill,
+        #[command(flatten)]
+        auth: AuthSettings,
+    },
+    /// How much one show remembers under each bot loop (keyed hold -> release, hold -> order ->
+    /// declined card, plain hold -> release), folded in the domain round after round.
+    BotMemory {
+        #[arg(long, default_value_t = 100_000)]
+        rounds: u32,
+    },
     /// One-seat holds at a fixed rate (open loop), for the commit-to-projection lag.
     HoldRate {
         #[arg(long)]
@@ -275,6 +290,11 @@ async fn main() -> anyhow::Result<()> {
             load,
             owners,
         } => bench_command(&database, owners, load).await,
+        Command::DrillBots { drill, auth } => {
+            let auth = auth.secured()?;
+            bots::drill(drill, auth.jwt_secret.expose_secret()).await
+        }
+        Command::BotMemory { rounds } => bots::memory(rounds),
         Command::BenchSearch {
             database,
             base,
