@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test web fuzz-api up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join
+.PHONY: demo test web fuzz-api drill-bots up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
@@ -49,6 +49,13 @@ start-node:
 # hold and order checked in the log.
 drill-nodes:
 	PAUSE=$(PAUSE) ./scripts/drill-nodes.sh
+
+# Bots during an on-sale (issue 29): honest fans calm, then beside bots flooding made-up ids,
+# card testing and anonymous reads, on the local stack with production rate limits; the goals
+# checked (honest throughput >= 90% and p99 <= 2x of calm, no 5xx, no admission pause, >= 90% of
+# bot requests 429), then what one show remembers under each bot loop. DRILL_SECONDS per phase.
+drill-bots:
+	DRILL_SECONDS=$(DRILL_SECONDS) ./scripts/drill-bots.sh
 
 # The operator's drill on `make up`'s cluster: SIGKILL broker N, then bring it back.
 kill-broker:
