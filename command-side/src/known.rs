@@ -52,7 +52,7 @@ impl KnownIds {
     /// `lookup` read against complete sets, or `None`.
     fn read(&self, lookup: impl FnOnce() -> bool) -> Option<bool> {
         let before = self.generation.load(Ordering::SeqCst);
-        if before % 2 == 1 || !self.ready.load(Ordering::SeqCst) {
+        if !before.is_multiple_of(2) || !self.ready.load(Ordering::SeqCst) {
             return None;
         }
         let found = lookup();

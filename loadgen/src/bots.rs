@@ -53,7 +53,7 @@ pub(crate) struct BotsDrill {
 const NAT: &str = "198.51.100.7";
 
 fn fan_address(i: u32) -> String {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         NAT.to_owned()
     } else {
         format!("10.{}.{}.{}", 1 + i / 65_536, (i / 256) % 256, i % 256)
