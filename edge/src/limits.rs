@@ -392,13 +392,32 @@ impl RateLimits {
     /// The budgets a request spends, in the order they are checked: the account's first.
     fn budgets(&self, req: &Request, grpc: bool) -> Vec<Budget> {
         let s = &self.settings;
-        let caller = req
+        if s.rate_account_per_sec == 0
+            && s.rate_address_per_sec == 0
+            && s.rate_read_address_per_sec == 0
+        {
+            return Vec::new();
+        }
+        let bearer = req
             .headers()
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let class = Self::class(req.method(), req.uri().path(), grpc, bearer.is_some());
+        // The token is verified only when its account has a budget here (a MAC each).
+        let wanted = match class {
+            Class::Write => s.rate_account_per_sec > 0,
+            Class::AccountRead => s.rate_read_address_per_sec > 0,
+            Class::AnonymousRead | Class::Free => false,
+        };
+        let caller = bearer
+            .filter(|_| wanted)
             .and_then(|t| self.verifier.verify(t).ok());
-        let class = Self::class(req.method(), req.uri().path(), grpc, caller.is_some());
+        // A read whose token does not verify is an anonymous one.
+        let class = match (class, &caller) {
+            (Class::AccountRead, None) => Class::AnonymousRead,
+            (class, _) => class,
+        };
         let ip = self.client(req);
         let mut budgets = Vec::new();
         match class {
@@ -423,7 +442,7 @@ impl RateLimits {
                 }
             }
             Class::AccountRead => {
-                if let (Some(c), true) = (&caller, s.rate_read_address_per_sec > 0) {
+                if let Some(c) = &caller {
                     budgets.push(Budget {
                         key: format!("ra:{}", c.account.as_str()),
                         per_sec: s.rate_read_address_per_sec,

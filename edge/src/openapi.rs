@@ -111,7 +111,8 @@ fn body_rules() -> Vec<(&'static str, Value)> {
                 "onSaleHoldTtlSeconds": {"minimum": 1, "maximum": 3600},
                 "onSaleWindowSeconds": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_ON_SALE_WINDOW_SECONDS},
                 "maxSeatsPerAccount": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_SEAT_CAP},
-                "joinChallengeBits": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_JOIN_CHALLENGE_BITS}}}),
+                "joinChallengeBits": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_JOIN_CHALLENGE_BITS},
+                "maxFailedPayments": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_FAILED_PAYMENTS}}}),
         ),
         (
             "SalePolicyDoc",
@@ -120,7 +121,8 @@ fn body_rules() -> Vec<(&'static str, Value)> {
                 "onSaleHoldTtlSeconds": {"minimum": 1, "maximum": 3600},
                 "onSaleWindowSeconds": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_ON_SALE_WINDOW_SECONDS},
                 "maxSeatsPerAccount": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_SEAT_CAP},
-                "joinChallengeBits": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_JOIN_CHALLENGE_BITS}}}),
+                "joinChallengeBits": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_JOIN_CHALLENGE_BITS},
+                "maxFailedPayments": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_FAILED_PAYMENTS}}}),
         ),
         (
             "HoldRequest",

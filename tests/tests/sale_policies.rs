@@ -84,7 +84,7 @@ async fn the_admin_sets_a_shows_on_sale_policies_and_holds_follow_them() {
         policy,
         json!({"holdTtlSeconds": 300, "onSaleHoldTtlSeconds": null, "onSaleWindowSeconds": 0,
                "bestAvailableOnly": "NEVER", "maxSeatsPerAccount": 8,
-               "requireVerifiedAccount": false, "joinChallengeBits": 0})
+               "requireVerifiedAccount": false, "joinChallengeBits": 0, "maxFailedPayments": 5})
     );
     let (status, picked) = app
         .hold(&event, &ann, json!({"seatIds": ["S2-R1-1"]}), None)
