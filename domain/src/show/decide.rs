@@ -339,12 +339,7 @@ impl Show {
     ) -> Result<()> {
         let horizon = now - Duration::hours(IDEMPOTENCY_KEY_HOURS);
         let declined: Vec<DateTime<Utc>> = self
-            .index
-            .account_orders
-            .get(account)
-            .into_iter()
-            .flatten()
-            .filter_map(|o| self.orders.get(o))
+            .orders_of(account)
             .filter(|o| o.declined() && o.placed_at > horizon)
             .map(|o| o.placed_at)
             .collect();

@@ -235,15 +235,20 @@ impl Show {
             .map(|h| h.seats.len())
             .sum();
         let ordered: usize = self
-            .index
+            .orders_of(account)
+            .filter(|o| o.state.claims_seats())
+            .map(|o| o.seats.len())
+            .sum();
+        u32::try_from(held + ordered).unwrap_or(u32::MAX)
+    }
+
+    /// The orders of `account` the show remembers.
+    pub(super) fn orders_of<'a>(&'a self, account: &AccountId) -> impl Iterator<Item = &'a Order> {
+        self.index
             .account_orders
             .get(account)
             .into_iter()
             .flatten()
             .filter_map(|o| self.orders.get(o))
-            .filter(|o| o.state.claims_seats())
-            .map(|o| o.seats.len())
-            .sum();
-        u32::try_from(held + ordered).unwrap_or(u32::MAX)
     }
 }
