@@ -10,6 +10,7 @@ export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
 # Every simulated fan comes from 127.0.0.1: no rate limit per client address here.
 export ONSALE_RATE_ADDRESS_PER_SEC=${ONSALE_RATE_ADDRESS_PER_SEC:-0}
 export ONSALE_RATE_READ_ADDRESS_PER_SEC=${ONSALE_RATE_READ_ADDRESS_PER_SEC:-0}
+export ONSALE_RATE_READ_ACCOUNT_PER_SEC=${ONSALE_RATE_READ_ACCOUNT_PER_SEC:-0}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-bench-queue.XXXXXX)
 PORT=${BENCH_PG_PORT:-54359}

@@ -48,12 +48,20 @@ pub struct LimitSettings {
     #[arg(long, env = "ONSALE_RATE_ADDRESS_BURST", default_value_t = 400)]
     pub rate_address_burst: u32,
     /// Reads without a bearer token (event pages, seat maps, search, SSE and gRPC reads) per
-    /// second from one client address; reads with one, per account (0: no limit).
+    /// second from one client address: many people behind one NAT browse anonymously, so
+    /// this is an address's ceiling, not one person's pace (0: no limit).
     #[arg(long, env = "ONSALE_RATE_READ_ADDRESS_PER_SEC", default_value_t = 100)]
     pub rate_read_address_per_sec: u32,
     /// How many of them one address may make at once before the rate applies.
     #[arg(long, env = "ONSALE_RATE_READ_ADDRESS_BURST", default_value_t = 200)]
     pub rate_read_address_burst: u32,
+    /// Reads with a bearer token per second per account: one person at a seat map (a map, a
+    /// stream, an order's status now and then), so far less than an address's (0: no limit).
+    #[arg(long, env = "ONSALE_RATE_READ_ACCOUNT_PER_SEC", default_value_t = 10)]
+    pub rate_read_account_per_sec: u32,
+    /// How many of them one account may make at once before the rate applies.
+    #[arg(long, env = "ONSALE_RATE_READ_ACCOUNT_BURST", default_value_t = 30)]
+    pub rate_read_account_burst: u32,
     /// The proxies whose `X-Forwarded-For` is believed (addresses or CIDR blocks, comma
     /// separated): the client is the last address of the header that is not one of them. A
     /// header from any other peer is ignored (anyone can write one).
@@ -121,16 +129,37 @@ enum Class {
     Write,
     /// A read without a bearer token: per address.
     AnonymousRead,
-    /// A read with one: per account, at the same rate.
+    /// A read with one: per account.
     AccountRead,
     /// Not limited (probes, static files, webhooks).
     Free,
 }
 
+/// Whose budget: an account's or an address's, for writes or for reads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Account(String),
+    Address(IpAddr),
+    AccountReads(String),
+    AddressReads(IpAddr),
+}
+
+impl std::fmt::Display for Key {
+    /// The key's name in Redis (after `rl:`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Key::Account(a) => write!(f, "a:{a}"),
+            Key::Address(ip) => write!(f, "w:{ip}"),
+            Key::AccountReads(a) => write!(f, "ra:{a}"),
+            Key::AddressReads(ip) => write!(f, "r:{ip}"),
+        }
+    }
+}
+
 /// One budget: a key and its rate.
 #[derive(Debug, Clone)]
 struct Budget {
-    key: String,
+    key: Key,
     per_sec: u32,
     burst: u32,
     /// Named in the refusal.
@@ -166,7 +195,10 @@ return {0, 0}
 
 /// The budgets kept in Redis, shared by every node (so N nodes allow the rate, not N times
 /// it); while Redis does not answer within [`SHARED_TIMEOUT`] each node falls back to its own
-/// (and stops asking for a second).
+/// (and stops asking for a second). A budget Redis refused is remembered here until the
+/// moment Redis said it would allow again: a key's theoretical arrival time only grows (any
+/// node's request can only push it later), so every request before that moment would be
+/// refused, and a flood of them is answered without a round trip each.
 #[derive(Clone)]
 struct Shared {
     conn: Arc<tokio::sync::OnceCell<redis::aio::ConnectionManager>>,
@@ -174,7 +206,12 @@ struct Shared {
     /// Until when (ms after `base`) Redis is not asked: it failed just now.
     away_until: Arc<std::sync::atomic::AtomicU64>,
     base: std::time::Instant,
+    /// Budgets refused, and until when.
+    refused: moka::sync::Cache<Key, std::time::Instant>,
 }
+
+/// Most refused budgets remembered (each a key and an instant; the rest are asked again).
+const REFUSED_REMEMBERED: u64 = 100_000;
 
 /// How long a limit check waits for Redis before it decides with this node's own budgets.
 pub const SHARED_TIMEOUT: Duration = Duration::from_millis(50);
@@ -209,6 +246,12 @@ impl Shared {
             script: Arc::new(redis::Script::new(GCRA)),
             away_until: Arc::default(),
             base: std::time::Instant::now(),
+            refused: moka::sync::Cache::builder()
+                .max_capacity(REFUSED_REMEMBERED)
+                // A refusal is never for longer than a burst's worth of periods; a minute
+                // bounds what a forgotten entry can hold.
+                .time_to_live(Duration::from_secs(60))
+                .build(),
         })
     }
 
@@ -220,6 +263,14 @@ impl Shared {
     /// did not answer (the caller decides alone).
     async fn check(&self, budgets: &[Budget]) -> Option<Result<(), (usize, Duration)>> {
         use std::sync::atomic::Ordering;
+        let now = std::time::Instant::now();
+        for (i, b) in budgets.iter().enumerate() {
+            if let Some(until) = self.refused.get(&b.key) {
+                if until > now {
+                    return Some(Err((i, until - now)));
+                }
+            }
+        }
         if self.now_ms() < self.away_until.load(Ordering::Relaxed) {
             return None;
         }
@@ -236,10 +287,12 @@ impl Shared {
             Ok(Ok((0, _))) => Some(Ok(())),
             Ok(Ok((i, wait))) => {
                 let i = usize::try_from(i - 1).unwrap_or(0);
-                Some(Err((
-                    i,
-                    Duration::from_millis(u64::try_from(wait).unwrap_or(0)),
-                )))
+                let wait = Duration::from_millis(u64::try_from(wait).unwrap_or(0));
+                if let Some(b) = budgets.get(i) {
+                    self.refused
+                        .insert(b.key.clone(), std::time::Instant::now() + wait);
+                }
+                Some(Err((i, wait)))
             }
             Ok(Err(e)) => {
                 self.away(&e.to_string());
@@ -307,7 +360,7 @@ impl RateLimits {
             accounts: keyed(s.rate_account_per_sec, s.rate_account_burst),
             addresses: keyed(s.rate_address_per_sec, s.rate_address_burst),
             reads: keyed(s.rate_read_address_per_sec, s.rate_read_address_burst),
-            account_reads: keyed(s.rate_read_address_per_sec, s.rate_read_address_burst),
+            account_reads: keyed(s.rate_read_account_per_sec, s.rate_read_account_burst),
             shared: None,
             verifier,
         }
@@ -395,6 +448,7 @@ impl RateLimits {
         if s.rate_account_per_sec == 0
             && s.rate_address_per_sec == 0
             && s.rate_read_address_per_sec == 0
+            && s.rate_read_account_per_sec == 0
         {
             return Vec::new();
         }
@@ -407,7 +461,7 @@ impl RateLimits {
         // The token is verified only when its account has a budget here (a MAC each).
         let wanted = match class {
             Class::Write => s.rate_account_per_sec > 0,
-            Class::AccountRead => s.rate_read_address_per_sec > 0,
+            Class::AccountRead => s.rate_read_account_per_sec > 0,
             Class::AnonymousRead | Class::Free => false,
         };
         let caller = bearer
@@ -426,7 +480,7 @@ impl RateLimits {
                 // An unauthenticated write is refused by its handler: only its address counts.
                 if let (Some(c), true) = (&caller, s.rate_account_per_sec > 0) {
                     budgets.push(Budget {
-                        key: format!("a:{}", c.account.as_str()),
+                        key: Key::Account(c.account.as_str().to_owned()),
                         per_sec: s.rate_account_per_sec,
                         burst: s.rate_account_burst.max(1),
                         who: "this account",
@@ -434,7 +488,7 @@ impl RateLimits {
                 }
                 if let (Some(ip), true) = (ip, s.rate_address_per_sec > 0) {
                     budgets.push(Budget {
-                        key: format!("w:{ip}"),
+                        key: Key::Address(ip),
                         per_sec: s.rate_address_per_sec,
                         burst: s.rate_address_burst.max(1),
                         who: "this address",
@@ -444,9 +498,9 @@ impl RateLimits {
             Class::AccountRead => {
                 if let Some(c) = &caller {
                     budgets.push(Budget {
-                        key: format!("ra:{}", c.account.as_str()),
-                        per_sec: s.rate_read_address_per_sec,
-                        burst: s.rate_read_address_burst.max(1),
+                        key: Key::AccountReads(c.account.as_str().to_owned()),
+                        per_sec: s.rate_read_account_per_sec,
+                        burst: s.rate_read_account_burst.max(1),
                         who: "this account (reads)",
                     });
                 }
@@ -454,7 +508,7 @@ impl RateLimits {
             Class::AnonymousRead => {
                 if let (Some(ip), true) = (ip, s.rate_read_address_per_sec > 0) {
                     budgets.push(Budget {
-                        key: format!("r:{ip}"),
+                        key: Key::AddressReads(ip),
                         per_sec: s.rate_read_address_per_sec,
                         burst: s.rate_read_address_burst.max(1),
                         who: "this address (reads without a token)",
@@ -468,27 +522,11 @@ impl RateLimits {
     /// This process's own budgets (no Redis, or Redis away).
     fn check_locally(&self, budgets: &[Budget]) -> Result<(), ApiError> {
         for b in budgets {
-            let verdict = match b.key.split_once(':') {
-                Some(("a", account)) => self
-                    .accounts
-                    .as_ref()
-                    .map(|l| l.check_key(&account.to_owned())),
-                Some(("ra", account)) => self
-                    .account_reads
-                    .as_ref()
-                    .map(|l| l.check_key(&account.to_owned())),
-                Some((kind, ip)) => {
-                    let limiter = if kind == "r" {
-                        &self.reads
-                    } else {
-                        &self.addresses
-                    };
-                    match (limiter, ip.parse::<IpAddr>()) {
-                        (Some(l), Ok(ip)) => Some(l.check_key(&ip)),
-                        _ => None,
-                    }
-                }
-                None => None,
+            let verdict = match &b.key {
+                Key::Account(a) => self.accounts.as_ref().map(|l| l.check_key(a)),
+                Key::AccountReads(a) => self.account_reads.as_ref().map(|l| l.check_key(a)),
+                Key::Address(ip) => self.addresses.as_ref().map(|l| l.check_key(ip)),
+                Key::AddressReads(ip) => self.reads.as_ref().map(|l| l.check_key(ip)),
             };
             if let Some(Err(n)) = verdict {
                 let wait = n.wait_time_from(DefaultClock::default().now());
@@ -639,6 +677,8 @@ mod tests {
                 rate_address_burst: 0,
                 rate_read_address_per_sec: 0,
                 rate_read_address_burst: 0,
+                rate_read_account_per_sec: 0,
+                rate_read_account_burst: 0,
                 trusted_proxies: Vec::new(),
             };
             s.trusted_proxies = proxies

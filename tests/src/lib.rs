@@ -160,6 +160,8 @@ pub fn settings(db: &TestDb) -> Settings {
         "0",
         "--rate-read-address-per-sec",
         "0",
+        "--rate-read-account-per-sec",
+        "0",
         "--rate-account-per-sec",
         "0",
         "--jwt-secret",
