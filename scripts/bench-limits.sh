@@ -10,6 +10,7 @@ export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
 export ONSALE_RATE_ADDRESS_PER_SEC=0
 export ONSALE_RATE_READ_ADDRESS_PER_SEC=0
 export ONSALE_RATE_READ_ACCOUNT_PER_SEC=0
+export ONSALE_RATE_MISSES_PER_SEC=0
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-bench-limits.XXXXXX)
 PORT=${BENCH_PG_PORT:-54348}

@@ -62,6 +62,15 @@ pub struct LimitSettings {
     /// How many of them one account may make at once before the rate applies.
     #[arg(long, env = "ONSALE_RATE_READ_ACCOUNT_BURST", default_value_t = 30)]
     pub rate_read_account_burst: u32,
+    /// Reads answered "not found" per second per caller (its account with a token, else its
+    /// address) before the caller's reads are refused for a while (10 s): a
+    /// client that keeps naming shows, orders or holds that do not exist is enumerating, and
+    /// each miss costs a lookup (0: no limit).
+    #[arg(long, env = "ONSALE_RATE_MISSES_PER_SEC", default_value_t = 1)]
+    pub rate_misses_per_sec: u32,
+    /// How many misses a caller may have at once before the rate applies.
+    #[arg(long, env = "ONSALE_RATE_MISSES_BURST", default_value_t = 20)]
+    pub rate_misses_burst: u32,
     /// The proxies whose `X-Forwarded-For` is believed (addresses or CIDR blocks, comma
     /// separated): the client is the last address of the header that is not one of them. A
     /// header from any other peer is ignored (anyone can write one).
@@ -142,6 +151,9 @@ enum Key {
     Address(IpAddr),
     AccountReads(String),
     AddressReads(IpAddr),
+    /// Reads that found nothing.
+    AccountMisses(String),
+    AddressMisses(IpAddr),
 }
 
 impl std::fmt::Display for Key {
@@ -152,6 +164,8 @@ impl std::fmt::Display for Key {
             Key::Address(ip) => write!(f, "w:{ip}"),
             Key::AccountReads(a) => write!(f, "ra:{a}"),
             Key::AddressReads(ip) => write!(f, "r:{ip}"),
+            Key::AccountMisses(a) => write!(f, "ma:{a}"),
+            Key::AddressMisses(ip) => write!(f, "m:{ip}"),
         }
     }
 }
@@ -195,10 +209,7 @@ return {0, 0}
 
 /// The budgets kept in Redis, shared by every node (so N nodes allow the rate, not N times
 /// it); while Redis does not answer within [`SHARED_TIMEOUT`] each node falls back to its own
-/// (and stops asking for a second). A budget Redis refused is remembered here until the
-/// moment Redis said it would allow again: a key's theoretical arrival time only grows (any
-/// node's request can only push it later), so every request before that moment would be
-/// refused, and a flood of them is answered without a round trip each.
+/// (and stops asking for a second).
 #[derive(Clone)]
 struct Shared {
     conn: Arc<tokio::sync::OnceCell<redis::aio::ConnectionManager>>,
@@ -206,9 +217,12 @@ struct Shared {
     /// Until when (ms after `base`) Redis is not asked: it failed just now.
     away_until: Arc<std::sync::atomic::AtomicU64>,
     base: std::time::Instant,
-    /// Budgets refused, and until when.
-    refused: moka::sync::Cache<Key, std::time::Instant>,
 }
+
+/// How long a caller whose misses are spent is refused: long enough that enumerating costs
+/// the enumerator, short enough that the fans behind a scanner's address (reading without a
+/// token; with one, their accounts' budgets are their own) are back soon.
+pub const MISS_PENALTY: Duration = Duration::from_secs(10);
 
 /// Most refused budgets remembered (each a key and an instant; the rest are asked again).
 const REFUSED_REMEMBERED: u64 = 100_000;
@@ -246,12 +260,6 @@ impl Shared {
             script: Arc::new(redis::Script::new(GCRA)),
             away_until: Arc::default(),
             base: std::time::Instant::now(),
-            refused: moka::sync::Cache::builder()
-                .max_capacity(REFUSED_REMEMBERED)
-                // A refusal is never for longer than a burst's worth of periods; a minute
-                // bounds what a forgotten entry can hold.
-                .time_to_live(Duration::from_secs(60))
-                .build(),
         })
     }
 
@@ -263,14 +271,6 @@ impl Shared {
     /// did not answer (the caller decides alone).
     async fn check(&self, budgets: &[Budget]) -> Option<Result<(), (usize, Duration)>> {
         use std::sync::atomic::Ordering;
-        let now = std::time::Instant::now();
-        for (i, b) in budgets.iter().enumerate() {
-            if let Some(until) = self.refused.get(&b.key) {
-                if until > now {
-                    return Some(Err((i, until - now)));
-                }
-            }
-        }
         if self.now_ms() < self.away_until.load(Ordering::Relaxed) {
             return None;
         }
@@ -287,12 +287,10 @@ impl Shared {
             Ok(Ok((0, _))) => Some(Ok(())),
             Ok(Ok((i, wait))) => {
                 let i = usize::try_from(i - 1).unwrap_or(0);
-                let wait = Duration::from_millis(u64::try_from(wait).unwrap_or(0));
-                if let Some(b) = budgets.get(i) {
-                    self.refused
-                        .insert(b.key.clone(), std::time::Instant::now() + wait);
-                }
-                Some(Err((i, wait)))
+                Some(Err((
+                    i,
+                    Duration::from_millis(u64::try_from(wait).unwrap_or(0)),
+                )))
             }
             Ok(Err(e)) => {
                 self.away(&e.to_string());
@@ -324,7 +322,13 @@ pub struct RateLimits {
     addresses: Option<Arc<DefaultKeyedRateLimiter<IpAddr>>>,
     reads: Option<Arc<DefaultKeyedRateLimiter<IpAddr>>>,
     account_reads: Option<Arc<DefaultKeyedRateLimiter<String>>>,
+    misses: Option<Arc<DefaultKeyedRateLimiter<Key>>>,
     shared: Option<Shared>,
+    /// Budgets refused, and until when. A key's theoretical arrival time only grows (any
+    /// node's request can only push it later), so every request before the moment a refusal
+    /// named would be refused too: a flood of them is answered from here, without a round
+    /// trip to Redis each; and a caller whose misses are spent is refused here until then.
+    refused: moka::sync::Cache<Key, std::time::Instant>,
     verifier: Verifier,
 }
 
@@ -361,7 +365,14 @@ impl RateLimits {
             addresses: keyed(s.rate_address_per_sec, s.rate_address_burst),
             reads: keyed(s.rate_read_address_per_sec, s.rate_read_address_burst),
             account_reads: keyed(s.rate_read_account_per_sec, s.rate_read_account_burst),
+            misses: keyed(s.rate_misses_per_sec, s.rate_misses_burst),
             shared: None,
+            refused: moka::sync::Cache::builder()
+                .max_capacity(REFUSED_REMEMBERED)
+                // A refusal lasts at most a period of its budget (a second at the slowest
+                // rate); a minute bounds what a forgotten entry can hold.
+                .time_to_live(Duration::from_secs(60))
+                .build(),
             verifier,
         }
     }
@@ -381,6 +392,10 @@ impl RateLimits {
             limiter.shrink_to_fit();
         }
         for limiter in [&self.accounts, &self.account_reads].into_iter().flatten() {
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
+        }
+        if let Some(limiter) = &self.misses {
             limiter.retain_recent();
             limiter.shrink_to_fit();
         }
@@ -443,14 +458,15 @@ impl RateLimits {
     }
 
     /// The budgets a request spends, in the order they are checked: the account's first.
-    fn budgets(&self, req: &Request, grpc: bool) -> Vec<Budget> {
+    fn budgets(&self, req: &Request, grpc: bool) -> Spend {
         let s = &self.settings;
         if s.rate_account_per_sec == 0
             && s.rate_address_per_sec == 0
             && s.rate_read_address_per_sec == 0
             && s.rate_read_account_per_sec == 0
+            && s.rate_misses_per_sec == 0
         {
-            return Vec::new();
+            return Spend::default();
         }
         let bearer = req
             .headers()
@@ -461,7 +477,7 @@ impl RateLimits {
         // The token is verified only when its account has a budget here (a MAC each).
         let wanted = match class {
             Class::Write => s.rate_account_per_sec > 0,
-            Class::AccountRead => s.rate_read_account_per_sec > 0,
+            Class::AccountRead => s.rate_read_account_per_sec > 0 || s.rate_misses_per_sec > 0,
             Class::AnonymousRead | Class::Free => false,
         };
         let caller = bearer
@@ -474,6 +490,15 @@ impl RateLimits {
         };
         let ip = self.client(req);
         let mut budgets = Vec::new();
+        let misses = |key: Key, who: &'static str| {
+            (s.rate_misses_per_sec > 0).then(|| Budget {
+                key,
+                per_sec: s.rate_misses_per_sec,
+                burst: s.rate_misses_burst.max(1),
+                who,
+            })
+        };
+        let mut missed = None;
         match class {
             Class::Free => {}
             Class::Write => {
@@ -497,12 +522,18 @@ impl RateLimits {
             }
             Class::AccountRead => {
                 if let Some(c) = &caller {
-                    budgets.push(Budget {
-                        key: Key::AccountReads(c.account.as_str().to_owned()),
-                        per_sec: s.rate_read_account_per_sec,
-                        burst: s.rate_read_account_burst.max(1),
-                        who: "this account (reads)",
-                    });
+                    if s.rate_read_account_per_sec > 0 {
+                        budgets.push(Budget {
+                            key: Key::AccountReads(c.account.as_str().to_owned()),
+                            per_sec: s.rate_read_account_per_sec,
+                            burst: s.rate_read_account_burst.max(1),
+                            who: "this account (reads)",
+                        });
+                    }
+                    missed = misses(
+                        Key::AccountMisses(c.account.as_str().to_owned()),
+                        "this account (reads of what does not exist)",
+                    );
                 }
             }
             Class::AnonymousRead => {
@@ -514,9 +545,15 @@ impl RateLimits {
                         who: "this address (reads without a token)",
                     });
                 }
+                if let Some(ip) = ip {
+                    missed = misses(
+                        Key::AddressMisses(ip),
+                        "this address (reads of what does not exist)",
+                    );
+                }
             }
         }
-        budgets
+        Spend { budgets, missed }
     }
 
     /// This process's own budgets (no Redis, or Redis away).
@@ -527,6 +564,9 @@ impl RateLimits {
                 Key::AccountReads(a) => self.account_reads.as_ref().map(|l| l.check_key(a)),
                 Key::Address(ip) => self.addresses.as_ref().map(|l| l.check_key(ip)),
                 Key::AddressReads(ip) => self.reads.as_ref().map(|l| l.check_key(ip)),
+                Key::AccountMisses(_) | Key::AddressMisses(_) => {
+                    self.misses.as_ref().map(|l| l.check_key(&b.key))
+                }
             };
             if let Some(Err(n)) = verdict {
                 let wait = n.wait_time_from(DefaultClock::default().now());
@@ -536,19 +576,64 @@ impl RateLimits {
         Ok(())
     }
 
-    async fn check(&self, budgets: Vec<Budget>) -> Result<(), ApiError> {
-        if budgets.is_empty() {
+    /// Whether a request may go on: not while a budget of its caller is remembered refused
+    /// (its misses' included), else as its budgets say (Redis, or this node's own).
+    async fn check(&self, spend: &Spend) -> Result<(), ApiError> {
+        let now = std::time::Instant::now();
+        for b in spend.budgets.iter().chain(&spend.missed) {
+            if let Some(until) = self.refused.get(&b.key) {
+                if until > now {
+                    return Err(too_many(until - now, b.who));
+                }
+            }
+        }
+        if spend.budgets.is_empty() {
             return Ok(());
         }
         if let Some(shared) = &self.shared {
-            if let Some(verdict) = shared.check(&budgets).await {
-                return verdict.map_err(|(i, wait)| {
-                    too_many(wait, budgets.get(i).map_or("this caller", |b| b.who))
+            if let Some(verdict) = shared.check(&spend.budgets).await {
+                return verdict.map_err(|(i, wait)| match spend.budgets.get(i) {
+                    Some(b) => {
+                        self.refused
+                            .insert(b.key.clone(), std::time::Instant::now() + wait);
+                        too_many(wait, b.who)
+                    }
+                    None => too_many(wait, "this caller"),
                 });
             }
         }
-        self.check_locally(&budgets)
+        self.check_locally(&spend.budgets)
     }
+
+    /// A read found nothing: it spends one of its caller's misses, and once they are spent
+    /// the caller's reads are refused for [`MISS_PENALTY`] (or longer, if the budget says).
+    async fn missed(&self, m: &Budget) {
+        let shared = match &self.shared {
+            Some(shared) => shared.check(std::slice::from_ref(m)).await,
+            None => None,
+        };
+        let wait = match shared {
+            Some(verdict) => verdict.err().map(|(_, wait)| wait),
+            None => self
+                .check_locally(std::slice::from_ref(m))
+                .err()
+                .map(|e| Duration::from_secs(e.retry_after_secs.unwrap_or(1))),
+        };
+        if let Some(wait) = wait {
+            self.refused.insert(
+                m.key.clone(),
+                std::time::Instant::now() + wait.max(MISS_PENALTY),
+            );
+        }
+    }
+}
+
+/// What a request spends: its budgets, checked before it runs, and the budget its caller's
+/// misses come out of if it finds nothing.
+#[derive(Debug, Default)]
+struct Spend {
+    budgets: Vec<Budget>,
+    missed: Option<Budget>,
 }
 
 fn too_many(wait: Duration, who: &str) -> ApiError {
@@ -574,14 +659,29 @@ fn is_grpc(req: &Request) -> bool {
 pub async fn rate_limit(State(limits): State<RateLimits>, req: Request, next: Next) -> Response {
     let grpc = is_grpc(&req);
     // Read from the request before anything is awaited (a request is not `Sync`).
-    let budgets = limits.budgets(&req, grpc);
-    if let Err(e) = limits.check(budgets).await {
+    let spend = limits.budgets(&req, grpc);
+    if let Err(e) = limits.check(&spend).await {
         if grpc {
             return e.into_status().into_http();
         }
         return e.into_response();
     }
-    next.run(req).await
+    let res = next.run(req).await;
+    if let Some(m) = &spend.missed {
+        if found_nothing(&res) {
+            limits.missed(m).await;
+        }
+    }
+    res
+}
+
+/// A 404, or gRPC's `NOT_FOUND` (sent in the headers of a trailers-only answer).
+fn found_nothing(res: &Response) -> bool {
+    res.status() == StatusCode::NOT_FOUND
+        || res
+            .headers()
+            .get("grpc-status")
+            .is_some_and(|v| v.as_bytes() == b"5")
 }
 
 /// Middleware: a request not answered within the deadline is answered 503 `REQUEST_TIMEOUT`
@@ -679,6 +779,8 @@ mod tests {
                 rate_read_address_burst: 0,
                 rate_read_account_per_sec: 0,
                 rate_read_account_burst: 0,
+                rate_misses_per_sec: 0,
+                rate_misses_burst: 0,
                 trusted_proxies: Vec::new(),
             };
             s.trusted_proxies = proxies
@@ -719,6 +821,22 @@ mod tests {
             behind.client(&req("203.0.113.9", "198.51.100.7")),
             Some(ip("203.0.113.9"))
         );
+    }
+
+    #[test]
+    fn a_miss_is_a_404_or_grpcs_not_found() {
+        let answer = |status: u16, grpc: Option<&str>| {
+            let mut r = Response::builder().status(status);
+            if let Some(g) = grpc {
+                r = r.header("grpc-status", g);
+            }
+            r.body(axum::body::Body::empty()).expect("a response")
+        };
+        assert!(found_nothing(&answer(404, None)));
+        assert!(found_nothing(&answer(200, Some("5"))));
+        assert!(!found_nothing(&answer(200, Some("0"))));
+        assert!(!found_nothing(&answer(200, None)));
+        assert!(!found_nothing(&answer(429, None)));
     }
 
     #[test]

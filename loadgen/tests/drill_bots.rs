@@ -26,6 +26,8 @@ async fn bots_cannot_stall_an_on_sale_short() {
     s.limits.rate_read_address_burst = 20;
     s.limits.rate_read_account_per_sec = 10;
     s.limits.rate_read_account_burst = 20;
+    s.limits.rate_misses_per_sec = 1;
+    s.limits.rate_misses_burst = 20;
     s.limits.trusted_proxies = vec!["127.0.0.1/32".parse().expect("a block")];
     s.waiting_room.redis_url = Some(
         onsale_tests::waiting_room::redis_url()

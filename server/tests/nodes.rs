@@ -29,6 +29,7 @@ fn onsale(db: &TestDb, args: &[&str], env: &[(&str, String)]) -> Child {
         .env("ONSALE_RATE_ADDRESS_PER_SEC", "0")
         .env("ONSALE_RATE_READ_ADDRESS_PER_SEC", "0")
         .env("ONSALE_RATE_READ_ACCOUNT_PER_SEC", "0")
+        .env("ONSALE_RATE_MISSES_PER_SEC", "0")
         .env("ONSALE_RATE_ACCOUNT_PER_SEC", "0")
         .env("ONSALE_JWT_SECRET", SECRET)
         .env("ONSALE_RELAY_SLOT", format!("slot_{}", db.name))

@@ -44,6 +44,7 @@ async fn sigterm_during_a_burst_of_holds_loses_no_answer_and_exits_zero() {
         .env("ONSALE_RATE_ADDRESS_PER_SEC", "0")
         .env("ONSALE_RATE_READ_ADDRESS_PER_SEC", "0")
         .env("ONSALE_RATE_READ_ACCOUNT_PER_SEC", "0")
+        .env("ONSALE_RATE_MISSES_PER_SEC", "0")
         .env("ONSALE_RATE_ACCOUNT_PER_SEC", "0")
         .env("ONSALE_JWT_SECRET", SECRET)
         .env("ONSALE_LISTEN", format!("127.0.0.1:{port}"))

@@ -162,6 +162,8 @@ pub fn settings(db: &TestDb) -> Settings {
         "0",
         "--rate-read-account-per-sec",
         "0",
+        "--rate-misses-per-sec",
+        "0",
         "--rate-account-per-sec",
         "0",
         "--jwt-secret",

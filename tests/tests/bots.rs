@@ -626,3 +626,65 @@ async fn metrics_can_leave_the_public_listener_for_an_operators_one() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_caller_who_keeps_asking_for_what_does_not_exist_is_refused_for_a_while() {
+    let db = TestDb::new().await.expect("db");
+    let app = app_with(&db, &[Part::Api], |s| {
+        s.limits.rate_misses_per_sec = 1;
+        s.limits.rate_misses_burst = 3;
+        s.limits.trusted_proxies = vec!["127.0.0.1/32".parse().expect("a block")];
+    })
+    .await;
+    let event = app.on_sale_event(1, 1, 4, None).await;
+    let read = |path: String, from: &'static str, token: Option<String>| {
+        let api = app.api.clone();
+        async move {
+            let mut r = api
+                .http
+                .get(format!("{}{path}", api.base))
+                .header("x-forwarded-for", from);
+            if let Some(t) = token {
+                r = r.bearer_auth(t);
+            }
+            r.send().await.expect("an answer").status().as_u16()
+        }
+    };
+    let (scanner, neighbour) = ("198.51.100.7", "198.51.100.8");
+    // Reads of shows that do not exist: a few are answered, then the address is refused.
+    let mut statuses = Vec::new();
+    while statuses.last() != Some(&429) && statuses.len() < 12 {
+        let made_up = uuid::Uuid::now_v7();
+        statuses.push(read(format!("/v1/events/{made_up}"), scanner, None).await);
+    }
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    assert!(
+        statuses.iter().filter(|s| **s == 404).count() >= 3,
+        "its burst of misses answered first: {statuses:?}"
+    );
+    // Refused now even for a show that exists: the refusal is the caller's, not the id's...
+    assert_eq!(
+        read(format!("/v1/events/{event}"), scanner, None).await,
+        429
+    );
+    // ...and nobody else's: another address, and an account behind the same one.
+    assert_eq!(
+        read(format!("/v1/events/{event}"), neighbour, None).await,
+        200
+    );
+    assert_eq!(
+        read(format!("/v1/events/{event}"), scanner, Some(app.fan("ann"))).await,
+        200
+    );
+    // The refusal lasts a while (10 s), then the address reads again.
+    let waited = wait_for(
+        "the scanner's reads are served again",
+        Duration::from_secs(30),
+        || {
+            let status = read(format!("/v1/events/{event}"), scanner, None);
+            async move { status.await == 200 }
+        },
+    )
+    .await;
+    assert!(waited >= Duration::from_secs(5), "refused for {waited:?}");
+}
