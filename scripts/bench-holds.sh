@@ -44,7 +44,7 @@ else
   PG_MAX_CONNECTIONS=1200 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
 fi
 DB="postgres://onsale@127.0.0.1:$PORT/onsale"
-(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-loadgen)
+(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
 BIN=$ROOT/target/release
 GRPC_LISTEN=${BENCH_GRPC_LISTEN:-127.0.0.1:50089}
 # shellcheck source=scripts/bench/service.sh

@@ -15,7 +15,7 @@ mkdir -p "$OUT"
 RESULTS=$OUT/join.jsonl
 : >"$RESULTS"
 CHROMIUM=$("$ROOT/scripts/stack.sh" browser-tools)
-(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-loadgen)
+(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
 ONSALE_BIN=$ROOT/target/release/onsale "$ROOT/scripts/web.sh" >/dev/null
 for bits in $BITS; do
   "$ROOT/target/release/onsale-loadgen" bench-join --bits "$bits" --runs "$RUNS" | tee -a "$RESULTS"

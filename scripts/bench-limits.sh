@@ -31,7 +31,7 @@ cleanup() {
 trap cleanup EXIT
 PG_MAX_CONNECTIONS=400 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
 DB="postgres://onsale@127.0.0.1:$PORT/onsale"
-(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-loadgen)
+(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
 BIN=$ROOT/target/release
 for rep in $(seq 1 "$REPEAT"); do
   for limits in on off; do

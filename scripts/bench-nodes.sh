@@ -42,7 +42,7 @@ cleanup() { stop_nodes; "$ROOT/scripts/stack.sh" pg-down "$DIR"; }
 trap cleanup EXIT
 PG_MAX_CONNECTIONS=1200 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
 DB="postgres://onsale@127.0.0.1:$PORT/onsale"
-(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-loadgen)
+(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
 BIN=$ROOT/target/release
 
 start_nodes() { # n

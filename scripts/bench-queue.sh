@@ -27,7 +27,7 @@ trap cleanup EXIT
 ulimit -n 65536 2>/dev/null || true
 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
 "$ROOT/scripts/stack.sh" redis-up "$DIR" "$REDIS_PORT"
-(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-loadgen)
+(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
 BIN=$ROOT/target/release
 REDIS="redis://127.0.0.1:$REDIS_PORT/"
 DATABASE_URL="postgres://onsale@127.0.0.1:$PORT/onsale" ONSALE_LISTEN=$LISTEN \

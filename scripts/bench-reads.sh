@@ -58,7 +58,7 @@ trap cleanup EXIT
 PG_MAX_CONNECTIONS=400 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PG_PORT"
 "$ROOT/scripts/stack.sh" broker-up "$DIR" "$KAFKA_PORT" "$BROKERS"
 BOOTSTRAP=$(for i in $(seq 0 $((BROKERS - 1))); do printf '127.0.0.1:%s,' $((KAFKA_PORT + i)); done)
-(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-loadgen)
+(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
 BIN=$ROOT/target/release
 start() { # name args...
   local name=$1

@@ -27,7 +27,7 @@ cleanup() {
 trap cleanup EXIT
 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
 "$ROOT/scripts/stack.sh" broker-up "$DIR" "$KAFKA"
-(cd "$ROOT" && cargo build --release -q -p onsale-loadgen -p onsale-server)
+(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
 "$ROOT/target/release/onsale-loadgen" bench-replay \
   --database-url "postgres://onsale@127.0.0.1:$PORT/onsale" --brokers "127.0.0.1:$KAFKA" \
   --shows "$SHOWS" --events "$EVENTS" --repeat "$REPEAT" --concurrency "$CONCURRENCY" | tee -a "$RESULTS"

@@ -30,7 +30,7 @@ cleanup() {
 trap cleanup EXIT
 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
 DB="postgres://onsale@127.0.0.1:$PORT/onsale"
-(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-loadgen)
+(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
 (cd "$ROOT/loadgen/search-compare" && CARGO_TARGET_DIR=$ROOT/target/search-compare cargo build --release -q)
 BIN=$ROOT/target/release
 DATABASE_URL=$DB ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=127.0.0.1:50089 RUST_LOG=warn \

@@ -21,7 +21,7 @@ ulimit -n 65536 2>/dev/null || true
 # arriving together, so the line does its job; a short tick keeps the demo short.
 ONSALE_ADMISSION_TARGET=${DEMO_ADMISSION_TARGET:-192} ONSALE_ADMISSION_TICK_MS=100 HA=${HA:-0} NODES=${NODES:-1} \
   "$ROOT/scripts/stack.sh" up
-(cd "$ROOT" && cargo build --release -q -p onsale-loadgen)
+(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
 "$ROOT/target/release/onsale-loadgen" demo --base "http://$LISTEN" \
   --database-url "postgres://onsale@127.0.0.1:$PG_PORT/onsale" \
   --fans "${DEMO_FANS:-20000}" --concurrency "${DEMO_CONCURRENCY:-256}" \

@@ -18,7 +18,7 @@ export ONSALE_TRUSTED_PROXIES=127.0.0.1
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 trap '"$ROOT/scripts/stack.sh" down >/dev/null 2>&1 || true' EXIT
 "$ROOT/scripts/stack.sh" up
-(cd "$ROOT" && cargo build --release -q -p onsale-loadgen)
+(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
 LISTEN=${ONSALE_LISTEN:-127.0.0.1:8080}
 echo "## make drill-bots ($(date -u +%F), $(nproc) cores)"
 echo

@@ -810,7 +810,7 @@ up() {
   fi
   broker_up "$STACK_DIR" "$KAFKA_PORT" "$BROKERS"
   redis_up "$STACK_DIR" "$REDIS_PORT"
-  (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim)
+  (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
   # The fan app, served by onsale at / (npm and the generated clients: scripts/web.sh).
   ONSALE_BIN="$ROOT/target/release/onsale" "$ROOT/scripts/web.sh" >/dev/null
   # The card-processor simulator (the one simulated part), webhooks to the service.

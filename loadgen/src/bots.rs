@@ -41,6 +41,11 @@ pub(crate) struct BotsDrill {
     /// A pause after each bot request (milliseconds): 0 floods.
     #[arg(long, default_value_t = 0)]
     pub pause_ms: u64,
+    /// The bots run in a process of their own at this `nice` level: on one machine their
+    /// CPU would otherwise be the service's, which real bots' (on machines of their own)
+    /// is not; the service still answers every request they send.
+    #[arg(long, default_value_t = 10)]
+    pub bots_nice: u8,
     /// Exit non-zero if a goal is missed.
     #[arg(long)]
     pub check: bool,
@@ -284,7 +289,6 @@ pub(crate) async fn run(d: &BotsDrill, secret: &str) -> anyhow::Result<Report> {
     warming.store(false, Ordering::Relaxed);
     tokio::time::sleep(Duration::from_secs(d.seconds)).await;
     storming.store(true, Ordering::Relaxed);
-    let bots = Arc::new(Bots::default());
     let lowest = Arc::new(Mutex::new(None::<f64>));
     let mut tasks = Vec::new();
     // The admission factor, read from the service's metrics through the storm.
@@ -301,13 +305,97 @@ pub(crate) async fn run(d: &BotsDrill, secret: &str) -> anyhow::Result<Report> {
             }
         }));
     }
-    for b in 0..d.bots {
+    // The bots: a process of their own, niced, for the storm's length.
+    let flood = tokio::process::Command::new("nice")
+        .arg("-n")
+        .arg(d.bots_nice.to_string())
+        .arg(std::env::current_exe().context("this program's path")?)
+        .args(["bot-flood", "--base", &d.base, "--event", &event])
+        .args([
+            "--bots",
+            &d.bots.to_string(),
+            "--loops",
+            &d.loops.to_string(),
+        ])
+        .args(["--seconds", &d.seconds.to_string()])
+        .args(["--card-testing", &d.card_testing.to_string()])
+        .args(["--pause-ms", &d.pause_ms.to_string()])
+        .env("ONSALE_JWT_SECRET", secret)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("start the bots")?;
+    tokio::time::sleep(Duration::from_secs(d.seconds)).await;
+    stop.store(true, Ordering::Relaxed);
+    for f in fans {
+        let _ = f.await;
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let out = flood.wait_with_output().await.context("the bots")?;
+    anyhow::ensure!(out.status.success(), "the bots failed: {}", out.status);
+    let bots: Flooded = serde_json::from_slice(&out.stdout).context("the bots' figures")?;
+    let requests = bots.requests;
+    let lowest_admission_factor = *lowest.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(Report {
+        calm_holds_per_sec: calm.granted.load(Ordering::Relaxed) as f64 / phase_secs,
+        storm_holds_per_sec: storm.granted.load(Ordering::Relaxed) as f64 / phase_secs,
+        calm_p99_ms: calm.p99_ms(),
+        storm_p99_ms: storm.p99_ms(),
+        fan_5xx: calm.server_errors.load(Ordering::Relaxed)
+            + storm.server_errors.load(Ordering::Relaxed),
+        fan_429: calm.throttled.load(Ordering::Relaxed) + storm.throttled.load(Ordering::Relaxed),
+        bot_requests: requests,
+        bot_429_share: bots.throttled as f64 / requests.max(1) as f64,
+        bot_5xx: bots.server_errors,
+        lowest_admission_factor,
+    })
+}
+
+/// What the bots are asked to do (`bot-flood`, started by the drill).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct Flood {
+    #[arg(long)]
+    pub base: String,
+    /// The hot show.
+    #[arg(long)]
+    pub event: String,
+    #[arg(long)]
+    pub bots: u32,
+    #[arg(long)]
+    pub loops: u32,
+    #[arg(long)]
+    pub seconds: u64,
+    #[arg(long, action = clap::ArgAction::Set)]
+    pub card_testing: bool,
+    #[arg(long)]
+    pub pause_ms: u64,
+}
+
+/// What the bots sent and how it was answered.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Flooded {
+    pub requests: u64,
+    pub throttled: u64,
+    pub server_errors: u64,
+}
+
+/// The bots, for `f.seconds`: each account's loops flood made-up ids, reads of unknown shows
+/// and (with `card_testing`) hold -> order -> declined card; printed as one JSON object.
+pub(crate) async fn flood(f: Flood, secret: &str) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(1_024)
+        .build()?;
+    let bots = Arc::new(Bots::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for b in 0..f.bots {
         let token = mint(secret, &format!("bot-{b}"), Role::Fan, 3_600)?;
-        for l in 0..d.loops {
+        for l in 0..f.loops {
             let (http, base, event, token) =
-                (http.clone(), d.base.clone(), event.clone(), token.clone());
+                (http.clone(), f.base.clone(), f.event.clone(), token.clone());
             let (bots, stop, card, pause) =
-                (bots.clone(), stop.clone(), d.card_testing, d.pause_ms);
+                (bots.clone(), stop.clone(), f.card_testing, f.pause_ms);
             tasks.push(tokio::spawn(async move {
                 let show = event.replace('-', "");
                 let mut n = 0u64;
@@ -346,29 +434,18 @@ pub(crate) async fn run(d: &BotsDrill, secret: &str) -> anyhow::Result<Report> {
             }));
         }
     }
-    tokio::time::sleep(Duration::from_secs(d.seconds)).await;
+    tokio::time::sleep(Duration::from_secs(f.seconds)).await;
     stop.store(true, Ordering::Relaxed);
-    for f in fans {
-        let _ = f.await;
-    }
     for t in tasks {
         let _ = t.await;
     }
-    let requests = bots.requests.load(Ordering::Relaxed);
-    let lowest_admission_factor = *lowest.lock().unwrap_or_else(|p| p.into_inner());
-    Ok(Report {
-        calm_holds_per_sec: calm.granted.load(Ordering::Relaxed) as f64 / phase_secs,
-        storm_holds_per_sec: storm.granted.load(Ordering::Relaxed) as f64 / phase_secs,
-        calm_p99_ms: calm.p99_ms(),
-        storm_p99_ms: storm.p99_ms(),
-        fan_5xx: calm.server_errors.load(Ordering::Relaxed)
-            + storm.server_errors.load(Ordering::Relaxed),
-        fan_429: calm.throttled.load(Ordering::Relaxed) + storm.throttled.load(Ordering::Relaxed),
-        bot_requests: requests,
-        bot_429_share: bots.throttled.load(Ordering::Relaxed) as f64 / requests.max(1) as f64,
-        bot_5xx: bots.server_errors.load(Ordering::Relaxed),
-        lowest_admission_factor,
-    })
+    let out = Flooded {
+        requests: bots.requests.load(Ordering::Relaxed),
+        throttled: bots.throttled.load(Ordering::Relaxed),
+        server_errors: bots.server_errors.load(Ordering::Relaxed),
+    };
+    println!("{}", serde_json::to_string(&out)?);
+    Ok(())
 }
 
 fn count(bots: &Bots, r: reqwest::Result<reqwest::Response>) {

@@ -203,6 +203,13 @@ enum Command {
         #[command(flatten)]
         auth: AuthSettings,
     },
+    /// The drill's bots (started by `drill-bots` in a process of their own).
+    BotFlood {
+        #[command(flatten)]
+        flood: bots::Flood,
+        #[command(flatten)]
+        auth: AuthSettings,
+    },
     /// How much one show remembers under each bot loop (keyed hold -> release, hold -> order ->
     /// declined card, plain hold -> release), folded in the domain round after round.
     BotMemory {
@@ -293,6 +300,10 @@ async fn main() -> anyhow::Result<()> {
         Command::DrillBots { drill, auth } => {
             let auth = auth.secured()?;
             bots::drill(drill, auth.jwt_secret.expose_secret()).await
+        }
+        Command::BotFlood { flood, auth } => {
+            let auth = auth.secured()?;
+            bots::flood(flood, auth.jwt_secret.expose_secret()).await
         }
         Command::BotMemory { rounds } => bots::memory(rounds),
         Command::BenchSearch {
