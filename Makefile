@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test web fuzz-api drill-bots up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join
+.PHONY: demo test web fuzz-api drill-bots up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
@@ -90,6 +90,9 @@ bench: bench-holds bench-reads bench-queue
 
 bench-holds:
 	HA=$(HA) ./scripts/bench-holds.sh
+
+bench-tail:
+	./scripts/bench-tail.sh
 
 bench-reads:
 	./scripts/bench-reads.sh

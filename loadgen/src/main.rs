@@ -14,6 +14,7 @@ mod queue;
 mod reads;
 mod replay;
 mod search;
+mod tail;
 mod venue;
 
 use std::collections::HashMap;
@@ -216,6 +217,14 @@ enum Command {
         #[arg(long, default_value_t = 100_000)]
         rounds: u32,
     },
+    /// The hold path's tail (`make bench-tail`): the maximum rate (closed loop), then holds at
+    /// shares of it sent at a constant arrival rate, latency from when each was due.
+    BenchTail {
+        #[command(flatten)]
+        tail: tail::Tail,
+        #[command(flatten)]
+        auth: AuthSettings,
+    },
     /// One-seat holds at a fixed rate (open loop), for the commit-to-projection lag.
     HoldRate {
         #[arg(long)]
@@ -306,6 +315,10 @@ async fn main() -> anyhow::Result<()> {
             bots::flood(flood, auth.jwt_secret.expose_secret()).await
         }
         Command::BotMemory { rounds } => bots::memory(rounds),
+        Command::BenchTail { tail, auth } => {
+            let auth = auth.secured()?;
+            tail::run(tail, auth.jwt_secret.expose_secret()).await
+        }
         Command::BenchSearch {
             database,
             base,
