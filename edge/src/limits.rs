@@ -317,7 +317,8 @@ impl Shared {
 /// (`governor`).
 #[derive(Clone)]
 pub struct RateLimits {
-    settings: LimitSettings,
+    /// Shared: the limits are cloned with every request.
+    settings: Arc<LimitSettings>,
     accounts: Option<Arc<DefaultKeyedRateLimiter<String>>>,
     addresses: Option<Arc<DefaultKeyedRateLimiter<IpAddr>>>,
     reads: Option<Arc<DefaultKeyedRateLimiter<IpAddr>>>,
@@ -360,7 +361,7 @@ impl RateLimits {
     pub fn new(settings: &LimitSettings, verifier: Verifier) -> Self {
         let s = settings;
         Self {
-            settings: s.clone(),
+            settings: Arc::new(s.clone()),
             accounts: keyed(s.rate_account_per_sec, s.rate_account_burst),
             addresses: keyed(s.rate_address_per_sec, s.rate_address_burst),
             reads: keyed(s.rate_read_address_per_sec, s.rate_read_address_burst),
