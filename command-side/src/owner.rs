@@ -685,6 +685,9 @@ struct Owner {
     broken: bool,
     redo: Vec<Job>,
     snapshot_due: bool,
+    /// The last sweep found a full chunk of lapsed holds: sweep again now, not at the next
+    /// tick (a burst of short holds lapses faster than one chunk a tick).
+    sweep_more: bool,
     /// The ids of the show, for lookups that skip the queue.
     known: Arc<KnownIds>,
 }
@@ -711,6 +714,7 @@ impl Owner {
             broken: false,
             redo: Vec::new(),
             snapshot_due: false,
+            sweep_more: false,
             known,
         }
     }
@@ -759,6 +763,15 @@ impl Owner {
                 && !self.broken
                 && !self.snapshot_due
                 && self.open.decided.len() < config.max_batch;
+            if accepting && self.sweep_more && self.state.is_some() {
+                self.take(Job {
+                    work: Work::Sweep,
+                    reply: None,
+                    attempts: 0,
+                    forwarded: false,
+                })
+                .await;
+            }
             tokio::select! {
                 biased;
                 Some(result) = self.done_rx.recv(), if self.in_flight.is_some() => {
@@ -768,6 +781,11 @@ impl Owner {
                     }
                     self.settle(result);
                 }
+                // Before the queue: under a steady rush the queue is never empty, and a
+                // sweep polled after it would never run.
+                _ = sweep.tick(), if accepting && self.state.is_some() => {
+                    self.take(Job { work: Work::Sweep, reply: None, attempts: 0, forwarded: false }).await;
+                }
                 job = rx.recv(), if accepting => match job {
                     Some(job) => {
                         self.take(job).await;
@@ -775,9 +793,6 @@ impl Owner {
                     }
                     None => closed = true,
                 },
-                _ = sweep.tick(), if accepting && self.state.is_some() => {
-                    self.take(Job { work: Work::Sweep, reply: None, attempts: 0, forwarded: false }).await;
-                }
                 _ = shutdown.cancelled(), if !stopping => {
                     // What is queued is still taken, committed and answered; then `closed`.
                     stopping = true;
@@ -903,7 +918,10 @@ impl Owner {
             }
             Work::Command(command) => command.clone(),
             Work::Sweep => {
-                let hold_ids = state.show.expired_holds(self.services.clock.now(), 500);
+                let hold_ids = state
+                    .show
+                    .expired_holds(self.services.clock.now(), SWEEP_CHUNK);
+                self.sweep_more = hold_ids.len() == SWEEP_CHUNK;
                 if hold_ids.is_empty() {
                     return;
                 }
@@ -925,6 +943,10 @@ impl Owner {
             Err(e) => {
                 if job.reply.is_some() {
                     metrics::counter!(onsale_telemetry::metrics::REFUSALS_TOTAL).increment(1);
+                }
+                if matches!(job.work, Work::Sweep) {
+                    // Not again at once: the next tick tries.
+                    self.sweep_more = false;
                 }
                 reply(job, Err(CommandError::Domain(e)));
             }
@@ -1088,6 +1110,10 @@ impl Owner {
         });
     }
 }
+
+/// Lapsed holds expired by one sweep command (one event each, in one batch); a sweep that
+/// finds a full chunk is followed by another at once.
+const SWEEP_CHUNK: usize = 500;
 
 fn reply(job: Job, answer: Result<Reply, CommandError>) {
     if let Some(reply) = job.reply {

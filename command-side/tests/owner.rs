@@ -439,3 +439,112 @@ async fn shutdown_answers_what_was_taken_then_refuses_and_the_owners_stop() {
         "what was taken, not the late one"
     );
 }
+
+/// A show of `rows` rows of 500 seats (S1-R1-1 ..), on sale now, its holds lapsing after
+/// `ttl_secs`.
+async fn on_sale_with(shows: &Shows, rows: u32, ttl_secs: u32) -> ShowId {
+    let show = ShowId::random();
+    let layout = VenueLayout::parse(vec![SectionLayout {
+        section: "S1".into(),
+        price_tier: "A".into(),
+        rows: (1..=rows)
+            .map(|r| RowLayout {
+                row: format!("R{r}"),
+                seats: 500,
+            })
+            .collect(),
+        general_admission: false,
+    }])
+    .expect("layout");
+    let now = Utc::now();
+    let info = ShowInfo {
+        show_id: show,
+        venue_id: VenueId::random(),
+        venue_name: "Hall".into(),
+        city: "Oslo".into(),
+        name: "Night".into(),
+        performer: "Band".into(),
+        starts_at: now + chrono::Duration::days(30),
+        on_sale_at: now - chrono::Duration::minutes(1),
+        prices: BTreeMap::from([("A".to_owned(), 5_000)]),
+        waiting_room: false,
+        hold_ttl_seconds: ttl_secs,
+        policy: Default::default(),
+    };
+    shows
+        .execute(show, ShowCommand::Schedule { info, layout })
+        .await
+        .expect("scheduled");
+    show
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_short_holds_is_swept_within_a_tick_while_the_queue_never_empties() {
+    let log = MemoryEventLog::default();
+    let mut c = config();
+    c.sweep_every = Duration::from_millis(500);
+    let p = process_with(&log, c);
+    // Four sweeps' worth of holds, lapsing together.
+    let show = on_sale_with(&p.shows, 4, 1).await;
+    let mut ids = Vec::new();
+    // In waves of a row: the owner's queue holds 1,000.
+    for row in 1..=4u32 {
+        let pending: Vec<Pending> = (1..=500u32)
+            .map(|n| {
+                let shows = p.shows.clone();
+                tokio::spawn(async move {
+                    let command = ShowCommand::HoldSeats {
+                        hold_id: HoldId::new(show),
+                        account: AccountId::parse(&format!("fan{row}x{n}")).expect("account"),
+                        seat_ids: vec![format!("S1-R{row}-{n}")],
+                        idempotency: None,
+                    };
+                    shows.execute(show, command).await
+                })
+            })
+            .collect();
+        for h in pending {
+            ids.push(held(h.await.expect("task")));
+        }
+    }
+    let lapse = std::time::Instant::now() + Duration::from_secs(1);
+    // A rush that keeps the owner's queue full: holds of a seat someone already holds.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rush: Vec<_> = (0..64)
+        .map(|i| {
+            let (shows, stop) = (p.shows.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut n = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = shows
+                        .execute(show, hold(show, &format!("rush{i}"), 1 + n % 7, None))
+                        .await;
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    // Every hold expired in the log within a tick and a second of lapsing (four chunks: the
+    // sweep does not wait a tick between them, nor for the queue to empty).
+    let mut swept = false;
+    while std::time::Instant::now() < lapse + Duration::from_millis(1_500) {
+        let replayed = log.replay(show).await.expect("replay").show;
+        if ids.iter().all(|h| {
+            replayed
+                .hold_view(h)
+                .is_some_and(|v| v.state == onsale_domain::HoldStatus::Expired)
+        }) {
+            swept = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in rush {
+        r.await.expect("a rusher stops");
+    }
+    assert!(swept, "2,000 lapsed holds not all expired within 1.5 s");
+    p.stop.cancel();
+    p.tasks.close();
+    p.tasks.wait().await;
+}
