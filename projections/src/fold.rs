@@ -7,6 +7,7 @@ use onsale_domain::transitions::SeatStatus;
 use onsale_domain::{Show, ShowEvent, ShowId};
 use onsale_kafka::envelope::parse_lsn;
 use onsale_kafka::Envelope;
+use serde::Deserialize;
 use serde_json::Value;
 
 /// An event of a show, from the topic or from the events table.
@@ -29,7 +30,8 @@ impl LogEvent {
         if e.after.aggregate_type != Show::TYPE {
             return Ok(None);
         }
-        let event: ShowEvent = serde_json::from_value(e.after.payload.clone())?;
+        // From the parsed tree in place: no copy of it per event.
+        let event = ShowEvent::deserialize(&e.after.payload)?;
         let committed_at = e.commit_time();
         let live = e.op == "c";
         Ok(Some(Self {
