@@ -63,37 +63,7 @@ fn process_with(log: &MemoryEventLog, config: OwnerConfig) -> Process {
 
 /// A show of 100 seats (S1-R1-1 .. S1-R1-100) on sale now.
 async fn on_sale(shows: &Shows) -> ShowId {
-    let show = ShowId::random();
-    let layout = VenueLayout::parse(vec![SectionLayout {
-        section: "S1".into(),
-        price_tier: "A".into(),
-        rows: vec![RowLayout {
-            row: "R1".into(),
-            seats: 100,
-        }],
-        general_admission: false,
-    }])
-    .expect("layout");
-    let now = Utc::now();
-    let info = ShowInfo {
-        show_id: show,
-        venue_id: VenueId::random(),
-        venue_name: "Hall".into(),
-        city: "Oslo".into(),
-        name: "Night".into(),
-        performer: "Band".into(),
-        starts_at: now + chrono::Duration::days(30),
-        on_sale_at: now - chrono::Duration::minutes(1),
-        prices: BTreeMap::from([("A".to_owned(), 5_000)]),
-        waiting_room: false,
-        hold_ttl_seconds: 600,
-        policy: Default::default(),
-    };
-    shows
-        .execute(show, ShowCommand::Schedule { info, layout })
-        .await
-        .expect("scheduled");
-    show
+    on_sale_with(shows, 1, 100, 600).await
 }
 
 fn hold(show: ShowId, fan: &str, seat: u32, key: Option<&str>) -> ShowCommand {
@@ -440,9 +410,9 @@ async fn shutdown_answers_what_was_taken_then_refuses_and_the_owners_stop() {
     );
 }
 
-/// A show of `rows` rows of 500 seats (S1-R1-1 ..), on sale now, its holds lapsing after
+/// A show of `rows` rows of `seats` seats (S1-R1-1 ..), on sale now, its holds lapsing after
 /// `ttl_secs`.
-async fn on_sale_with(shows: &Shows, rows: u32, ttl_secs: u32) -> ShowId {
+async fn on_sale_with(shows: &Shows, rows: u32, seats: u32, ttl_secs: u32) -> ShowId {
     let show = ShowId::random();
     let layout = VenueLayout::parse(vec![SectionLayout {
         section: "S1".into(),
@@ -450,7 +420,7 @@ async fn on_sale_with(shows: &Shows, rows: u32, ttl_secs: u32) -> ShowId {
         rows: (1..=rows)
             .map(|r| RowLayout {
                 row: format!("R{r}"),
-                seats: 500,
+                seats,
             })
             .collect(),
         general_admission: false,
@@ -485,7 +455,7 @@ async fn a_burst_of_short_holds_is_swept_within_a_tick_while_the_queue_never_emp
     c.sweep_every = Duration::from_millis(500);
     let p = process_with(&log, c);
     // Four sweeps' worth of holds, lapsing together.
-    let show = on_sale_with(&p.shows, 4, 1).await;
+    let show = on_sale_with(&p.shows, 4, 500, 1).await;
     let mut ids = Vec::new();
     // In waves of a row: the owner's queue holds 1,000.
     for row in 1..=4u32 {

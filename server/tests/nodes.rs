@@ -528,9 +528,26 @@ async fn a_paused_owner_wakes_to_find_its_show_moved_and_sells_nothing_twice() {
         "a decided on its stale state: that must not be acknowledged ({body})"
     );
     assert!(status == 409 || status == 503, "{status}: {body}");
-    // a forwards what it gets for the show to b now.
-    let (status, dan) = hold(&api_a, "dan", "S1-R1-3").await;
-    assert_eq!(status, 201, "{dan}");
+    // a forwards what it gets for the show to b once it has learnt the show moved (until its
+    // heartbeat tells it, its owner proves no lease and answers 503, which a client retries).
+    let dan: Arc<Mutex<Option<Value>>> = Arc::default();
+    wait_for("a forwards to b", Duration::from_secs(20), || {
+        let attempt = hold(&api_a, "dan", "S1-R1-3");
+        let dan = dan.clone();
+        async move {
+            let (status, body) = attempt.await;
+            match status {
+                201 => {
+                    *dan.lock().expect("dan") = Some(body);
+                    true
+                }
+                503 => false,
+                other => panic!("a answered {other}: {body}"),
+            }
+        }
+    })
+    .await;
+    let dan = dan.lock().expect("dan").take().expect("dan's hold");
 
     let log = PgEventLog::new(pool);
     let show: ShowId = event.parse().expect("show");
