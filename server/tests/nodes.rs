@@ -501,23 +501,7 @@ async fn a_paused_owner_wakes_to_find_its_show_moved_and_sells_nothing_twice() {
     let paused = Instant::now();
     let queued = tokio::spawn(hold(&api_a, "cat", "S1-R1-2"));
     // b takes the show once a's registration lapsed, and sells seat 2 to bob.
-    let bob: Arc<Mutex<Option<Value>>> = Arc::default();
-    wait_for("b decides the show", Duration::from_secs(20), || {
-        let attempt = hold(&api_b, "bob", "S1-R1-2");
-        let bob = bob.clone();
-        async move {
-            let (status, body) = attempt.await;
-            match status {
-                201 => {
-                    *bob.lock().expect("bob") = Some(body);
-                    true
-                }
-                503 => false,
-                other => panic!("b answered {other}: {body}"),
-            }
-        }
-    })
-    .await;
+    let bob = granted("b decides the show", || hold(&api_b, "bob", "S1-R1-2")).await;
     assert_eq!(owner_port(&pool, &event).await, Some(pb), "b owns the show");
     eprintln!("b took the show {:?} after a was paused", paused.elapsed());
     // a wakes, its stale state and the queued request in hand.
@@ -530,24 +514,7 @@ async fn a_paused_owner_wakes_to_find_its_show_moved_and_sells_nothing_twice() {
     assert!(status == 409 || status == 503, "{status}: {body}");
     // a forwards what it gets for the show to b once it has learnt the show moved (until its
     // heartbeat tells it, its owner proves no lease and answers 503, which a client retries).
-    let dan: Arc<Mutex<Option<Value>>> = Arc::default();
-    wait_for("a forwards to b", Duration::from_secs(20), || {
-        let attempt = hold(&api_a, "dan", "S1-R1-3");
-        let dan = dan.clone();
-        async move {
-            let (status, body) = attempt.await;
-            match status {
-                201 => {
-                    *dan.lock().expect("dan") = Some(body);
-                    true
-                }
-                503 => false,
-                other => panic!("a answered {other}: {body}"),
-            }
-        }
-    })
-    .await;
-    let dan = dan.lock().expect("dan").take().expect("dan's hold");
+    let dan = granted("a forwards to b", || hold(&api_a, "dan", "S1-R1-3")).await;
 
     let log = PgEventLog::new(pool);
     let show: ShowId = event.parse().expect("show");
@@ -559,10 +526,35 @@ async fn a_paused_owner_wakes_to_find_its_show_moved_and_sells_nothing_twice() {
         .collect();
     assert_eq!(holders.len(), 3, "ann, bob and dan: {holders:?}");
     assert!(!holders.iter().any(|h| h == "cat"), "{holders:?}");
-    let bob = bob.lock().expect("bob").clone().expect("bob's hold");
     for body in [first, bob, dan] {
         in_log(&replayed, &body);
     }
+}
+
+/// Tries `attempt` again while it answers 503 (20 s at most) until it answers 201: its body.
+async fn granted<F, Fut>(what: &str, attempt: F) -> Value
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = (u16, Value)>,
+{
+    let got: Arc<Mutex<Option<Value>>> = Arc::default();
+    wait_for(what, Duration::from_secs(20), || {
+        let (attempt, got) = (attempt(), got.clone());
+        async move {
+            let (status, body) = attempt.await;
+            match status {
+                201 => {
+                    *got.lock().expect("got") = Some(body);
+                    true
+                }
+                503 => false,
+                other => panic!("{what}: answered {other}: {body}"),
+            }
+        }
+    })
+    .await;
+    let body = got.lock().expect("got").take().expect("a 201");
+    body
 }
 
 /// The hold a 201 answered with is in the replayed show.
