@@ -20,6 +20,8 @@
 #   scripts/stack.sh prom-up DIR PORT TARGETS [SECS]  a Prometheus on PORT scraping TARGETS' /metrics (host:port,...)
 #                                            every SECS (1) with telemetry/alerts loaded
 #   scripts/stack.sh prom-down DIR           stop it
+#   scripts/stack.sh zipkin-tools            resolve Zipkin's server jar if missing, print its path
+#   scripts/stack.sh zipkin-up DIR PORT      a Zipkin on PORT (spans in memory); zipkin-down DIR stops it
 #   scripts/stack.sh ha-tools                install etcd, HAProxy and Patroni if missing
 #   scripts/stack.sh ha-up DIR BASE          replicated PostgreSQL (3 nodes, Patroni, HAProxy on BASE)
 #   scripts/stack.sh ha-down DIR             stop it and remove DIR
@@ -27,7 +29,7 @@
 #   scripts/stack.sh ha-kill-primary DIR     SIGKILL the primary's node (prints which)
 #   scripts/stack.sh ha-leader DIR           the primary's node number
 #   scripts/stack.sh ha-wait DIR primary|replicated [SECS]
-#   scripts/stack.sh up                      everything on the default ports (make up [BROKERS=3] [HA=1] [NODES=3])
+#   scripts/stack.sh up                      everything on the default ports (make up [BROKERS=3] [HA=1] [NODES=3] [TRACING=1])
 #   scripts/stack.sh kill-node|stop-node|cont-node|start-node I   node I of `up NODES=n`
 #   scripts/stack.sh router-up DIR LISTEN GRPC N HTTP_BASE GRPC_BASE   HAProxy over N nodes
 #   scripts/stack.sh kill-broker I           SIGKILL broker I of `up` (make kill-broker N=I)
@@ -55,6 +57,8 @@ PROCESSOR_LISTEN=${ONSALE_PROCESSOR_LISTEN:-127.0.0.1:8090}
 # The local stack's Prometheus (the alerting rules evaluated; the ops console asks it).
 PROM_PORT=${ONSALE_PROM_PORT:-9090}
 REDIS_PORT=${ONSALE_REDIS_PORT:-16379}
+# `make up TRACING=1`: Zipkin, where every process sends its spans.
+ZIPKIN_PORT=${ONSALE_ZIPKIN_PORT:-9411}
 PG_BIN=/usr/lib/postgresql/15/bin
 CACHE=${ONSALE_CACHE:-$HOME/.cache/onsale}
 # The Python gRPC tools of the tests live in a venv outside the repo.
@@ -144,6 +148,50 @@ broker_lib() {
     touch "$lib/.complete"
   fi
   echo "$lib"
+}
+
+# Zipkin's server, its executable jar from Maven Central (docs/adr/019), resolved once into the
+# cache. Prints the jar's path.
+ZIPKIN_VERSION=3.6.1
+zipkin_jar() {
+  local dir=$CACHE/zipkin-$ZIPKIN_VERSION jar
+  jar=$dir/zipkin-server-$ZIPKIN_VERSION-exec.jar
+  if [ ! -f "$jar" ]; then
+    ensure_java
+    echo "resolving Zipkin $ZIPKIN_VERSION from Maven Central into $dir" >&2
+    mkdir -p "$dir"
+    mvn -q -B dependency:copy -Dartifact="io.zipkin:zipkin-server:$ZIPKIN_VERSION:jar:exec" \
+      -DoutputDirectory="$dir" >"$CACHE/maven-zipkin.log" 2>&1 || { cat "$CACHE/maven-zipkin.log" >&2; return 1; }
+  fi
+  echo "$jar"
+}
+
+# A Zipkin server (spans in memory) in DIR on 127.0.0.1:PORT: its UI at /zipkin, spans taken at
+# /api/v2/spans.
+zipkin_up() {
+  local dir=$1 port=$2 jar
+  jar=$(zipkin_jar)
+  mkdir -p "$dir/zipkin"
+  QUERY_PORT=$port STORAGE_TYPE=mem MEM_MAX_SPANS=${ZIPKIN_MAX_SPANS:-1000000} \
+    nohup java -Xms128m -Xmx1g -jar "$jar" >"$dir/zipkin/zipkin.log" 2>&1 &
+  echo $! >"$dir/zipkin/zipkin.pid"
+  for _ in $(seq 1 240); do
+    if curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; then
+      echo "zipkin on http://127.0.0.1:$port/zipkin"
+      return 0
+    fi
+    sleep 0.5
+  done
+  echo "zipkin did not start; see $dir/zipkin/zipkin.log" >&2
+  return 1
+}
+
+zipkin_down() {
+  local dir=$1
+  if [ -f "$dir/zipkin/zipkin.pid" ]; then
+    kill "$(cat "$dir/zipkin/zipkin.pid")" 2>/dev/null || true
+    rm -f "$dir/zipkin/zipkin.pid"
+  fi
 }
 
 ensure_java() {
@@ -810,6 +858,13 @@ up() {
   fi
   broker_up "$STACK_DIR" "$KAFKA_PORT" "$BROKERS"
   redis_up "$STACK_DIR" "$REDIS_PORT"
+  if [ "${TRACING:-0}" = 1 ]; then
+    # Every onsale process exports its spans there; TRACE_SAMPLE of the requests are traced
+    # (and every request that sends a sampled traceparent).
+    zipkin_up "$STACK_DIR" "$ZIPKIN_PORT"
+    export ONSALE_TRACE_ZIPKIN_URL="http://127.0.0.1:$ZIPKIN_PORT/api/v2/spans"
+    export ONSALE_TRACE_SAMPLE=${TRACE_SAMPLE:-0.1}
+  fi
   (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
   # The fan app, served by onsale at / (npm and the generated clients: scripts/web.sh).
   ONSALE_BIN="$ROOT/target/release/onsale" "$ROOT/scripts/web.sh" >/dev/null
@@ -878,6 +933,7 @@ down() {
   local f
   router_down "$STACK_DIR"
   prom_down "$STACK_DIR"
+  zipkin_down "$STACK_DIR"
   for f in "$STACK_DIR"/*.pid; do
     [ -f "$f" ] || continue
     case $(basename "$f") in onsale.pid|relay*.pid|project*.pid|processor.pid|node*.pid)
@@ -912,6 +968,9 @@ case "${1:-}" in
   browser-tools) browser_tools ;;
   prom-up) prom_up "$2" "$3" "$4" "${5:-1}" ;;
   prom-down) prom_down "$2" ;;
+  zipkin-tools) zipkin_jar ;;
+  zipkin-up) zipkin_up "$2" "$3" ;;
+  zipkin-down) zipkin_down "$2" ;;
   ha-tools) ensure_ha ;;
   ha-up) ha_up "$2" "$3" ;;
   ha-down) ha_down "$2" ;;

@@ -33,6 +33,9 @@ ONSALE_TEST_WEB_DIR=$("$ROOT/scripts/web.sh")
 export ONSALE_TEST_WEB_DIR
 ONSALE_TEST_CHROMIUM=$("$ROOT/scripts/stack.sh" browser-tools)
 export ONSALE_TEST_CHROMIUM
+# Zipkin's server, where the trace test sends its spans.
+ONSALE_TEST_ZIPKIN_JAR=$("$ROOT/scripts/stack.sh" zipkin-tools)
+export ONSALE_TEST_ZIPKIN_JAR
 # promtool, for the alerting rules and their tests.
 ONSALE_TEST_PROMTOOL=$("$ROOT/scripts/stack.sh" prom-tools)
 export ONSALE_TEST_PROMTOOL

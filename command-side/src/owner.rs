@@ -22,10 +22,11 @@ use cqrs_es::{Aggregate, DomainEvent};
 use onsale_domain::{
     Clock, HoldView, OrderView, Show, ShowCommand, ShowError, ShowEvent, ShowId, ShowServices,
 };
+use onsale_telemetry::trace;
 use tokio::sync::{mpsc, oneshot};
-use tracing::{info, warn};
+use tracing::{info, warn, Instrument};
 
-use onsale_eventlog::{Claim, EventLog, Node, StoreError};
+use onsale_eventlog::{Claim, EventLog, Node, StoreError, Traced};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{ClusterConfig, Forwarded, Found, Returned, ShowQuery};
@@ -142,6 +143,21 @@ struct Job {
     attempts: u32,
     /// Forwarded by another node: never forwarded again.
     forwarded: bool,
+    /// The caller's span: the owner's spans for this job are its children (docs/adr/019).
+    span: tracing::Span,
+}
+
+impl Job {
+    /// The owner's own sweep of lapsed holds: nobody waits for it.
+    fn sweep() -> Self {
+        Self {
+            work: Work::Sweep,
+            reply: None,
+            attempts: 0,
+            forwarded: false,
+            span: tracing::Span::none(),
+        }
+    }
 }
 
 /// A show's owner task in this process.
@@ -430,15 +446,17 @@ impl Shows {
             &nonce,
             &body,
         );
-        let sent = self
+        let mut request = self
             .inner
             .client
             .post(&url)
             .header(crate::cluster::SIGNATURE_HEADER, signature)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body)
-            .send()
-            .await;
+            .header(reqwest::header::CONTENT_TYPE, "application/json");
+        if let Some(parent) = trace::traceparent(&tracing::Span::current()) {
+            // The owner's spans continue the caller's trace on the other node.
+            request = request.header(trace::TRACEPARENT, parent);
+        }
+        let sent = request.body(body).send().await;
         let returned = match sent {
             Ok(r) if r.status().is_success() => r
                 .json::<Result<Returned, CommandError>>()
@@ -494,6 +512,7 @@ impl Shows {
             reply: Some(tx),
             attempts: 0,
             forwarded,
+            span: tracing::Span::current(),
         };
         for _ in 0..2 {
             let (sender, known) = self.owner(show);
@@ -620,6 +639,7 @@ fn reroute(shows: &Shows, show: ShowId, job: Job) {
         work,
         reply,
         forwarded,
+        span,
         ..
     } = job;
     let Some(reply) = reply else {
@@ -630,9 +650,12 @@ fn reroute(shows: &Shows, show: ShowId, job: Job) {
         return;
     }
     let task = shows.clone();
-    shows.inner.tasks.spawn(async move {
-        let _ = reply.send(task.submit(show, work, false).await);
-    });
+    shows.inner.tasks.spawn(
+        async move {
+            let _ = reply.send(task.submit(show, work, false).await);
+        }
+        .instrument(span),
+    );
 }
 
 struct Loaded {
@@ -655,6 +678,8 @@ struct Decided {
 struct Batch {
     events: Vec<ShowEvent>,
     decided: Vec<Decided>,
+    /// The events decided for a sampled trace, with the span of the job they were decided for.
+    traced: Vec<(std::ops::Range<usize>, tracing::Span)>,
 }
 
 /// The append in flight.
@@ -764,13 +789,7 @@ impl Owner {
                 && !self.snapshot_due
                 && self.open.decided.len() < config.max_batch;
             if accepting && self.sweep_more && self.state.is_some() {
-                self.take(Job {
-                    work: Work::Sweep,
-                    reply: None,
-                    attempts: 0,
-                    forwarded: false,
-                })
-                .await;
+                self.take(Job::sweep()).await;
             }
             tokio::select! {
                 biased;
@@ -784,7 +803,7 @@ impl Owner {
                 // Before the queue: under a steady rush the queue is never empty, and a
                 // sweep polled after it would never run.
                 _ = sweep.tick(), if accepting && self.state.is_some() => {
-                    self.take(Job { work: Work::Sweep, reply: None, attempts: 0, forwarded: false }).await;
+                    self.take(Job::sweep()).await;
                 }
                 job = rx.recv(), if accepting => match job {
                     Some(job) => {
@@ -929,7 +948,13 @@ impl Owner {
             }
         };
         let sink = EventSink::default();
-        match state.show.handle(command, &self.services, &sink).await {
+        let traced = trace::sampled(&job.span);
+        let decide = traced.then(|| {
+            tracing::info_span!(target: trace::TARGET, parent: &job.span, "owner.decide", show = %self.show_id)
+        });
+        let decided = state.show.handle(command, &self.services, &sink).await;
+        drop(decide);
+        match decided {
             Ok(()) => {
                 let answer = match &job.work {
                     Work::Command(command) => Ok(Reply::Answer(answer(&state.show, command))),
@@ -937,7 +962,12 @@ impl Owner {
                 };
                 let events = sink.collect().await;
                 self.known.note(&events);
+                let first = self.open.events.len();
                 self.open.events.extend(events);
+                if traced {
+                    let range = first..self.open.events.len();
+                    self.open.traced.push((range, job.span.clone()));
+                }
                 self.open.decided.push(Decided { job, answer });
             }
             Err(e) => {
@@ -962,13 +992,28 @@ impl Owner {
         let (Some(state), Some(epoch)) = (self.state.as_ref(), self.epoch) else {
             return;
         };
-        let Batch { events, decided } = std::mem::take(&mut self.open);
+        let Batch {
+            events,
+            decided,
+            traced,
+        } = std::mem::take(&mut self.open);
         let after = state.committed;
         let types = events.iter().map(DomainEvent::event_type).collect();
         let (log, done) = (self.shows.log().clone(), self.done_tx.clone());
         let (show, at) = (self.show_id, self.services.clock.now());
+        // One span per traced job, each the whole append (one statement for the batch); the
+        // events carry it on, through their metadata, to the relay.
+        let (spans, traces): (Vec<_>, Vec<_>) = traced
+            .into_iter()
+            .map(|(range, parent)| {
+                let span = tracing::info_span!(target: trace::TARGET, parent: &parent, "eventlog.append", show = %show, batch_events = events.len());
+                let traceparent = trace::traceparent(&span).unwrap_or_default();
+                (span, Traced { events: range, traceparent })
+            })
+            .unzip();
         self.shows.inner.tasks.spawn(async move {
-            let _ = done.send(log.append(show, epoch, after, at, &events).await);
+            let _ = done.send(log.append(show, epoch, after, at, &events, &traces).await);
+            drop(spans);
         });
         self.in_flight = Some(InFlight {
             decided,

@@ -81,6 +81,28 @@ pub struct LogRow {
     pub metadata: String,
 }
 
+/// The trace (a W3C `traceparent`) under which the events `events` of an append were decided:
+/// it goes into their rows' metadata, where the relay finds it (docs/adr/019).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Traced {
+    pub events: std::ops::Range<usize>,
+    pub traceparent: String,
+}
+
+/// The metadata of each of `n` appended rows: when they were decided, and the trace each was
+/// decided under, if any.
+pub(crate) fn row_metadata(at: DateTime<Utc>, n: usize, traces: &[Traced]) -> Vec<String> {
+    let at = at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let mut rows = vec![serde_json::json!({ "at": at }).to_string(); n];
+    for t in traces {
+        let traced = serde_json::json!({ "at": at, "traceparent": t.traceparent }).to_string();
+        for row in rows.iter_mut().take(t.events.end).skip(t.events.start) {
+            row.clone_from(&traced);
+        }
+    }
+    rows
+}
+
 /// The position after which [`EventLog::scan`] continues: (aggregate type, id, sequence).
 pub type ScanKey = (String, String, i64);
 
@@ -92,6 +114,7 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
     /// decided, goes into each row's metadata for auditors.
     /// `epoch` is the one the show was claimed with ([`EventLog::claim`]): if the show was
     /// claimed again since, nothing is written and the answer is [`StoreError::Fenced`].
+    /// `traces` name the events decided under a sampled trace.
     async fn append(
         &self,
         show: ShowId,
@@ -99,6 +122,7 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
         after: i64,
         at: DateTime<Utc>,
         events: &[ShowEvent],
+        traces: &[Traced],
     ) -> Result<()>;
 
     /// Claims a show for `node` (registering the node as alive for `ttl`) unless another live
@@ -328,5 +352,30 @@ impl DatabaseSettings {
         let applied = migrate(&pool).await;
         pool.close().await;
         applied
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_events_decided_under_a_trace_carry_its_traceparent() {
+        let at = DateTime::parse_from_rfc3339("2026-12-03T10:00:00Z")
+            .expect("a time")
+            .with_timezone(&Utc);
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let rows = row_metadata(
+            at,
+            4,
+            &[Traced {
+                events: 1..3,
+                traceparent: tp.into(),
+            }],
+        );
+        let plain = r#"{"at":"2026-12-03T10:00:00.000000Z"}"#;
+        let traced = format!(r#"{{"at":"2026-12-03T10:00:00.000000Z","traceparent":"{tp}"}}"#);
+        assert_eq!(rows, [plain, &traced, &traced, plain]);
+        assert_eq!(row_metadata(at, 2, &[]), [plain, plain]);
     }
 }

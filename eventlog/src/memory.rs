@@ -137,6 +137,7 @@ impl EventLog for MemoryEventLog {
         after: i64,
         at: DateTime<Utc>,
         events: &[ShowEvent],
+        traces: &[crate::Traced],
     ) -> Result<()> {
         if self.lock().owners.get(&show).map(|o| o.1) != Some(epoch) {
             return Err(StoreError::Fenced);
@@ -156,11 +157,12 @@ impl EventLog for MemoryEventLog {
             state.faults.lose_answer = state.faults.lose_answer.saturating_sub(1);
             lose
         };
-        let metadata = serde_json::json!({ "at": at }).to_string();
+        let metadata = crate::row_metadata(at, events.len(), traces);
         let rows = events
             .iter()
             .zip(after + 1..)
-            .map(|(e, sequence)| {
+            .zip(metadata)
+            .map(|((e, sequence), metadata)| {
                 Ok(LogRow {
                     aggregate_type: Show::TYPE.to_owned(),
                     aggregate_id: show.to_string(),
@@ -169,7 +171,7 @@ impl EventLog for MemoryEventLog {
                     event_version: "1".into(),
                     payload: serde_json::to_string(e)
                         .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-                    metadata: metadata.clone(),
+                    metadata,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -387,14 +389,14 @@ mod tests {
         let Claim::Owned { epoch } = log.claim(show, &node, ttl).await.expect("claim") else {
             panic!("a free show is claimed");
         };
-        log.append(show, epoch, 0, Utc::now(), &two)
+        log.append(show, epoch, 0, Utc::now(), &two, &[])
             .await
             .expect("first");
         assert!(matches!(
-            log.append(show, epoch, 1, Utc::now(), &two).await,
+            log.append(show, epoch, 1, Utc::now(), &two, &[]).await,
             Err(StoreError::Conflict)
         ));
-        log.append(show, epoch, 2, Utc::now(), &two[..1])
+        log.append(show, epoch, 2, Utc::now(), &two[..1], &[])
             .await
             .expect("after the head");
         let events = log.events(show).await.expect("events");
@@ -436,10 +438,10 @@ mod tests {
             hold_id: HoldId::new(show),
         }];
         assert!(matches!(
-            log.append(show, old, 0, Utc::now(), &e).await,
+            log.append(show, old, 0, Utc::now(), &e, &[]).await,
             Err(StoreError::Fenced)
         ));
-        log.append(show, epoch, 0, Utc::now(), &e)
+        log.append(show, epoch, 0, Utc::now(), &e, &[])
             .await
             .expect("the new owner appends");
         assert!(log.heartbeat(&a, ttl).await.expect("a wakes").is_empty());
@@ -472,7 +474,7 @@ mod tests {
         }];
         for stale in [first, second] {
             assert!(matches!(
-                log.append(show, stale, 0, Utc::now(), &e).await,
+                log.append(show, stale, 0, Utc::now(), &e, &[]).await,
                 Err(StoreError::Fenced)
             ));
         }

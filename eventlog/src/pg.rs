@@ -291,6 +291,7 @@ impl EventLog for PgEventLog {
         after: i64,
         at: DateTime<Utc>,
         events: &[ShowEvent],
+        traces: &[crate::Traced],
     ) -> Result<()> {
         let n = events.len() as i64;
         let id = show.to_string();
@@ -301,20 +302,16 @@ impl EventLog for PgEventLog {
             .map(serde_json::to_string)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let metadata = serde_json::json!({
-            "at": at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-        })
-        .to_string();
+        let metadata = crate::row_metadata(at, events.len(), traces);
         // Each row's link of the show's hash chain (migration 0009), computed here so the
         // append statement does no per-row lookup; rows without one are chained by the trigger.
         let mut head = self.chain_head(show, after).await?;
         let hashes: Vec<Option<Vec<u8>>> = sequences
             .iter()
-            .zip(types.iter().zip(&payloads))
-            .map(|(&seq, (t, p))| {
-                head = head.map(|prev| {
-                    crate::chain::row_hash(&prev, Show::TYPE, &id, seq, t, "1", p, &metadata)
-                });
+            .zip(types.iter().zip(payloads.iter().zip(&metadata)))
+            .map(|(&seq, (t, (p, m)))| {
+                head = head
+                    .map(|prev| crate::chain::row_hash(&prev, Show::TYPE, &id, seq, t, "1", p, m));
                 head.map(|h| h.to_vec())
             })
             .collect();
@@ -324,8 +321,8 @@ impl EventLog for PgEventLog {
         let written = sqlx::query(
             "WITH fence AS (SELECT 1 FROM show_owners WHERE show_id = $2 AND epoch = $7 FOR SHARE)
              INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata, hash)
-             SELECT $1, $2, s, t, '1', p::json, $6::json, h
-               FROM UNNEST($3::bigint[], $4::text[], $5::text[], $8::bytea[]) AS u(s, t, p, h)
+             SELECT $1, $2, s, t, '1', p::json, m::json, h
+               FROM UNNEST($3::bigint[], $4::text[], $5::text[], $6::text[], $8::bytea[]) AS u(s, t, p, m, h)
               WHERE EXISTS (SELECT 1 FROM fence)",
         )
         .bind(Show::TYPE)

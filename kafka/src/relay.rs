@@ -14,6 +14,8 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::future::try_join_all;
 use onsale_eventlog::{log_row, EventLog, LogRow, PgEventLog, ScanKey};
+use onsale_telemetry::trace;
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::Value;
 use sqlx::postgres::PgPool;
@@ -603,13 +605,31 @@ impl Relay {
 
     async fn publish(&self, envelope: Envelope) -> anyhow::Result<()> {
         let body = serde_json::to_vec(&envelope)?;
-        let record = FutureRecord::to(&self.kafka.events_topic)
+        // An event decided under a sampled trace: its publication is a span of that trace, and
+        // the message's `traceparent` header names it to the projections (docs/adr/019).
+        let span = trace::enabled()
+            .then(|| envelope.after.metadata.get(trace::TRACEPARENT)?.as_str())
+            .flatten()
+            .map(|parent| {
+                let span = tracing::info_span!(target: trace::TARGET, "relay.publish", otel.kind = "producer", show = %envelope.after.aggregate_id, sequence = envelope.after.sequence);
+                trace::follow(&span, parent);
+                span
+            });
+        let traceparent = span.as_ref().and_then(trace::traceparent);
+        let mut record = FutureRecord::to(&self.kafka.events_topic)
             .key(&envelope.after.aggregate_id)
             .payload(&body);
+        if let Some(value) = &traceparent {
+            record = record.headers(OwnedHeaders::new().insert(Header {
+                key: trace::TRACEPARENT,
+                value: Some(value.as_str()),
+            }));
+        }
         self.producer
             .send(record, Duration::from_secs(15))
             .await
             .map_err(|(e, _)| anyhow::anyhow!("publish: {e}"))?;
+        drop(span);
         Ok(())
     }
 }

@@ -22,6 +22,10 @@ pub struct LogEvent {
     pub commit_lsn: Option<u64>,
     /// The commit time, when it came through the relay: lag is measured from it.
     pub committed_at: Option<DateTime<Utc>>,
+    /// The sampled trace it belongs to (a W3C `traceparent`): the relay's span from the
+    /// message's header (or the append's, from the row's metadata, for an event read from the
+    /// table), then the projection's span it is folded under (docs/adr/019).
+    pub trace: Option<String>,
 }
 
 impl LogEvent {
@@ -43,6 +47,7 @@ impl LogEvent {
                 .unwrap_or_else(Utc::now),
             commit_lsn: live.then(|| parse_lsn(&e.source.commit_lsn)).flatten(),
             committed_at: live.then_some(committed_at).flatten(),
+            trace: None,
         }))
     }
 
@@ -61,6 +66,16 @@ impl LogEvent {
             at: metadata_at(&meta).unwrap_or_else(Utc::now),
             commit_lsn: None,
             committed_at: None,
+            // Read from the table, not published: it continues the append's span.
+            trace: onsale_telemetry::trace::enabled()
+                .then(|| {
+                    Some(
+                        meta.get(onsale_telemetry::trace::TRACEPARENT)?
+                            .as_str()?
+                            .to_owned(),
+                    )
+                })
+                .flatten(),
         })
     }
 }

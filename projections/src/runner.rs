@@ -13,6 +13,7 @@ use cqrs_es::Aggregate;
 use onsale_domain::{Show, ShowId};
 use onsale_eventlog::{EventLog, PgEventLog};
 use onsale_kafka::{Envelope, KafkaConfig};
+use onsale_telemetry::trace;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
 use rdkafka::message::Message;
@@ -21,6 +22,17 @@ use rdkafka::{Offset, TopicPartitionList};
 use sqlx::postgres::{PgConnection, PgPool};
 
 use crate::fold::{self, EventCtx, LogEvent};
+
+/// The `traceparent` header of a message, when the relay set one.
+fn traceparent_header(m: &rdkafka::message::OwnedMessage) -> Option<String> {
+    use rdkafka::message::Headers;
+    let headers = m.headers()?;
+    headers
+        .iter()
+        .find(|h| h.key == trace::TRACEPARENT)
+        .and_then(|h| std::str::from_utf8(h.value?).ok())
+        .map(str::to_owned)
+}
 
 /// A read model folded from the log.
 pub trait Projection: Send + 'static {
@@ -152,6 +164,8 @@ pub struct Runner<P: Projection> {
     positions: Option<Arc<Positions>>,
     lsn: Option<u64>,
     lag: Vec<f64>,
+    /// The spans of the traced events folded since the last commit: they end with it.
+    traced: Vec<tracing::Span>,
 }
 
 impl<P: Projection> std::fmt::Debug for Runner<P> {
@@ -195,6 +209,7 @@ impl<P: Projection> Runner<P> {
             positions: None,
             lsn: None,
             lag: Vec::new(),
+            traced: Vec::new(),
         }
     }
 
@@ -280,7 +295,12 @@ impl<P: Projection> Runner<P> {
                         }
                         let Some(body) = m.payload() else { continue };
                         match serde_json::from_slice::<Envelope>(body).map_err(anyhow::Error::from).and_then(|e| LogEvent::from_envelope(&e)) {
-                            Ok(Some(log)) => logs.push(log),
+                            Ok(Some(mut log)) => {
+                                if trace::enabled() {
+                                    log.trace = traceparent_header(m);
+                                }
+                                logs.push(log);
+                            }
                             Ok(None) => {}
                             Err(e) => {
                                 // Not ours to decide: the table is the truth, and a gap check fills it.
@@ -368,6 +388,7 @@ impl<P: Projection> Runner<P> {
             self.fold(log);
         }
         self.commit().await?;
+        self.traced.clear();
         let now = Utc::now();
         for at in fresh {
             let lag = (now - at).num_microseconds().unwrap_or(0) as f64 / 1e6;
@@ -378,7 +399,13 @@ impl<P: Projection> Runner<P> {
         Ok(())
     }
 
-    fn fold(&mut self, log: LogEvent) {
+    fn fold(&mut self, mut log: LogEvent) {
+        if let Some(parent) = log.trace.take() {
+            let span = tracing::info_span!(target: trace::TARGET, "projection.fold", otel.kind = "consumer", projection = P::NAME, show = %log.show_id, sequence = log.sequence);
+            trace::follow(&span, &parent);
+            log.trace = trace::traceparent(&span);
+            self.traced.push(span);
+        }
         let folded = self
             .shows
             .get_mut(&log.show_id)

@@ -12,6 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use onsale_domain::transitions::SeatStatus;
 use onsale_domain::{Show, ShowId};
+use onsale_telemetry::trace;
 use serde_json::json;
 use sqlx::postgres::PgConnection;
 
@@ -56,7 +57,12 @@ struct MapState {
     pending: bool,
     /// The newest commit LSN folded in since the last flush.
     lsn: Option<u64>,
+    /// The sampled traces of the events pending a delta (at most [`TRACES_PER_DELTA`]).
+    traces: Vec<String>,
 }
+
+/// Most traces one delta names: with sampling on, a busy show's delta carries many holds.
+const TRACES_PER_DELTA: usize = 16;
 
 impl MapState {
     fn section_of(&self, seat: u32) -> usize {
@@ -107,6 +113,11 @@ impl Projection for SeatMap {
 
     fn event(&mut self, ctx: &EventCtx<'_>) {
         let state = self.shows.entry(ctx.log.show_id).or_default();
+        if let Some(parent) = &ctx.log.trace {
+            if state.traces.len() < TRACES_PER_DELTA {
+                state.traces.push(parent.clone());
+            }
+        }
         if let Some(lsn) = ctx.log.commit_lsn {
             state.lsn = Some(state.lsn.map_or(lsn, |l| l.max(lsn)));
         }
@@ -194,10 +205,22 @@ impl Projection for SeatMap {
     async fn tick(&mut self, tx: &mut PgConnection) -> anyhow::Result<()> {
         for (show_id, state) in &mut self.shows {
             if !state.pending {
+                // Traced events that changed nothing a delta shows.
+                state.traces.clear();
                 continue;
             }
             state.pending = false;
-            if let Some(seq) = publish_delta(tx, *show_id).await? {
+            let spans: Vec<tracing::Span> = state
+                .traces
+                .drain(..)
+                .map(|parent| {
+                    let span = tracing::info_span!(target: trace::TARGET, "seat_map.delta", show = %show_id);
+                    trace::follow(&span, &parent);
+                    span
+                })
+                .collect();
+            let traces: Vec<String> = spans.iter().filter_map(trace::traceparent).collect();
+            if let Some(seq) = publish_delta(tx, *show_id, &traces).await? {
                 metrics::counter!(onsale_telemetry::metrics::SEAT_MAP_DELTAS_TOTAL).increment(1);
                 tracing::debug!(%show_id, seq, "delta published");
             }
@@ -310,7 +333,11 @@ async fn update_sections(
 }
 
 /// Turns the show's pending rows into the next delta; `None` when nothing was pending.
-async fn publish_delta(tx: &mut PgConnection, show_id: ShowId) -> anyhow::Result<Option<i64>> {
+async fn publish_delta(
+    tx: &mut PgConnection,
+    show_id: ShowId,
+    traces: &[String],
+) -> anyhow::Result<Option<i64>> {
     let row: Option<(i64, String)> = sqlx::query_as(
         "SELECT seq + 1, lsn::text FROM seat_map_shows WHERE show_id = $1 FOR UPDATE",
     )
@@ -350,12 +377,14 @@ async fn publish_delta(tx: &mut PgConnection, show_id: ShowId) -> anyhow::Result
         })).collect::<Vec<_>>(),
     });
     sqlx::query(
-        "INSERT INTO seat_map_deltas (show_id, seq, lsn, at, body) VALUES ($1, $2, $3::pg_lsn, now(), $4)",
+        "INSERT INTO seat_map_deltas (show_id, seq, lsn, at, body, traceparents)
+         VALUES ($1, $2, $3::pg_lsn, now(), $4, $5)",
     )
     .bind(show_id.to_string())
     .bind(seq)
     .bind(&lsn)
     .bind(&body)
+    .bind((!traces.is_empty()).then_some(traces))
     .execute(&mut *tx)
     .await?;
     sqlx::query("UPDATE seat_map_shows SET seq = $2 WHERE show_id = $1")

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use onsale_domain::{SeatId, ShowId};
+use onsale_telemetry::trace;
 use serde::Serialize;
 use serde_json::Value;
 use sqlx::postgres::{PgListener, PgPool};
@@ -48,6 +49,8 @@ pub struct Delta {
     pub seats: Vec<SeatChange>,
     /// The SSE body for subscribers of no section: serialized once for all of them.
     pub body_without_seats: String,
+    /// The sampled traces whose events it carries (docs/adr/019).
+    pub traces: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -61,7 +64,13 @@ struct DeltaBody<'a> {
 }
 
 impl Delta {
-    fn new(seq: i64, lsn: String, at: DateTime<Utc>, body: Value) -> anyhow::Result<Self> {
+    fn new(
+        seq: i64,
+        lsn: String,
+        at: DateTime<Utc>,
+        body: Value,
+        traces: Vec<String>,
+    ) -> anyhow::Result<Self> {
         #[derive(serde::Deserialize)]
         struct Stored {
             sections: Vec<SectionCounts>,
@@ -75,6 +84,7 @@ impl Delta {
             sections: stored.sections,
             seats: stored.seats,
             body_without_seats: String::new(),
+            traces,
         };
         d.body_without_seats = d.body(None);
         Ok(d)
@@ -248,7 +258,19 @@ impl Hub {
                     tracing::warn!(%show, from = *current, to = d.seq, "delta gap in the table");
                 }
                 *current = d.seq;
+                // Handed to every SSE and gRPC subscriber of the show: the last span of the
+                // traces it carries.
+                let spans: Vec<tracing::Span> = d
+                    .traces
+                    .iter()
+                    .map(|parent| {
+                        let span = tracing::info_span!(target: trace::TARGET, "seat_map.fanout", show = %show, seq = d.seq, subscribers = hub.tx.receiver_count());
+                        trace::follow(&span, parent);
+                        span
+                    })
+                    .collect();
                 let _ = hub.tx.send(d);
+                drop(spans);
             }
             self.note_seq(show, last);
             metrics::gauge!(onsale_telemetry::metrics::SEAT_MAP_SEQ, "show" => onsale_telemetry::metrics::show_label(&show.to_string())).set(last as f64);
@@ -257,8 +279,16 @@ impl Hub {
 
     /// Deltas of a show after `after`, at most `limit`, from the table.
     async fn read(&self, show: ShowId, after: i64, limit: i64) -> anyhow::Result<Vec<Arc<Delta>>> {
-        let rows: Vec<(i64, String, DateTime<Utc>, Value)> = sqlx::query_as(
-            "SELECT seq, lsn::text, at, body FROM seat_map_deltas
+        #[derive(sqlx::FromRow)]
+        struct Row {
+            seq: i64,
+            lsn: String,
+            at: DateTime<Utc>,
+            body: Value,
+            traceparents: Option<Vec<String>>,
+        }
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT seq, lsn::text AS lsn, at, body, traceparents FROM seat_map_deltas
               WHERE show_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
         )
         .bind(show.to_string())
@@ -267,7 +297,10 @@ impl Hub {
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|(seq, lsn, at, body)| Delta::new(seq, lsn, at, body).map(Arc::new))
+            .map(|r| {
+                let traces = r.traceparents.unwrap_or_default();
+                Delta::new(r.seq, r.lsn, r.at, r.body, traces).map(Arc::new)
+            })
             .collect()
     }
 

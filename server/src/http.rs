@@ -97,3 +97,33 @@ pub async fn serve(
     drop(listener);
     graceful.shutdown().await;
 }
+
+/// A request's span in the trace (docs/adr/019): a child of the caller's `traceparent` when it
+/// sends one, named by its route. Nothing at all when this process exports no traces.
+pub async fn traced(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use onsale_telemetry::trace;
+    use tracing::Instrument;
+    if !trace::enabled() {
+        return next.run(req).await;
+    }
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| req.uri().path().to_owned(), |p| p.as_str().to_owned());
+    let span = tracing::info_span!(
+        target: trace::TARGET,
+        "http.request",
+        otel.name = format!("{} {route}", req.method()),
+        otel.kind = "server",
+        http.request.method = %req.method(),
+        url.path = %req.uri().path(),
+        http.response.status_code = tracing::field::Empty,
+    );
+    trace::follow_headers(&span, req.headers());
+    let res = next.run(req).instrument(span.clone()).await;
+    span.record("http.response.status_code", res.status().as_u16());
+    res
+}

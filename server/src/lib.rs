@@ -475,6 +475,7 @@ impl Server {
             .layer(axum::middleware::from_fn(
                 onsale_edge::problem::problem_json,
             ))
+            .layer(axum::middleware::from_fn(http::traced))
             .layer(tower_http::trace::TraceLayer::new_for_http());
         // Outermost: a browser's preflight is answered before anything else looks at it. In
         // development mode the fan app this listener serves may call gRPC-web on the other.
@@ -506,6 +507,7 @@ impl Server {
                 Duration::from_millis(s.limits.request_timeout_ms),
                 limits::deadline,
             ))
+            .layer(axum::middleware::from_fn(http::traced))
             .layer(tower_http::trace::TraceLayer::new_for_http());
         self.serve("internal", internal, internal_router);
         self.serve("HTTP", http, router);

@@ -185,7 +185,7 @@ fn parse_role(s: &str) -> Result<Role, String> {
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(settings) => {
-            onsale_telemetry::init_tracing();
+            let _tracing = onsale_telemetry::init_tracing("onsale-serve");
             Server::build(settings, &Part::SERVE)
                 .await?
                 .run_until_signal()
@@ -196,7 +196,7 @@ async fn main() -> anyhow::Result<()> {
             backfill: true,
             show,
         } => {
-            onsale_telemetry::init_tracing();
+            let _tracing = onsale_telemetry::init_tracing("onsale-relay");
             settings.database.migrate().await?;
             let pool = settings.database.pool(4, true)?;
             let relay = onsale_kafka::Relay::start(pool, settings.kafka, settings.relay).await?;
@@ -205,14 +205,14 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Relay { settings, .. } => {
-            onsale_telemetry::init_tracing();
+            let _tracing = onsale_telemetry::init_tracing("onsale-relay");
             Server::build(settings, &[Part::Relay])
                 .await?
                 .run_until_signal()
                 .await
         }
         Command::Project { settings, rebuild } => {
-            onsale_telemetry::init_tracing();
+            let _tracing = onsale_telemetry::init_tracing("onsale-project");
             if rebuild {
                 settings.database.migrate().await?;
                 let pool = settings.database.pool(2, true)?;

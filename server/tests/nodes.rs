@@ -8,45 +8,19 @@
 //! stale state is never acknowledged, and the seat it would have sold twice is sold once).
 
 use std::collections::{HashMap, HashSet};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use onsale_domain::{ShowEvent, ShowId};
 use onsale_eventlog::{Claim, EventLog, Node, PgEventLog, StoreError};
-use onsale_tests::{free_port, free_ports, wait_for, Api, TestDb, SECRET};
+use onsale_tests::{free_port, free_ports, onsale_process, wait_for, Api, TestDb};
 use serde_json::{json, Value};
 use tokio::process::Child;
 
-/// An `onsale` process on the test's database (and, for the read path, its slot and topic on
-/// the test run's broker), without Redis (shows have no waiting room).
+/// An `onsale` process of this build on the test's database (see [`onsale_process`]).
 fn onsale(db: &TestDb, args: &[&str], env: &[(&str, String)]) -> Child {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_onsale"));
-    cmd.args(args)
-        .env("DATABASE_URL", &db.url)
-        .env("ONSALE_DEV_MODE", "1")
-        .env("ONSALE_RATE_ADDRESS_PER_SEC", "0")
-        .env("ONSALE_RATE_READ_ADDRESS_PER_SEC", "0")
-        .env("ONSALE_RATE_READ_ACCOUNT_PER_SEC", "0")
-        .env("ONSALE_RATE_MISSES_PER_SEC", "0")
-        .env("ONSALE_RATE_ACCOUNT_PER_SEC", "0")
-        .env("ONSALE_JWT_SECRET", SECRET)
-        .env("ONSALE_RELAY_SLOT", format!("slot_{}", db.name))
-        .env("ONSALE_EVENTS_TOPIC", format!("onsale.events.{}", db.name))
-        .env(
-            "ONSALE_KAFKA_BROKERS",
-            std::env::var("ONSALE_TEST_KAFKA_BROKERS").unwrap_or_default(),
-        )
-        .env_remove("ONSALE_REDIS_URL")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.spawn().expect("onsale starts")
+    onsale_process(env!("CARGO_BIN_EXE_onsale"), db, args, env)
 }
 
 /// A node's internal listener (where other nodes forward commands): its HTTP port plus this.
@@ -165,10 +139,10 @@ async fn an_append_with_an_epoch_another_node_claimed_since_writes_nothing() {
         hold_id: onsale_domain::HoldId::new(show),
     }];
     assert!(matches!(
-        log.append(show, old, 0, chrono::Utc::now(), &e).await,
+        log.append(show, old, 0, chrono::Utc::now(), &e, &[]).await,
         Err(StoreError::Fenced)
     ));
-    log.append(show, epoch, 0, chrono::Utc::now(), &e)
+    log.append(show, epoch, 0, chrono::Utc::now(), &e, &[])
         .await
         .expect("the owner appends");
     assert_eq!(

@@ -1,19 +1,18 @@
-//! Logging and metrics, set up once per process: [`init_tracing`], and [`metrics()`], the
-//! Prometheus recorder every crate's `metrics::counter!`/`gauge!`/`histogram!` report to, under
-//! the names (and help texts) of [`metrics`]. It knows nothing of onsale's domain.
+//! Logging, traces and metrics, set up once per process: [`init_tracing`] (the log, and the
+//! spans of [`trace`] exported to Zipkin when configured), and [`metrics()`], the Prometheus
+//! recorder every crate's `metrics::counter!`/`gauge!`/`histogram!` report to, under the names
+//! (and help texts) of [`metrics`]. It knows nothing of onsale's domain.
 
 pub mod metrics;
+pub mod trace;
+mod zipkin;
+
+pub use trace::init as init_tracing;
 
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use metrics_util::MetricKindMask;
-
-pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
-}
 
 /// The process-wide Prometheus recorder (installed on first use, with every metric described).
 /// A gauge not updated for [`metrics::SHOW_LABEL_IDLE`] is dropped from `/metrics`, so the

@@ -260,6 +260,43 @@ pub fn free_port() -> u16 {
     free_ports(&[0])
 }
 
+/// An `onsale` process (`bin`: the test's `CARGO_BIN_EXE_onsale`) on the test's database (and,
+/// for the read path, its slot and topic on the test run's broker), without Redis (shows have
+/// no waiting room), with `env` on top; killed when dropped.
+pub fn onsale_process(
+    bin: &str,
+    db: &TestDb,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> tokio::process::Child {
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.args(args)
+        .env("DATABASE_URL", &db.url)
+        .env("ONSALE_DEV_MODE", "1")
+        .env("ONSALE_RATE_ADDRESS_PER_SEC", "0")
+        .env("ONSALE_RATE_READ_ADDRESS_PER_SEC", "0")
+        .env("ONSALE_RATE_READ_ACCOUNT_PER_SEC", "0")
+        .env("ONSALE_RATE_MISSES_PER_SEC", "0")
+        .env("ONSALE_RATE_ACCOUNT_PER_SEC", "0")
+        .env("ONSALE_JWT_SECRET", SECRET)
+        .env("ONSALE_RELAY_SLOT", format!("slot_{}", db.name))
+        .env("ONSALE_EVENTS_TOPIC", format!("onsale.events.{}", db.name))
+        .env(
+            "ONSALE_KAFKA_BROKERS",
+            std::env::var("ONSALE_TEST_KAFKA_BROKERS").unwrap_or_default(),
+        )
+        .env_remove("ONSALE_REDIS_URL")
+        .env_remove("ONSALE_TRACE_ZIPKIN_URL")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("onsale starts")
+}
+
 /// Waits until `check` holds, failing the test past `within`; answers how long it took.
 pub async fn wait_for<F: std::future::Future<Output = bool>>(
     what: &str,
