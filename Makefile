@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test web fuzz-api drill-bots up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail
+.PHONY: demo test web fuzz-api drill-bots up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-trace
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
@@ -97,6 +97,11 @@ bench-holds:
 
 bench-tail:
 	./scripts/bench-tail.sh
+
+# What tracing costs the hold path (docs/adr/019): rounds without a collector against rounds
+# exporting TRACE_SAMPLE (0.1) of the requests to Zipkin, on one `make up TRACING=1` stack.
+bench-trace:
+	./scripts/bench-trace.sh
 
 bench-reads:
 	./scripts/bench-reads.sh

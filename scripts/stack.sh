@@ -36,6 +36,7 @@
 #   scripts/stack.sh start-broker I          bring it back (make start-broker N=I)
 #   scripts/stack.sh kill-primary            HA=1: SIGKILL the primary's node (make kill-primary)
 #   scripts/stack.sh start-db I              HA=1: start node I again, wait until replicated (make start-db N=I)
+#   scripts/stack.sh restart-onsale          restart `up`'s onsale processes (one node) with the caller's environment
 #   scripts/stack.sh down                    stop everything `up` started (make down)
 set -euo pipefail
 # A local stack runs in development mode: unset secrets take built-in development values
@@ -901,7 +902,18 @@ up() {
   else
     checks="$checks onsale=http://$LISTEN/readyz"
   fi
-  local pending=$checks check name
+  wait_ready "$checks" || return 1
+  echo "onsale ready: REST and SSE on http://$LISTEN, gRPC and gRPC-web on $GRPC_LISTEN, Kafka on $(brokers_list), card processor on http://$PROCESSOR_LISTEN"
+  echo "the fan app: http://$LISTEN/ (sign in with any name: development mode); the ops console: http://$LISTEN/ops (sign in as an admin); Prometheus: http://127.0.0.1:$PROM_PORT"
+  if [ "${TRACING:-0}" = 1 ]; then
+    echo "traces ($ONSALE_TRACE_SAMPLE of the requests): http://127.0.0.1:$ZIPKIN_PORT/zipkin"
+  fi
+}
+
+# Waits (a minute at most) until every NAME=URL of CHECKS answers; a process that exited, or
+# is not ready in time, is named with its log.
+wait_ready() {
+  local pending=$1 check name
   for _ in $(seq 1 120); do
     local left=""
     for check in $pending; do
@@ -915,8 +927,6 @@ up() {
     done
     pending=$left
     if [ -z "$pending" ]; then
-      echo "onsale ready: REST and SSE on http://$LISTEN, gRPC and gRPC-web on $GRPC_LISTEN, Kafka on $(brokers_list), card processor on http://$PROCESSOR_LISTEN"
-      echo "the fan app: http://$LISTEN/ (sign in with any name: development mode); the ops console: http://$LISTEN/ops (sign in as an admin); Prometheus: http://127.0.0.1:$PROM_PORT"
       return 0
     fi
     sleep 0.5
@@ -927,6 +937,27 @@ up() {
     [ -f "$STACK_DIR/$name.log" ] && tail -5 "$STACK_DIR/$name.log" >&2
   done
   return 1
+}
+
+# `up`'s onsale processes (one node) stopped and started again with the environment of the
+# caller (bench-trace.sh switches tracing this way), the stores and their data kept.
+restart_onsale() {
+  local name
+  for name in onsale relay project; do
+    if [ -f "$STACK_DIR/$name.pid" ]; then
+      kill "$(cat "$STACK_DIR/$name.pid")" 2>/dev/null || true
+      # A graceful stop finishes what is in flight: 30 s at most, then it is killed.
+      for _ in $(seq 1 150); do
+        kill -0 "$(cat "$STACK_DIR/$name.pid")" 2>/dev/null || break
+        sleep 0.2
+      done
+      kill -9 "$(cat "$STACK_DIR/$name.pid")" 2>/dev/null || true
+    fi
+  done
+  ONSALE_PROCESSOR_URL="http://$PROCESSOR_LISTEN" start_onsale onsale serve
+  start_onsale relay relay --metrics-listen 127.0.0.1:9101
+  start_onsale project project --metrics-listen 127.0.0.1:9102
+  wait_ready "onsale=http://$LISTEN/readyz relay=http://127.0.0.1:9101/readyz project=http://127.0.0.1:9102/readyz"
 }
 
 down() {
@@ -981,6 +1012,7 @@ case "${1:-}" in
   ha-leader) ha_leader "$2" ;;
   ha-wait) ha_wait "$2" "$3" "${4:-60}" ;;
   up) up ;;
+  restart-onsale) restart_onsale ;;
   kill-broker) broker_kill "$STACK_DIR" "${2:?which broker}" ;;
   kill-primary) ha_kill_primary "$STACK_DIR/ha" ;;
   kill-node) node_signal KILL "${2:?which node}" ;;
