@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test web fuzz-api drill-bots up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-trace
+.PHONY: demo test web fuzz-api drill-bots up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-trace bench-fanout
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
@@ -102,6 +102,11 @@ bench-tail:
 # exporting TRACE_SAMPLE (0.1) of the requests to Zipkin, on one `make up TRACING=1` stack.
 bench-trace:
 	./scripts/bench-trace.sh
+
+# 50,000 subscribers of one show's deltas on one serving process, over SSE and over gRPC:
+# hold-to-delta latency for every (subscriber, hold) pair, memory per subscriber.
+bench-fanout:
+	./scripts/bench-fanout.sh
 
 bench-reads:
 	./scripts/bench-reads.sh

@@ -116,7 +116,7 @@ done
 
 # 2. SSE fan-out on the same show.
 echo "== SSE: $SUBSCRIBERS subscribers"
-json=$("$BIN/onsale-loadgen" bench-sse --base "http://$LISTEN" --event "$event" --section 101 --subscribers "$SUBSCRIBERS")
+json=$("$BIN/onsale-loadgen" bench-fanout --transport sse --base "http://$LISTEN" --event "$event" --section 101 --subscribers "$SUBSCRIBERS")
 record "$json" bench=sse
 fi
 

@@ -5,7 +5,9 @@
 # maximum rate with every connection busy (TAIL_MAX_SECONDS, 30), then sends 1-seat holds of a
 # 50,000-seat show (2 s TTL) at TAIL_POINTS percent of it (50,70,90), TAIL_SECONDS each (120),
 # over TAIL_CONNECTIONS connections (1000), each hold timed from when it was due. After each
-# run, the server's own figures: its mean time per hold and the sweeper's lag.
+# run, the server's own figures: its mean time per hold, how late the owner's sweeps took
+# lapsed holds (onsale_sweep_lag_seconds) and the monitor's expiry lag (read from the
+# projection, so it includes the projection's lag).
 set -euo pipefail
 export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,4 +23,5 @@ echo
   --points "${TAIL_POINTS:-50,70,90}" --seconds "${TAIL_SECONDS:-120}"
 echo
 echo "the server's own figures after the run:"
-curl -fsS "http://$LISTEN/metrics" | grep -E '^onsale_hold_seconds_(sum|count)|^onsale_hold_expiry_lag_seconds' || true
+curl -fsS "http://$LISTEN/metrics" \
+  | grep -E '^onsale_hold_seconds_(sum|count)|^onsale_hold_expiry_lag_seconds|^onsale_sweep_lag_seconds_(sum|count)|^onsale_sweep_lag_seconds_bucket\{le="(0.5|1|2|5|\+Inf)"\}' || true

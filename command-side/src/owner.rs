@@ -937,9 +937,14 @@ impl Owner {
             }
             Work::Command(command) => command.clone(),
             Work::Sweep => {
-                let hold_ids = state
-                    .show
-                    .expired_holds(self.services.clock.now(), SWEEP_CHUNK);
+                let now = self.services.clock.now();
+                if let Some(first) = state.show.first_expiry().filter(|at| *at <= now) {
+                    // How late the sweeper takes the hold that lapsed first: the owner's own
+                    // measure (the monitor's reads the projection, behind it).
+                    let late = (now - first).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6;
+                    metrics::histogram!(onsale_telemetry::metrics::SWEEP_LAG_SECONDS).record(late);
+                }
+                let hold_ids = state.show.expired_holds(now, SWEEP_CHUNK);
                 self.sweep_more = hold_ids.len() == SWEEP_CHUNK;
                 if hold_ids.is_empty() {
                     return;

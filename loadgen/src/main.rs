@@ -9,6 +9,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod bots;
 mod drill;
+mod fanout;
 mod join;
 mod queue;
 mod reads;
@@ -151,20 +152,11 @@ enum Command {
         #[arg(long, default_value_t = 2)]
         concurrency: usize,
     },
-    /// SSE fan-out: many subscribers on one show, hold-to-delta latency per subscriber and hold.
-    BenchSse {
-        #[arg(long)]
-        base: String,
-        #[arg(long)]
-        event: String,
-        #[arg(long, default_value = "101")]
-        section: String,
-        #[arg(long, default_value_t = 10_000)]
-        subscribers: usize,
-        #[arg(long, default_value_t = 30)]
-        holds: usize,
-        #[arg(long, default_value_t = 700)]
-        interval_ms: u64,
+    /// Fan-out: many SSE or gRPC subscribers on one show, hold-to-delta latency per subscriber
+    /// and hold, the server's memory per subscriber.
+    BenchFanout {
+        #[command(flatten)]
+        fanout: fanout::Fanout,
         #[command(flatten)]
         auth: AuthSettings,
     },
@@ -345,26 +337,9 @@ async fn main() -> anyhow::Result<()> {
             let pool = database.pool(concurrency as u32 + 2, false)?;
             replay::run(pool, brokers, shows, events, repeat, concurrency).await
         }
-        Command::BenchSse {
-            base,
-            event,
-            section,
-            subscribers,
-            holds,
-            interval_ms,
-            auth,
-        } => {
+        Command::BenchFanout { fanout, auth } => {
             let auth = auth.secured()?;
-            let r = reads::bench_sse(
-                &base,
-                &event,
-                &section,
-                subscribers,
-                holds,
-                Duration::from_millis(interval_ms),
-                auth.jwt_secret.expose_secret(),
-            )
-            .await?;
+            let r = fanout::run(fanout, auth.jwt_secret.expose_secret()).await?;
             println!("{r}");
             Ok(())
         }

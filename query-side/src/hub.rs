@@ -140,6 +140,9 @@ pub struct Hub {
     shows: Arc<Mutex<HashMap<ShowId, Arc<ShowHub>>>>,
     /// The newest seq seen per show: the seat-map cache is keyed by it.
     seqs: Arc<Mutex<HashMap<ShowId, i64>>>,
+    /// Per show, held while its hub is made: the first subscribers of a show (a hot on-sale
+    /// reaching a fresh process: thousands at once) wait for one read of its seq, not one each.
+    making: Arc<Mutex<HashMap<ShowId, Arc<tokio::sync::Mutex<()>>>>>,
     shutdown: CancellationToken,
     /// The listener, the poll and every subscription: the server waits for them.
     tasks: TaskTracker,
@@ -153,6 +156,7 @@ impl Hub {
             pool,
             shows: Arc::default(),
             seqs: Arc::default(),
+            making: Arc::default(),
             shutdown,
             tasks,
         };
@@ -311,7 +315,34 @@ impl Hub {
         show: ShowId,
         scheduled: bool,
     ) -> anyhow::Result<Option<Arc<ShowHub>>> {
-        if let Some(h) = self.shows.lock().ok().and_then(|s| s.get(&show).cloned()) {
+        if let Some(h) = self.existing(show) {
+            return Ok(Some(h));
+        }
+        let lock = self
+            .making
+            .lock()
+            .map_err(|_| anyhow::anyhow!("hub lock poisoned"))?
+            .entry(show)
+            .or_default()
+            .clone();
+        let _making = lock.lock().await;
+        let made = self.make_hub(show, scheduled).await;
+        if let Ok(mut making) = self.making.lock() {
+            making.remove(&show);
+        }
+        made
+    }
+
+    fn existing(&self, show: ShowId) -> Option<Arc<ShowHub>> {
+        self.shows.lock().ok()?.get(&show).cloned()
+    }
+
+    async fn make_hub(
+        &self,
+        show: ShowId,
+        scheduled: bool,
+    ) -> anyhow::Result<Option<Arc<ShowHub>>> {
+        if let Some(h) = self.existing(show) {
             return Ok(Some(h));
         }
         let seq: Option<i64> =

@@ -64,6 +64,8 @@ pub const HOLD_REQUESTS_TOTAL: &str = "onsale_hold_requests_total";
 /// How long the oldest hold still active is past its expiry (0 when none is): the sweeper's
 /// lag, read from the holds read model by the invariant monitor.
 pub const HOLD_EXPIRY_LAG_SECONDS: &str = "onsale_hold_expiry_lag_seconds";
+/// How late a show owner's sweep takes the hold that lapsed first (seconds past its expiry).
+pub const SWEEP_LAG_SECONDS: &str = "onsale_sweep_lag_seconds";
 /// Hold request latency at the edge.
 pub const HOLD_SECONDS: &str = "onsale_hold_seconds";
 /// Violations the invariant monitor found in its last run, by check (must be 0).
@@ -256,6 +258,10 @@ pub fn describe() {
     describe_gauge!(
         HOLD_EXPIRY_LAG_SECONDS,
         "How long the oldest hold still active is past its expiry (0 when none is)."
+    );
+    describe_histogram!(
+        SWEEP_LAG_SECONDS,
+        "How late a show owner's sweep takes the hold that lapsed first: seconds past its expiry."
     );
     describe_histogram!(HOLD_SECONDS, "Hold request latency at the edge.");
     describe_gauge!(

@@ -222,6 +222,11 @@ impl Show {
             .collect()
     }
 
+    /// When the hold that lapses first lapses (it may be past): how far the sweeper is behind.
+    pub fn first_expiry(&self) -> Option<DateTime<Utc>> {
+        self.index.expiry.first().map(|(at, _)| *at)
+    }
+
     /// Seats the account has in live holds and in orders that still claim seats.
     pub fn seats_claimed_by(&self, account: &AccountId, now: DateTime<Utc>) -> u32 {
         let held: usize = self
