@@ -3,7 +3,6 @@
 //! answer is a 503 with `Retry-After` that committed nothing, and a request that got no answer
 //! at all committed nothing either (no answer is lost silently).
 
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,7 +10,7 @@ use std::time::{Duration, Instant};
 use onsale_domain::{AccountId, HoldId, IdempotencyKey, ShowId};
 use onsale_edge::auth::Role;
 use onsale_eventlog::{EventLog, PgEventLog};
-use onsale_tests::{free_port, wait_for, Api, TestDb, SECRET};
+use onsale_tests::{free_port, onsale_process, wait_for, Api, TestDb, SECRET};
 use serde_json::json;
 
 /// What one hold request got.
@@ -37,29 +36,19 @@ struct Attempt {
 async fn sigterm_during_a_burst_of_holds_loses_no_answer_and_exits_zero() {
     let db = TestDb::new().await.expect("db");
     let port = free_port();
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_onsale"))
-        .arg("serve")
-        .env("DATABASE_URL", &db.url)
-        .env("ONSALE_DEV_MODE", "1")
-        .env("ONSALE_RATE_ADDRESS_PER_SEC", "0")
-        .env("ONSALE_RATE_READ_ADDRESS_PER_SEC", "0")
-        .env("ONSALE_RATE_READ_ACCOUNT_PER_SEC", "0")
-        .env("ONSALE_RATE_MISSES_PER_SEC", "0")
-        .env("ONSALE_RATE_ACCOUNT_PER_SEC", "0")
-        .env("ONSALE_JWT_SECRET", SECRET)
-        .env("ONSALE_LISTEN", format!("127.0.0.1:{port}"))
-        .env("ONSALE_GRPC_LISTEN", format!("127.0.0.1:{}", free_port()))
-        // No processor and no Redis: the worker and the jobs find nothing to do, and this show
-        // has no waiting room.
-        .env("ONSALE_PROCESSOR_URL", "http://127.0.0.1:9")
-        .env_remove("ONSALE_REDIS_URL")
-        .env("ONSALE_SHUTDOWN_TIMEOUT_SECS", "10")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("onsale starts");
+    // No processor and no Redis: the worker and the jobs find nothing to do, and this show
+    // has no waiting room.
+    let mut child = onsale_process(
+        env!("CARGO_BIN_EXE_onsale"),
+        &db,
+        &["serve"],
+        &[
+            ("ONSALE_LISTEN", format!("127.0.0.1:{port}")),
+            ("ONSALE_GRPC_LISTEN", format!("127.0.0.1:{}", free_port())),
+            ("ONSALE_PROCESSOR_URL", "http://127.0.0.1:9".to_owned()),
+            ("ONSALE_SHUTDOWN_TIMEOUT_SECS", "10".to_owned()),
+        ],
+    );
     let api = Api::new(&format!("http://127.0.0.1:{port}"));
     api.serving().await;
     let event = api.on_sale_event(4, 50, 50, None).await;
