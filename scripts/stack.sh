@@ -176,14 +176,20 @@ zipkin_up() {
   QUERY_PORT=$port STORAGE_TYPE=mem MEM_MAX_SPANS=${ZIPKIN_MAX_SPANS:-1000000} \
     nohup java -Xms128m -Xmx1g -jar "$jar" >"$dir/zipkin/zipkin.log" 2>&1 &
   echo $! >"$dir/zipkin/zipkin.pid"
-  for _ in $(seq 1 240); do
-    if curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; then
-      echo "zipkin on http://127.0.0.1:$port/zipkin"
+  answers "http://127.0.0.1:$port/health" 120 "zipkin" "$dir/zipkin/zipkin.log" || return 1
+  echo "zipkin on http://127.0.0.1:$port/zipkin"
+}
+
+# Waits until URL answers 2xx, SECS at most; otherwise names WHAT and its LOG and fails.
+answers() {
+  local url=$1 secs=$2 what=$3 log=$4 i
+  for i in $(seq 1 $((secs * 5))); do
+    if curl -fsS "$url" >/dev/null 2>&1; then
       return 0
     fi
-    sleep 0.5
+    sleep 0.2
   done
-  echo "zipkin did not start; see $dir/zipkin/zipkin.log" >&2
+  echo "$what did not start; see $log" >&2
   return 1
 }
 
@@ -391,15 +397,8 @@ YAML
     --storage.tsdb.path="$dir/prometheus/data" --web.listen-address="127.0.0.1:$port" \
     >"$dir/prometheus/prometheus.log" 2>&1 &
   echo $! >"$dir/prometheus/prometheus.pid"
-  for _ in $(seq 1 100); do
-    if curl -fsS "http://127.0.0.1:$port/-/ready" >/dev/null 2>&1; then
-      echo "prometheus on 127.0.0.1:$port scraping $target"
-      return 0
-    fi
-    sleep 0.2
-  done
-  echo "prometheus did not start; see $dir/prometheus/prometheus.log" >&2
-  return 1
+  answers "http://127.0.0.1:$port/-/ready" 20 "prometheus" "$dir/prometheus/prometheus.log" || return 1
+  echo "prometheus on 127.0.0.1:$port scraping $target"
 }
 
 prom_down() {
