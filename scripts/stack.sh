@@ -888,9 +888,7 @@ up() {
     start_onsale project project --metrics-listen 127.0.0.1:9102
     start_onsale project2 project --metrics-listen 127.0.0.1:9112
   else
-    ONSALE_PROCESSOR_URL="http://$PROCESSOR_LISTEN" start_onsale onsale serve
-    start_onsale relay relay --metrics-listen 127.0.0.1:9101
-    start_onsale project project --metrics-listen 127.0.0.1:9102
+    start_one_node
   fi
   # Every process started above, with where it says it is ready: `up` returns only when all
   # are (a process that exited, or is not ready within a minute, is named with its log).
@@ -938,6 +936,13 @@ wait_ready() {
   return 1
 }
 
+# One node's onsale processes: `serve`, its relay and its projections.
+start_one_node() {
+  ONSALE_PROCESSOR_URL="http://$PROCESSOR_LISTEN" start_onsale onsale serve
+  start_onsale relay relay --metrics-listen 127.0.0.1:9101
+  start_onsale project project --metrics-listen 127.0.0.1:9102
+}
+
 # `up`'s onsale processes (one node) stopped and started again with the environment of the
 # caller (bench-trace.sh switches tracing this way), the stores and their data kept.
 restart_onsale() {
@@ -953,9 +958,7 @@ restart_onsale() {
       kill -9 "$(cat "$STACK_DIR/$name.pid")" 2>/dev/null || true
     fi
   done
-  ONSALE_PROCESSOR_URL="http://$PROCESSOR_LISTEN" start_onsale onsale serve
-  start_onsale relay relay --metrics-listen 127.0.0.1:9101
-  start_onsale project project --metrics-listen 127.0.0.1:9102
+  start_one_node
   wait_ready "onsale=http://$LISTEN/readyz relay=http://127.0.0.1:9101/readyz project=http://127.0.0.1:9102/readyz"
 }
 
