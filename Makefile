@@ -92,8 +92,10 @@ lint:
 
 bench: bench-holds bench-reads bench-queue
 
+# `make bench-holds STACK=1`: REST holds against the whole `make up` stack, pgbench beside.
+STACK ?= 0
 bench-holds:
-	HA=$(HA) ./scripts/bench-holds.sh
+	HA=$(HA) STACK=$(STACK) ./scripts/bench-holds.sh
 
 bench-tail:
 	./scripts/bench-tail.sh

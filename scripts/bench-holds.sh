@@ -8,6 +8,11 @@
 # runs BENCH_REPEAT times (3) interleaved; the report gives medians.
 # HA=1: all three layers on a replicated primary (three nodes under Patroni, synchronous quorum
 # commit ANY 1 of two standbys, through HAProxy), as `make up HA=1` runs it.
+# STACK=1: the hold path as deployed: REST holds against the whole `make up` stack (its relay,
+# projections, sweeper, monitor, Kafka and Redis all running on the same cores), pgbench on the
+# stack's own PostgreSQL (a database of its own) right after each run, once the read side has
+# caught up; 64 clients, 1-seat uniform holds unless BENCH_CLIENTS, BENCH_SEATS, BENCH_DISTS say
+# otherwise. With HA=1 the stack (and so pgbench) is on the replicated primary.
 set -euo pipefail
 # A local stack runs in development mode: unset secrets take built-in development values
 # (`onsale serve` refuses them otherwise; see docs/security.md).
@@ -27,29 +32,69 @@ REPEAT=${BENCH_REPEAT:-3}
 OUT=$ROOT/target/bench
 mkdir -p "$OUT"
 HA=${HA:-0}
+STACK=${STACK:-0}
+SEATS=${BENCH_SEATS:-1 4}
+DISTS=${BENCH_DISTS:-uniform skewed}
 NAME=holds; [ "$HA" = 1 ] && NAME=holds-ha
+if [ "$STACK" = 1 ]; then
+  NAME=$NAME-stack
+  CLIENTS=${BENCH_CLIENTS:-64}
+  SEATS=${BENCH_SEATS:-1}
+  DISTS=${BENCH_DISTS:-uniform}
+  LISTEN=${ONSALE_LISTEN:-127.0.0.1:8080}
+  STACK_DB="postgres://onsale@127.0.0.1:${ONSALE_PG_PORT:-54329}"
+fi
 RESULTS=$OUT/$NAME.jsonl
 : >"$RESULTS"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk >/dev/null; }
 cleanup() {
   [ -f "$DIR/onsale.pid" ] && kill "$(cat "$DIR/onsale.pid")" 2>/dev/null || true
-  "$ROOT/scripts/stack.sh" ha-down "$DIR/ha"
-  "$ROOT/scripts/stack.sh" pg-down "$DIR"
+  if [ "$STACK" = 1 ]; then
+    "$ROOT/scripts/stack.sh" down >/dev/null 2>&1 || true
+  else
+    "$ROOT/scripts/stack.sh" ha-down "$DIR/ha"
+    "$ROOT/scripts/stack.sh" pg-down "$DIR"
+  fi
 }
 trap cleanup EXIT
-if [ "$HA" = 1 ]; then
+if [ "$STACK" = 1 ]; then
+  HA=$HA "$ROOT/scripts/stack.sh" up
+  psql -qc "DROP DATABASE IF EXISTS bench" -c "CREATE DATABASE bench" "$STACK_DB/postgres"
+  DB=$STACK_DB/bench
+elif [ "$HA" = 1 ]; then
   PG_MAX_CONNECTIONS=1200 "$ROOT/scripts/stack.sh" ha-up "$DIR/ha" "$PORT"
+  DB="postgres://onsale@127.0.0.1:$PORT/onsale"
 else
   PG_MAX_CONNECTIONS=1200 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
+  DB="postgres://onsale@127.0.0.1:$PORT/onsale"
 fi
-DB="postgres://onsale@127.0.0.1:$PORT/onsale"
 (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
 BIN=$ROOT/target/release
 GRPC_LISTEN=${BENCH_GRPC_LISTEN:-127.0.0.1:50089}
 # shellcheck source=scripts/bench/service.sh
 . "$ROOT/scripts/bench/service.sh"
 psql -q "$DB" -f "$ROOT/scripts/bench/seats.sql" >/dev/null
+if [ "$STACK" = 1 ]; then
+  # The stack's service runs throughout; each configuration gets a show of its own.
+  start_service() { :; }
+  stop_service() { :; }
+  # Before each layer: the stack's read side has folded the last run's events (every
+  # projection and log consumer at the log's last sequence of every show, 5 minutes at most),
+  # then both databases vacuumed and checkpointed.
+  quiesce() {
+    local behind
+    for _ in $(seq 1 600); do
+      behind=$(psql -tAc "SELECT count(*) FROM (SELECT aggregate_id, max(sequence) AS s FROM events GROUP BY 1) e
+        JOIN projection_positions p ON p.show_id = e.aggregate_id WHERE p.last_sequence < e.s" "$STACK_DB/onsale")
+      [ "$behind" = 0 ] && break
+      sleep 0.5
+    done
+    [ "$behind" = 0 ] || echo "the read side is still $behind show positions behind" >&2
+    psql -qc "VACUUM ANALYZE" -c "CHECKPOINT" "$STACK_DB/onsale" >/dev/null
+    psql -qc "VACUUM ANALYZE" -c "CHECKPOINT" "$DB" >/dev/null
+  }
+fi
 
 record() { # layer clients seats dist json
   python3 -c 'import json,sys; d=json.loads(sys.argv[5]); d.update(layer=sys.argv[1], clients=int(sys.argv[2]), seats=int(sys.argv[3]), dist=sys.argv[4]); print(json.dumps(d))' "$@" >>"$RESULTS"
@@ -57,8 +102,8 @@ record() { # layer clients seats dist json
 
 for rep in $(seq 1 "$REPEAT"); do
 for clients in $CLIENTS; do
-  for seats in 1 4; do
-    for dist in uniform skewed; do
+  for seats in $SEATS; do
+    for dist in $DISTS; do
       echo "== run $rep: $clients clients, $seats-seat holds, $dist"
       quiesce
       start_service
@@ -69,10 +114,12 @@ for clients in $CLIENTS; do
       stop_service
       quiesce
 
-      skew=""; [ "$dist" = skewed ] && skew=--skewed
-      json=$("$BIN/onsale-loadgen" bench-command --database-url "$DB" --clients "$clients" --seats "$seats" $skew --seconds "$SECS" | tail -1)
-      record command "$clients" "$seats" "$dist" "$json"
-      quiesce
+      if [ "$STACK" != 1 ]; then
+        skew=""; [ "$dist" = skewed ] && skew=--skewed
+        json=$("$BIN/onsale-loadgen" bench-command --database-url "$DB" --clients "$clients" --seats "$seats" $skew --seconds "$SECS" | tail -1)
+        record command "$clients" "$seats" "$dist" "$json"
+        quiesce
+      fi
 
       psql -qc "UPDATE seats SET status='AVAILABLE', hold_id=NULL, hold_expires=NULL, holds_won=0" "$DB" >/dev/null
       hot=0; [ "$dist" = skewed ] && hot=80

@@ -35,6 +35,66 @@ struct HoldRow {
     sequence: i64,
 }
 
+/// A batch of [`Row`]s as the columns of one `UNNEST`.
+#[derive(Default)]
+struct OrderColumns {
+    order_id: Vec<String>,
+    show_id: Vec<String>,
+    hold_id: Vec<String>,
+    account_id: Vec<String>,
+    status: Vec<String>,
+    seat_ids: Vec<String>,
+    total_cents: Vec<i64>,
+    placed_at: Vec<chrono::DateTime<chrono::Utc>>,
+    updated_at: Vec<chrono::DateTime<chrono::Utc>>,
+    sequence: Vec<i64>,
+    make_good: Vec<bool>,
+    failure_reason: Vec<Option<&'static str>>,
+}
+
+impl OrderColumns {
+    fn push(&mut self, r: Row) -> serde_json::Result<()> {
+        self.seat_ids.push(serde_json::to_string(&r.seat_ids)?);
+        self.order_id.push(r.order_id);
+        self.show_id.push(r.show_id);
+        self.hold_id.push(r.hold_id);
+        self.account_id.push(r.account_id);
+        self.status.push(r.status);
+        self.total_cents.push(r.total_cents);
+        self.placed_at.push(r.placed_at);
+        self.updated_at.push(r.updated_at);
+        self.sequence.push(r.sequence);
+        self.make_good.push(r.make_good);
+        self.failure_reason.push(r.failure_reason);
+        Ok(())
+    }
+}
+
+/// A batch of [`HoldRow`]s as the columns of one `UNNEST`.
+#[derive(Default)]
+struct HoldColumns {
+    hold_id: Vec<String>,
+    show_id: Vec<String>,
+    account_id: Vec<String>,
+    seat_ids: Vec<String>,
+    expires_at: Vec<chrono::DateTime<chrono::Utc>>,
+    status: Vec<&'static str>,
+    sequence: Vec<i64>,
+}
+
+impl HoldColumns {
+    fn push(&mut self, h: HoldRow) -> serde_json::Result<()> {
+        self.seat_ids.push(serde_json::to_string(&h.seat_ids)?);
+        self.hold_id.push(h.hold_id);
+        self.show_id.push(h.show_id);
+        self.account_id.push(h.account_id);
+        self.expires_at.push(h.expires_at);
+        self.status.push(h.status);
+        self.sequence.push(h.sequence);
+        Ok(())
+    }
+}
+
 /// The orders projection (and the holds: `GET /v1/holds/{id}`).
 #[derive(Debug, Default)]
 pub struct Orders {
@@ -95,47 +155,67 @@ impl Projection for Orders {
     }
 
     async fn flush(&mut self, tx: &mut PgConnection) -> anyhow::Result<()> {
-        for r in self.changed.drain().map(|(_, r)| r) {
+        // One statement per table for the whole batch: under a rush a batch holds thousands of
+        // holds, and a statement per row made a round trip to PostgreSQL per hold. A row's
+        // seat ids go over as a JSON array (an array of arrays would have to be rectangular).
+        let orders: Vec<Row> = self.changed.drain().map(|(_, r)| r).collect();
+        if !orders.is_empty() {
+            let mut c = OrderColumns::default();
+            for r in orders {
+                c.push(r)?;
+            }
             sqlx::query(
                 "INSERT INTO orders_view (order_id, show_id, hold_id, account_id, status, seat_ids,
                                           total_cents, placed_at, updated_at, sequence, make_good,
                                           failure_reason)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                 SELECT o, s, h, a, st, ARRAY(SELECT json_array_elements_text(seats::json)),
+                        t, p, u, q, m, f
+                   FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                               $7::bigint[], $8::timestamptz[], $9::timestamptz[], $10::bigint[],
+                               $11::bool[], $12::text[])
+                        AS x(o, s, h, a, st, seats, t, p, u, q, m, f)
                  ON CONFLICT (order_id) DO UPDATE
                    SET status = EXCLUDED.status, updated_at = EXCLUDED.updated_at, sequence = EXCLUDED.sequence,
                        make_good = EXCLUDED.make_good, failure_reason = EXCLUDED.failure_reason
                  WHERE orders_view.sequence < EXCLUDED.sequence",
             )
-            .bind(&r.order_id)
-            .bind(&r.show_id)
-            .bind(&r.hold_id)
-            .bind(&r.account_id)
-            .bind(&r.status)
-            .bind(&r.seat_ids)
-            .bind(r.total_cents)
-            .bind(r.placed_at)
-            .bind(r.updated_at)
-            .bind(r.sequence)
-            .bind(r.make_good)
-            .bind(r.failure_reason)
+            .bind(&c.order_id)
+            .bind(&c.show_id)
+            .bind(&c.hold_id)
+            .bind(&c.account_id)
+            .bind(&c.status)
+            .bind(&c.seat_ids)
+            .bind(&c.total_cents)
+            .bind(&c.placed_at)
+            .bind(&c.updated_at)
+            .bind(&c.sequence)
+            .bind(&c.make_good)
+            .bind(&c.failure_reason)
             .execute(&mut *tx)
             .await?;
         }
-        for h in self.holds.drain().map(|(_, h)| h) {
+        let holds: Vec<HoldRow> = self.holds.drain().map(|(_, h)| h).collect();
+        if !holds.is_empty() {
+            let mut c = HoldColumns::default();
+            for h in holds {
+                c.push(h)?;
+            }
             sqlx::query(
                 "INSERT INTO holds_view (hold_id, show_id, account_id, seat_ids, expires_at, status, sequence)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 SELECT h, s, a, ARRAY(SELECT json_array_elements_text(seats::json)), e, st, q
+                   FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[],
+                               $6::text[], $7::bigint[]) AS x(h, s, a, seats, e, st, q)
                  ON CONFLICT (hold_id) DO UPDATE
                    SET status = EXCLUDED.status, sequence = EXCLUDED.sequence
                  WHERE holds_view.sequence < EXCLUDED.sequence",
             )
-            .bind(&h.hold_id)
-            .bind(&h.show_id)
-            .bind(&h.account_id)
-            .bind(&h.seat_ids)
-            .bind(h.expires_at)
-            .bind(h.status)
-            .bind(h.sequence)
+            .bind(&c.hold_id)
+            .bind(&c.show_id)
+            .bind(&c.account_id)
+            .bind(&c.seat_ids)
+            .bind(&c.expires_at)
+            .bind(&c.status)
+            .bind(&c.sequence)
             .execute(&mut *tx)
             .await?;
         }
