@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId};
 
 pub use memory::MemoryEventLog;
-pub use pg::{log_row, migrate, Past, PgEventLog, Until};
+pub use pg::{log_row, migrate, Past, PgEventLog, Until, FOLD_YIELD_EVERY};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {

@@ -128,8 +128,20 @@ impl PgEventLog {
         .await?;
         let mut rows = CopyRows::default();
         let mut chunks = copy.conn.copy_out_raw(&statement).await?;
+        let mut since_yield = 0;
         while let Some(chunk) = chunks.try_next().await? {
-            rows.feed(&chunk, |seq, payload| fold.push(seq, payload))?;
+            rows.feed(&chunk, |seq, payload| {
+                since_yield += 1;
+                fold.push(seq, payload)
+            })?;
+            // Folding is CPU on the caller's runtime, and a copy that streams as fast as it is
+            // read never makes the task wait: without a turn given back now and then, loading
+            // a show with a long tail (a million events: seconds) stalls every other show's
+            // commands on the same worker.
+            if since_yield >= FOLD_YIELD_EVERY {
+                since_yield = 0;
+                tokio::task::yield_now().await;
+            }
         }
         drop(chunks);
         sqlx::query(
@@ -143,6 +155,10 @@ impl PgEventLog {
         Ok(fold.done())
     }
 }
+
+/// Events a fold applies between two turns it gives back to its runtime (see [`PgEventLog::fold`]):
+/// well under a millisecond of work.
+pub const FOLD_YIELD_EVERY: usize = 256;
 
 /// A connection lent to a fold: unless the fold read its copy to the end and put the planner
 /// back as it was, it is closed rather than handed back to the pool with the rest of a copy

@@ -437,3 +437,86 @@ async fn a_session_left_inside_a_transaction_is_ended_and_its_locks_freed() {
         .expect("the pool serves with a fresh connection");
     assert_eq!(one, 1);
 }
+
+/// Loading a show with a long log folds it on the caller's runtime; the fold gives the runtime
+/// back every [`onsale_eventlog::FOLD_YIELD_EVERY`] events, so one show's load (a million
+/// events: seconds) does not stall every other show's commands on the same worker. On one
+/// thread, a task that only takes turns measures it: the longest it waits for a turn while a
+/// 40,000-event show loads is a small part of the load, not most of it.
+#[tokio::test(flavor = "current_thread")]
+async fn loading_a_long_show_gives_its_worker_back_to_other_shows() {
+    use onsale_eventlog::{EventLog, PgEventLog};
+    let db = TestDb::new().await.expect("db");
+    let app = TestApp::spawn(&db).await.expect("app");
+    let event = app.on_sale_event(1, 2, 10, None).await;
+    let (status, held) = hold_seat(&app, &event, "fan", "S1-R1-1").await;
+    assert_eq!(status, 201, "{held}");
+    let hold_id = held["holdId"].as_str().expect("hold id").to_owned();
+    let (status, _) = app
+        .delete(&format!("/v1/holds/{hold_id}"), &app.fan("fan"))
+        .await;
+    assert_eq!(status, 204);
+    // The hold and its release, again and again under new hold ids: 20,000 pairs appended as
+    // the owner role (the chain's trigger links them).
+    let owner = db.pool().await.expect("owner pool");
+    let (last, held, released): (i64, String, String) = sqlx::query_as(
+        "SELECT max(sequence),
+                (array_agg(payload::text ORDER BY sequence) FILTER (WHERE event_type = 'SeatsHeld'))[1],
+                (array_agg(payload::text ORDER BY sequence DESC))[1]
+           FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1",
+    )
+    .bind(&event)
+    .fetch_one(&owner)
+    .await
+    .expect("the pair");
+    assert!(released.contains(&hold_id), "{released}");
+    let (prefix, _) = hold_id.rsplit_once('_').expect("a hold id names its show");
+    sqlx::query(
+        "INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata)
+         SELECT 'show', $1, $2 + 2 * (g - 1) + k + 1, t, '1',
+                replace(CASE k WHEN 0 THEN $3 ELSE $4 END, $5, $6 || '_' || md5(g::text))::json, '{}'
+           FROM generate_series(1, 20000) g,
+                (VALUES (0, 'SeatsHeld'), (1, (SELECT event_type FROM events
+                   WHERE aggregate_type = 'show' AND aggregate_id = $1 ORDER BY sequence DESC LIMIT 1))) v(k, t)
+          ORDER BY 3",
+    )
+    .bind(&event)
+    .bind(last)
+    .bind(&held)
+    .bind(&released)
+    .bind(&hold_id)
+    .bind(prefix)
+    .execute(&owner)
+    .await
+    .expect("a long log");
+
+    let log = PgEventLog::new(db.pool().await.expect("pool"));
+    let show: ShowId = event.parse().expect("id");
+    let turns = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let ticker = tokio::spawn({
+        let turns = turns.clone();
+        async move {
+            loop {
+                turns.lock().expect("turns").push(std::time::Instant::now());
+                tokio::task::yield_now().await;
+            }
+        }
+    });
+    tokio::task::yield_now().await;
+    let started = std::time::Instant::now();
+    let loaded = log.load(show).await.expect("load");
+    let took = started.elapsed();
+    ticker.abort();
+    assert_eq!(loaded.version, last + 40_000);
+    let turns = turns.lock().expect("turns").clone();
+    let longest = turns
+        .windows(2)
+        .filter(|w| w[0] >= started)
+        .map(|w| w[1] - w[0])
+        .max()
+        .expect("turns during the load");
+    assert!(
+        longest * 4 < took,
+        "the load took {took:?} and another task waited up to {longest:?} for a turn"
+    );
+}
