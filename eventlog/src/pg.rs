@@ -106,7 +106,6 @@ impl PgEventLog {
         use futures::TryStreamExt;
         let id = show.to_string();
         let after = start.1;
-        let mut fold = Fold::new(&id, start);
         // COPY takes no parameters: the statement carries a show id (a UUID's text) and two
         // integers, nothing a caller wrote.
         let statement = format!(
@@ -126,38 +125,55 @@ impl PgEventLog {
         )
         .execute(&mut *copy.conn)
         .await?;
-        let mut rows = CopyRows::default();
+        // Folding is CPU (a million events: seconds): it runs on a blocking thread, fed the
+        // copy's chunks as they arrive, so a show's load never holds the caller's worker and
+        // the other shows it serves.
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(FOLD_YIELD_EVERY);
+        let folder = tokio::task::spawn_blocking(move || {
+            let mut fold = Fold::new(&id, start);
+            let mut rows = CopyRows::default();
+            while let Some(chunk) = rx.blocking_recv() {
+                rows.feed(&chunk, |seq, payload| fold.push(seq, payload))?;
+            }
+            rows.finish()?;
+            Ok(fold.done())
+        });
         let mut chunks = copy.conn.copy_out_raw(&statement).await?;
+        let mut read_whole = true;
         let mut since_yield = 0;
         while let Some(chunk) = chunks.try_next().await? {
-            rows.feed(&chunk, |seq, payload| {
-                since_yield += 1;
-                fold.push(seq, payload)
-            })?;
-            // Folding is CPU on the caller's runtime, and a copy that streams as fast as it is
-            // read never makes the task wait: without a turn given back now and then, loading
-            // a show with a long tail (a million events: seconds) stalls every other show's
-            // commands on the same worker.
+            if tx.send(chunk).await.is_err() {
+                // The fold stopped (a corrupt row): its error says why.
+                read_whole = false;
+                break;
+            }
+            // A copy that streams as fast as it is read never makes this task wait: a turn
+            // given back now and then keeps even the forwarding from holding the worker.
+            since_yield += 1;
             if since_yield >= FOLD_YIELD_EVERY {
                 since_yield = 0;
                 tokio::task::yield_now().await;
             }
         }
+        drop(tx);
         drop(chunks);
-        sqlx::query(
-            "SELECT set_config(name, reset_val, false) FROM pg_settings
-              WHERE name IN ('enable_seqscan', 'enable_bitmapscan')",
-        )
-        .execute(&mut *copy.conn)
-        .await?;
-        copy.done = true;
-        rows.finish()?;
-        Ok(fold.done())
+        if read_whole {
+            sqlx::query(
+                "SELECT set_config(name, reset_val, false) FROM pg_settings
+                  WHERE name IN ('enable_seqscan', 'enable_bitmapscan')",
+            )
+            .execute(&mut *copy.conn)
+            .await?;
+            copy.done = true;
+        }
+        folder
+            .await
+            .map_err(|e| StoreError::Corrupt(format!("the fold of {show} did not finish: {e}")))?
     }
 }
 
-/// Events a fold applies between two turns it gives back to its runtime (see [`PgEventLog::fold`]):
-/// well under a millisecond of work.
+/// Chunks of a show's copy forwarded to its fold between two turns given back to the runtime,
+/// and how many may wait for the fold (see [`PgEventLog::fold`]).
 pub const FOLD_YIELD_EVERY: usize = 256;
 
 /// A connection lent to a fold: unless the fold read its copy to the end and put the planner
