@@ -438,11 +438,12 @@ async fn a_session_left_inside_a_transaction_is_ended_and_its_locks_freed() {
     assert_eq!(one, 1);
 }
 
-/// Loading a show with a long log folds it on the caller's runtime; the fold gives the runtime
-/// back every [`onsale_eventlog::FOLD_YIELD_EVERY`] events, so one show's load (a million
-/// events: seconds) does not stall every other show's commands on the same worker. On one
-/// thread, a task that only takes turns measures it: the longest it waits for a turn while a
-/// 40,000-event show loads is a small part of the load, not most of it.
+/// Loading a show with a long log must not hold the caller's worker: the fold runs on a
+/// blocking thread and the worker only forwards the copy, giving its turn back every
+/// [`onsale_eventlog::FOLD_YIELD_EVERY`] chunks, so one show's load (a million events: seconds)
+/// does not stall every other show's commands on it. On one thread, a task that only takes
+/// turns measures it: the longest it waits for a turn while a 40,000-event show loads is a
+/// small part of the load, not most of it.
 #[tokio::test(flavor = "current_thread")]
 async fn loading_a_long_show_gives_its_worker_back_to_other_shows() {
     use onsale_eventlog::{EventLog, PgEventLog};
