@@ -2,10 +2,11 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use onsale_domain::ShowId;
 use onsale_domain::SystemClock;
-use onsale_tests::{settings, TestApp, TestDb};
+use onsale_tests::{settings, wait_for, TestApp, TestDb};
 use serde_json::json;
 
 /// Retries a request after a 503 with the same Idempotency-Key, as a client would.
@@ -218,19 +219,14 @@ async fn snapshots_plus_tail_equal_a_full_replay_and_a_restart_resumes_from_them
     }
     let show: ShowId = event.parse().expect("id");
     let store = app.shows().log().clone();
-    let mut snapshots = 0;
-    for _ in 0..50 {
+    wait_for("snapshots were written", Duration::from_secs(5), || async {
         let row: (i64,) = sqlx::query_as("SELECT count(*) FROM snapshots")
             .fetch_one(&app.server.pool)
             .await
             .expect("count");
-        snapshots = row.0;
-        if snapshots > 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert!(snapshots >= 1, "snapshots were written");
+        row.0 >= 1
+    })
+    .await;
     let loaded = store.load(show).await.expect("load");
     let replayed = store.replay(show).await.expect("replay");
     assert!(
@@ -304,17 +300,16 @@ async fn the_sweeper_expires_a_lapsed_hold_by_its_identity() {
     let show: ShowId = event.parse().expect("id");
     let store = app.shows().log().clone();
     // No command touches the show again: only the sweeper can end the hold.
-    let mut expired = false;
-    for _ in 0..40 {
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        let replayed = store.replay(show).await.expect("replay");
-        if replayed.show.hold(&hold_id).map(|h| h.state) == Some(onsale_domain::HoldStatus::Expired)
-        {
-            expired = true;
-            break;
-        }
-    }
-    assert!(expired, "the sweeper wrote HoldExpired for the lapsed hold");
+    wait_for(
+        "the sweeper wrote HoldExpired for the lapsed hold",
+        Duration::from_secs(4),
+        || async {
+            let replayed = store.replay(show).await.expect("replay");
+            replayed.show.hold(&hold_id).map(|h| h.state)
+                == Some(onsale_domain::HoldStatus::Expired)
+        },
+    )
+    .await;
     let (status, _) = app.order(&json!(hold_id.to_string()), &ann, "late").await;
     assert_eq!(status, 409, "an order on an expired hold is refused");
 }
