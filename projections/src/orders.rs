@@ -158,10 +158,9 @@ impl Projection for Orders {
         // One statement per table for the whole batch: under a rush a batch holds thousands of
         // holds, and a statement per row made a round trip to PostgreSQL per hold. A row's
         // seat ids go over as a JSON array (an array of arrays would have to be rectangular).
-        let orders: Vec<Row> = self.changed.drain().map(|(_, r)| r).collect();
-        if !orders.is_empty() {
+        if !self.changed.is_empty() {
             let mut c = OrderColumns::default();
-            for r in orders {
+            for (_, r) in self.changed.drain() {
                 c.push(r)?;
             }
             sqlx::query(
@@ -194,10 +193,9 @@ impl Projection for Orders {
             .execute(&mut *tx)
             .await?;
         }
-        let holds: Vec<HoldRow> = self.holds.drain().map(|(_, h)| h).collect();
-        if !holds.is_empty() {
+        if !self.holds.is_empty() {
             let mut c = HoldColumns::default();
-            for h in holds {
+            for (_, h) in self.holds.drain() {
                 c.push(h)?;
             }
             sqlx::query(
