@@ -91,7 +91,10 @@ async fn bots_cannot_stall_an_on_sale_short() {
         f("storm_holds_per_sec") >= 0.7 * f("calm_holds_per_sec"),
         "{r}"
     );
-    assert!(f("storm_p99_ms") < 1_000.0, "the bots stalled the fans: {r}");
+    assert!(
+        f("storm_p99_ms") < 1_000.0,
+        "the bots stalled the fans: {r}"
+    );
     assert!(f("bot_429_share") >= 0.8, "{r}");
     assert!(
         r["lowest_admission_factor"]

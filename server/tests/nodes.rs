@@ -58,6 +58,23 @@ fn signal(child: &Child, sig: &str) {
     assert!(ok.success());
 }
 
+/// Every thread of `child` is stopped (state `T` in /proc). A SIGSTOP takes effect when the
+/// thread that takes it is next scheduled: on a busy machine another thread of the process can
+/// still answer a request for some milliseconds after `kill` returned.
+fn stopped(child: &Child) -> bool {
+    let tasks = format!("/proc/{}/task", child.id().expect("a pid"));
+    let Ok(tasks) = std::fs::read_dir(tasks) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the command name, which is in parentheses.
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        })
+    })
+}
+
 /// The HTTP port of the node that owns `show` (the nodes table has its internal address).
 async fn owner_port(pool: &sqlx::PgPool, show: &str) -> Option<u16> {
     let addr: Option<String> = sqlx::query_scalar(
@@ -473,6 +490,10 @@ async fn a_paused_owner_wakes_to_find_its_show_moved_and_sells_nothing_twice() {
     // a is paused; a request for seat 2 waits in its socket.
     signal(&a, "STOP");
     let paused = Instant::now();
+    wait_for("a is stopped", Duration::from_secs(5), || {
+        std::future::ready(stopped(&a))
+    })
+    .await;
     let queued = tokio::spawn(hold(&api_a, "cat", "S1-R1-2"));
     // b takes the show once a's registration lapsed, and sells seat 2 to bob.
     let bob = granted("b decides the show", || hold(&api_b, "bob", "S1-R1-2")).await;
