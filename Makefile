@@ -1,11 +1,26 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test web fuzz-api drill-bots up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-trace bench-fanout
+.PHONY: demo test sim sim-soak web fuzz-api drill-bots up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-trace bench-fanout
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
 
 test:
 	./scripts/test.sh
+
+# The deterministic simulator (issue 32, docs/adr/030): SEEDS universes (the real owners,
+# fencing and domain on the in-memory log, with faults, on a paused clock), every invariant
+# after every step; a failure prints its seed. `make sim SEED=n` replays one with its trace.
+# `make sim-soak SOAK_SECONDS=600` runs universes for that long: the hunt before a release.
+SEEDS ?= 1000
+SEED ?=
+SOAK_SECONDS ?= 600
+sim:
+	cargo build --release -q -p onsale-sim
+	./target/release/onsale-sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS))
+
+sim-soak:
+	cargo build --release -q -p onsale-sim
+	./target/release/onsale-sim --soak-seconds $(SOAK_SECONDS) --first $$(date +%s)
 
 # The fan app and ops console (web/) built into web/dist; `make up` and `make demo` build it.
 web:

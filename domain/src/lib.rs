@@ -15,6 +15,8 @@ pub mod clock;
 pub mod error;
 pub mod ids;
 pub mod layout;
+#[cfg(feature = "planted-bugs")]
+pub mod plant;
 pub mod show;
 pub mod transitions;
 pub mod venue;

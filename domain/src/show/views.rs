@@ -244,6 +244,12 @@ impl Show {
             .filter(|o| o.state.claims_seats())
             .map(|o| o.seats.len())
             .sum();
+        #[cfg(feature = "planted-bugs")]
+        let ordered = if crate::plant::planted(crate::plant::Bug::CapForgetsOrders) {
+            0
+        } else {
+            ordered
+        };
         u32::try_from(held + ordered).unwrap_or(u32::MAX)
     }
 

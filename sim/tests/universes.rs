@@ -1,0 +1,32 @@
+//! The simulator in `make test`: a bounded number of universes keep every rule, and a seed
+//! replays exactly.
+
+use onsale_sim::{run, Config};
+
+/// Universes per `make test` (about 0.1 s each in a debug build); `make sim` runs more.
+const SEEDS: u64 = 300;
+
+#[test]
+fn a_seed_replays_exactly_and_another_seed_differs() {
+    let config = Config::default();
+    let (a, b) = (run(42, &config), run(42, &config));
+    assert!(
+        a.commands > 100,
+        "a universe sends commands: {}",
+        a.commands
+    );
+    assert_eq!(a.trace, b.trace);
+    assert_eq!(a.hash, b.hash);
+    assert_ne!(run(43, &config).hash, a.hash);
+}
+
+#[test]
+fn universes_keep_every_rule() {
+    let config = Config::default();
+    for seed in 0..SEEDS {
+        let report = run(seed, &config);
+        if let Some(v) = report.violation {
+            panic!("seed {seed} broke a rule: {v}\nreplay it: make sim SEED={seed}");
+        }
+    }
+}
