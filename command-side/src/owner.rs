@@ -900,10 +900,11 @@ impl Owner {
         Ok(true)
     }
 
-    /// Decides one job against the live state. A refusal writes nothing and is answered at
-    /// once (if a batch it was decided against then fails to commit, it was a stale read: the
-    /// caller tries again, and no seat is ever sold on it). Everything else joins the open
-    /// batch and is answered when that batch commits.
+    /// Decides one job against the live state (everything decided before it, committed or
+    /// not), and answers it once all of that is committed: with the batch it joins, or at once
+    /// if nothing is uncommitted. A refusal too: decided on events a failed (fenced, lost)
+    /// append never wrote, it would be an answer the log contradicts, and callers act on
+    /// refusals (the payment worker closes a payment whose outcome the state table refuses).
     async fn take(&mut self, job: Job) {
         if self.moved {
             return self.adrift.push(job);
@@ -986,7 +987,12 @@ impl Owner {
                     // Not again at once: the next tick tries.
                     self.sweep_more = false;
                 }
-                reply(job, Err(CommandError::Domain(e)));
+                let answer = Err(CommandError::Domain(e));
+                if self.in_flight.is_some() || !self.open.events.is_empty() {
+                    self.open.decided.push(Decided { job, answer });
+                } else {
+                    reply(job, answer);
+                }
             }
         }
     }

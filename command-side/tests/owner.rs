@@ -315,6 +315,38 @@ async fn a_refused_append_acknowledges_nothing_and_the_retry_commits_once() {
     assert!(replayed.hold(&id).is_some());
 }
 
+/// Found by the simulator (seed 43): a refusal answered at once, decided on a batch whose
+/// append then failed, is an answer the log contradicts. It waits for the batch instead.
+#[tokio::test]
+async fn a_refusal_decided_on_an_uncommitted_batch_waits_for_it_and_is_decided_again() {
+    let log = MemoryEventLog::default();
+    let p = process(&log);
+    let show = on_sale(&p.shows).await;
+    log.hold_appends().await;
+    log.refuse_appends(1);
+    let shows = p.shows.clone();
+    let ann = tokio::spawn(async move { shows.execute(show, hold(show, "ann", 1, None)).await });
+    settle().await;
+    // Bob's hold on the same seat is decided on ann's uncommitted hold: a refusal, held back.
+    let shows = p.shows.clone();
+    let bob = tokio::spawn(async move { shows.execute(show, hold(show, "bob", 1, None)).await });
+    settle().await;
+    assert!(
+        !bob.is_finished(),
+        "a refusal went out before the batch it was decided on committed"
+    );
+    log.release_appends();
+    match ann.await.expect("ann") {
+        Err(CommandError::Unavailable) => {}
+        other => panic!("ann's append was refused: expected Unavailable, got {other:?}"),
+    }
+    // Ann's hold never reached the log: bob's, decided again, gets the seat.
+    let id = held(bob.await.expect("bob"));
+    let replayed = log.replay(show).await.expect("replay").show;
+    assert_eq!(replayed.holds().count(), 1);
+    assert!(replayed.hold(&id).is_some());
+}
+
 #[tokio::test]
 async fn a_commit_whose_answer_was_lost_is_found_by_its_retry() {
     let log = MemoryEventLog::default();

@@ -14,13 +14,19 @@ pub enum Bug {
     AppendSkipsFence = 2,
     /// The per-account cap counts held seats and forgets ordered ones.
     CapForgetsOrders = 3,
+    /// The payment worker charges a retry under a new idempotency key.
+    NewKeyOnRetry = 4,
+    /// The read models are not told which seats a cancellation frees.
+    MapMissesCancellations = 5,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 3] = [
+    pub const ALL: [Bug; 5] = [
         Bug::AckBeforeCommit,
         Bug::AppendSkipsFence,
         Bug::CapForgetsOrders,
+        Bug::NewKeyOnRetry,
+        Bug::MapMissesCancellations,
     ];
 }
 

@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use onsale_command::owner::CommandError;
 use onsale_command::Shows;
-use onsale_domain::{OrderId, OrderStatus, PaymentFailure, ShowCommand, ShowError, ShowId};
+use onsale_domain::{OrderId, OrderStatus, ShowCommand, ShowError, ShowId};
 use onsale_edge::auth::Verifier;
 use onsale_edge::auth::{Caller, Role};
 use onsale_edge::ApiError;
@@ -113,26 +113,7 @@ async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: B
         Ok(false) => {}
         Err(e) => return db_unavailable(e).into_response(),
     }
-    let command = match (event.kind.as_str(), event.reference.parse::<OrderId>()) {
-        (_, Err(_)) => None,
-        ("charge.succeeded", Ok(order_id)) => Some((
-            order_id,
-            ShowCommand::RecordPaymentSucceeded {
-                order_id,
-                amount_cents: Some(event.amount_cents),
-            },
-        )),
-        ("charge.failed", Ok(order_id)) => Some((
-            order_id,
-            ShowCommand::RecordPaymentFailed {
-                order_id,
-                code: PaymentFailure::CardDeclined,
-                reason: "declined (processor webhook)".into(),
-            },
-        )),
-        _ => None,
-    };
-    if let Some((order, command)) = command {
+    if let Some((order, command)) = crate::worker::webhook_command(&event) {
         match state.shows.execute(order.show(), command).await {
             Ok(_) => {}
             Err(CommandError::Domain(e @ ShowError::AmountMismatch { .. })) => {

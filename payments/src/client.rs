@@ -96,7 +96,8 @@ impl ProcessorClient {
         })
     }
 
-    fn verdict(charge: &Charge) -> Verdict {
+    /// What a charge's state tells the worker (the status endpoint's answer, read).
+    pub fn verdict(charge: &Charge) -> Verdict {
         match charge.status {
             ChargeStatus::Succeeded | ChargeStatus::Refunded => Verdict::Captured {
                 charge_id: charge.charge_id.clone(),

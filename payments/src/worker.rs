@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use onsale_command::owner::CommandError;
 use onsale_command::Shows;
 use onsale_domain::{OrderId, PaymentFailure, ShowCommand, ShowError};
-use onsale_processor_api::ChargeRequest;
+use onsale_processor_api::{ChargeRequest, WebhookEvent};
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -189,7 +189,9 @@ impl Worker {
                 };
                 metrics::counter!(onsale_telemetry::metrics::PAYMENT_CHARGE_CALLS_TOTAL)
                     .increment(1);
-                self.client.charge(&p.order_id, &request).await
+                self.client
+                    .charge(&charge_key(&p.order_id, p.attempts), &request)
+                    .await
             }
             PaymentState::Unknown => self.client.status(&p.order_id).await,
             PaymentState::Void => self.client.void(&p.order_id).await,
@@ -329,15 +331,16 @@ impl Worker {
     /// (a webhook or reconciliation recorded it, or a terminal state keeps it): that is done,
     /// and counted, never forced.
     async fn record(&self, order: OrderId, command: ShowCommand) -> Recorded {
-        match self.shows.execute(order.show(), command).await {
-            Ok(_) => Recorded::Done,
-            Err(CommandError::Domain(ShowError::InvalidTransition { from, by, .. })) => {
-                metrics::counter!(onsale_telemetry::metrics::PAYMENT_OUTCOMES_REFUSED_TOTAL)
-                    .increment(1);
-                tracing::info!(order = %order, %from, %by, "outcome refused by the state table; the order already moved");
-                Recorded::Done
-            }
-            Err(e) => Recorded::Later(e.to_string()),
+        let answer = self.shows.execute(order.show(), command).await;
+        if let Err(CommandError::Domain(ShowError::InvalidTransition { from, by, .. })) = &answer {
+            metrics::counter!(onsale_telemetry::metrics::PAYMENT_OUTCOMES_REFUSED_TOTAL)
+                .increment(1);
+            tracing::info!(order = %order, %from, %by, "outcome refused by the state table; the order already moved");
+        }
+        if outcome_recorded(&answer) {
+            Recorded::Done
+        } else {
+            Recorded::Later(answer.err().map(|e| e.to_string()).unwrap_or_default())
         }
     }
 
@@ -409,6 +412,47 @@ impl Outcome {
             },
         }
     }
+}
+
+/// The idempotency key of an order's charge: the order id, whatever the attempt, so a retry
+/// (after a timeout, a crash, a lost lease) finds the first charge and never makes a second.
+pub fn charge_key(order_id: &str, attempts: i32) -> String {
+    #[cfg(feature = "planted-bugs")]
+    if onsale_domain::plant::planted(onsale_domain::plant::Bug::NewKeyOnRetry) {
+        return format!("{order_id}-{attempts}");
+    }
+    let _ = attempts;
+    order_id.to_owned()
+}
+
+/// The command a processor's webhook event asks for: a capture or a decline of the order it
+/// names; `None` for any other event (pending, voided, refunded) or a reference that is not an
+/// order.
+pub fn webhook_command(event: &WebhookEvent) -> Option<(OrderId, ShowCommand)> {
+    let order_id = event.reference.parse::<OrderId>().ok()?;
+    let command = match event.kind.as_str() {
+        "charge.succeeded" => ShowCommand::RecordPaymentSucceeded {
+            order_id,
+            amount_cents: Some(event.amount_cents),
+        },
+        "charge.failed" => ShowCommand::RecordPaymentFailed {
+            order_id,
+            code: PaymentFailure::CardDeclined,
+            reason: "declined (processor webhook)".into(),
+        },
+        _ => return None,
+    };
+    Some((order_id, command))
+}
+
+/// Whether recording an outcome on the show is over: it is in the log, or the state table
+/// refused it because the order already moved (a duplicate, a late message). Anything else
+/// (the store away, the show's owner moving) is tried again.
+pub fn outcome_recorded<T>(answer: &Result<T, CommandError>) -> bool {
+    matches!(
+        answer,
+        Ok(_) | Err(CommandError::Domain(ShowError::InvalidTransition { .. }))
+    )
 }
 
 /// What the worker does next with a payment.

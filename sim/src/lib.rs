@@ -6,6 +6,8 @@
 
 pub mod link;
 pub mod oracle;
+pub mod payments;
+pub mod projection;
 pub mod universe;
 
 pub use universe::{run, Config, Report};

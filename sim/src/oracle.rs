@@ -32,6 +32,8 @@ struct Order {
     state: OrderState,
     captures: u32,
     refunds: u32,
+    /// The rows that moved it, for a violation's message.
+    history: Vec<i64>,
 }
 
 /// What the log has shown so far, and the rules it must keep.
@@ -85,6 +87,13 @@ impl Oracle {
     /// The order's state in the log.
     pub fn order_state(&self, order: &OrderId) -> Option<OrderState> {
         self.orders.get(order).map(|o| o.state)
+    }
+
+    /// Every order the log has, with its state and the rows that moved it.
+    pub fn orders(&self) -> impl Iterator<Item = (&OrderId, OrderState, &[i64])> {
+        self.orders
+            .iter()
+            .map(|(id, o)| (id, o.state, o.history.as_slice()))
     }
 
     /// Seats in use as the log says: held, awaiting payment, or sold (what a fold of the log
@@ -182,6 +191,7 @@ impl Oracle {
                         state: OrderState::PendingPayment,
                         captures: 0,
                         refunds: 0,
+                        history: Vec::new(),
                     },
                 );
             }
@@ -261,6 +271,7 @@ impl Oracle {
             .get_mut(&order_id)
             .ok_or(format!("unknown order {order_id}"))?;
         order.state = to(order.state, by, "order")?;
+        order.history.push(self.seen);
         Ok(())
     }
 

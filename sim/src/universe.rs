@@ -13,7 +13,7 @@ use chrono::{DateTime, SubsecRound, TimeZone, Utc};
 use onsale_command::{Answer, ClusterConfig, CommandError, OwnerConfig, Shows};
 use onsale_domain::{
     AccountId, Clock, HoldId, Idempotency, IdempotencyKey, OrderId, PaymentFailure, RowLayout,
-    SalePolicy, SectionLayout, ShowCommand, ShowId, ShowInfo, VenueId, VenueLayout,
+    SalePolicy, SectionLayout, ShowCommand, ShowEvent, ShowId, ShowInfo, VenueId, VenueLayout,
 };
 use onsale_eventlog::{EventLog, MemoryEventLog};
 use rand::{Rng, SeedableRng};
@@ -26,6 +26,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::link::{Broken, Link, Registrations};
 use crate::oracle::Oracle;
+use crate::payments::{Money, Payment, CARDS};
+use crate::projection::Projected;
+use onsale_payments::worker::{webhook_command, Outcome, PaymentState, Step};
 
 /// The size of a universe.
 #[derive(Debug, Clone)]
@@ -100,12 +103,17 @@ struct Known {
     orders: Vec<(OrderId, AccountId)>,
 }
 
-#[derive(Default)]
 struct Shared {
     trace: Mutex<Vec<String>>,
     acks: Mutex<Acks>,
     known: Mutex<Known>,
+    money: Mutex<Money>,
+    /// The card and settle delay each order is paid with, drawn when it is placed.
+    cards: Mutex<BTreeMap<OrderId, (&'static str, chrono::Duration)>>,
     commands: AtomicU64,
+    nodes: Vec<Shows>,
+    show: ShowId,
+    clock: Arc<dyn Clock>,
 }
 
 impl Shared {
@@ -115,6 +123,148 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
             .push(line);
     }
+
+    fn money(&self) -> std::sync::MutexGuard<'_, Money> {
+        self.money.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends `command` to node `first`, and while the answer is "try again" (the node does not
+    /// own the show, is cut off, or lost the answer) to the next, up to `attempts` nodes: what
+    /// a client behind a load balancer, or the payment worker, does.
+    async fn deliver(
+        &self,
+        first: usize,
+        attempts: usize,
+        command: &ShowCommand,
+    ) -> (usize, Result<Answer, CommandError>) {
+        let (mut by, mut answer) = (first, Err(CommandError::Unavailable));
+        for attempt in 0..attempts {
+            let node = (first + attempt) % self.nodes.len();
+            self.commands.fetch_add(1, Ordering::Relaxed);
+            answer = self.nodes[node].execute(self.show, command.clone()).await;
+            by = node;
+            if !matches!(
+                answer,
+                Err(CommandError::Unavailable
+                    | CommandError::Overloaded
+                    | CommandError::ShuttingDown)
+            ) {
+                break;
+            }
+        }
+        (by, answer)
+    }
+
+    /// One round of the payment worker on `order`'s payment: a call to the processor, then
+    /// what the worker's rules say to do with the answer.
+    async fn pay(&self, first: usize, order: OrderId) {
+        let now = self.clock.now();
+        let called = {
+            let mut money = self.money();
+            money.call(order, now).map(|(state, verdict)| {
+                let step = money.next(order, state, &verdict, now);
+                (state, verdict, step)
+            })
+        };
+        let Some((state, verdict, step)) = called else {
+            return;
+        };
+        let label = format!(
+            "worker {} ({state:?}) heard {verdict:?}",
+            short(order.to_string())
+        );
+        let (next, command) = match step {
+            Step::Record(outcome) => (PaymentState::Done, Some(outcome.into_command(order))),
+            Step::Charge => (PaymentState::Charge, None),
+            Step::Force { .. } => (
+                PaymentState::Void,
+                Some(
+                    Outcome::Failed(
+                        PaymentFailure::PaymentTimedOut,
+                        "the payment did not resolve in time".into(),
+                    )
+                    .into_command(order),
+                ),
+            ),
+            Step::Wait {
+                state,
+                why,
+                ambiguous,
+            } => (
+                state,
+                ambiguous.then_some(ShowCommand::RecordPaymentAmbiguous {
+                    order_id: order,
+                    reason: why,
+                }),
+            ),
+        };
+        let answer = match &command {
+            Some(c) => Some(self.deliver(first, 4, c).await),
+            None => None,
+        };
+        let mut money = self.money();
+        if let Some(p) = money.payments.get_mut(&order) {
+            p.busy = false;
+            // The outcome's row is closed once the log has it; a forced failure moves to the
+            // void first, whatever the answer, as the worker's row does.
+            let keep = matches!(&answer, Some((_, a)) if !recorded(a));
+            if next == PaymentState::Done && !keep {
+                p.done = true;
+            }
+            if next != PaymentState::Done {
+                p.state = next;
+            }
+        }
+        drop(money);
+        let outcome = answer.as_ref().map_or("nothing to record".to_owned(), told);
+        self.note(format!("{label} -> {outcome}"));
+    }
+
+    /// The refund owed for `order`: at the processor, then in the log.
+    async fn refund(&self, first: usize, order: OrderId) {
+        let now = self.clock.now();
+        let refunded = self.money().refund(order, now);
+        let outcome = match refunded {
+            Ok(refund_id) => {
+                let answer = self
+                    .deliver(
+                        first,
+                        4,
+                        &ShowCommand::RecordRefund {
+                            order_id: order,
+                            refund_id,
+                        },
+                    )
+                    .await;
+                let done = recorded(&answer.1);
+                let mut money = self.money();
+                if let Some(r) = money.refunds.get_mut(&order) {
+                    r.done = done;
+                }
+                told(&answer)
+            }
+            Err(e) => format!("processor refused: {e}"),
+        };
+        if let Some(r) = self.money().refunds.get_mut(&order) {
+            r.busy = false;
+        }
+        self.note(format!("refund {} -> {outcome}", short(order.to_string())));
+    }
+}
+
+/// What a client was told, and by which node, for the trace.
+fn told((node, answer): &(usize, Result<Answer, CommandError>)) -> String {
+    let said = match answer {
+        Ok(a) => format!("ok {}", answered(a)),
+        Err(CommandError::Domain(e)) => format!("refused: {e}"),
+        Err(e) => format!("{e}"),
+    };
+    format!("node {node}: {said}")
+}
+
+/// Whether the worker closes its row (the payment worker's own rule).
+fn recorded(answer: &Result<Answer, CommandError>) -> bool {
+    onsale_payments::worker::outcome_recorded(answer)
 }
 
 /// Runs universe `seed` on a paused single-threaded runtime of its own.
@@ -139,6 +289,7 @@ struct Universe {
     shared: Arc<Shared>,
     clients: Vec<JoinHandle<()>>,
     oracle: Oracle,
+    projected: Projected,
     next_id: u128,
     /// Time the step lets pass after it (besides a short pause).
     jump: Duration,
@@ -155,7 +306,7 @@ impl Universe {
             start: Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap(),
             origin: Instant::now(),
         });
-        let nodes = (0..config.nodes)
+        let nodes: Vec<Node> = (0..config.nodes)
             .map(|k| {
                 let link = Link::new(store.clone(), registrations.clone(), broken.clone());
                 let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
@@ -177,17 +328,30 @@ impl Universe {
         let fans = (0..config.fans)
             .map(|i| AccountId::parse(&format!("fan-{i}")).expect("an account"))
             .collect();
+        let show = ShowId::new(uuid::Uuid::from_u128(u128::from(seed) + 1));
+        let shared = Arc::new(Shared {
+            trace: Mutex::default(),
+            acks: Mutex::default(),
+            known: Mutex::default(),
+            money: Mutex::default(),
+            cards: Mutex::default(),
+            commands: AtomicU64::new(0),
+            nodes: nodes.iter().map(|n: &Node| n.shows.clone()).collect(),
+            show,
+            clock,
+        });
         Self {
             seed,
             rng: ChaCha8Rng::seed_from_u64(seed),
             store,
             broken,
             nodes,
-            show: ShowId::new(uuid::Uuid::from_u128(u128::from(seed) + 1)),
+            show,
             fans,
-            shared: Arc::default(),
+            shared,
             clients: Vec::new(),
             oracle: Oracle::default(),
+            projected: Projected::default(),
             next_id: 0,
             jump: Duration::ZERO,
             config,
@@ -237,8 +401,75 @@ impl Universe {
         for client in std::mem::take(&mut self.clients) {
             let _ = client.await;
         }
+        self.check().await?;
+        // The worker and the webhooks finish their work: every payment resolved, every
+        // refund owed made.
+        for _ in 0..100 {
+            let (payments, refunds, webhooks) = {
+                let money = self.shared.money();
+                let payments: Vec<OrderId> = money
+                    .payments
+                    .values()
+                    .filter(|p| !p.done)
+                    .map(|p| p.order)
+                    .collect();
+                let refunds: Vec<OrderId> = money
+                    .refunds
+                    .iter()
+                    .filter(|(_, r)| !r.done)
+                    .map(|(o, _)| *o)
+                    .collect();
+                (payments, refunds, money.webhooks.len())
+            };
+            if payments.is_empty() && refunds.is_empty() && webhooks == 0 {
+                break;
+            }
+            for order in payments {
+                self.shared.pay(0, order).await;
+            }
+            for order in refunds {
+                self.shared.refund(0, order).await;
+            }
+            let step = self.config.steps;
+            self.webhooks(step, 0);
+            for client in std::mem::take(&mut self.clients) {
+                let _ = client.await;
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            self.check().await?;
+        }
         tokio::time::sleep(Duration::from_secs(120)).await;
-        self.check().await
+        self.check().await?;
+        self.settled()
+    }
+
+    /// After the drain, the money and the log agree: a confirmed order was captured once and
+    /// not refunded; a refunded one was captured and refunded in full; a failed one was never
+    /// captured; nothing is left pending or owed.
+    fn settled(&self) -> Result<(), String> {
+        use onsale_domain::OrderStatus as S;
+        let money = self.shared.money();
+        if let Some(p) = money.payments.values().find(|p| !p.done) {
+            return Err(format!("payment of {} still open after the drain", p.order));
+        }
+        for (order, state, rows) in self.oracle.orders() {
+            let charge = money.ledger.status(&order.to_string());
+            let captured = charge.is_some_and(|c| c.captured_at.is_some());
+            let refunded = charge.map_or(0, |c| c.refunded_cents);
+            let whole = charge.map_or(0, |c| c.amount_cents);
+            let ok = match state {
+                S::Confirmed => captured && refunded == 0,
+                S::Refunded => captured && refunded == whole,
+                S::Failed | S::PaymentFailed => !captured,
+                S::PendingPayment | S::Cancelled | S::MakeGood => false,
+            };
+            if !ok {
+                return Err(format!(
+                    "order {order} ends {state:?} (rows {rows:?}) while the processor has captured={captured}, refunded {refunded} of {whole}"
+                ));
+            }
+        }
+        Ok(())
     }
 
     async fn schedule(&mut self) -> Result<(), String> {
@@ -325,9 +556,17 @@ impl Universe {
                 Some((hold_id, account)) => ShowCommand::ReleaseHold { hold_id, account },
                 None => return,
             },
-            43..=57 => match pick_hold(&mut self.rng) {
+            43..=55 => match pick_hold(&mut self.rng) {
                 Some((hold_id, account)) => {
                     let order_id = self.order_id(hold_id.show());
+                    // The card the fan pays with, and when a pending charge settles.
+                    let card = CARDS[self.rng.random_range(0..CARDS.len())];
+                    let settle = chrono::Duration::seconds(self.rng.random_range(1..=60));
+                    self.shared
+                        .cards
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(order_id, (card, settle));
                     ShowCommand::PlaceOrder {
                         order_id,
                         hold_id,
@@ -337,29 +576,9 @@ impl Universe {
                 }
                 None => return,
             },
-            58..=72 => match pick_order(&mut self.rng) {
-                Some((order_id, _)) => match self.rng.random_range(0..10) {
-                    0..=5 => ShowCommand::RecordPaymentSucceeded {
-                        order_id,
-                        amount_cents: None,
-                    },
-                    6..=8 => ShowCommand::RecordPaymentFailed {
-                        order_id,
-                        code: PaymentFailure::CardDeclined,
-                        reason: "declined".into(),
-                    },
-                    _ => ShowCommand::RecordPaymentAmbiguous {
-                        order_id,
-                        reason: "no answer".into(),
-                    },
-                },
-                None => return,
-            },
-            73..=76 => match pick_order(&mut self.rng) {
-                Some((order_id, _)) => ShowCommand::CompensateOrder { order_id },
-                None => return,
-            },
-            77..=80 => match pick_order(&mut self.rng) {
+            56..=69 => return self.worker_round(step, node),
+            70..=73 => return self.webhooks(step, node),
+            74..=77 => match pick_order(&mut self.rng) {
                 Some((order_id, account)) => ShowCommand::CancelOrder {
                     order_id,
                     account,
@@ -367,14 +586,8 @@ impl Universe {
                 },
                 None => return,
             },
-            81..=84 => match pick_order(&mut self.rng) {
-                Some((order_id, _)) => ShowCommand::RecordRefund {
-                    order_id,
-                    refund_id: format!("re_{step}"),
-                },
-                None => return,
-            },
-            85..=90 => {
+            78..=80 => return self.refund_round(step, node),
+            81..=88 => {
                 let secs = self.rng.random_range(1..=40);
                 self.shared.note(format!("{step} time +{secs}s"));
                 self.jump = Duration::from_secs(secs);
@@ -387,7 +600,11 @@ impl Universe {
 
     fn fault(&mut self, step: usize) {
         let k = self.rng.random_range(0..self.nodes.len());
-        let line = match self.rng.random_range(0..5) {
+        let line = match self.rng.random_range(0..6) {
+            5 => {
+                self.shared.money().lose_answers += 1;
+                "the processor's next answer is lost".to_owned()
+            }
             0 => {
                 self.store.refuse_appends(1);
                 "the next append is refused".to_owned()
@@ -443,33 +660,103 @@ impl Universe {
             _ => 4,
         };
         let label = format!("{step} {}", describe(&command));
-        let nodes: Vec<Shows> = self.nodes.iter().map(|n| n.shows.clone()).collect();
-        let (shared, show) = (self.shared.clone(), self.show);
+        let shared = self.shared.clone();
         self.clients.push(tokio::spawn(async move {
-            let mut outcome = String::new();
-            for attempt in 0..attempts {
-                let node = (first + attempt) % nodes.len();
-                shared.commands.fetch_add(1, Ordering::Relaxed);
-                let answer = nodes[node].execute(show, command.clone()).await;
-                outcome = match &answer {
-                    Ok(a) => {
-                        acknowledge(&shared, &command, a);
-                        format!("ok {}", answered(a))
-                    }
-                    Err(CommandError::Domain(e)) => format!("refused: {e}"),
-                    Err(e) => format!("{e}"),
-                };
-                let again = matches!(
-                    answer,
-                    Err(CommandError::Unavailable
-                        | CommandError::Overloaded
-                        | CommandError::ShuttingDown)
-                );
-                if !again {
-                    break;
-                }
+            let answer = shared.deliver(first, attempts, &command).await;
+            if let (_, Ok(a)) = &answer {
+                acknowledge(&shared, &command, a);
             }
-            shared.note(format!("{label} -> {outcome}"));
+            shared.note(format!("{label} -> {}", told(&answer)));
+        }));
+    }
+
+    /// The payment worker takes one payment that is due (none taken by another round).
+    fn worker_round(&mut self, step: usize, first: usize) {
+        let due: Vec<OrderId> = {
+            let money = self.shared.money();
+            money
+                .payments
+                .values()
+                .filter(|p| !p.done && !p.busy)
+                .map(|p| p.order)
+                .collect()
+        };
+        if due.is_empty() {
+            return;
+        }
+        let order = due[self.rng.random_range(0..due.len())];
+        if let Some(p) = self.shared.money().payments.get_mut(&order) {
+            p.busy = true;
+        }
+        self.shared.note(format!("{step} worker round"));
+        let shared = self.shared.clone();
+        self.clients
+            .push(tokio::spawn(async move { shared.pay(first, order).await }));
+    }
+
+    /// Some of the webhook events raised so far reach the endpoint, in any order, one of them
+    /// perhaps twice (processors deliver at least once).
+    fn webhooks(&mut self, step: usize, first: usize) {
+        let mut events = std::mem::take(&mut self.shared.money().webhooks);
+        if events.is_empty() {
+            return;
+        }
+        // Fisher-Yates from the seed: the delivery order.
+        for i in (1..events.len()).rev() {
+            events.swap(i, self.rng.random_range(0..=i));
+        }
+        let keep = self.rng.random_range(0..events.len());
+        let later = events.split_off(keep);
+        if let Some(again) = events
+            .first()
+            .cloned()
+            .filter(|_| self.rng.random_bool(0.3))
+        {
+            events.push(again);
+        }
+        self.shared.money().webhooks.extend(later);
+        self.shared
+            .note(format!("{step} {} webhooks delivered", events.len()));
+        let shared = self.shared.clone();
+        self.clients.push(tokio::spawn(async move {
+            for event in events {
+                let Some((_, command)) = webhook_command(&event) else {
+                    continue;
+                };
+                let answer = shared.deliver(first, 4, &command).await;
+                shared.note(format!(
+                    "webhook {} {} -> {}",
+                    event.kind,
+                    short(event.reference.clone()),
+                    told(&answer)
+                ));
+            }
+        }));
+    }
+
+    /// The worker takes the refunds that are owed.
+    fn refund_round(&mut self, step: usize, first: usize) {
+        let owed: Vec<OrderId> = {
+            let mut money = self.shared.money();
+            money
+                .refunds
+                .iter_mut()
+                .filter(|(_, r)| !r.done && !r.busy)
+                .map(|(o, r)| {
+                    r.busy = true;
+                    *o
+                })
+                .collect()
+        };
+        if owed.is_empty() {
+            return;
+        }
+        self.shared.note(format!("{step} refund round"));
+        let shared = self.shared.clone();
+        self.clients.push(tokio::spawn(async move {
+            for order in owed {
+                shared.refund(first, order).await;
+            }
         }));
     }
 
@@ -490,6 +777,62 @@ impl Universe {
             .await
             .map_err(|e| e.to_string())?;
         self.oracle.check(&rows)?;
+        self.projected.fold(self.show, &rows)?;
+        self.projected.matches(&self.oracle.occupied())?;
+        let now = self.shared.clock.now();
+        let mut money = self.shared.money();
+        // The processor's time passes: pending charges settle and raise their webhooks.
+        money.ledger.advance(now);
+        let raised = money.ledger.take_events();
+        money.webhooks.extend(raised);
+        // The intake's work, from the log (not from what clients heard: an order whose answer
+        // was lost is paid for too): an order placed is a payment to make; a cancellation or a
+        // make-good is a refund owed.
+        for row in &rows {
+            if !matches!(
+                row.event_type.as_str(),
+                "OrderPlaced" | "OrderCancelled" | "MakeGoodOwed"
+            ) {
+                continue;
+            }
+            match serde_json::from_str(&row.payload) {
+                Ok(ShowEvent::OrderPlaced {
+                    order_id,
+                    total_cents,
+                    placed_at,
+                    ..
+                }) => {
+                    let (card, settle_after) = self
+                        .shared
+                        .cards
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get(&order_id)
+                        .copied()
+                        .ok_or(format!("order {order_id} no fan placed"))?;
+                    money.payments.entry(order_id).or_insert(Payment {
+                        order: order_id,
+                        amount: total_cents,
+                        card,
+                        settle_after,
+                        state: PaymentState::Charge,
+                        placed_at,
+                        attempts: 0,
+                        done: false,
+                        busy: false,
+                    });
+                }
+                Ok(ShowEvent::OrderCancelled { order_id, .. })
+                | Ok(ShowEvent::MakeGoodOwed { order_id, .. }) => {
+                    money.refunds.entry(order_id).or_default();
+                }
+                _ => return Err(format!("row {}: unreadable", row.sequence)),
+            }
+        }
+        if let Some((order, n)) = money.charged_twice() {
+            return Err(format!("order {order} captured {n} times at the processor"));
+        }
+        drop(money);
         let acks = std::mem::take(&mut *self.shared.acks.lock().unwrap_or_else(|p| p.into_inner()));
         for h in &acks.holds {
             if !self.oracle.has_hold(h) {

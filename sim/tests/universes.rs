@@ -30,3 +30,19 @@ fn universes_keep_every_rule() {
         }
     }
 }
+
+/// Seeds that once found a bug, kept after its fix, with what they found.
+const FOUND: &[(u64, &str)] = &[(
+    43,
+    "a refund's record refused by a node whose state held an order from a batch its fenced \
+     append never wrote (the owner answered refusals before the batch committed)",
+)];
+
+#[test]
+fn seeds_that_found_bugs_keep_every_rule() {
+    let config = Config::default();
+    for (seed, found) in FOUND {
+        let report = run(*seed, &config);
+        assert_eq!(report.violation, None, "seed {seed} once found: {found}");
+    }
+}
