@@ -15,7 +15,9 @@ use onsale_domain::{ShowEvent, ShowId, VenueEvent, VenueId};
 use onsale_eventlog::{
     Claim, EventLog, LoadedShow, LogRow, MemoryEventLog, Node, Result, ScanKey, Traced,
 };
-use tokio::sync::watch;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// When each node last renewed its registration, as the database would know it.
@@ -51,6 +53,15 @@ impl Registrations {
     }
 }
 
+/// Whether the node reaches the database, and the calls waiting for it to. A `Notify`, not a
+/// `watch` channel: tokio's watch wakes its waiters from shards picked at random, and the
+/// simulation must wake them in the same order every run.
+#[derive(Debug)]
+struct Connection {
+    up: AtomicBool,
+    back: Notify,
+}
+
 /// The first rule a link saw broken at the log itself (shared by every node's link).
 pub type Broken = Arc<Mutex<Option<String>>>;
 
@@ -59,7 +70,7 @@ pub struct Link {
     store: MemoryEventLog,
     registrations: Arc<Registrations>,
     broken: Broken,
-    connected: Arc<watch::Sender<bool>>,
+    connected: Arc<Connection>,
     slow: Arc<Mutex<Duration>>,
 }
 
@@ -69,22 +80,26 @@ impl Link {
             store,
             registrations,
             broken,
-            connected: Arc::new(watch::Sender::new(true)),
+            connected: Arc::new(Connection {
+                up: AtomicBool::new(true),
+                back: Notify::new(),
+            }),
             slow: Arc::default(),
         }
     }
 
     /// The node is cut off from the database (or paused): every call waits.
     pub fn cut(&self) {
-        self.connected.send_replace(false);
+        self.connected.up.store(false, Ordering::Relaxed);
     }
 
     pub fn reconnect(&self) {
-        self.connected.send_replace(true);
+        self.connected.up.store(true, Ordering::Relaxed);
+        self.connected.back.notify_waiters();
     }
 
     pub fn is_cut(&self) -> bool {
-        !*self.connected.borrow()
+        !self.connected.up.load(Ordering::Relaxed)
     }
 
     /// Appends take `by` before they commit (`Duration::ZERO`: no delay).
@@ -93,9 +108,13 @@ impl Link {
     }
 
     async fn reachable(&self) {
-        let mut rx = self.connected.subscribe();
-        // The sender lives as long as the link.
-        let _ = rx.wait_for(|c| *c).await;
+        loop {
+            let back = self.connected.back.notified();
+            if !self.is_cut() {
+                return;
+            }
+            back.await;
+        }
     }
 }
 

@@ -7,9 +7,10 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
+use cqrs_es::DomainEvent;
 use onsale_domain::transitions::{HoldMove, HoldState, OrderMove, OrderState, Transition, Verdict};
 use onsale_domain::{AccountId, HoldId, OrderId, ShowEvent, MAX_SEATS_PER_ACCOUNT};
-use onsale_eventlog::LogRow;
+use onsale_projections::fold::LogEvent;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Occupant {
@@ -51,8 +52,9 @@ pub struct Oracle {
 pub type Violation = String;
 
 impl Oracle {
-    /// Checks `rows`, the next rows of the show's log in order.
-    pub fn check(&mut self, rows: &[LogRow]) -> Result<(), Violation> {
+    /// Checks `rows`, the next rows of the show's log in order (read as the projections read
+    /// them: the event and the time its row says it was decided).
+    pub fn check(&mut self, rows: &[LogEvent]) -> Result<(), Violation> {
         for row in rows {
             if row.sequence != self.seen + 1 {
                 return Err(format!(
@@ -61,11 +63,9 @@ impl Oracle {
                 ));
             }
             self.seen = row.sequence;
-            let event: ShowEvent = serde_json::from_str(&row.payload)
-                .map_err(|e| format!("row {}: unreadable: {e}", row.sequence))?;
-            let at = decided_at(row)?;
-            self.apply(event, at)
-                .map_err(|why| format!("row {} ({}): {why}", row.sequence, row.event_type))?;
+            self.apply(row.event.clone(), row.at).map_err(|why| {
+                format!("row {} ({}): {why}", row.sequence, row.event.event_type())
+            })?;
         }
         Ok(())
     }
@@ -322,17 +322,6 @@ where
             "{what} {from:?} moved by {by:?}: refused by the table"
         )),
     }
-}
-
-/// When the row's events were decided (its metadata's `at`).
-fn decided_at(row: &LogRow) -> Result<DateTime<Utc>, String> {
-    let meta: serde_json::Value = serde_json::from_str(&row.metadata)
-        .map_err(|e| format!("row {}: metadata: {e}", row.sequence))?;
-    meta["at"]
-        .as_str()
-        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
-        .map(|t| t.with_timezone(&Utc))
-        .ok_or(format!("row {}: no decision time", row.sequence))
 }
 
 #[cfg(test)]

@@ -8,8 +8,7 @@
 use std::collections::BTreeMap;
 
 use onsale_domain::transitions::SeatStatus;
-use onsale_domain::{Show, ShowId};
-use onsale_eventlog::LogRow;
+use onsale_domain::Show;
 use onsale_projections::fold::{apply, status_at, LogEvent};
 
 #[derive(Debug, Default)]
@@ -20,19 +19,16 @@ pub struct Projected {
 }
 
 impl Projected {
-    /// Folds the next rows of `show`'s log.
-    pub fn fold(&mut self, show: ShowId, rows: &[LogRow]) -> Result<(), String> {
-        for row in rows {
-            let log = LogEvent::from_row(show, row.sequence, &row.payload, &row.metadata)
-                .map_err(|e| format!("row {}: {e}", row.sequence))?;
+    /// Folds the next rows of the show's log.
+    pub fn fold(&mut self, rows: &[LogEvent]) {
+        for log in rows {
             let seats = &mut self.seats;
-            apply(&mut self.show, &log, |ctx| {
+            apply(&mut self.show, log, |ctx| {
                 for (i, _) in ctx.touched {
                     seats.insert(*i, status_at(ctx.after, *i));
                 }
             });
         }
-        Ok(())
     }
 
     /// The projected map against the full fold and the oracle's occupied seats.

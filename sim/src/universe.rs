@@ -29,6 +29,7 @@ use crate::oracle::Oracle;
 use crate::payments::{Money, Payment, CARDS};
 use crate::projection::Projected;
 use onsale_payments::worker::{webhook_command, Outcome, PaymentState, Step};
+use onsale_projections::fold::LogEvent;
 
 /// The size of a universe.
 #[derive(Debug, Clone)]
@@ -118,6 +119,7 @@ struct Shared {
 
 impl Shared {
     fn note(&self, line: String) {
+        let line = format!("[{}] {line}", self.clock.now().format("%H:%M:%S%.3f"));
         self.trace
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -295,7 +297,7 @@ struct Universe {
     jump: Duration,
 }
 
-const TTL: Duration = Duration::from_secs(2);
+const TTL: Duration = Duration::from_secs(5);
 
 impl Universe {
     fn new(seed: u64, config: Config) -> Self {
@@ -438,7 +440,8 @@ impl Universe {
             tokio::time::sleep(Duration::from_secs(5)).await;
             self.check().await?;
         }
-        tokio::time::sleep(Duration::from_secs(120)).await;
+        // Past the longest hold TTL (60 s): every hold left has lapsed and been swept.
+        tokio::time::sleep(Duration::from_secs(65)).await;
         self.check().await?;
         self.settled()
     }
@@ -776,8 +779,13 @@ impl Universe {
             .read_range(&self.show.to_string(), self.oracle.seen, i64::MAX, i64::MAX)
             .await
             .map_err(|e| e.to_string())?;
+        let rows = rows
+            .iter()
+            .map(|r| LogEvent::from_row(self.show, r.sequence, &r.payload, &r.metadata))
+            .collect::<anyhow::Result<Vec<_>>>()
+            .map_err(|e| format!("a row the projections cannot read: {e}"))?;
         self.oracle.check(&rows)?;
-        self.projected.fold(self.show, &rows)?;
+        self.projected.fold(&rows);
         self.projected.matches(&self.oracle.occupied())?;
         let now = self.shared.clock.now();
         let mut money = self.shared.money();
@@ -789,44 +797,38 @@ impl Universe {
         // was lost is paid for too): an order placed is a payment to make; a cancellation or a
         // make-good is a refund owed.
         for row in &rows {
-            if !matches!(
-                row.event_type.as_str(),
-                "OrderPlaced" | "OrderCancelled" | "MakeGoodOwed"
-            ) {
-                continue;
-            }
-            match serde_json::from_str(&row.payload) {
-                Ok(ShowEvent::OrderPlaced {
+            match &row.event {
+                ShowEvent::OrderPlaced {
                     order_id,
                     total_cents,
                     placed_at,
                     ..
-                }) => {
+                } => {
                     let (card, settle_after) = self
                         .shared
                         .cards
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .get(&order_id)
+                        .get(order_id)
                         .copied()
                         .ok_or(format!("order {order_id} no fan placed"))?;
-                    money.payments.entry(order_id).or_insert(Payment {
-                        order: order_id,
-                        amount: total_cents,
+                    money.payments.entry(*order_id).or_insert(Payment {
+                        order: *order_id,
+                        amount: *total_cents,
                         card,
                         settle_after,
                         state: PaymentState::Charge,
-                        placed_at,
+                        placed_at: *placed_at,
                         attempts: 0,
                         done: false,
                         busy: false,
                     });
                 }
-                Ok(ShowEvent::OrderCancelled { order_id, .. })
-                | Ok(ShowEvent::MakeGoodOwed { order_id, .. }) => {
-                    money.refunds.entry(order_id).or_default();
+                ShowEvent::OrderCancelled { order_id, .. }
+                | ShowEvent::MakeGoodOwed { order_id, .. } => {
+                    money.refunds.entry(*order_id).or_default();
                 }
-                _ => return Err(format!("row {}: unreadable", row.sequence)),
+                _ => {}
             }
         }
         if let Some((order, n)) = money.charged_twice() {
