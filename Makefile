@@ -7,7 +7,7 @@ demo:
 test:
 	./scripts/test.sh
 
-# The deterministic simulator (issue 32, docs/adr/030): SEEDS universes (the real owners,
+# The deterministic simulator (issue 32, docs/adr/020): SEEDS universes (the real owners,
 # fencing and domain on the in-memory log, with faults, on a paused clock), every invariant
 # after every step; a failure prints its seed. `make sim SEED=n` replays one with its trace.
 # `make sim-soak SOAK_SECONDS=600` runs universes for that long: the hunt before a release.

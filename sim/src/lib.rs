@@ -1,4 +1,4 @@
-//! The deterministic simulator (issue 32, docs/adr/030): the real write path (the command
+//! The deterministic simulator (issue 32, docs/adr/020): the real write path (the command
 //! side's owners with group commit, claims, leases and fencing across several nodes; the
 //! domain; the event log's contract in memory) driven by seeded fans and faults on tokio's
 //! paused clock, with the invariants checked after every step. `make sim SEEDS=1000` runs many
