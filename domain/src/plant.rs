@@ -18,15 +18,18 @@ pub enum Bug {
     NewKeyOnRetry = 4,
     /// The read models are not told which seats a cancellation frees.
     MapMissesCancellations = 5,
+    /// The ticket issuer issues an order's tickets when it is placed, before it is paid.
+    TicketsBeforePayment = 6,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 5] = [
+    pub const ALL: [Bug; 6] = [
         Bug::AckBeforeCommit,
         Bug::AppendSkipsFence,
         Bug::CapForgetsOrders,
         Bug::NewKeyOnRetry,
         Bug::MapMissesCancellations,
+        Bug::TicketsBeforePayment,
     ];
 }
 

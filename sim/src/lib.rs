@@ -8,6 +8,7 @@ pub mod link;
 pub mod oracle;
 pub mod payments;
 pub mod projection;
+pub mod tickets;
 pub mod universe;
 
 pub use universe::{run, Config, Report};

@@ -96,6 +96,11 @@ impl Oracle {
             .map(|(id, o)| (id, o.state, o.history.as_slice()))
     }
 
+    /// How many seats the order has.
+    pub fn order_seats(&self, order: &OrderId) -> usize {
+        self.orders.get(order).map_or(0, |o| o.seats.len())
+    }
+
     /// Seats in use as the log says: held, awaiting payment, or sold (what a fold of the log
     /// must agree with).
     pub fn occupied(&self) -> Vec<String> {

@@ -3,30 +3,36 @@
 //! says the event touched it, as the seat-map projection rewrites only the rows it marks. After
 //! every step it must equal the log: the status of every seat as a full fold of the log has it,
 //! and free exactly where the oracle has nobody on the seat. A seat an event changes without
-//! the fold naming it would leave the fans' map wrong, and shows here.
+//! the fold naming it would leave the fans' map wrong, and shows here. The ticket issuer
+//! consumes the same fold.
 
 use std::collections::BTreeMap;
 
 use onsale_domain::transitions::SeatStatus;
 use onsale_domain::Show;
+use onsale_payments::tickets::TicketIssuer;
 use onsale_projections::fold::{apply, status_at, LogEvent};
+use onsale_projections::Projection;
 
 #[derive(Debug, Default)]
 pub struct Projected {
     show: Show,
     /// Seat index -> status, as written by touched seats only.
     seats: BTreeMap<u32, SeatStatus>,
+    /// The ticket issuer, another consumer of the same fold.
+    pub issuer: TicketIssuer,
 }
 
 impl Projected {
     /// Folds the next rows of the show's log.
     pub fn fold(&mut self, rows: &[LogEvent]) {
         for log in rows {
-            let seats = &mut self.seats;
+            let (seats, issuer) = (&mut self.seats, &mut self.issuer);
             apply(&mut self.show, log, |ctx| {
                 for (i, _) in ctx.touched {
                     seats.insert(*i, status_at(ctx.after, *i));
                 }
+                issuer.event(ctx);
             });
         }
     }

@@ -10,10 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, TimeZone, Utc};
-use onsale_command::{Answer, ClusterConfig, CommandError, OwnerConfig, Shows};
+use onsale_command::{Answer, ClusterConfig, CommandError, Found, OwnerConfig, ShowQuery, Shows};
 use onsale_domain::{
     AccountId, Clock, HoldId, Idempotency, IdempotencyKey, OrderId, PaymentFailure, RowLayout,
-    SalePolicy, SectionLayout, ShowCommand, ShowEvent, ShowId, ShowInfo, VenueId, VenueLayout,
+    SalePolicy, SectionLayout, ShowCommand, ShowError, ShowEvent, ShowId, ShowInfo, VenueId,
+    VenueLayout,
 };
 use onsale_eventlog::{EventLog, MemoryEventLog};
 use rand::{Rng, SeedableRng};
@@ -28,6 +29,7 @@ use crate::link::{Broken, Link, Registrations};
 use crate::oracle::Oracle;
 use crate::payments::{Money, Payment, CARDS};
 use crate::projection::Projected;
+use crate::tickets::{Revocation, TicketBook};
 use onsale_payments::worker::{webhook_command, Outcome, PaymentState, Step};
 use onsale_projections::fold::LogEvent;
 
@@ -109,6 +111,7 @@ struct Shared {
     acks: Mutex<Acks>,
     known: Mutex<Known>,
     money: Mutex<Money>,
+    tickets: Mutex<TicketBook>,
     /// The card and settle delay each order is paid with, drawn when it is placed.
     cards: Mutex<BTreeMap<OrderId, (&'static str, chrono::Duration)>>,
     commands: AtomicU64,
@@ -128,6 +131,35 @@ impl Shared {
 
     fn money(&self) -> std::sync::MutexGuard<'_, Money> {
         self.money.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn tickets(&self) -> std::sync::MutexGuard<'_, TicketBook> {
+        self.tickets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Asks the show's owner `query`, on node `first` and then the next while the answer is
+    /// "try again".
+    async fn ask(
+        &self,
+        first: usize,
+        attempts: usize,
+        query: ShowQuery,
+    ) -> Result<Found, CommandError> {
+        let mut answer = Err(CommandError::Unavailable);
+        for attempt in 0..attempts {
+            let node = (first + attempt) % self.nodes.len();
+            self.commands.fetch_add(1, Ordering::Relaxed);
+            answer = self.nodes[node].ask(self.show, query.clone()).await;
+            if !matches!(
+                answer,
+                Err(CommandError::Unavailable
+                    | CommandError::Overloaded
+                    | CommandError::ShuttingDown)
+            ) {
+                break;
+            }
+        }
+        answer
     }
 
     /// Sends `command` to node `first`, and while the answer is "try again" (the node does not
@@ -336,6 +368,7 @@ impl Universe {
             acks: Mutex::default(),
             known: Mutex::default(),
             money: Mutex::default(),
+            tickets: Mutex::default(),
             cards: Mutex::default(),
             commands: AtomicU64::new(0),
             nodes: nodes.iter().map(|n: &Node| n.shows.clone()).collect(),
@@ -471,6 +504,13 @@ impl Universe {
                     "order {order} ends {state:?} (rows {rows:?}) while the processor has captured={captured}, refunded {refunded} of {whole}"
                 ));
             }
+            let ticketed = self.shared.tickets().seats_of(&order.to_string());
+            if state == S::Confirmed && ticketed != self.oracle.order_seats(order) {
+                return Err(format!(
+                    "order {order} is confirmed with {ticketed} tickets for {} seats",
+                    self.oracle.order_seats(order)
+                ));
+            }
         }
         Ok(())
     }
@@ -582,15 +622,12 @@ impl Universe {
             56..=69 => return self.worker_round(step, node),
             70..=73 => return self.webhooks(step, node),
             74..=77 => match pick_order(&mut self.rng) {
-                Some((order_id, account)) => ShowCommand::CancelOrder {
-                    order_id,
-                    account,
-                    admin: false,
-                },
+                Some((order, account)) => return self.cancel(step, node, order, account),
                 None => return,
             },
             78..=80 => return self.refund_round(step, node),
-            81..=88 => {
+            81..=83 => return self.scan(step),
+            84..=88 => {
                 let secs = self.rng.random_range(1..=40);
                 self.shared.note(format!("{step} time +{secs}s"));
                 self.jump = Duration::from_secs(secs);
@@ -737,8 +774,95 @@ impl Universe {
         }));
     }
 
-    /// The worker takes the refunds that are owed.
+    /// A fan cancels a paid order as the API does: the domain's rule asked first, then the
+    /// tickets revoked (refused if one was scanned), then `CancelOrder`, then remembered.
+    fn cancel(&mut self, step: usize, first: usize, order: OrderId, account: AccountId) {
+        let shared = self.shared.clone();
+        self.clients.push(tokio::spawn(async move {
+            let label = format!("{step} {account} cancels {}", short(order.to_string()));
+            let query = ShowQuery::Cancellable {
+                order,
+                account: account.clone(),
+                admin: false,
+            };
+            match shared.ask(first, 4, query).await {
+                Ok(Found::Cancellable(_)) => {}
+                Err(CommandError::Domain(e)) => {
+                    return shared.note(format!("{label} -> refused: {e}"));
+                }
+                other => return shared.note(format!("{label} -> {other:?}")),
+            }
+            let revoked = shared
+                .tickets()
+                .revoke_for_cancel(&order.to_string(), account.as_str());
+            if let Revocation::AlreadyScanned(seat) = revoked {
+                return shared.note(format!("{label} -> refused: {seat}'s ticket was scanned"));
+            }
+            let command = ShowCommand::CancelOrder {
+                order_id: order,
+                account,
+                admin: false,
+            };
+            let answer = shared.deliver(first, 4, &command).await;
+            if let (_, Ok(a)) = &answer {
+                acknowledge(&shared, &command, a);
+                shared.tickets().recorded(&order.to_string());
+            }
+            shared.note(format!("{label} -> {}", told(&answer)));
+        }));
+    }
+
+    /// The gate scans one issued ticket (perhaps revoked, perhaps scanned already).
+    fn scan(&mut self, step: usize) {
+        let issued = self.shared.tickets().issued();
+        if issued.is_empty() {
+            return;
+        }
+        let (order, seat) = &issued[self.rng.random_range(0..issued.len())];
+        let admitted = self.shared.tickets().scan(order, seat);
+        self.shared.note(format!(
+            "{step} gate scans {}'s {seat}: {}",
+            short(order.clone()),
+            if admitted { "admitted" } else { "refused" }
+        ));
+    }
+
+    /// The worker takes the refunds that are owed, and the job finishes the cancellations
+    /// interrupted after their tickets were revoked (`finish_cancellations`).
     fn refund_round(&mut self, step: usize, first: usize) {
+        let unfinished = self.shared.tickets().unfinished();
+        if !unfinished.is_empty() {
+            let shared = self.shared.clone();
+            self.clients.push(tokio::spawn(async move {
+                for (order, by) in unfinished {
+                    let (Ok(order_id), Ok(account)) =
+                        (order.parse::<OrderId>(), AccountId::parse(&by))
+                    else {
+                        continue;
+                    };
+                    let command = ShowCommand::CancelOrder {
+                        order_id,
+                        account,
+                        admin: true,
+                    };
+                    let answer = shared.deliver(first, 4, &command).await;
+                    if matches!(
+                        answer.1,
+                        Ok(_)
+                            | Err(CommandError::Domain(
+                                ShowError::NotCancellable(_) | ShowError::OrderNotFound
+                            ))
+                    ) {
+                        shared.tickets().recorded(&order);
+                    }
+                    shared.note(format!(
+                        "finish the cancellation of {} -> {}",
+                        short(order),
+                        told(&answer)
+                    ));
+                }
+            }));
+        }
         let owed: Vec<OrderId> = {
             let mut money = self.shared.money();
             money
@@ -787,6 +911,28 @@ impl Universe {
         self.oracle.check(&rows)?;
         self.projected.fold(&rows);
         self.projected.matches(&self.oracle.occupied())?;
+        {
+            let mut tickets = self.shared.tickets();
+            for change in self.projected.issuer.take_changes() {
+                tickets.apply(change);
+            }
+            if let Some(seat) = tickets.seat_with_two_live_tickets() {
+                return Err(format!("seat {seat} has two tickets that open the gate"));
+            }
+            use onsale_domain::OrderStatus as S;
+            for (order, state, _) in self.oracle.orders() {
+                // Never paid, or cancelled: no ticket of it may open the gate.
+                let closed = matches!(
+                    state,
+                    S::PaymentFailed | S::Failed | S::MakeGood | S::Cancelled | S::Refunded
+                );
+                if closed && tickets.live(&order.to_string()) {
+                    return Err(format!(
+                        "order {order} is {state:?} and a ticket of it opens the gate"
+                    ));
+                }
+            }
+        }
         let now = self.shared.clock.now();
         let mut money = self.shared.money();
         // The processor's time passes: pending charges settle and raise their webhooks.
