@@ -20,16 +20,19 @@ pub enum Bug {
     MapMissesCancellations = 5,
     /// The ticket issuer issues an order's tickets when it is placed, before it is paid.
     TicketsBeforePayment = 6,
+    /// The sweep expires holds a few seconds before their expiry.
+    ExpiresEarly = 7,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 6] = [
+    pub const ALL: [Bug; 7] = [
         Bug::AckBeforeCommit,
         Bug::AppendSkipsFence,
         Bug::CapForgetsOrders,
         Bug::NewKeyOnRetry,
         Bug::MapMissesCancellations,
         Bug::TicketsBeforePayment,
+        Bug::ExpiresEarly,
     ];
 }
 

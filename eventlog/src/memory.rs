@@ -89,6 +89,11 @@ impl MemoryEventLog {
         self.lock().owners.get(&show).map(|o| o.1)
     }
 
+    /// The node that holds the show's claim, if any.
+    pub fn owner(&self, show: ShowId) -> Option<uuid::Uuid> {
+        self.lock().owners.get(&show).map(|o| o.0)
+    }
+
     /// The node is presumed dead (its heartbeats stopped): its shows may be claimed by others.
     pub fn presume_dead(&self, node: uuid::Uuid) {
         self.lock().dead.insert(node);

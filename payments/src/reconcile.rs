@@ -14,6 +14,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::client::Processor;
+use onsale_processor_api::SettlementLine;
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -57,48 +58,50 @@ async fn order_state(shows: &Shows, order: OrderId) -> Result<Option<OrderStatus
     }
 }
 
-/// Reconciles `day`'s settlement file (captures and refunds of that day; the neighbouring days'
-/// files are read too, so a charge that settled across midnight is not a mismatch).
-pub async fn reconcile(
-    pool: &PgPool,
-    shows: &Shows,
+/// A day's settlement file and its neighbours' (a charge that settled across midnight is not a
+/// mismatch).
+#[derive(Debug, Clone, Default)]
+pub struct Settlement {
+    pub day: NaiveDate,
+    pub lines: Vec<SettlementLine>,
+    pub nearby: Vec<SettlementLine>,
+}
+
+/// Reads `day`'s settlement file and those of the days around it that exist by `today`.
+pub async fn read_settlement(
     client: &dyn Processor,
     day: NaiveDate,
-) -> anyhow::Result<Report> {
+    today: NaiveDate,
+) -> anyhow::Result<Settlement> {
     let lines = client.settlement(day).await?;
-    let today = Utc::now().date_naive();
     let mut nearby = Vec::new();
     for d in [day - Duration::days(1), day + Duration::days(1)] {
         if d <= today {
             nearby.extend(client.settlement(d).await?);
         }
     }
+    Ok(Settlement { day, lines, nearby })
+}
+
+/// Direction one of [`reconcile`]: every capture in the file has an order that kept the money.
+/// A capture for an order still pending resolves it; one for an order that failed goes through
+/// the late-capture policy (reinstated, or refunded and a make-good owed); one for no order at
+/// all is refunded unless a refund already covers it.
+pub async fn settle_captures(shows: &Shows, client: &dyn Processor, files: &Settlement) -> Report {
     let mut report = Report {
-        day: Some(day),
+        day: Some(files.day),
         ..Report::default()
     };
-    let captured: BTreeSet<&str> = lines
+    let refunded_cents: BTreeMap<&str, i64> = files
+        .lines
         .iter()
-        .chain(&nearby)
-        .filter(|l| l.kind == "capture")
-        .map(|l| l.reference.as_str())
-        .collect();
-    let refunded: BTreeSet<&str> = lines
-        .iter()
-        .chain(&nearby)
-        .filter(|l| l.kind == "refund")
-        .map(|l| l.reference.as_str())
-        .collect();
-    let refunded_cents: BTreeMap<&str, i64> = lines
-        .iter()
-        .chain(&nearby)
+        .chain(&files.nearby)
         .filter(|l| l.kind == "refund")
         .fold(BTreeMap::new(), |mut m, l| {
             *m.entry(l.reference.as_str()).or_insert(0) += l.amount_cents;
             m
         });
-    // Direction one: every capture has an order that kept the money.
-    for line in lines.iter().filter(|l| l.kind == "capture") {
+    for line in files.lines.iter().filter(|l| l.kind == "capture") {
         report.captures += 1;
         let order = line.reference.parse::<OrderId>().ok();
         let state = match order {
@@ -153,6 +156,32 @@ pub async fn reconcile(
             }
         }
     }
+    report
+}
+
+/// Reconciles `day`'s settlement file against the orders, in both directions, and stores the
+/// report.
+pub async fn reconcile(
+    pool: &PgPool,
+    shows: &Shows,
+    client: &dyn Processor,
+    day: NaiveDate,
+) -> anyhow::Result<Report> {
+    let files = read_settlement(client, day, Utc::now().date_naive()).await?;
+    let mut report = settle_captures(shows, client, &files).await;
+    let lines = &files.lines;
+    let captured: BTreeSet<&str> = lines
+        .iter()
+        .chain(&files.nearby)
+        .filter(|l| l.kind == "capture")
+        .map(|l| l.reference.as_str())
+        .collect();
+    let refunded: BTreeSet<&str> = lines
+        .iter()
+        .chain(&files.nearby)
+        .filter(|l| l.kind == "refund")
+        .map(|l| l.reference.as_str())
+        .collect();
     report.refunds = lines.iter().filter(|l| l.kind == "refund").count();
     // Direction two: every order whose payment we settled that day has its money at the
     // processor, and every refund we recorded is in a file.

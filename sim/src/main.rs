@@ -7,6 +7,9 @@ use std::time::Instant;
 use clap::Parser;
 use onsale_sim::{run, Config, Report};
 
+/// Lines of a failing universe's trace printed with its seed.
+const TRACE_TAIL: usize = 40;
+
 #[derive(Parser)]
 #[command(about = "Deterministic simulation of onsale's write path")]
 struct Args {
@@ -95,11 +98,16 @@ fn main() -> anyhow::Result<()> {
     }
     // The lowest seed that broke a rule, whichever worker ran it first.
     if let Some((seed, report)) = runs.iter().find(|(_, r)| r.violation.is_some()) {
+        // The same universe again, for its trace (it replays exactly): the last of it.
+        let again = run(*seed, &config);
+        for line in &again.trace[again.trace.len().saturating_sub(TRACE_TAIL)..] {
+            eprintln!("{line}");
+        }
         eprintln!(
             "seed {seed} broke a rule: {}",
             report.violation.as_deref().unwrap_or_default()
         );
-        eprintln!("replay it: make sim SEED={seed}");
+        eprintln!("replay it (the whole trace): make sim SEED={seed}");
         anyhow::bail!("seed {seed} failed");
     }
     let commands: u64 = runs.iter().map(|(_, r)| r.commands).sum();

@@ -10,24 +10,28 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Duration, Utc};
-use onsale_domain::OrderId;
-use onsale_payments::client::{ProcessorClient, Verdict};
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Duration, NaiveDate, Utc};
+use onsale_domain::{Clock, OrderId};
+use onsale_payments::client::{Processor, ProcessorClient, Verdict, WebhookRejection};
 use onsale_payments::worker::{charge_key, next_step, PaymentState, Step};
-use onsale_processor_sim::ledger::{ChargeRequest, Ledger, LedgerError, WebhookEvent};
+use onsale_processor_sim::ledger::{
+    ChargeRequest, Ledger, LedgerError, Refund, SettlementLine, WebhookEvent,
+};
 
 /// Past this, an unresolved payment fails its order and its charge is voided (the worker's
 /// `max_pending_secs`).
 pub const BOUND_SECS: u64 = 30;
 
-/// The cards fans pay with: the processor simulator's behaviours, by token. A late-settling
-/// card (captured after reporting failed) needs the settlement reconciliation, which the
-/// simulation does not run yet.
-pub const CARDS: [&str; 4] = [
+/// The cards fans pay with: the processor simulator's behaviours, by token (a late-settling
+/// card reports failed and captures later: only the settlement reconciliation finds it).
+pub const CARDS: [&str; 5] = [
     "tok_ok",
     "tok_decline",
     "tok_timeout_then_ok",
     "tok_timeout_then_fail",
+    "tok_late_settle",
 ];
 
 /// One order's payment, where the worker has it.
@@ -106,7 +110,7 @@ impl Money {
         Some((state, heard))
     }
 
-    fn status(&self, key: &str) -> Verdict {
+    pub fn status(&self, key: &str) -> Verdict {
         self.ledger
             .status(key)
             .map_or(Verdict::NoCharge, ProcessorClient::verdict)
@@ -145,5 +149,76 @@ impl Money {
             .captures_per_reference()
             .into_iter()
             .find(|(_, n)| *n > 1)
+    }
+}
+
+/// The processor as the settlement reconciliation (`onsale_payments::reconcile`) reaches it:
+/// the same books, through the `Processor` trait the HTTP client implements.
+#[derive(Debug, Clone)]
+pub struct SimProcessor {
+    pub money: Arc<Mutex<Money>>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl SimProcessor {
+    fn money(&self) -> std::sync::MutexGuard<'_, Money> {
+        self.money.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait::async_trait]
+impl Processor for SimProcessor {
+    async fn charge(&self, key: &str, request: &ChargeRequest) -> Verdict {
+        let now = self.clock.now();
+        match self
+            .money()
+            .ledger
+            .charge(key, request.clone(), Duration::seconds(30), now)
+        {
+            Ok(c) => ProcessorClient::verdict(&c),
+            Err(e) => Verdict::Unknown { why: e.to_string() },
+        }
+    }
+
+    async fn status(&self, key: &str) -> Verdict {
+        self.money().status(key)
+    }
+
+    async fn void(&self, key: &str) -> Verdict {
+        let now = self.clock.now();
+        let mut money = self.money();
+        match money.ledger.void(key, now) {
+            Ok(c) => ProcessorClient::verdict(&c),
+            Err(LedgerError::AlreadyCaptured) => money.status(key),
+            Err(LedgerError::NoSuchCharge) => Verdict::NoCharge,
+            Err(e) => Verdict::Unknown { why: e.to_string() },
+        }
+    }
+
+    async fn refund(
+        &self,
+        key: &str,
+        charge_key: &str,
+        amount_cents: i64,
+    ) -> anyhow::Result<Refund> {
+        let now = self.clock.now();
+        Ok(self
+            .money()
+            .ledger
+            .refund(key, charge_key, amount_cents, now)?)
+    }
+
+    async fn settlement(&self, day: NaiveDate) -> anyhow::Result<Vec<SettlementLine>> {
+        Ok(self.money().ledger.settlement(day))
+    }
+
+    fn verify_webhook(
+        &self,
+        _signature: &str,
+        body: &[u8],
+        _now: i64,
+    ) -> Result<WebhookEvent, WebhookRejection> {
+        // Deliveries reach the simulation as events, never as signed bodies.
+        Ok(serde_json::from_slice(body)?)
     }
 }

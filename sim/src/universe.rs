@@ -27,9 +27,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::link::{Broken, Link, Registrations};
 use crate::oracle::Oracle;
-use crate::payments::{Money, Payment, CARDS};
+use crate::payments::{Money, Payment, SimProcessor, CARDS};
 use crate::projection::Projected;
 use crate::tickets::{Revocation, TicketBook};
+use onsale_payments::reconcile::{read_settlement, settle_captures};
 use onsale_payments::worker::{webhook_command, Outcome, PaymentState, Step};
 use onsale_projections::fold::LogEvent;
 
@@ -110,12 +111,13 @@ struct Shared {
     trace: Mutex<Vec<String>>,
     acks: Mutex<Acks>,
     known: Mutex<Known>,
-    money: Mutex<Money>,
+    money: Arc<Mutex<Money>>,
     tickets: Mutex<TicketBook>,
     /// The card and settle delay each order is paid with, drawn when it is placed.
     cards: Mutex<BTreeMap<OrderId, (&'static str, chrono::Duration)>>,
     commands: AtomicU64,
     nodes: Vec<Shows>,
+    store: MemoryEventLog,
     show: ShowId,
     clock: Arc<dyn Clock>,
 }
@@ -254,6 +256,42 @@ impl Shared {
         self.note(format!("{label} -> {outcome}"));
     }
 
+    /// One run of the settlement reconciliation for today, on node `first`'s registry: how many
+    /// captures it resolved.
+    async fn reconcile(&self, first: usize) -> usize {
+        let processor = SimProcessor {
+            money: self.money.clone(),
+            clock: self.clock.clone(),
+        };
+        let today = self.clock.now().date_naive();
+        let files = match read_settlement(&processor, today, today).await {
+            Ok(files) => files,
+            Err(e) => {
+                self.note(format!("reconciliation could not read the file: {e}"));
+                return 0;
+            }
+        };
+        // The job's calls reach the show's owner (a node forwards them there); the simulation
+        // does not forward, so the job runs on the owner's node.
+        let owner = self
+            .store
+            .owner(self.show)
+            .and_then(|id| self.nodes.iter().position(|n| n.node().id == id));
+        let node = owner.unwrap_or(first);
+        let report = settle_captures(&self.nodes[node], &processor, &files).await;
+        let kinds: Vec<String> = report
+            .resolved
+            .iter()
+            .chain(&report.unresolved)
+            .map(|f| format!("{} {}", f.kind, short(f.reference.clone())))
+            .collect();
+        self.note(format!(
+            "reconciliation on node {node}: {} captures, {kinds:?}",
+            report.captures
+        ));
+        report.resolved.len() + report.unresolved.len()
+    }
+
     /// The refund owed for `order`: at the processor, then in the log.
     async fn refund(&self, first: usize, order: OrderId) {
         let now = self.clock.now();
@@ -367,11 +405,12 @@ impl Universe {
             trace: Mutex::default(),
             acks: Mutex::default(),
             known: Mutex::default(),
-            money: Mutex::default(),
+            money: Arc::default(),
             tickets: Mutex::default(),
             cards: Mutex::default(),
             commands: AtomicU64::new(0),
             nodes: nodes.iter().map(|n: &Node| n.shows.clone()).collect(),
+            store: store.clone(),
             show,
             clock,
         });
@@ -440,7 +479,7 @@ impl Universe {
         // The worker and the webhooks finish their work: every payment resolved, every
         // refund owed made.
         for _ in 0..100 {
-            let (payments, refunds, webhooks) = {
+            let (payments, refunds, webhooks, settling) = {
                 let money = self.shared.money();
                 let payments: Vec<OrderId> = money
                     .payments
@@ -454,9 +493,13 @@ impl Universe {
                     .filter(|(_, r)| !r.done)
                     .map(|(o, _)| *o)
                     .collect();
-                (payments, refunds, money.webhooks.len())
+                let settling = money.ledger.charges().any(|c| c.resolves_at.is_some());
+                (payments, refunds, money.webhooks.len(), settling)
             };
-            if payments.is_empty() && refunds.is_empty() && webhooks == 0 {
+            // The day's file reconciled: a late capture found is recorded (and a refund owed).
+            let found = self.shared.reconcile(0).await;
+            if payments.is_empty() && refunds.is_empty() && webhooks == 0 && !settling && found == 0
+            {
                 break;
             }
             for order in payments {
@@ -627,7 +670,8 @@ impl Universe {
             },
             78..=80 => return self.refund_round(step, node),
             81..=83 => return self.scan(step),
-            84..=88 => {
+            84..=85 => return self.reconcile_round(step, node),
+            86..=88 => {
                 let secs = self.rng.random_range(1..=40);
                 self.shared.note(format!("{step} time +{secs}s"));
                 self.jump = Duration::from_secs(secs);
@@ -809,6 +853,16 @@ impl Universe {
                 shared.tickets().recorded(&order.to_string());
             }
             shared.note(format!("{label} -> {}", told(&answer)));
+        }));
+    }
+
+    /// The settlement reconciliation of the day (`onsale_payments::reconcile::settle_captures`,
+    /// the job's direction one) against the processor's file.
+    fn reconcile_round(&mut self, step: usize, first: usize) {
+        self.shared.note(format!("{step} reconciliation"));
+        let shared = self.shared.clone();
+        self.clients.push(tokio::spawn(async move {
+            shared.reconcile(first).await;
         }));
     }
 

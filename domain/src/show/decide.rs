@@ -259,7 +259,7 @@ impl Show {
                     .filter(|h| {
                         self.holds.get(h).is_some_and(|hold| {
                             matches!(hold.state.verdict(HoldMove::Expire), Verdict::To(_))
-                                && hold.expires_at <= now
+                                && hold.expires_at <= super::views::lapsed_by(now)
                         })
                     })
                     .map(|hold_id| ShowEvent::HoldExpired { hold_id })
