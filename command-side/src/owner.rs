@@ -681,6 +681,9 @@ struct Decided {
 struct Batch {
     events: Vec<ShowEvent>,
     decided: Vec<Decided>,
+    /// Of `decided`, the refusals waiting for what they were decided on to commit: they write
+    /// nothing, so they do not count against the batch's size.
+    refused: usize,
     /// The events decided for a sampled trace, with the span of the job they were decided for.
     traced: Vec<(std::ops::Range<usize>, tracing::Span)>,
 }
@@ -790,7 +793,7 @@ impl Owner {
             let accepting = !closed
                 && !self.broken
                 && !self.snapshot_due
-                && self.open.decided.len() < config.max_batch;
+                && self.open.decided.len().saturating_sub(self.open.refused) < config.max_batch;
             if accepting && self.sweep_more && self.state.is_some() {
                 self.take(Job::sweep()).await;
             }
@@ -849,7 +852,9 @@ impl Owner {
 
     /// Takes whatever is already queued into the open batch, up to the batch limit.
     async fn take_queued(&mut self, rx: &mut mpsc::Receiver<Job>) {
-        while self.open.decided.len() < self.shows.inner.config.max_batch {
+        while self.open.decided.len().saturating_sub(self.open.refused)
+            < self.shows.inner.config.max_batch
+        {
             match rx.try_recv() {
                 Ok(job) => self.take(job).await,
                 Err(_) => break,
@@ -902,9 +907,12 @@ impl Owner {
 
     /// Decides one job against the live state (everything decided before it, committed or
     /// not), and answers it once all of that is committed: with the batch it joins, or at once
-    /// if nothing is uncommitted. A refusal too: decided on events a failed (fenced, lost)
-    /// append never wrote, it would be an answer the log contradicts, and callers act on
-    /// refusals (the payment worker closes a payment whose outcome the state table refuses).
+    /// if nothing is uncommitted. A refusal too, except a hold's: decided on events a failed
+    /// (fenced, lost) append never wrote, it would be an answer the log contradicts, and
+    /// callers act on refusals as final (the payment worker closes a payment whose outcome the
+    /// state table refuses). A hold's refusal goes out at once: it writes nothing and is
+    /// advisory (the seats were taken by a decision that commits unless its append fails; the
+    /// fan tries again), and the rush is made of them.
     async fn take(&mut self, job: Job) {
         if self.moved {
             return self.adrift.push(job);
@@ -988,7 +996,14 @@ impl Owner {
                     self.sweep_more = false;
                 }
                 let answer = Err(CommandError::Domain(e));
-                if self.in_flight.is_some() || !self.open.events.is_empty() {
+                let advisory = matches!(
+                    job.work,
+                    Work::Command(
+                        ShowCommand::HoldSeats { .. } | ShowCommand::HoldBestAvailable { .. }
+                    )
+                );
+                if !advisory && (self.in_flight.is_some() || !self.open.events.is_empty()) {
+                    self.open.refused += 1;
                     self.open.decided.push(Decided { job, answer });
                 } else {
                     reply(job, answer);
@@ -1010,6 +1025,7 @@ impl Owner {
             events,
             decided,
             traced,
+            ..
         } = std::mem::take(&mut self.open);
         let after = state.committed;
         let types = events.iter().map(DomainEvent::event_type).collect();
@@ -1139,6 +1155,7 @@ impl Owner {
 
     /// Answers the open batch's jobs when it wrote nothing and nothing is in flight.
     fn release_open(&mut self) {
+        self.open.refused = 0;
         for d in std::mem::take(&mut self.open.decided) {
             reply(d.job, d.answer);
         }

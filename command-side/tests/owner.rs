@@ -9,8 +9,8 @@ use std::time::Duration;
 use chrono::Utc;
 use onsale_command::{Answer, ClusterConfig, CommandError, OwnerConfig, Shows};
 use onsale_domain::{
-    AccountId, HoldId, Idempotency, IdempotencyKey, RowLayout, SectionLayout, ShowCommand,
-    ShowError, ShowId, ShowInfo, SystemClock, VenueId, VenueLayout,
+    AccountId, HoldId, Idempotency, IdempotencyKey, OrderId, PaymentFailure, RowLayout,
+    SectionLayout, ShowCommand, ShowError, ShowId, ShowInfo, SystemClock, VenueId, VenueLayout,
 };
 use onsale_eventlog::{EventLog, MemoryEventLog};
 use tokio_util::sync::CancellationToken;
@@ -316,35 +316,72 @@ async fn a_refused_append_acknowledges_nothing_and_the_retry_commits_once() {
 }
 
 /// Found by the simulator (seed 43): a refusal answered at once, decided on a batch whose
-/// append then failed, is an answer the log contradicts. It waits for the batch instead.
+/// append then failed, is an answer the log contradicts, and the payment worker closes a
+/// payment on it. An order's refusal waits for the batch instead, and is decided again.
 #[tokio::test]
-async fn a_refusal_decided_on_an_uncommitted_batch_waits_for_it_and_is_decided_again() {
+async fn an_order_refusal_decided_on_an_uncommitted_batch_waits_for_it_and_is_decided_again() {
     let log = MemoryEventLog::default();
     let p = process(&log);
     let show = on_sale(&p.shows).await;
+    let hold_id = held(p.shows.execute(show, hold(show, "ann", 1, None)).await);
+    let order_id = OrderId::new(show);
+    p.shows
+        .execute(
+            show,
+            ShowCommand::PlaceOrder {
+                order_id,
+                hold_id,
+                account: AccountId::parse("ann").expect("account"),
+                idempotency: Idempotency {
+                    key: IdempotencyKey::parse("o1").expect("key"),
+                    fingerprint: "fp-order".into(),
+                },
+            },
+        )
+        .await
+        .expect("ordered");
     log.hold_appends().await;
     log.refuse_appends(1);
     let shows = p.shows.clone();
-    let ann = tokio::spawn(async move { shows.execute(show, hold(show, "ann", 1, None)).await });
+    let capture = tokio::spawn(async move {
+        let c = ShowCommand::RecordPaymentSucceeded {
+            order_id,
+            amount_cents: None,
+        };
+        shows.execute(show, c).await
+    });
     settle().await;
-    // Bob's hold on the same seat is decided on ann's uncommitted hold: a refusal, held back.
+    // A decline decided on the uncommitted capture is refused (a confirmed order does not fail):
+    // held back until the capture's append is answered.
     let shows = p.shows.clone();
-    let bob = tokio::spawn(async move { shows.execute(show, hold(show, "bob", 1, None)).await });
+    let decline = tokio::spawn(async move {
+        let c = ShowCommand::RecordPaymentFailed {
+            order_id,
+            code: PaymentFailure::CardDeclined,
+            reason: "declined".into(),
+        };
+        shows.execute(show, c).await
+    });
     settle().await;
     assert!(
-        !bob.is_finished(),
+        !decline.is_finished(),
         "a refusal went out before the batch it was decided on committed"
     );
     log.release_appends();
-    match ann.await.expect("ann") {
+    match capture.await.expect("capture") {
         Err(CommandError::Unavailable) => {}
-        other => panic!("ann's append was refused: expected Unavailable, got {other:?}"),
+        other => panic!("the capture's append was refused: expected Unavailable, got {other:?}"),
     }
-    // Ann's hold never reached the log: bob's, decided again, gets the seat.
-    let id = held(bob.await.expect("bob"));
+    // The capture never reached the log: the decline, decided again, is recorded.
+    decline
+        .await
+        .expect("decline")
+        .expect("the decline is recorded");
     let replayed = log.replay(show).await.expect("replay").show;
-    assert_eq!(replayed.holds().count(), 1);
-    assert!(replayed.hold(&id).is_some());
+    assert_eq!(
+        replayed.order(&order_id).map(|o| o.state.public_status()),
+        Some("FAILED")
+    );
 }
 
 #[tokio::test]

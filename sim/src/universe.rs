@@ -292,6 +292,39 @@ impl Shared {
         report.resolved.len() + report.unresolved.len()
     }
 
+    /// The job's `finish_cancellations`: `CancelOrder` again (with the admin's right) for
+    /// every cancellation whose tickets were revoked and which never reached the log; done when
+    /// it is in, or the order cannot be cancelled any more.
+    async fn finish_cancellations(&self, first: usize) {
+        let unfinished = self.tickets().unfinished();
+        for (order, by) in unfinished {
+            let (Ok(order_id), Ok(account)) = (order.parse::<OrderId>(), AccountId::parse(&by))
+            else {
+                continue;
+            };
+            let command = ShowCommand::CancelOrder {
+                order_id,
+                account,
+                admin: true,
+            };
+            let answer = self.deliver(first, 4, &command).await;
+            if matches!(
+                answer.1,
+                Ok(_)
+                    | Err(CommandError::Domain(
+                        ShowError::NotCancellable(_) | ShowError::OrderNotFound
+                    ))
+            ) {
+                self.tickets().recorded(&order);
+            }
+            self.note(format!(
+                "finish the cancellation of {} -> {}",
+                short(order),
+                told(&answer)
+            ));
+        }
+    }
+
     /// The refund owed for `order`: at the processor, then in the log.
     async fn refund(&self, first: usize, order: OrderId) {
         let now = self.clock.now();
@@ -498,10 +531,17 @@ impl Universe {
             };
             // The day's file reconciled: a late capture found is recorded (and a refund owed).
             let found = self.shared.reconcile(0).await;
-            if payments.is_empty() && refunds.is_empty() && webhooks == 0 && !settling && found == 0
+            let unfinished = !self.shared.tickets().unfinished().is_empty();
+            if payments.is_empty()
+                && refunds.is_empty()
+                && webhooks == 0
+                && !settling
+                && found == 0
+                && !unfinished
             {
                 break;
             }
+            self.shared.finish_cancellations(0).await;
             for order in payments {
                 self.shared.pay(0, order).await;
             }
@@ -884,37 +924,10 @@ impl Universe {
     /// The worker takes the refunds that are owed, and the job finishes the cancellations
     /// interrupted after their tickets were revoked (`finish_cancellations`).
     fn refund_round(&mut self, step: usize, first: usize) {
-        let unfinished = self.shared.tickets().unfinished();
-        if !unfinished.is_empty() {
+        if !self.shared.tickets().unfinished().is_empty() {
             let shared = self.shared.clone();
             self.clients.push(tokio::spawn(async move {
-                for (order, by) in unfinished {
-                    let (Ok(order_id), Ok(account)) =
-                        (order.parse::<OrderId>(), AccountId::parse(&by))
-                    else {
-                        continue;
-                    };
-                    let command = ShowCommand::CancelOrder {
-                        order_id,
-                        account,
-                        admin: true,
-                    };
-                    let answer = shared.deliver(first, 4, &command).await;
-                    if matches!(
-                        answer.1,
-                        Ok(_)
-                            | Err(CommandError::Domain(
-                                ShowError::NotCancellable(_) | ShowError::OrderNotFound
-                            ))
-                    ) {
-                        shared.tickets().recorded(&order);
-                    }
-                    shared.note(format!(
-                        "finish the cancellation of {} -> {}",
-                        short(order),
-                        told(&answer)
-                    ));
-                }
+                shared.finish_cancellations(first).await;
             }));
         }
         let owed: Vec<OrderId> = {

@@ -52,11 +52,20 @@ fn universes_keep_every_rule() {
 }
 
 /// Seeds that once found a bug, kept after its fix, with what they found.
-const FOUND: &[(u64, &str)] = &[(
-    43,
-    "a refund's record refused by a node whose state held an order from a batch its fenced \
-     append never wrote (the owner answered refusals before the batch committed)",
-)];
+const FOUND: &[(u64, &str)] = &[
+    (
+        43,
+        "a refund's record refused by a node whose state held an order from a batch its fenced \
+         append never wrote (the owner answered refusals before the batch committed; the \
+         universes have grown since, and command-side/tests/owner.rs pins that bug itself)",
+    ),
+    (
+        1279,
+        "a cancellation whose tickets were revoked before the issuer saw the capture, and whose \
+         CancelOrder failed, left unfinished (the simulator's drain did not run the job that \
+         finishes cancellations)",
+    ),
+];
 
 #[test]
 fn seeds_that_found_bugs_keep_every_rule() {
