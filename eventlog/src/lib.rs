@@ -12,12 +12,14 @@ pub mod chain;
 mod copy;
 mod memory;
 mod pg;
+pub mod shards;
 
 use chrono::{DateTime, Utc};
 use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId};
 
 pub use memory::MemoryEventLog;
 pub use pg::{log_row, migrate, Past, PgEventLog, Until, FOLD_YIELD_EVERY};
+pub use shards::{Directory, MemoryDirectory, PgDirectory, ShardId, ShardedLog};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -286,6 +288,12 @@ pub struct DatabaseSettings {
         default_value = "postgres://onsale@127.0.0.1:54329/onsale"
     )]
     pub database_url: String,
+    /// The write clusters shows are sharded over (docs/adr/021), in order: shard 1, 2, ...
+    /// (comma-separated). Each holds the log, ownership and snapshots of the shows placed on
+    /// it; `DATABASE_URL` keeps the shard directory and everything else. Unset: one shard,
+    /// `DATABASE_URL` itself.
+    #[arg(long = "shard-url", env = "ONSALE_SHARD_URLS", value_delimiter = ',')]
+    pub shard_urls: Vec<String>,
     /// Connections in each of the process's pools (appends; reads; payments).
     #[arg(long, env = "ONSALE_DB_POOL", default_value_t = 16)]
     pub pool_size: u32,
@@ -339,9 +347,42 @@ impl DatabaseSettings {
             .connect_lazy_with(options))
     }
 
+    /// The write clusters, in order (shard 1 first), each as settings of its own: these
+    /// settings alone when no shard is listed.
+    pub fn shards(&self) -> Vec<DatabaseSettings> {
+        if self.shard_urls.is_empty() {
+            return vec![self.clone()];
+        }
+        self.shard_urls
+            .iter()
+            .map(|url| DatabaseSettings {
+                database_url: url.clone(),
+                shard_urls: Vec::new(),
+                ..self.clone()
+            })
+            .collect()
+    }
+
+    /// Applies the migrations to the main database and every shard listed.
+    pub async fn migrate(&self) -> anyhow::Result<()> {
+        self.migrate_one().await?;
+        for shard in &self.shard_urls {
+            if *shard != self.database_url {
+                DatabaseSettings {
+                    database_url: shard.clone(),
+                    shard_urls: Vec::new(),
+                    ..self.clone()
+                }
+                .migrate_one()
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
     /// Applies the migrations as the login role (the owner of the schema), on a connection
     /// of their own.
-    pub async fn migrate(&self) -> anyhow::Result<()> {
+    async fn migrate_one(&self) -> anyhow::Result<()> {
         use anyhow::Context;
         let options: sqlx::postgres::PgConnectOptions =
             self.database_url.parse().context("parse DATABASE_URL")?;

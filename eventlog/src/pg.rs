@@ -222,6 +222,18 @@ pub enum Past {
 }
 
 impl PgEventLog {
+    /// The sequence of a show's last event; `None` if it has none.
+    pub async fn head(&self, show: ShowId) -> Result<Option<i64>> {
+        Ok(sqlx::query_scalar(
+            "SELECT sequence FROM events WHERE aggregate_type = $1 AND aggregate_id = $2
+              ORDER BY sequence DESC LIMIT 1",
+        )
+        .bind(Show::TYPE)
+        .bind(show.to_string())
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
     /// The show as it was at `until`: the nearest kept snapshot at or before it, plus the
     /// events after the snapshot up to it (what auditors and `onsale replay` ask for). "The
     /// events up to an instant" is the longest prefix of the log decided at or before it.
