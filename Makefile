@@ -38,15 +38,19 @@ fuzz-api:
 # routing to the primary) instead of one.
 # `make up NODES=3`: three `onsale serve` nodes behind HAProxy on :8080 and :50051, each show
 # owned by one node at a time (docs/adr/011), a hot-standby relay and two projection processes.
+# `make up SHARDS=2`: the shows' logs, ownership and snapshots on two PostgreSQL clusters of
+# their own (:54341, :54342), each show placed on one when it is scheduled; the directory and
+# the read models on :54329; a relay per shard into the one topic (docs/adr/021).
 # `make up TRACING=1`: Zipkin on :9411 (http://127.0.0.1:9411/zipkin), every process sending
 # it the spans of TRACE_SAMPLE (0.1) of the requests (docs/adr/019).
 BROKERS ?= 1
 HA ?= 0
 NODES ?= 1
+SHARDS ?= 1
 TRACING ?= 0
 TRACE_SAMPLE ?= 0.1
 up:
-	BROKERS=$(BROKERS) HA=$(HA) NODES=$(NODES) TRACING=$(TRACING) TRACE_SAMPLE=$(TRACE_SAMPLE) ./scripts/stack.sh up
+	BROKERS=$(BROKERS) HA=$(HA) NODES=$(NODES) SHARDS=$(SHARDS) TRACING=$(TRACING) TRACE_SAMPLE=$(TRACE_SAMPLE) ./scripts/stack.sh up
 
 # The operator's drills on `make up NODES=3`: SIGKILL node N (its shows answer from another node
 # within seconds), SIGSTOP it (paused: another node takes its shows; SIGCONT with cont-node and

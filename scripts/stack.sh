@@ -29,7 +29,7 @@
 #   scripts/stack.sh ha-kill-primary DIR     SIGKILL the primary's node (prints which)
 #   scripts/stack.sh ha-leader DIR           the primary's node number
 #   scripts/stack.sh ha-wait DIR primary|replicated [SECS]
-#   scripts/stack.sh up                      everything on the default ports (make up [BROKERS=3] [HA=1] [NODES=3] [TRACING=1])
+#   scripts/stack.sh up                      everything on the default ports (make up [BROKERS=3] [HA=1] [NODES=3] [SHARDS=2] [TRACING=1])
 #   scripts/stack.sh kill-node|stop-node|cont-node|start-node I   node I of `up NODES=n`
 #   scripts/stack.sh router-up DIR LISTEN GRPC N HTTP_BASE GRPC_BASE   HAProxy over N nodes
 #   scripts/stack.sh kill-broker I           SIGKILL broker I of `up` (make kill-broker N=I)
@@ -68,6 +68,10 @@ VENV=$CACHE/venv
 BROKERS=${BROKERS:-1}
 # `make up NODES=3`: three `onsale serve` behind the router on LISTEN/GRPC_LISTEN.
 NODES=${NODES:-1}
+# `make up SHARDS=2`: the shows' write path on two PostgreSQL clusters of their own (ports
+# SHARD_PG_BASE+1, +2, ...), the directory and the read models on PG_PORT (docs/adr/021).
+SHARDS=${SHARDS:-1}
+SHARD_PG_BASE=${ONSALE_SHARD_PG_BASE:-54340}
 NODE_HTTP_BASE=${ONSALE_NODE_HTTP_BASE:-8180}
 NODE_GRPC_BASE=${ONSALE_NODE_GRPC_BASE:-50150}
 # Node i's internal listener (commands other nodes forward to it): never behind the router.
@@ -835,11 +839,23 @@ brokers_list() {
   echo "$list"
 }
 
+# The write clusters of `up SHARDS=n` (empty for one: the main database is the only shard).
+shard_urls() {
+  local i list=""
+  if [ "$SHARDS" -gt 1 ]; then
+    for i in $(seq 1 "$SHARDS"); do
+      list="$list${list:+,}postgres://onsale@127.0.0.1:$((SHARD_PG_BASE + i))/onsale"
+    done
+  fi
+  echo "$list"
+}
+
 # Starts one onsale process in the background: NAME ARGS...
 start_onsale() {
   local name=$1
   shift
-  DATABASE_URL="postgres://onsale@127.0.0.1:$PG_PORT/onsale" ONSALE_KAFKA_BROKERS="$(brokers_list)" \
+  DATABASE_URL="postgres://onsale@127.0.0.1:$PG_PORT/onsale" ONSALE_SHARD_URLS="$(shard_urls)" \
+    ONSALE_KAFKA_BROKERS="$(brokers_list)" \
     ONSALE_EVENTS_REPLICATION=$((BROKERS >= 3 ? 3 : 1)) \
     ONSALE_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/" \
     ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=$GRPC_LISTEN RUST_LOG=${RUST_LOG:-warn} \
@@ -850,11 +866,21 @@ start_onsale() {
 
 up() {
   if [ -d "$STACK_DIR" ]; then down; fi
+  if [ "${HA:-0}" = 1 ] && [ "$SHARDS" -gt 1 ]; then
+    echo "make up HA=1 SHARDS=$SHARDS: a Patroni trio per shard is not built yet (issue 31); run SHARDS=$SHARDS without HA, or HA=1 with one shard" >&2
+    return 1
+  fi
   if [ "${HA:-0}" = 1 ]; then
     mkdir -p "$STACK_DIR"
     ha_up "$STACK_DIR/ha" "$PG_PORT"
   else
     pg_up "$STACK_DIR" "$PG_PORT"
+  fi
+  local shard
+  if [ "$SHARDS" -gt 1 ]; then
+    for shard in $(seq 1 "$SHARDS"); do
+      pg_up "$STACK_DIR/shard$shard" "$((SHARD_PG_BASE + shard))"
+    done
   fi
   broker_up "$STACK_DIR" "$KAFKA_PORT" "$BROKERS"
   redis_up "$STACK_DIR" "$REDIS_PORT"
@@ -979,6 +1005,9 @@ down() {
   redis_down "$STACK_DIR"
   # The relay's slot goes with the cluster.
   ha_down "$STACK_DIR/ha"
+  for f in "$STACK_DIR"/shard*; do
+    if [ -d "$f" ]; then pg_down "$f"; fi
+  done
   pg_down "$STACK_DIR"
   echo "stack stopped"
 }

@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tracing::{info, warn, Instrument};
 
-use onsale_eventlog::{Claim, EventLog, Node, StoreError, Traced};
+use onsale_eventlog::{Claim, EventLog, Node, ShardId, ShardedLog, StoreError, Traced};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{ClusterConfig, Forwarded, Found, Returned, ShowQuery};
@@ -182,7 +182,9 @@ pub struct Shows {
 
 #[derive(Debug)]
 struct Inner {
+    /// Every shard's log behind one: a show's statements go to its shard.
     log: Arc<dyn EventLog>,
+    shards: Arc<ShardedLog>,
     clock: Arc<dyn Clock>,
     /// Cancelled: owners take no more commands, commit and answer what they took, and stop.
     shutdown: CancellationToken,
@@ -202,13 +204,16 @@ struct Inner {
     /// the start of its last successful heartbeat or claim plus the TTL, less a margin. Past
     /// it the node cannot prove it still owns its shows (it was paused, or cut off from the
     /// database: another node may own them by now), and its owners answer nothing from their
-    /// state, not even a refusal or a read, until a heartbeat proves the lease again.
-    lease_until: AtomicU64,
+    /// state, not even a refusal or a read, until a heartbeat proves the lease again. One per
+    /// shard: the node is registered on each, and a shard that is down leaves the leases on
+    /// the others standing.
+    lease_until: Vec<AtomicU64>,
     base: Instant,
     owners_started: AtomicU64,
 }
 
 impl Shows {
+    /// Owners of shows on one write cluster.
     pub fn new(
         log: Arc<dyn EventLog>,
         clock: Arc<dyn Clock>,
@@ -216,10 +221,25 @@ impl Shows {
         shutdown: CancellationToken,
         tasks: TaskTracker,
     ) -> Self {
+        let shards = Arc::new(ShardedLog::single(log));
+        Self::sharded(shards, clock, config, shutdown, tasks)
+    }
+
+    /// Owners of shows on several write clusters (docs/adr/021): each show's claim, load,
+    /// appends and snapshots go to its shard, and the node keeps a lease on each shard.
+    pub fn sharded(
+        shards: Arc<ShardedLog>,
+        clock: Arc<dyn Clock>,
+        config: OwnerConfig,
+        shutdown: CancellationToken,
+        tasks: TaskTracker,
+    ) -> Self {
         let addr = config.cluster.advertise_addr.clone().unwrap_or_default();
+        let leases = shards.shards().map(|_| AtomicU64::new(0)).collect();
         let shows = Self {
             inner: Arc::new(Inner {
-                log,
+                log: shards.clone(),
+                shards,
                 clock,
                 shutdown,
                 tasks: tasks.clone(),
@@ -235,7 +255,7 @@ impl Shows {
                 config,
                 owners: Mutex::new(HashMap::new()),
                 owner_tasks: TaskTracker::new(),
-                lease_until: AtomicU64::new(0),
+                lease_until: leases,
                 base: Instant::now(),
                 owners_started: AtomicU64::new(0),
             }),
@@ -286,19 +306,26 @@ impl Shows {
                 continue;
             }
             let started = Instant::now();
-            match self.log().heartbeat(&node, ttl).await {
-                Ok(owned) => {
-                    // Retired first: an owner of a show claimed elsewhere meanwhile must not
-                    // answer on the renewed lease.
-                    self.retire_lost(&owned.into_iter().collect(), started);
-                    self.renewed(started);
-                }
-                Err(e) => {
-                    warn!(error = %e, "node heartbeat failed");
-                    continue;
+            let beats =
+                futures::future::join_all(self.inner.shards.shards().map(|(shard, log)| {
+                    let node = &node;
+                    async move { (shard, log.heartbeat(node, ttl).await) }
+                }))
+                .await;
+            let mut alive = false;
+            for (shard, beat) in beats {
+                match beat {
+                    Ok(owned) => {
+                        // Retired first: an owner of a show claimed elsewhere meanwhile must
+                        // not answer on the renewed lease.
+                        self.retire_lost(shard, &owned.into_iter().collect(), started);
+                        self.renewed(shard, started);
+                        alive = true;
+                    }
+                    Err(e) => warn!(%shard, error = %e, "node heartbeat failed"),
                 }
             }
-            if node.addr.is_empty() {
+            if !alive || node.addr.is_empty() {
                 continue;
             }
             match self.log().orphans(50).await {
@@ -321,12 +348,16 @@ impl Shows {
         }
     }
 
-    /// Owners started before `since` whose show this node no longer owns stop taking work:
-    /// what reaches them from now on is routed anew (their appends would be fenced anyway).
-    fn retire_lost(&self, owned: &HashSet<ShowId>, since: Instant) {
+    /// Owners of `shard`'s shows started before `since` whose show this node no longer owns
+    /// stop taking work: what reaches them from now on is routed anew (their appends would be
+    /// fenced anyway).
+    fn retire_lost(&self, shard: ShardId, owned: &HashSet<ShowId>, since: Instant) {
         let mut owners = self.lock();
         owners.retain(|show, h| {
-            let keep = owned.contains(show) || h.started >= since || h.tx.is_closed();
+            let keep = self.inner.shards.cached(*show) != Some(shard)
+                || owned.contains(show)
+                || h.started >= since
+                || h.tx.is_closed();
             if !keep {
                 warn!(%show, "another node claimed this show; its owner here retires");
             }
@@ -334,24 +365,63 @@ impl Shows {
         });
     }
 
+    /// The log: a show's statements go to its shard.
     pub fn log(&self) -> &Arc<dyn EventLog> {
         &self.inner.log
     }
 
-    /// The registration was renewed by a statement sent at `started`: the database's
+    /// The shards and the directory of where each show lives.
+    pub fn shards(&self) -> &Arc<ShardedLog> {
+        &self.inner.shards
+    }
+
+    /// Records where a new show lives before it is scheduled: on shard `wanted` (an admin's
+    /// choice; it must be one this deployment has), or on the shard holding the fewest shows.
+    pub async fn place(&self, show: ShowId, wanted: Option<u16>) -> Result<ShardId, CommandError> {
+        let wanted = match wanted {
+            None => None,
+            Some(n) => Some(self.inner.shards.shard_id(n).ok_or_else(|| {
+                CommandError::Domain(ShowError::Invalid(format!(
+                    "shard must be between 1 and {}",
+                    self.inner.shards.count()
+                )))
+            })?),
+        };
+        self.inner
+            .shards
+            .place(show, wanted)
+            .await
+            .map_err(store_error)
+    }
+
+    /// The registration on `shard` was renewed by a statement sent at `started`: that shard's
     /// `alive_until` is at least `started` + TTL. A tenth of the TTL is kept as a margin for
     /// the two clocks' rates.
-    fn renewed(&self, started: Instant) {
+    fn renewed(&self, shard: ShardId, started: Instant) {
         let ttl = self.inner.config.cluster.node_ttl;
         let until = started.saturating_duration_since(self.inner.base) + ttl - ttl / 10;
         let nanos = u64::try_from(until.as_nanos()).unwrap_or(u64::MAX);
-        self.inner.lease_until.fetch_max(nanos, Ordering::AcqRel);
+        if let Some(lease) = self.inner.lease_until.get(usize::from(shard.get() - 1)) {
+            lease.fetch_max(nanos, Ordering::AcqRel);
+        }
     }
 
-    /// Whether this node can prove, now, that no other node may have claimed its shows.
-    pub fn lease_held(&self) -> bool {
+    /// Whether this node can prove, now, that no other node may have claimed its shows on
+    /// `shard`.
+    pub fn lease_held_on(&self, shard: ShardId) -> bool {
         let now = u64::try_from(self.inner.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        now < self.inner.lease_until.load(Ordering::Acquire)
+        self.inner
+            .lease_until
+            .get(usize::from(shard.get() - 1))
+            .is_some_and(|lease| now < lease.load(Ordering::Acquire))
+    }
+
+    /// Whether this node can prove, now, that no other node may have claimed any of its shows.
+    pub fn lease_held(&self) -> bool {
+        self.inner
+            .shards
+            .shards()
+            .all(|(shard, _)| self.lease_held_on(shard))
     }
 
     pub fn clock(&self) -> &Arc<dyn Clock> {
@@ -519,7 +589,7 @@ impl Shows {
         };
         for _ in 0..2 {
             let (sender, known) = self.owner(show);
-            if let Some(answer) = self.unknown_id(&job.work, &known) {
+            if let Some(answer) = self.unknown_id(show, &job.work, &known) {
                 metrics::counter!(onsale_telemetry::metrics::UNKNOWN_IDS_TOTAL).increment(1);
                 return answer;
             }
@@ -561,7 +631,12 @@ impl Shows {
     /// The answer to work naming a hold or order the show's owner here certainly does not
     /// have, without the owner's queue, a batch slot or a write; `None`: the owner decides.
     /// Only on a proven lease (else another node may have made the id since).
-    fn unknown_id(&self, work: &Work, known: &KnownIds) -> Option<Result<Reply, CommandError>> {
+    fn unknown_id(
+        &self,
+        show: ShowId,
+        work: &Work,
+        known: &KnownIds,
+    ) -> Option<Result<Reply, CommandError>> {
         let answer = match work {
             Work::Command(ShowCommand::ReleaseHold { hold_id, .. }) if known.hold(hold_id)? => {
                 return None
@@ -584,7 +659,8 @@ impl Shows {
             }
             _ => return None,
         };
-        if !self.lease_held() {
+        let shard = self.inner.shards.cached(show)?;
+        if !self.lease_held_on(shard) {
             return None;
         }
         Some(answer.map_err(CommandError::Domain))
@@ -700,6 +776,9 @@ struct Owner {
     /// Which of this process's owners of the show this is (its entry in the registry).
     id: u64,
     shows: Shows,
+    /// The shard the show lives on and its log, found before the claim: the claim, the load,
+    /// every append and snapshot go there (a show moved away since is fenced there).
+    shard: Option<(ShardId, Arc<dyn EventLog>)>,
     /// The epoch the show was claimed with: every append carries it (the fence).
     epoch: Option<i64>,
     /// The show is not (or no longer) this node's: what reaches this owner is routed anew.
@@ -733,6 +812,7 @@ impl Owner {
             show_id,
             id,
             shows,
+            shard: None,
             epoch: None,
             moved: false,
             adrift: Vec::new(),
@@ -748,6 +828,22 @@ impl Owner {
             sweep_more: false,
             known,
         }
+    }
+
+    /// The show's shard's log once it is found (the claim finds it first), else the log
+    /// that finds it.
+    fn log(&self) -> Arc<dyn EventLog> {
+        match &self.shard {
+            Some((_, log)) => log.clone(),
+            None => self.shows.log().clone(),
+        }
+    }
+
+    /// Whether this node's lease on the show's shard is proven.
+    fn lease_held(&self) -> bool {
+        self.shard
+            .as_ref()
+            .is_some_and(|(shard, _)| self.shows.lease_held_on(*shard))
     }
 
     async fn run(mut self, mut rx: mpsc::Receiver<Job>) {
@@ -783,7 +879,7 @@ impl Owner {
                     rx.close();
                     if let Some(epoch) = self.epoch {
                         // Nothing to own: the claim goes, so random ids leave no rows behind.
-                        let (log, show) = (self.shows.log().clone(), self.show_id);
+                        let (log, show) = (self.log(), self.show_id);
                         self.shows.inner.tasks.spawn(async move {
                             let _ = log.release(show, epoch).await;
                         });
@@ -868,15 +964,32 @@ impl Owner {
         if self.state.is_some() {
             return Ok(true);
         }
+        let (shard, log) = match &self.shard {
+            Some((shard, log)) => (*shard, log.clone()),
+            None => {
+                let shards = self.shows.shards();
+                let shard = shards.locate(self.show_id).await.map_err(store_error)?;
+                let log = shards.log(shard).map_err(store_error)?.clone();
+                self.shard = Some((shard, log.clone()));
+                (shard, log)
+            }
+        };
         if self.epoch.is_none() {
             let (node, ttl) = (self.shows.node(), self.shows.cluster().node_ttl);
             let started = Instant::now();
-            match self.shows.log().claim(self.show_id, &node, ttl).await {
+            match log.claim(self.show_id, &node, ttl).await {
                 Ok(Claim::Owned { epoch }) => {
-                    // The claim renewed this node's registration too.
-                    self.shows.renewed(started);
+                    // The claim renewed this node's registration on the shard too.
+                    self.shows.renewed(shard, started);
                     metrics::counter!(onsale_telemetry::metrics::SHOWS_CLAIMED_TOTAL).increment(1);
                     self.epoch = Some(epoch);
+                }
+                Ok(Claim::Elsewhere(other)) if other.id == onsale_eventlog::moving::MOVED_NODE => {
+                    // The show moved to another shard (or is moving: docs/adr/022). Where it is
+                    // now is asked again next time; until the directory says so, callers retry.
+                    self.shows.shards().forget(self.show_id);
+                    self.shard = None;
+                    return Err(CommandError::Unavailable);
                 }
                 Ok(Claim::Elsewhere(other)) => {
                     self.shows.owned_elsewhere(self.show_id, Some(other));
@@ -887,12 +1000,7 @@ impl Owner {
             }
         }
         let started = Instant::now();
-        let loaded = self
-            .shows
-            .log()
-            .load(self.show_id)
-            .await
-            .map_err(store_error)?;
+        let loaded = log.load(self.show_id).await.map_err(store_error)?;
         metrics::histogram!(onsale_telemetry::metrics::SHOW_LOAD_SECONDS)
             .record(started.elapsed().as_secs_f64());
         self.known.rebuild(&loaded.show);
@@ -922,7 +1030,7 @@ impl Owner {
             Ok(false) => return self.adrift.push(job),
             Err(e) => return reply(job, Err(e)),
         }
-        if !self.shows.lease_held() {
+        if !self.lease_held() {
             // Paused or cut off past the lease: another node may own the show and have
             // changed it, so nothing is answered from this state (appends would be fenced;
             // refusals and reads would not). The caller retries; a heartbeat either proves
@@ -1029,7 +1137,7 @@ impl Owner {
         } = std::mem::take(&mut self.open);
         let after = state.committed;
         let types = events.iter().map(DomainEvent::event_type).collect();
-        let (log, done) = (self.shows.log().clone(), self.done_tx.clone());
+        let (log, done) = (self.log(), self.done_tx.clone());
         let (show, at) = (self.show_id, self.services.clock.now());
         // One span per traced job, each the whole append (one statement for the batch); the
         // events carry it on, through their metadata, to the relay.
@@ -1175,7 +1283,7 @@ impl Owner {
         let version = state.committed;
         state.snapshot_version = version;
         state.snapshot_at = Some(Instant::now());
-        let log = self.shows.log().clone();
+        let log = self.log();
         let show_id = self.show_id;
         self.shows.inner.tasks.spawn(async move {
             let payload =

@@ -12,7 +12,7 @@ use onsale_domain::{
     AccountId, HoldId, Idempotency, IdempotencyKey, OrderId, PaymentFailure, RowLayout,
     SectionLayout, ShowCommand, ShowError, ShowId, ShowInfo, SystemClock, VenueId, VenueLayout,
 };
-use onsale_eventlog::{EventLog, MemoryEventLog};
+use onsale_eventlog::{EventLog, MemoryDirectory, MemoryEventLog, ShardedLog};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -483,6 +483,12 @@ async fn shutdown_answers_what_was_taken_then_refuses_and_the_owners_stop() {
 /// `ttl_secs`.
 async fn on_sale_with(shows: &Shows, rows: u32, seats: u32, ttl_secs: u32) -> ShowId {
     let show = ShowId::random();
+    schedule(shows, show, rows, seats, ttl_secs).await;
+    show
+}
+
+/// Schedules `show`, on sale now, of one section of `rows` rows of `seats` seats.
+async fn schedule(shows: &Shows, show: ShowId, rows: u32, seats: u32, ttl_secs: u32) {
     let layout = VenueLayout::parse(vec![SectionLayout {
         section: "S1".into(),
         price_tier: "A".into(),
@@ -514,7 +520,70 @@ async fn on_sale_with(shows: &Shows, rows: u32, seats: u32, ttl_secs: u32) -> Sh
         .execute(show, ShowCommand::Schedule { info, layout })
         .await
         .expect("scheduled");
-    show
+}
+
+/// Two write clusters (docs/adr/021): each show's log goes to its shard only, and a shard whose
+/// heartbeats fail stops its own shows' owners once the lease on it lapses while the other
+/// shard's shows sell on; they answer again when the shard does.
+#[tokio::test]
+async fn a_shard_cut_off_stops_only_its_own_owners() {
+    let (one, two) = (MemoryEventLog::default(), MemoryEventLog::default());
+    let first_shard: Arc<dyn EventLog> = Arc::new(one.clone());
+    let log = ShardedLog::new(first_shard, Arc::new(MemoryDirectory::default()))
+        .and(Arc::new(two.clone()));
+    let shows = Shows::sharded(
+        Arc::new(log),
+        Arc::new(SystemClock),
+        config_with_ttl(Duration::from_millis(500)),
+        CancellationToken::new(),
+        TaskTracker::new(),
+    );
+    let (first, second) = (ShowId::random(), ShowId::random());
+    let placed =
+        |shard: Result<onsale_eventlog::ShardId, CommandError>| shard.ok().map(|s| s.get());
+    assert_eq!(placed(shows.place(first, Some(1)).await), Some(1));
+    assert_eq!(placed(shows.place(second, None).await), Some(2));
+    assert!(matches!(
+        shows.place(ShowId::random(), Some(3)).await,
+        Err(CommandError::Domain(ShowError::Invalid(_)))
+    ));
+    schedule(&shows, first, 1, 100, 600).await;
+    schedule(&shows, second, 1, 100, 600).await;
+    held(shows.execute(first, hold(first, "ann", 1, None)).await);
+    held(shows.execute(second, hold(second, "ann", 1, None)).await);
+    assert_eq!((one.appends(), two.appends()), (2, 2));
+
+    one.fail_heartbeats(true);
+    let answer = until_answer(
+        &shows,
+        first,
+        || hold(first, "bob", 2, None),
+        |a| matches!(a, Err(CommandError::Unavailable)),
+    )
+    .await;
+    assert!(
+        matches!(answer, Err(CommandError::Unavailable)),
+        "{answer:?}"
+    );
+    let shard = |n| shows.shards().shard_id(n).expect("a shard");
+    assert!(!shows.lease_held_on(shard(1)));
+    assert!(shows.lease_held_on(shard(2)));
+    for n in 2..=10 {
+        held(
+            shows
+                .execute(second, hold(second, &format!("fan-{n}"), n, None))
+                .await,
+        );
+    }
+    one.fail_heartbeats(false);
+    let answer = until_answer(
+        &shows,
+        first,
+        || hold(first, "cat", 50, None),
+        |a| a.is_ok(),
+    )
+    .await;
+    held(answer);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

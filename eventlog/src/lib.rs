@@ -11,6 +11,7 @@
 pub mod chain;
 mod copy;
 mod memory;
+pub mod moving;
 mod pg;
 pub mod shards;
 

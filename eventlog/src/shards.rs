@@ -37,6 +37,11 @@ impl ShardId {
     /// Where shows the directory has no entry for live.
     pub const FIRST: ShardId = ShardId(1);
 
+    /// Shard `n`, counted from 1.
+    pub fn new(n: u16) -> Option<Self> {
+        (n >= 1).then_some(Self(n))
+    }
+
     pub fn get(self) -> u16 {
         self.0
     }
@@ -75,6 +80,19 @@ pub struct PgDirectory {
 impl PgDirectory {
     pub fn new(pool: PgPool) -> Self {
         Self { pool }
+    }
+
+    /// The show lives on `shard` from now on (a move, once its copy there is verified).
+    pub async fn switch(&self, show: ShowId, shard: ShardId) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO show_shards (show_id, shard) VALUES ($1, $2)
+             ON CONFLICT (show_id) DO UPDATE SET shard = EXCLUDED.shard, placed_at = now()",
+        )
+        .bind(show.to_string())
+        .bind(i16::try_from(shard.0).unwrap_or(i16::MAX))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 }
 
@@ -255,6 +273,31 @@ impl<L: EventLog + ?Sized> ShardedLog<L> {
         }
     }
 
+    /// Forgets where a show lives (it was found moved away): the next [`ShardedLog::locate`]
+    /// asks the directory.
+    pub fn forget(&self, show: ShowId) {
+        self.misses.invalidate(&show);
+        self.known
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&show);
+    }
+
+    /// A show this process knows found on none of its shard's rows: asks the directory again.
+    /// The show's log if it lives on another shard now (it moved), else `None`.
+    pub async fn recheck(&self, show: ShowId) -> Result<Option<&Arc<L>>> {
+        let Some(was) = self.cached(show).filter(|_| self.shards.len() > 1) else {
+            return Ok(None);
+        };
+        let now = self.directory.lookup(show).await?.unwrap_or(ShardId::FIRST);
+        if now == was {
+            return Ok(None);
+        }
+        self.log(now)?;
+        self.learn(show, now);
+        self.log(now).map(Some)
+    }
+
     fn learn(&self, show: ShowId, shard: ShardId) {
         self.misses.invalidate(&show);
         self.known
@@ -374,6 +417,8 @@ impl<L: EventLog + ?Sized> EventLog for ShardedLog<L> {
         self.of(show).await?.replay(show).await
     }
 
+    /// A read from the start that finds nothing on a known show's shard asks the directory
+    /// again: the show may have moved since this process learned where it was.
     async fn read_range(
         &self,
         show: &str,
@@ -381,10 +426,19 @@ impl<L: EventLog + ?Sized> EventLog for ShardedLog<L> {
         upto: i64,
         limit: i64,
     ) -> Result<Vec<LogRow>> {
-        self.of_id(show)
+        let rows = self
+            .of_id(show)
             .await?
             .read_range(show, after, upto, limit)
-            .await
+            .await?;
+        if rows.is_empty() && after == 0 {
+            if let Ok(id) = show.parse::<ShowId>() {
+                if let Some(moved) = self.recheck(id).await? {
+                    return moved.read_range(show, after, upto, limit).await;
+                }
+            }
+        }
+        Ok(rows)
     }
 
     async fn last_policy_change(&self, show: &str) -> Result<Option<LogRow>> {

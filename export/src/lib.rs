@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use indicatif::{ProgressBar, ProgressStyle};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
@@ -241,8 +241,10 @@ fn bind<'q>(
         .bind(time(o.until))
 }
 
-/// Runs an export into `o.out` (created if missing; it must not hold an export already).
-pub async fn export(pool: &PgPool, o: &Options) -> anyhow::Result<Manifest> {
+/// Runs an export of the logs on `shards` (one database per write cluster, docs/adr/021; a
+/// show lives on one) into `o.out` (created if missing; it must not hold an export already).
+/// The rows come shard by shard, each show's in order.
+pub async fn export(shards: &[PgPool], o: &Options) -> anyhow::Result<Manifest> {
     anyhow::ensure!(o.file_rows > 0, "a file holds at least one row");
     std::fs::create_dir_all(&o.out).with_context(|| format!("create {}", o.out.display()))?;
     anyhow::ensure!(
@@ -253,11 +255,15 @@ pub async fn export(pool: &PgPool, o: &Options) -> anyhow::Result<Manifest> {
         "{} holds an export already: choose an empty directory",
         o.out.display()
     );
-    let total: i64 = bind(sqlx::query(count_sql()), o)
-        .fetch_one(pool)
-        .await
-        .context("count the events")?
-        .try_get(0)?;
+    let mut total: i64 = 0;
+    for pool in shards {
+        let n: i64 = bind(sqlx::query(count_sql()), o)
+            .fetch_one(pool)
+            .await
+            .context("count the events")?
+            .try_get(0)?;
+        total += n;
+    }
     let bar = if o.progress {
         ProgressBar::new(total.max(0) as u64).with_style(ProgressStyle::with_template(
             "{elapsed_precise} {wide_bar} {human_pos}/{human_len} events ({per_sec}, {eta} left)",
@@ -281,7 +287,9 @@ pub async fn export(pool: &PgPool, o: &Options) -> anyhow::Result<Manifest> {
     let mut typer = Typer::new(o.accounts.clone());
     let mut chunk = Vec::with_capacity(CHUNK);
     let (mut events, mut shows, mut last_show) = (0u64, 0u64, String::new());
-    let mut stream = bind(sqlx::query(&sql), o).fetch(pool);
+    let mut stream = futures::stream::iter(shards)
+        .map(|pool| bind(sqlx::query(&sql), o).fetch(pool))
+        .flatten();
     while let Some(r) = stream.try_next().await.context("read the log")? {
         let stored = Stored {
             show_id: r.try_get("aggregate_id")?,

@@ -21,6 +21,10 @@ pub struct EventRow {
 pub struct Source {
     pub connector: String,
     pub db: String,
+    /// The write cluster the row was committed on (docs/adr/021): LSNs are positions in that
+    /// cluster's WAL, comparable only with the same shard's. Absent (before shards): 1.
+    #[serde(default = "first_shard")]
+    pub shard: u16,
     pub schema: String,
     pub table: String,
     /// The change's WAL position ("0/16B3748"); for a backfill, the WAL position when it began.
@@ -35,6 +39,10 @@ pub struct Source {
     pub ts_ms: i64,
     /// "false" for a change from the slot, "true" for a backfill (Debezium's snapshot marker).
     pub snapshot: String,
+}
+
+fn first_shard() -> u16 {
+    1
 }
 
 /// Debezium's envelope: `op` is "c" (insert from the slot) or "r" (read by a backfill).

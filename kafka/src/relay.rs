@@ -69,6 +69,32 @@ pub struct RelayConfig {
         default_value_t = 30
     )]
     pub step_timeout_secs: u64,
+    /// The write cluster this relay reads (docs/adr/021): every shard has its own relay, slot
+    /// and leader, and its envelopes say which shard their LSNs are of.
+    #[arg(skip = 1u16)]
+    pub shard: u16,
+}
+
+impl RelayConfig {
+    /// The relay of `shard`: its envelopes say so, and its slot is named for it past shard 1
+    /// (`onsale_relay_s2`; shard 1 keeps the name a deployment had before shards), so two
+    /// shards' databases may even share a cluster.
+    pub fn for_shard(&self, shard: u16) -> Self {
+        Self {
+            shard,
+            slot: slot_of(&self.slot, shard),
+            ..self.clone()
+        }
+    }
+}
+
+/// The slot `slot` names on `shard` (see [`RelayConfig::for_shard`]).
+pub fn slot_of(slot: &str, shard: u16) -> String {
+    if shard == 1 {
+        slot.to_owned()
+    } else {
+        format!("{slot}_s{shard}")
+    }
 }
 
 pub struct Relay {
@@ -593,6 +619,7 @@ impl Relay {
         Source {
             connector: "onsale-relay".into(),
             db: self.db.clone(),
+            shard: self.config.shard,
             schema: "public".into(),
             table: "events".into(),
             lsn,

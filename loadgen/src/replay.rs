@@ -262,6 +262,7 @@ async fn publish(pool: &PgPool, kafka: &KafkaConfig, total: u64) -> anyhow::Resu
             idle_ms: 10,
             mark_ms: 0,
             step_timeout_secs: 30,
+            shard: 1,
         },
     )
     .await?;
@@ -327,7 +328,7 @@ async fn export(pool: &PgPool) -> anyhow::Result<Figure> {
     let out = std::env::temp_dir().join(format!("onsale-bench-export-{}", uuid::Uuid::new_v4()));
     let started = Instant::now();
     let manifest = onsale_export::export(
-        pool,
+        std::slice::from_ref(pool),
         &onsale_export::Options {
             out: out.clone(),
             show: None,

@@ -125,6 +125,7 @@ impl PaymentsConfig {
 /// handle to kill one where it stands.
 pub fn spawn_consumers(
     pool: PgPool,
+    log: Arc<dyn onsale_eventlog::EventLog>,
     kafka: KafkaConfig,
     runner: RunnerConfig,
     shutdown: &CancellationToken,
@@ -133,6 +134,7 @@ pub fn spawn_consumers(
         tokio::spawn(
             Runner::new(
                 pool.clone(),
+                log.clone(),
                 PaymentIntake::default(),
                 kafka.clone(),
                 runner.clone(),
@@ -140,7 +142,7 @@ pub fn spawn_consumers(
             .run(shutdown.clone().cancelled_owned()),
         ),
         tokio::spawn(
-            Runner::new(pool, TicketIssuer::default(), kafka, runner)
+            Runner::new(pool, log, TicketIssuer::default(), kafka, runner)
                 .run(shutdown.clone().cancelled_owned()),
         ),
     ]

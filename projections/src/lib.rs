@@ -29,6 +29,7 @@ pub use seat_map::SeatMap;
 /// its projection where it stands.
 pub fn spawn_all(
     pool: sqlx::PgPool,
+    log: std::sync::Arc<dyn onsale_eventlog::EventLog>,
     kafka: onsale_kafka::KafkaConfig,
     config: RunnerConfig,
     shutdown: &tokio_util::sync::CancellationToken,
@@ -37,6 +38,7 @@ pub fn spawn_all(
         tokio::spawn(
             Runner::new(
                 pool.clone(),
+                log.clone(),
                 SeatMap::default(),
                 kafka.clone(),
                 config.clone(),
@@ -46,6 +48,7 @@ pub fn spawn_all(
         tokio::spawn(
             Runner::new(
                 pool.clone(),
+                log.clone(),
                 Orders::default(),
                 kafka.clone(),
                 config.clone(),
@@ -55,6 +58,7 @@ pub fn spawn_all(
         tokio::spawn(
             Runner::new(
                 pool.clone(),
+                log.clone(),
                 SeatHistory::default(),
                 kafka.clone(),
                 config.clone(),
@@ -62,7 +66,7 @@ pub fn spawn_all(
             .run(shutdown.clone().cancelled_owned()),
         ),
         tokio::spawn(
-            Runner::new(pool, Catalog::default(), kafka, config)
+            Runner::new(pool, log, Catalog::default(), kafka, config)
                 .run(shutdown.clone().cancelled_owned()),
         ),
     ]

@@ -11,7 +11,7 @@ use anyhow::Context;
 use chrono::Utc;
 use cqrs_es::Aggregate;
 use onsale_domain::{Show, ShowId};
-use onsale_eventlog::{EventLog, PgEventLog};
+use onsale_eventlog::EventLog;
 use onsale_kafka::{Envelope, KafkaConfig};
 use onsale_telemetry::trace;
 use rdkafka::client::ClientContext;
@@ -152,8 +152,8 @@ struct Folded {
 
 pub struct Runner<P: Projection> {
     pool: PgPool,
-    /// The event log on the same database: gaps and stalls are filled from it.
-    log: PgEventLog,
+    /// The event log (every shard's): gaps and stalls are filled from it.
+    log: Arc<dyn EventLog>,
     projection: P,
     kafka: KafkaConfig,
     config: RunnerConfig,
@@ -197,9 +197,16 @@ pub async fn reset<P: Projection>(pool: &PgPool) -> anyhow::Result<()> {
 }
 
 impl<P: Projection> Runner<P> {
-    pub fn new(pool: PgPool, projection: P, kafka: KafkaConfig, config: RunnerConfig) -> Self {
+    /// A runner writing its read model on `pool`, filling gaps from `log`.
+    pub fn new(
+        pool: PgPool,
+        log: Arc<dyn EventLog>,
+        projection: P,
+        kafka: KafkaConfig,
+        config: RunnerConfig,
+    ) -> Self {
         Self {
-            log: PgEventLog::new(pool.clone()),
+            log,
             pool,
             projection,
             kafka,
@@ -613,7 +620,7 @@ impl<P: Projection> Runner<P> {
 
 /// Events `after + 1 ..= upto` of a show from the event log, at most 5,000.
 pub async fn read_events(
-    log: &PgEventLog,
+    log: &Arc<dyn EventLog>,
     show_id: ShowId,
     after: i64,
     upto: i64,

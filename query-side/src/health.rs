@@ -19,11 +19,12 @@ pub struct Health {
 }
 
 impl Health {
-    /// Checks the read path every second until `shutdown` is cancelled.
+    /// Checks the read path every second until `shutdown` is cancelled: the projections on
+    /// `pool`, each shard's relay slot (its pool and the slot's name, docs/adr/021).
     pub fn start(
         pool: PgPool,
+        shards: Vec<(PgPool, String)>,
         config: QueryConfig,
-        relay_slot: String,
         shutdown: CancellationToken,
         tasks: &TaskTracker,
     ) -> Self {
@@ -35,7 +36,7 @@ impl Health {
         let verdict = health.verdict.clone();
         tasks.spawn(async move {
             loop {
-                let v = check(&pool, &config, &relay_slot)
+                let v = check(&pool, &shards, &config)
                     .await
                     .unwrap_or_else(|e| Err(format!("read path unreachable: {e}")));
                 if let Ok(mut slot) = verdict.write() {
@@ -58,27 +59,49 @@ impl Health {
     }
 }
 
-async fn check(
-    pool: &PgPool,
-    config: &QueryConfig,
-    relay_slot: &str,
-) -> anyhow::Result<Result<(), String>> {
-    let mut problems = Vec::new();
-    let relay: Option<i64> = sqlx::query_scalar(
+/// How far the relay of a shard is behind: the WAL bytes its slot has not confirmed, `None`
+/// if the slot does not exist.
+async fn relay_lag(pool: &PgPool, relay_slot: &str) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar(
         "SELECT COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
            FROM pg_replication_slots WHERE slot_name = $1",
     )
     .bind(relay_slot)
     .fetch_optional(pool)
-    .await?;
-    match relay {
-        Some(lag) => {
-            metrics::gauge!(onsale_telemetry::metrics::RELAY_LAG_BYTES).set(lag as f64);
-            if lag > config.ready_max_relay_lag_bytes {
-                problems.push(format!("the relay is {lag} bytes of WAL behind"));
+    .await
+}
+
+async fn check(
+    pool: &PgPool,
+    shards: &[(PgPool, String)],
+    config: &QueryConfig,
+) -> anyhow::Result<Result<(), String>> {
+    let mut problems = Vec::new();
+    let lags =
+        futures::future::join_all(shards.iter().map(|(shard, slot)| relay_lag(shard, slot))).await;
+    let one = shards.len() == 1;
+    for ((i, lag), (_, relay_slot)) in lags.into_iter().enumerate().zip(shards) {
+        let shard = (i + 1).to_string();
+        let of = if one {
+            String::new()
+        } else {
+            format!(" of shard {shard}")
+        };
+        match lag {
+            Ok(Some(lag)) => {
+                metrics::gauge!(onsale_telemetry::metrics::RELAY_LAG_BYTES, "shard" => shard)
+                    .set(lag as f64);
+                if lag > config.ready_max_relay_lag_bytes {
+                    problems.push(format!("the relay{of} is {lag} bytes of WAL behind"));
+                }
             }
+            Ok(None) => problems.push(format!("the relay's slot {relay_slot}{of} does not exist")),
+            // The only shard is the read path's own database: unreachable, nothing is served.
+            Err(e) if one => return Err(e.into()),
+            // A shard that is down fails its own shows' commands (503), not every node's
+            // readiness: the shows on the other shards keep selling.
+            Err(e) => tracing::warn!(shard, error = %e, "a shard's relay slot is unreachable"),
         }
-        None => problems.push(format!("the relay's slot {} does not exist", relay_slot)),
     }
     let rows: Vec<(String, i64, f64)> = sqlx::query_as(
         "SELECT projection, lag_ms, EXTRACT(EPOCH FROM now() - heartbeat_at)::float8 * 1000 FROM projection_status",

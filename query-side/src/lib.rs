@@ -60,6 +60,8 @@ pub struct QueryConfig {
 #[derive(Clone)]
 pub struct QueryState {
     pub pool: PgPool,
+    /// The log of every shard (docs/adr/021): how far a show's log goes, and its past.
+    pub log: Arc<onsale_eventlog::ShardedLog<onsale_eventlog::PgEventLog>>,
     pub snapshots: snapshots::Snapshots,
     pub hub: hub::Hub,
     pub health: health::Health,
@@ -97,6 +99,15 @@ impl QueryState {
 
     /// Reads shows the projection has not folded yet from `schedules` (see
     /// [`snapshots::Schedules`]).
+    /// Reads the log of every shard through `log`.
+    pub fn with_log(
+        mut self,
+        log: Arc<onsale_eventlog::ShardedLog<onsale_eventlog::PgEventLog>>,
+    ) -> Self {
+        self.log = log;
+        self
+    }
+
     pub fn with_schedules(mut self, schedules: Arc<dyn snapshots::Schedules>) -> Self {
         self.snapshots = self.snapshots.with_schedules(schedules);
         self
@@ -104,11 +115,12 @@ impl QueryState {
 
     /// Wires the query side on `pool` (where the projections write) and starts its listener and
     /// health tasks on `tasks`; they stop, and streams end, when `shutdown` is cancelled.
-    /// `relay_slot` is the relay's replication slot, whose lag `/readyz` and `/metrics` report.
+    /// `shards` are each write cluster's pool and its relay's replication slot, whose lag
+    /// `/readyz` and `/metrics` report. The log is read on `pool` until [`QueryState::with_log`].
     pub fn start(
         pool: PgPool,
+        shards: Vec<(PgPool, String)>,
         config: &QueryConfig,
-        relay_slot: &str,
         verifier: Verifier,
         streams: StreamSlots,
         shutdown: &CancellationToken,
@@ -122,12 +134,15 @@ impl QueryState {
         );
         let health = health::Health::start(
             pool.clone(),
+            shards,
             config.clone(),
-            relay_slot.to_owned(),
             shutdown.clone(),
             tasks,
         );
         Self {
+            log: Arc::new(onsale_eventlog::ShardedLog::single(Arc::new(
+                onsale_eventlog::PgEventLog::new(pool.clone()),
+            ))),
             pool,
             snapshots,
             hub,

@@ -124,6 +124,15 @@ fn db_unavailable(e: sqlx::Error) -> ApiError {
     )
 }
 
+fn log_unavailable(e: onsale_eventlog::StoreError) -> ApiError {
+    tracing::warn!(error = %e, "event log unreachable");
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "UNAVAILABLE",
+        "the event log is unreachable; retry shortly",
+    )
+}
+
 /// The seat map: section counts, and a section's seats with `?section=`. Cached; `ETag` and
 /// `If-None-Match` spare the body.
 #[utoipa::path(get, path = "/v1/events/{id}/seats", params(("id" = String, Path), MapQuery),
@@ -230,7 +239,13 @@ pub async fn past_map(
     section: Option<&str>,
 ) -> Result<crate::snapshots::SeatMap, ApiError> {
     use onsale_eventlog::Past;
-    let log = onsale_eventlog::PgEventLog::new(state.pool.clone());
+    let mut log = state.log.of(show).await.map_err(log_unavailable)?;
+    if log.head(show).await.map_err(log_unavailable)?.is_none() {
+        // Known here on a shard where it has no log: it may have moved since.
+        if let Some(moved) = state.log.recheck(show).await.map_err(log_unavailable)? {
+            log = moved;
+        }
+    }
     let past = log.load_until(show, until).await.map_err(|e| match e {
         onsale_eventlog::StoreError::Corrupt(m) => {
             tracing::error!(%m, "a show of the past could not be rebuilt");
@@ -240,7 +255,7 @@ pub async fn past_map(
                 "the log could not be read",
             )
         }
-        other => db_unavailable(sqlx::Error::Protocol(other.to_string())),
+        other => log_unavailable(other),
     })?;
     match past {
         Past::Found {
@@ -398,14 +413,14 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<Option<T>, sqlx::Error>>,
 {
-    let head: Option<i64> = sqlx::query_scalar(
-        "SELECT sequence FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1
-          ORDER BY sequence DESC LIMIT 1",
-    )
-    .bind(show.to_string())
-    .fetch_optional(&state.pool)
-    .await
-    .map_err(db_unavailable)?;
+    let log = state.log.of(show).await.map_err(log_unavailable)?;
+    let mut head = log.head(show).await.map_err(log_unavailable)?;
+    if head.is_none() {
+        // Known here on a shard where it has no log: it may have moved since.
+        if let Some(moved) = state.log.recheck(show).await.map_err(log_unavailable)? {
+            head = moved.head(show).await.map_err(log_unavailable)?;
+        }
+    }
     let Some(head) = head else {
         return Ok(None);
     };

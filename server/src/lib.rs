@@ -29,7 +29,7 @@ use onsale_command::{Catalog, Shows};
 use onsale_domain::{Clock, ShowId, SystemClock};
 use onsale_edge::admission::BookingHealth;
 use onsale_edge::limits::{self, RateLimits, StreamSlots};
-use onsale_eventlog::{EventLog, PgEventLog};
+use onsale_eventlog::{Directory, EventLog, PgDirectory, PgEventLog, ShardedLog};
 use onsale_kafka::{leader, Relay};
 use onsale_payments::PaymentsState;
 use onsale_query::QueryState;
@@ -98,6 +98,12 @@ pub struct Server {
     pub shows: Shows,
     /// Shows as scheduled, read through the read pool.
     pub catalog: Catalog,
+    /// Every shard's log through its public pool: what the public pages read.
+    public_log: Arc<ShardedLog<PgEventLog>>,
+    /// Each shard's pool of background work: its relay's, and where its slot is watched.
+    shard_pools: Vec<PgPool>,
+    /// Every shard's log through those pools: the catalog's and the consumers'.
+    catalog_log: Arc<dyn EventLog>,
     /// The pool of background work and private routes (payments, card vault, webhooks, scans,
     /// relay, projections).
     pub pool: PgPool,
@@ -143,6 +149,10 @@ impl Drop for Server {
 struct PartCtx {
     settings: Arc<Settings>,
     pool: PgPool,
+    /// Each shard's pool of background work (its relay's).
+    shard_pools: Vec<PgPool>,
+    /// Every shard's log through those pools: where the consumers fill gaps from.
+    log: Arc<dyn EventLog>,
     shows: Shows,
     room: Option<WaitingRoom>,
     health: Arc<BookingHealth>,
@@ -196,29 +206,36 @@ impl PartCtx {
                 None => Vec::new(),
             },
             Part::Relay => {
-                let relay = Arc::new(
-                    Relay::start(self.pool.clone(), s.kafka.clone(), s.relay.clone()).await?,
-                );
-                // Exactly one relay publishes; the others are hot standbys.
-                vec![tokio::spawn(leader::lead(
-                    self.pool.clone(),
-                    leader::keys::RELAY,
-                    "relay",
-                    stop.clone(),
-                    move |term| {
-                        let relay = relay.clone();
-                        async move { relay.run(term.cancelled_owned()).await }
-                    },
-                ))]
+                // One relay per shard, each with its shard's slot (docs/adr/021).
+                let mut relays = Vec::new();
+                for (shard, pool) in (1u16..).zip(&self.shard_pools) {
+                    let config = s.relay.for_shard(shard);
+                    let relay =
+                        Arc::new(Relay::start(pool.clone(), s.kafka.clone(), config).await?);
+                    // Exactly one relay of each shard publishes; the others are hot standbys.
+                    relays.push(tokio::spawn(leader::lead(
+                        pool.clone(),
+                        leader::keys::RELAY,
+                        "relay",
+                        stop.clone(),
+                        move |term| {
+                            let relay = relay.clone();
+                            async move { relay.run(term.cancelled_owned()).await }
+                        },
+                    )));
+                }
+                relays
             }
             Part::Projections => onsale_projections::spawn_all(
                 self.pool.clone(),
+                self.log.clone(),
                 s.kafka.clone(),
                 s.runner.clone(),
                 stop,
             ),
             Part::PaymentConsumers => onsale_payments::spawn_consumers(
                 self.pool.clone(),
+                self.log.clone(),
                 s.kafka.clone(),
                 s.runner.clone(),
                 stop,
@@ -278,6 +295,64 @@ impl onsale_query::snapshots::Schedules for PublicSchedules {
     }
 }
 
+/// Each shard's pools, one per workload (appends, reads, public reads): the main database's
+/// own pools when it is the only shard.
+struct ShardPools {
+    first: [PgPool; 3],
+    rest: Vec<[PgPool; 3]>,
+}
+
+impl ShardPools {
+    fn open(db: &onsale_eventlog::DatabaseSettings, main: [&PgPool; 3]) -> anyhow::Result<Self> {
+        if db.shard_urls.is_empty() {
+            return Ok(Self {
+                first: main.map(PgPool::clone),
+                rest: Vec::new(),
+            });
+        }
+        let mut shards = db.shards().into_iter().map(|shard| {
+            anyhow::Ok([
+                shard.pool(db.pool_size, false)?,
+                shard.pool(db.pool_size, true)?,
+                shard.pool(db.pool_size, true)?,
+            ])
+        });
+        let first = shards.next().context("no shard listed")??;
+        Ok(Self {
+            first,
+            rest: shards.collect::<anyhow::Result<_>>()?,
+        })
+    }
+
+    /// Every shard's pool of workload `w`, in shard order.
+    fn pools(&self, w: usize) -> Vec<PgPool> {
+        std::iter::once(&self.first)
+            .chain(&self.rest)
+            .map(|pools| pools[w].clone())
+            .collect()
+    }
+
+    /// Every shard's log through its pool of workload `w`, placed by `directory`.
+    fn log(&self, w: usize, directory: &Arc<dyn Directory>) -> ShardedLog {
+        let log = |pools: &[PgPool; 3]| -> Arc<dyn EventLog> {
+            Arc::new(PgEventLog::new(pools[w].clone()))
+        };
+        self.rest.iter().fold(
+            ShardedLog::new(log(&self.first), directory.clone()),
+            |sharded, pools| sharded.and(log(pools)),
+        )
+    }
+
+    /// [`ShardPools::log`], each shard's log as PostgreSQL's (for what only it can read).
+    fn pg_log(&self, w: usize, directory: &Arc<dyn Directory>) -> ShardedLog<PgEventLog> {
+        let log = |pools: &[PgPool; 3]| Arc::new(PgEventLog::new(pools[w].clone()));
+        self.rest.iter().fold(
+            ShardedLog::new(log(&self.first), directory.clone()),
+            |sharded, pools| sharded.and(log(pools)),
+        )
+    }
+}
+
 async fn bind(addr: &str) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr)
         .await
@@ -316,20 +391,27 @@ impl Server {
         let admission_pool = db.pool((db.pool_size / 4).max(2), true)?;
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
-        let log: Arc<dyn EventLog> = Arc::new(PgEventLog::new(append_pool));
-        let shows = Shows::new(
-            log,
+        // Shows sharded over write clusters (docs/adr/021): each shard's log reached through a
+        // pool per workload, like the main database's; the directory in the main database.
+        let directory: Arc<dyn Directory> = Arc::new(PgDirectory::new(pool.clone()));
+        let shards = ShardPools::open(db, [&append_pool, &pool, &public_pool])?;
+        let shows = Shows::sharded(
+            Arc::new(shards.log(0, &directory)),
             clock,
             settings.owners.clone(),
             shutdown.clone(),
             tracker.clone(),
         );
-        let catalog =
-            Catalog::new(Arc::new(PgEventLog::new(pool.clone()))).with_projection(pool.clone());
+        let catalog_log: Arc<dyn EventLog> = Arc::new(shards.log(1, &directory));
+        let catalog = Catalog::new(catalog_log.clone()).with_projection(pool.clone());
+        let public_log = Arc::new(shards.pg_log(2, &directory));
         let mut server = Self {
             settings,
             shows,
             catalog,
+            public_log,
+            catalog_log,
+            shard_pools: shards.pools(1),
             pool,
             public_pool,
             admission_pool,
@@ -393,19 +475,27 @@ impl Server {
         let s = &self.settings;
         let verifier = s.auth.verifier();
         let streams = StreamSlots::new(s.limits.max_streams);
-        let public_catalog = self.catalog.reading_from(
-            Arc::new(PgEventLog::new(self.public_pool.clone())),
-            self.public_pool.clone(),
-        );
+        let public_catalog = self
+            .catalog
+            .reading_from(self.public_log.clone(), self.public_pool.clone());
         let query = QueryState::start(
             self.public_pool.clone(),
+            (1u16..)
+                .zip(&self.shard_pools)
+                .map(|(shard, pool)| {
+                    (
+                        pool.clone(),
+                        onsale_kafka::relay::slot_of(&s.relay.slot, shard),
+                    )
+                })
+                .collect(),
             &s.query,
-            &s.relay.slot,
             verifier.clone(),
             streams.clone(),
             &self.shutdown,
             &self.tracker,
         )
+        .with_log(self.public_log.clone())
         .with_schedules(Arc::new(PublicSchedules(public_catalog.clone())));
         let room = WaitingRoom::connect(
             s.waiting_room.clone(),
@@ -578,6 +668,8 @@ impl Server {
         let ctx = PartCtx {
             settings: Arc::new(self.settings.clone()),
             pool: self.pool.clone(),
+            shard_pools: self.shard_pools.clone(),
+            log: self.catalog_log.clone(),
             shows: self.shows.clone(),
             room: self.room.clone(),
             health: self.health.clone(),
@@ -660,9 +752,46 @@ impl Server {
     }
 }
 
-/// The event log of `settings`' database, for the operator's commands.
-pub fn event_log(settings: &onsale_eventlog::DatabaseSettings) -> anyhow::Result<PgEventLog> {
-    Ok(PgEventLog::new(settings.pool(2, true)?))
+/// Moves `show` to shard `to` while it sells (`onsale shard move`, docs/adr/022), as the
+/// schema's owner: the old rows' removal is refused to the processes' role.
+pub async fn move_show(
+    settings: &onsale_eventlog::DatabaseSettings,
+    show: ShowId,
+    to: u16,
+) -> anyhow::Result<onsale_eventlog::moving::Moved> {
+    let owner = onsale_eventlog::DatabaseSettings {
+        database_role: String::new(),
+        ..settings.clone()
+    };
+    let shards = owner
+        .shards()
+        .iter()
+        .map(|shard| shard.pool(2, true))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let to = onsale_eventlog::ShardId::new(to)
+        .filter(|s| usize::from(s.get()) <= shards.len())
+        .with_context(|| format!("--to must be a shard between 1 and {}", shards.len()))?;
+    onsale_eventlog::moving::move_show(&owner.pool(2, true)?, &shards, show, to).await
+}
+
+/// The event log of every shard of `settings` (the directory in its main database), for the
+/// operator's commands.
+pub fn event_log(
+    settings: &onsale_eventlog::DatabaseSettings,
+) -> anyhow::Result<ShardedLog<PgEventLog>> {
+    let main = settings.pool(2, true)?;
+    let directory: Arc<dyn Directory> = Arc::new(PgDirectory::new(main.clone()));
+    if settings.shard_urls.is_empty() {
+        return Ok(ShardedLog::new(Arc::new(PgEventLog::new(main)), directory));
+    }
+    let mut shards = settings
+        .shards()
+        .into_iter()
+        .map(|shard| anyhow::Ok(Arc::new(PgEventLog::new(shard.pool(2, true)?))));
+    let first = shards.next().context("no shard listed")??;
+    shards.try_fold(ShardedLog::new(first, directory), |log, shard| {
+        anyhow::Ok(log.and(shard?))
+    })
 }
 
 /// The OpenAPI document `/openapi.json` serves (with the waiting room's routes when the

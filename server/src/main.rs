@@ -91,7 +91,7 @@ enum Command {
     },
     /// Export the log for analysts: Parquet or NDJSON files in DIR, one typed row per event
     /// (show, sequence, type, commit time, transaction id, actor, the payload's fields), and
-    /// `manifest.json`; streamed in bounded memory, one consistent snapshot of the log.
+    /// `manifest.json`; streamed in bounded memory, one consistent snapshot of each shard's log.
     Export {
         #[command(flatten)]
         database: DatabaseSettings,
@@ -134,6 +134,11 @@ enum Command {
         #[arg(long)]
         allow_development_pseudonym_key: bool,
     },
+    /// Where shows live (docs/adr/021, 022).
+    Shard {
+        #[command(subcommand)]
+        command: ShardCommand,
+    },
     /// The auditors' checks of the log.
     Audit {
         #[command(subcommand)]
@@ -160,6 +165,23 @@ enum Command {
         verified: bool,
         #[arg(long, default_value_t = 3600)]
         ttl_secs: u64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ShardCommand {
+    /// Move a show to another shard while it sells: fenced on its shard, its log copied with
+    /// its hash chain and verified there, the directory switched, then its old rows removed.
+    /// Commands for the show meanwhile answer 503 with Retry-After. Runs as the schema's owner.
+    Move {
+        #[command(flatten)]
+        database: DatabaseSettings,
+        /// The show (event) id.
+        #[arg(long)]
+        show: String,
+        /// The shard to move it to (1, 2, ... as ONSALE_SHARD_URLS lists them).
+        #[arg(long)]
+        to: u16,
     },
 }
 
@@ -198,9 +220,15 @@ async fn main() -> anyhow::Result<()> {
         } => {
             let _tracing = onsale_telemetry::init_tracing("onsale-relay");
             settings.database.migrate().await?;
-            let pool = settings.database.pool(4, true)?;
-            let relay = onsale_kafka::Relay::start(pool, settings.kafka, settings.relay).await?;
-            let n = relay.backfill(show.as_deref()).await?;
+            // Every shard's log (docs/adr/021), each under its own shard's LSNs.
+            let mut n = 0;
+            for (shard, db) in (1u16..).zip(settings.database.shards()) {
+                let config = settings.relay.for_shard(shard);
+                let relay =
+                    onsale_kafka::Relay::start(db.pool(4, true)?, settings.kafka.clone(), config)
+                        .await?;
+                n += relay.backfill(show.as_deref()).await?;
+            }
             println!("republished {n} events");
             Ok(())
         }
@@ -292,7 +320,8 @@ async fn main() -> anyhow::Result<()> {
                     ),
                 },
             };
-            let log = onsale_server::event_log(&database)?;
+            let sharded = onsale_server::event_log(&database)?;
+            let log = sharded.of(show).await?;
             let past = match log.load_until(show, until).await? {
                 onsale_eventlog::Past::Beyond { head }
                     if until == onsale_eventlog::Until::Sequence(i64::MAX) =>
@@ -382,7 +411,13 @@ async fn main() -> anyhow::Result<()> {
                 file_rows,
                 progress: !quiet,
             };
-            let m = onsale_export::export(&database.pool(2, true)?, &options).await?;
+            // Every shard's log (docs/adr/021), shard by shard: a show lives on one.
+            let pools = database
+                .shards()
+                .iter()
+                .map(|shard| shard.pool(2, true))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let m = onsale_export::export(&pools, &options).await?;
             println!(
                 "{} events of {} shows in {} files under {} (account ids {})",
                 m.events,
@@ -393,25 +428,40 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Shard {
+            command: ShardCommand::Move { database, show, to },
+        } => {
+            let moved = onsale_server::move_show(&database, show.parse()?, to).await?;
+            println!("{}", serde_json::to_string(&moved)?);
+            Ok(())
+        }
         Command::Audit {
             command: AuditCommand::Verify { database, show },
         } => {
             if let Some(show) = &show {
                 show.parse::<onsale_domain::ShowId>()?;
             }
-            let pool = database.pool(2, true)?;
-            let verified = onsale_eventlog::chain::verify(&pool, show.as_deref(), 10_000).await?;
-            if let Some(b) = verified.broken {
-                anyhow::bail!(
-                    "the log was altered: {b} ({} events of {} aggregates verified before it)",
-                    verified.events,
-                    verified.aggregates
-                );
+            // Every shard's log (docs/adr/021); a show's chain is on its shard alone.
+            let (mut events, mut aggregates) = (0, 0);
+            let shards = database.shards();
+            for (n, shard) in (1..).zip(&shards) {
+                let pool = shard.pool(2, true)?;
+                let verified =
+                    onsale_eventlog::chain::verify(&pool, show.as_deref(), 10_000).await?;
+                events += verified.events;
+                aggregates += verified.aggregates;
+                if let Some(b) = verified.broken {
+                    let on = if shards.len() > 1 {
+                        format!(" on shard {n}")
+                    } else {
+                        String::new()
+                    };
+                    anyhow::bail!(
+                        "the log was altered{on}: {b} ({events} events of {aggregates} aggregates verified before it)"
+                    );
+                }
             }
-            println!(
-                "ok: {} events of {} aggregates, every hash chain intact",
-                verified.events, verified.aggregates
-            );
+            println!("ok: {events} events of {aggregates} aggregates, every hash chain intact");
             Ok(())
         }
         Command::Openapi {

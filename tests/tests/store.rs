@@ -349,6 +349,7 @@ async fn a_fold_stopped_by_a_corrupt_row_leaves_its_pool_as_it_found_it() {
         pool_size: 1,
         database_role: onsale_eventlog::APP_ROLE.into(),
         idle_in_transaction_secs: 30,
+        shard_urls: Vec::new(),
     }
     .pool(1, false)
     .expect("pool");
@@ -389,6 +390,7 @@ async fn a_session_left_inside_a_transaction_is_ended_and_its_locks_freed() {
         pool_size: 1,
         database_role: onsale_eventlog::APP_ROLE.into(),
         idle_in_transaction_secs: 1,
+        shard_urls: Vec::new(),
     }
     .pool(1, true)
     .expect("pool");

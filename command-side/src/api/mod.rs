@@ -383,6 +383,10 @@ pub struct NewEvent {
     /// order answers 429 `PAYMENT_ATTEMPTS_EXCEEDED` (default 5, at most 50).
     #[schema(value_type = Option<u32>)]
     max_failed_payments: Option<Integer<u32>>,
+    /// The write cluster the show lives on (1 to the deployment's number of shards); absent:
+    /// the one holding the fewest shows. Fixed once scheduled (a move changes it).
+    #[schema(value_type = Option<u16>, minimum = 1)]
+    shard: Option<Integer<u16>>,
 }
 
 /// When explicit seat picks are refused (`BEST_AVAILABLE_ONLY`): the show hands out the best
@@ -528,6 +532,8 @@ async fn set_policy(
 #[serde(rename_all = "camelCase")]
 pub struct EventCreated {
     event_id: String,
+    /// The write cluster the show was placed on.
+    shard: u16,
 }
 
 /// Schedule a show (an "event") at a venue.
@@ -582,6 +588,9 @@ async fn create_event(
             .map_or(DEFAULT_HOLD_TTL_SECONDS, |t| t.0),
         policy: policy_of!(body),
     };
+    // Placed before its first event: the directory points at a shard the show is not on only
+    // for a show whose scheduling failed, which no one else can name.
+    let shard = state.shows.place(show_id, body.shard.map(|s| s.0)).await?;
     state
         .shows
         .execute(show_id, ShowCommand::Schedule { info, layout })
@@ -591,6 +600,7 @@ async fn create_event(
         StatusCode::CREATED,
         Json(EventCreated {
             event_id: show_id.to_string(),
+            shard: shard.get(),
         }),
     )
         .into_response())

@@ -1,0 +1,256 @@
+//! Moving a show to another shard while it sells (docs/adr/022): fence it on its shard, copy
+//! its log (every row as stored, its hash chain with it) and snapshots, verify the copy, switch
+//! the directory, and only then remove the old rows. Commands that reach the show meanwhile are
+//! fenced or refused (503 with `Retry-After`) and find it on its new shard once the directory
+//! says so; nothing acknowledged is lost, because nothing is appended on the old shard after
+//! the fence and the copy is taken after it.
+
+use anyhow::Context;
+use onsale_domain::ShowId;
+use sqlx::PgPool;
+
+use crate::shards::{Directory, PgDirectory, ShardId};
+
+/// The owner a show moved off a shard keeps there: registered alive forever at no address, so
+/// every claim on the old shard finds the show owned elsewhere (a node whose cache still names
+/// the old shard looks the show up again) and every append there is fenced. Migration 0024
+/// lets the log's rows of a show owned by it, and only those, be removed.
+pub const MOVED_NODE: uuid::Uuid = uuid::Uuid::from_u128(0x6d6f_7665_6421);
+
+/// Rows copied per statement: memory stays bounded whatever the show's history.
+const PAGE: i64 = 10_000;
+
+/// What a move did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Moved {
+    pub show: String,
+    pub from: ShardId,
+    pub to: ShardId,
+    /// Events copied, verified on the new shard and removed from the old.
+    pub events: i64,
+    pub snapshots: i64,
+}
+
+/// Moves `show` to shard `to`. `directory` is the main database; `shards` every shard in order;
+/// all as the schema's owner (the removal of the old rows is refused to the processes' role).
+pub async fn move_show(
+    directory: &PgPool,
+    shards: &[PgPool],
+    show: ShowId,
+    to: ShardId,
+) -> anyhow::Result<Moved> {
+    let dir = PgDirectory::new(directory.clone());
+    let from = dir.lookup(show).await?.unwrap_or(ShardId::FIRST);
+    anyhow::ensure!(from != to, "show {show} is on shard {to} already");
+    let shard = |s: ShardId| {
+        shards
+            .get(usize::from(s.get()).wrapping_sub(1))
+            .with_context(|| format!("shard {s} is not configured"))
+    };
+    let (source, target) = (shard(from)?, shard(to)?);
+    let id = show.to_string();
+    let head: Option<i64> = sqlx::query_scalar(
+        "SELECT max(sequence) FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1",
+    )
+    .bind(&id)
+    .fetch_one(source)
+    .await?;
+    anyhow::ensure!(head.is_some(), "show {show} has no log on shard {from}");
+
+    fence(source, &id).await?;
+    let copied = match copy(source, target, &id).await {
+        Ok(copied) => copied,
+        Err(e) => {
+            // Nothing switched: the show sells on where it was.
+            unfence(source, &id)
+                .await
+                .context("unfence after a failed copy")?;
+            return Err(e.context(format!("copy show {show} to shard {to}")));
+        }
+    };
+    dir.switch(show, to).await?;
+    remove(source, &id).await.with_context(|| {
+        format!("show {show} moved to shard {to}; its old rows on shard {from} are still there")
+    })?;
+    Ok(Moved {
+        show: id,
+        from,
+        to,
+        events: copied.0,
+        snapshots: copied.1,
+    })
+}
+
+/// The show's owner on its old shard becomes [`MOVED_NODE`] under a new epoch: whatever its
+/// owner appends from now on is fenced. An append in flight holds the owner row `FOR SHARE`, so
+/// this waits for it; the copy, taken after, has it.
+async fn fence(source: &PgPool, id: &str) -> anyhow::Result<()> {
+    let mut tx = source.begin().await?;
+    sqlx::query(
+        "INSERT INTO nodes (node_id, addr, alive_until) VALUES ($1, '', 'infinity')
+         ON CONFLICT (node_id) DO UPDATE SET addr = '', alive_until = 'infinity'",
+    )
+    .bind(MOVED_NODE)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO show_owners (show_id, node_id, epoch) VALUES ($1, $2, nextval('show_owner_epochs'))
+         ON CONFLICT (show_id) DO UPDATE
+           SET node_id = EXCLUDED.node_id, epoch = EXCLUDED.epoch, claimed_at = now()",
+    )
+    .bind(id)
+    .bind(MOVED_NODE)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await.context("fence the show on its shard")?;
+    Ok(())
+}
+
+async fn unfence(source: &PgPool, id: &str) -> anyhow::Result<()> {
+    sqlx::query("DELETE FROM show_owners WHERE show_id = $1 AND node_id = $2")
+        .bind(id)
+        .bind(MOVED_NODE)
+        .execute(source)
+        .await?;
+    Ok(())
+}
+
+type Row = (i64, String, String, String, String, String, Option<Vec<u8>>);
+
+/// A page of rows column by column, as `unnest` takes them.
+#[derive(Default)]
+struct Columns {
+    sequences: Vec<i64>,
+    types: Vec<String>,
+    versions: Vec<String>,
+    payloads: Vec<String>,
+    metadata: Vec<String>,
+    xids: Vec<String>,
+    hashes: Vec<Vec<u8>>,
+}
+
+/// Copies the show's rows as stored (hash, metadata and transaction id included) and its
+/// snapshots in one transaction of the new shard, then checks the copy: its chain recomputed
+/// intact, as long as the old one and ending on the same hash. Answers (events, snapshots).
+async fn copy(source: &PgPool, target: &PgPool, id: &str) -> anyhow::Result<(i64, i64)> {
+    let mut tx = target.begin().await?;
+    let there: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1",
+    )
+    .bind(id)
+    .fetch_one(&mut *tx)
+    .await?;
+    anyhow::ensure!(
+        there == 0,
+        "the new shard holds {there} rows of the show already"
+    );
+    // Moved away from this shard once and back now: the old tombstone goes.
+    sqlx::query("DELETE FROM show_owners WHERE show_id = $1 AND node_id = $2")
+        .bind(id)
+        .bind(MOVED_NODE)
+        .execute(&mut *tx)
+        .await?;
+    let (mut after, mut events) = (0i64, 0i64);
+    loop {
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT sequence, event_type, event_version, payload::text, metadata::text, xid::text, hash
+               FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1 AND sequence > $2
+              ORDER BY sequence LIMIT $3",
+        )
+        .bind(id)
+        .bind(after)
+        .bind(PAGE)
+        .fetch_all(source)
+        .await?;
+        let Some(last) = rows.last() else { break };
+        after = last.0;
+        let mut c = Columns::default();
+        for (seq, event_type, version, payload, metadata, xid, hash) in rows {
+            c.hashes
+                .push(hash.with_context(|| format!("row {seq} has no hash"))?);
+            c.sequences.push(seq);
+            c.types.push(event_type);
+            c.versions.push(version);
+            c.payloads.push(payload);
+            c.metadata.push(metadata);
+            c.xids.push(xid);
+        }
+        events += i64::try_from(c.sequences.len())?;
+        sqlx::query(
+            "INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version,
+                                 payload, metadata, xid, hash)
+             SELECT 'show', $1, s, t, v, p::json, m::json, x::xid8, h
+               FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
+                           $7::text[], $8::bytea[]) AS u(s, t, v, p, m, x, h)",
+        )
+        .bind(id)
+        .bind(&c.sequences)
+        .bind(&c.types)
+        .bind(&c.versions)
+        .bind(&c.payloads)
+        .bind(&c.metadata)
+        .bind(&c.xids)
+        .bind(&c.hashes)
+        .execute(&mut *tx)
+        .await?;
+    }
+    let snapshots = sqlx::query(
+        "SELECT last_sequence, current_snapshot, payload::text AS payload FROM snapshots
+          WHERE aggregate_type = 'show' AND aggregate_id = $1",
+    )
+    .bind(id)
+    .fetch_all(source)
+    .await?;
+    for s in &snapshots {
+        use sqlx::Row as _;
+        sqlx::query(
+            "INSERT INTO snapshots (aggregate_type, aggregate_id, last_sequence, current_snapshot, payload)
+             VALUES ('show', $1, $2, $3, $4::json)",
+        )
+        .bind(id)
+        .bind(s.try_get::<i64, _>("last_sequence")?)
+        .bind(s.try_get::<i64, _>("current_snapshot")?)
+        .bind(s.try_get::<String, _>("payload")?)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+
+    let verified = crate::chain::verify(target, Some(id), PAGE).await?;
+    if let Some(b) = verified.broken {
+        anyhow::bail!("the copy does not verify: {b}");
+    }
+    anyhow::ensure!(
+        i64::try_from(verified.events)? == events
+            && last_hash(source, id).await? == last_hash(target, id).await?,
+        "the copy ({} events) is not the log it was taken from ({events} events)",
+        verified.events
+    );
+    Ok((events, i64::try_from(snapshots.len())?))
+}
+
+async fn last_hash(pool: &PgPool, id: &str) -> anyhow::Result<Option<Vec<u8>>> {
+    Ok(sqlx::query_scalar::<_, Option<Vec<u8>>>(
+        "SELECT hash FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1
+          ORDER BY sequence DESC LIMIT 1",
+    )
+    .bind(id)
+    .fetch_optional(pool)
+    .await?
+    .flatten())
+}
+
+/// Removes the show's rows from its old shard, where it stays fenced.
+async fn remove(source: &PgPool, id: &str) -> anyhow::Result<()> {
+    let mut tx = source.begin().await?;
+    sqlx::query("DELETE FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM snapshots WHERE aggregate_type = 'show' AND aggregate_id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
