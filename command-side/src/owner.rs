@@ -112,6 +112,9 @@ pub enum CommandError {
     Overloaded,
     #[error("this process is shutting down")]
     ShuttingDown,
+    /// The show is moving to another shard (docs/adr/022): the retry finds it there.
+    #[error("the show is moving to another shard")]
+    Moving,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -989,7 +992,7 @@ impl Owner {
                     // now is asked again next time; until the directory says so, callers retry.
                     self.shows.shards().forget(self.show_id);
                     self.shard = None;
-                    return Err(CommandError::Unavailable);
+                    return Err(CommandError::Moving);
                 }
                 Ok(Claim::Elsewhere(other)) => {
                     self.shows.owned_elsewhere(self.show_id, Some(other));

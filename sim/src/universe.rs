@@ -156,7 +156,8 @@ impl Shared {
                 answer,
                 Err(CommandError::Unavailable
                     | CommandError::Overloaded
-                    | CommandError::ShuttingDown)
+                    | CommandError::ShuttingDown
+                    | CommandError::Moving)
             ) {
                 break;
             }
@@ -183,7 +184,8 @@ impl Shared {
                 answer,
                 Err(CommandError::Unavailable
                     | CommandError::Overloaded
-                    | CommandError::ShuttingDown)
+                    | CommandError::ShuttingDown
+                    | CommandError::Moving)
             ) {
                 break;
             }

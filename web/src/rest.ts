@@ -36,6 +36,7 @@ const WORDS: Record<string, string> = {
   RATE_LIMITED: "Slow down a little and try again.",
   UNAVAILABLE: "We are busy right now. Try again in a moment.",
   OVERLOADED: "We are busy right now. Try again in a moment.",
+  SHOW_MOVING: "We are busy right now. Try again in a moment.",
   UNAUTHENTICATED: "Please sign in again.",
   ORDER_NOT_CANCELLABLE: "This order cannot be cancelled any more.",
   BEST_AVAILABLE_ONLY: "Right now this show hands out the best seats available: choose how many you want.",

@@ -77,6 +77,11 @@ impl From<CommandError> for ApiError {
                 "SHUTTING_DOWN",
                 "this server is shutting down; retry shortly",
             ),
+            CommandError::Moving => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "SHOW_MOVING",
+                "this show is moving to another database shard; retry shortly",
+            ),
             CommandError::Internal(m) => {
                 tracing::error!(error = %m, "internal error");
                 Self::new(
