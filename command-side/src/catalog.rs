@@ -61,6 +61,11 @@ impl Catalog {
         }
     }
 
+    /// The log the catalog reads (every shard's, through the read pools).
+    pub fn log(&self) -> &Arc<dyn EventLog> {
+        &self.log
+    }
+
     /// Reads availability from the catalog projection on `pool` too.
     pub fn with_projection(mut self, pool: sqlx::PgPool) -> Self {
         self.projection = Some(pool);

@@ -72,6 +72,14 @@ pub struct StoredEvent {
     pub event: ShowEvent,
 }
 
+/// What a show's recent events did ([`EventLog::recent_activity`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Activity {
+    pub holds: i64,
+    pub seats_held: i64,
+    pub orders: i64,
+}
+
 /// One row of the log as the relay publishes it: any aggregate, payload and metadata as JSON.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogRow {
@@ -203,6 +211,10 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
     /// The show's last `SalePolicyChanged` event, if it has one (a partial index finds it
     /// without reading the show's history).
     async fn last_policy_change(&self, show: &str) -> Result<Option<LogRow>>;
+
+    /// Over a show's last `events` events: the holds made, the seats they held and the orders
+    /// placed (what the waiting room sizes admission by).
+    async fn recent_activity(&self, show: ShowId, events: i64) -> Result<Activity>;
 
     /// Every show and the sequence of its last event.
     async fn heads(&self) -> Result<Vec<(String, i64)>>;

@@ -250,6 +250,27 @@ impl EventLog for MemoryEventLog {
             }))
     }
 
+    async fn recent_activity(&self, show: ShowId, events: i64) -> Result<crate::Activity> {
+        let mut activity = crate::Activity::default();
+        let state = self.lock();
+        let Some(rows) = state.rows.get(&(Show::TYPE.to_owned(), show.to_string())) else {
+            return Ok(activity);
+        };
+        let n = usize::try_from(events).unwrap_or(0);
+        for row in rows.iter().rev().take(n) {
+            match serde_json::from_str::<ShowEvent>(&row.payload) {
+                Ok(ShowEvent::SeatsHeld { seat_ids, .. }) => {
+                    activity.holds += 1;
+                    activity.seats_held += i64::try_from(seat_ids.len()).unwrap_or(i64::MAX);
+                }
+                Ok(ShowEvent::OrderPlaced { .. }) => activity.orders += 1,
+                Ok(_) => {}
+                Err(e) => return Err(StoreError::Corrupt(format!("{show}@{}: {e}", row.sequence))),
+            }
+        }
+        Ok(activity)
+    }
+
     async fn heads(&self) -> Result<Vec<(String, i64)>> {
         Ok(self
             .lock()

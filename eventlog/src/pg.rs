@@ -463,6 +463,31 @@ impl EventLog for PgEventLog {
         Ok(row.as_ref().map(log_row).transpose()?)
     }
 
+    async fn recent_activity(&self, show: ShowId, events: i64) -> Result<crate::Activity> {
+        let (holds, seats_held, orders): (i64, i64, i64) = sqlx::query_as(
+            "WITH recent AS (
+               SELECT event_type, payload FROM events
+                WHERE aggregate_type = $1 AND aggregate_id = $2
+                  AND sequence > (SELECT COALESCE(max(sequence), 0) FROM events
+                                   WHERE aggregate_type = $1 AND aggregate_id = $2) - $3)
+             SELECT count(*) FILTER (WHERE event_type = 'SeatsHeld'),
+                    COALESCE(sum(json_array_length(payload->'SeatsHeld'->'seat_ids'))
+                               FILTER (WHERE event_type = 'SeatsHeld'), 0)::bigint,
+                    count(*) FILTER (WHERE event_type = 'OrderPlaced')
+               FROM recent",
+        )
+        .bind(Show::TYPE)
+        .bind(show.to_string())
+        .bind(events)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(crate::Activity {
+            holds,
+            seats_held,
+            orders,
+        })
+    }
+
     async fn heads(&self) -> Result<Vec<(String, i64)>> {
         // A loose index scan: one probe per show, however long its history.
         Ok(sqlx::query_as(

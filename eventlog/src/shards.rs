@@ -445,6 +445,10 @@ impl<L: EventLog + ?Sized> EventLog for ShardedLog<L> {
         self.of_id(show).await?.last_policy_change(show).await
     }
 
+    async fn recent_activity(&self, show: ShowId, events: i64) -> Result<crate::Activity> {
+        self.of(show).await?.recent_activity(show, events).await
+    }
+
     async fn heads(&self) -> Result<Vec<(String, i64)>> {
         let mut heads = Vec::new();
         for answer in self.each(|log| log.heads()).await {

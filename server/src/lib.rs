@@ -261,6 +261,13 @@ impl ShowSchedule for CatalogSchedule {
         })
     }
 
+    fn activity(&self, show: ShowId, events: i64) -> onsale_waiting_room::ActivityFuture<'_> {
+        Box::pin(async move {
+            let a = self.0.log().recent_activity(show, events).await?;
+            Ok((a.holds, a.seats_held, a.orders))
+        })
+    }
+
     /// The policies in force, read from the log.
     fn rules(&self, show: ShowId) -> RulesFuture<'_> {
         Box::pin(async move {

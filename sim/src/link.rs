@@ -210,6 +210,15 @@ impl EventLog for Link {
         self.store.last_policy_change(show).await
     }
 
+    async fn recent_activity(
+        &self,
+        show: ShowId,
+        events: i64,
+    ) -> Result<onsale_eventlog::Activity> {
+        self.reachable().await;
+        self.store.recent_activity(show, events).await
+    }
+
     async fn heads(&self) -> Result<Vec<(String, i64)>> {
         self.reachable().await;
         self.store.heads().await

@@ -160,7 +160,7 @@ impl Admitter {
                 return *m;
             }
         }
-        let m = crate::sale::measure(&self.room.pool, show)
+        let m = crate::sale::measure(&self.room.pool, self.room.schedule.as_ref(), show)
             .await
             .unwrap_or_default();
         self.measured.insert(show, (Instant::now(), m));

@@ -152,7 +152,14 @@ pub trait ShowSchedule: Send + Sync + std::fmt::Debug {
     fn facts(&self, show: ShowId) -> FactsFuture<'_>;
     /// Who may join the show's line now.
     fn rules(&self, show: ShowId) -> RulesFuture<'_>;
+    /// Over the show's last `events` events, (holds made, seats they held, orders placed):
+    /// read from the show's log wherever it lives (its shard), not from this crate's pool.
+    fn activity(&self, show: ShowId, events: i64) -> ActivityFuture<'_>;
 }
+
+pub type ActivityFuture<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = anyhow::Result<(i64, i64, i64)>> + Send + 'a>,
+>;
 
 #[derive(Clone, Debug)]
 pub struct WaitingRoom {

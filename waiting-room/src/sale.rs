@@ -145,36 +145,37 @@ impl SaleMeasure {
 }
 
 /// The show's [`SaleMeasure`]: seats left from the seat map, the rest from the show's last
-/// [`RECENT_EVENTS`] events in the log. `None` when the seat map has not folded the show yet or
-/// the store cannot be read (N then stays the target).
-pub async fn measure(pool: &PgPool, show: ShowId) -> Option<SaleMeasure> {
-    let row: Result<(Option<i64>, i64, i64, i64), sqlx::Error> = sqlx::query_as(
-        "WITH recent AS (
-           SELECT event_type, payload FROM events
-            WHERE aggregate_type = 'show' AND aggregate_id = $1
-              AND sequence > (SELECT COALESCE(max(sequence), 0) FROM events
-                               WHERE aggregate_type = 'show' AND aggregate_id = $1) - $2)
-         SELECT (SELECT sum(available + held)::bigint FROM seat_map_sections WHERE show_id = $1),
-                count(*) FILTER (WHERE event_type = 'SeatsHeld'),
-                COALESCE(sum(json_array_length(payload->'SeatsHeld'->'seat_ids'))
-                           FILTER (WHERE event_type = 'SeatsHeld'), 0)::bigint,
-                count(*) FILTER (WHERE event_type = 'OrderPlaced')
-           FROM recent",
+/// [`RECENT_EVENTS`] events in its log (through `schedule`: the log may live on another shard).
+/// `None` when the seat map has not folded the show yet or either cannot be read (N then stays
+/// the target).
+pub async fn measure(
+    pool: &PgPool,
+    schedule: &dyn crate::ShowSchedule,
+    show: ShowId,
+) -> Option<SaleMeasure> {
+    let left: Result<Option<i64>, sqlx::Error> = sqlx::query_scalar(
+        "SELECT sum(available + held)::bigint FROM seat_map_sections WHERE show_id = $1",
     )
     .bind(show.to_string())
-    .bind(RECENT_EVENTS)
     .fetch_one(pool)
     .await;
-    match row {
-        Ok((Some(seats_left), holds, seats_held, orders)) => Some(SaleMeasure {
+    let seats_left = match left {
+        Ok(Some(left)) => left,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::warn!(%show, error = %e, "the sale's seats left not read");
+            return None;
+        }
+    };
+    match schedule.activity(show, RECENT_EVENTS).await {
+        Ok((holds, seats_held, orders)) => Some(SaleMeasure {
             seats_left,
             holds,
             seats_held,
             orders,
         }),
-        Ok((None, ..)) => None,
         Err(e) => {
-            tracing::warn!(%show, error = %e, "the sale's measure not read");
+            tracing::warn!(%show, error = %e, "the sale's recent events not read");
             None
         }
     }
