@@ -119,6 +119,16 @@ pub enum CommandError {
     Internal(String),
 }
 
+impl CommandError {
+    /// "Try again": the command may succeed if sent again (to this node later, or another).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::Unavailable | Self::Overloaded | Self::ShuttingDown | Self::Moving
+        )
+    }
+}
+
 /// What a command answers with, computed from the committed state.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Answer {

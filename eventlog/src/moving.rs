@@ -44,7 +44,7 @@ pub async fn move_show(
     anyhow::ensure!(from != to, "show {show} is on shard {to} already");
     let shard = |s: ShardId| {
         shards
-            .get(usize::from(s.get()).wrapping_sub(1))
+            .get(s.index())
             .with_context(|| format!("shard {s} is not configured"))
     };
     let (source, target) = (shard(from)?, shard(to)?);

@@ -46,7 +46,7 @@ impl ShardId {
         self.0
     }
 
-    fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         usize::from(self.0 - 1)
     }
 }
@@ -293,9 +293,9 @@ impl<L: EventLog + ?Sized> ShardedLog<L> {
         if now == was {
             return Ok(None);
         }
-        self.log(now)?;
+        let log = self.log(now)?;
         self.learn(show, now);
-        self.log(now).map(Some)
+        Ok(Some(log))
     }
 
     fn learn(&self, show: ShowId, shard: ShardId) {

@@ -152,13 +152,7 @@ impl Shared {
             let node = (first + attempt) % self.nodes.len();
             self.commands.fetch_add(1, Ordering::Relaxed);
             answer = self.nodes[node].ask(self.show, query.clone()).await;
-            if !matches!(
-                answer,
-                Err(CommandError::Unavailable
-                    | CommandError::Overloaded
-                    | CommandError::ShuttingDown
-                    | CommandError::Moving)
-            ) {
+            if !answer.as_ref().is_err_and(CommandError::is_transient) {
                 break;
             }
         }
@@ -180,13 +174,7 @@ impl Shared {
             self.commands.fetch_add(1, Ordering::Relaxed);
             answer = self.nodes[node].execute(self.show, command.clone()).await;
             by = node;
-            if !matches!(
-                answer,
-                Err(CommandError::Unavailable
-                    | CommandError::Overloaded
-                    | CommandError::ShuttingDown
-                    | CommandError::Moving)
-            ) {
+            if !answer.as_ref().is_err_and(CommandError::is_transient) {
                 break;
             }
         }
