@@ -127,6 +127,68 @@ async fn a_pre_queue_is_drawn_in_random_order_at_the_opening() {
     assert_eq!(late["position"].as_i64(), Some(31), "{late}");
 }
 
+/// A join asks for its candidate position before the opening (none yet: 0) and runs its script
+/// after another join's block opened the line: the fan still gets exactly one place, after the
+/// pre-queue and outside every block handed out.
+#[tokio::test]
+async fn a_join_straddling_the_opening_still_gets_a_place_of_its_own() {
+    use onsale_waiting_room::store::Store;
+    let url = onsale_tests::waiting_room::redis_url()
+        .await
+        .expect("redis");
+    let store = Store::connect(&url, &tokio_util::sync::CancellationToken::new())
+        .await
+        .expect("store");
+    let show = onsale_domain::ShowId::random();
+    let now = chrono::Utc::now().timestamp_millis();
+    let opens = now + 60_000;
+    for (i, fan) in ["early-a", "early-b", "early-c"].iter().enumerate() {
+        assert_eq!(store.join(show, fan, 0, i as u64, false).await.unwrap(), -1);
+    }
+    // The straddler asked before the opening: no block yet.
+    assert_eq!(store.take_block(show, now, opens).await.unwrap(), None);
+    // Another process's join, after the opening, takes a block and so opens the line.
+    let end = store
+        .take_block(show, opens, opens)
+        .await
+        .unwrap()
+        .expect("a block after the opening");
+    let block = end - onsale_waiting_room::store::BLOCK + 1..=end;
+    assert!(
+        *block.start() > 3,
+        "blocks come after the pre-queue: {block:?}"
+    );
+    let p = store.join(show, "straddler", 0, 7, false).await.unwrap();
+    assert!(
+        p > 3 && !block.contains(&p),
+        "a place of its own: {p}, block {block:?}"
+    );
+    assert_eq!(
+        store.standing(show, "straddler").await.unwrap().position,
+        Some(p)
+    );
+    // Asking again keeps the place; the pre-queue is still drawn into 1..=3.
+    assert_eq!(store.join(show, "straddler", 0, 7, false).await.unwrap(), p);
+    let tick = store
+        .tick(show, opens, opens, 10, 30_000, false)
+        .await
+        .unwrap();
+    assert_eq!(tick.drawn, 3);
+    let mut early = Vec::new();
+    for fan in ["early-a", "early-b", "early-c"] {
+        early.push(
+            store
+                .standing(show, fan)
+                .await
+                .unwrap()
+                .position
+                .expect("drawn"),
+        );
+    }
+    early.sort_unstable();
+    assert_eq!(early, vec![1, 2, 3]);
+}
+
 #[tokio::test]
 async fn two_admitters_never_let_live_sessions_exceed_n_and_lapsed_leases_free_slots() {
     const N: i64 = 15;

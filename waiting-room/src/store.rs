@@ -225,7 +225,9 @@ impl Store {
 
     /// One place per account: the existing one, else `candidate` (after the opening), else a
     /// place in the pre-queue (`-1`). `requeue`: the fan's admission lapsed, so they go to the
-    /// back with `candidate`.
+    /// back with `candidate`. A `candidate` of 0 (asked for before the opening) on a line that
+    /// opened since takes the next free position, so a join straddling the opening is never
+    /// left without a place.
     pub async fn join(
         &self,
         show: ShowId,
@@ -240,6 +242,7 @@ impl Store {
             .key(key(show, "pre"))
             .key(key(show, "open"))
             .key(key(show, "tail"))
+            .key(key(show, "next"))
             .arg(account)
             .arg(candidate)
             .arg(lottery)
@@ -343,6 +346,7 @@ impl Store {
             .key(key(show, "paused"))
             .key(key(show, "eta"))
             .key(key(show, "tail"))
+            .key(key(show, "next"))
             .arg(account)
             .invoke_async(&mut c)
             .await?;
