@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test sim sim-soak web fuzz-api drill-bots up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-trace bench-fanout
+.PHONY: demo test sim sim-soak web fuzz-api drill-bots drill-shards kill-shard start-shard bench-shards up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-trace bench-fanout
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
@@ -80,6 +80,19 @@ drill-nodes:
 drill-bots:
 	DRILL_SECONDS=$(DRILL_SECONDS) ./scripts/drill-bots.sh
 
+# The operator's drills on `make up SHARDS=2` (HA=1: each shard a Patroni trio): shard N's
+# primary dies (SIGKILL; with HA=1 its trio promotes a standby), then comes back.
+kill-shard:
+	HA=$(HA) ./scripts/stack.sh kill-shard $(N)
+
+start-shard:
+	HA=$(HA) ./scripts/stack.sh start-shard $(N)
+
+# An on-sale on three shows over two shards, shard 1's primary killed at a random moment, a show
+# moved between shards mid-sale; per show: lost, sold twice, the write gap (docs/adr/022).
+drill-shards:
+	HA=$(HA) DRILL_SECONDS=$(DRILL_SECONDS) ./scripts/drill-shards.sh
+
 # The operator's drill on `make up`'s cluster: SIGKILL broker N, then bring it back.
 kill-broker:
 	./scripts/stack.sh kill-broker $(N)
@@ -118,6 +131,11 @@ bench-holds:
 
 bench-tail:
 	./scripts/bench-tail.sh
+
+# What a second write cluster adds: the command layer holding seats on four shows all on
+# shard 1, then spread over two shards, interleaved; holds/s and commits/s per shard.
+bench-shards:
+	./scripts/bench-shards.sh
 
 # What tracing costs the hold path (docs/adr/019): rounds without a collector against rounds
 # exporting TRACE_SAMPLE (0.1) of the requests to Zipkin, on one `make up TRACING=1` stack.

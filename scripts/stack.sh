@@ -69,9 +69,12 @@ BROKERS=${BROKERS:-1}
 # `make up NODES=3`: three `onsale serve` behind the router on LISTEN/GRPC_LISTEN.
 NODES=${NODES:-1}
 # `make up SHARDS=2`: the shows' write path on two PostgreSQL clusters of their own (ports
-# SHARD_PG_BASE+1, +2, ...), the directory and the read models on PG_PORT (docs/adr/021).
+# SHARD_PG_BASE+1, +2, ...), the directory and the read models on PG_PORT (docs/adr/021). With
+# HA=1 each shard is a Patroni trio of its own behind its own HAProxy port (SHARD_HA_BASE,
+# +30, ...: a trio takes 24 ports above its base).
 SHARDS=${SHARDS:-1}
 SHARD_PG_BASE=${ONSALE_SHARD_PG_BASE:-54340}
+SHARD_HA_BASE=${ONSALE_SHARD_HA_BASE:-54430}
 NODE_HTTP_BASE=${ONSALE_NODE_HTTP_BASE:-8180}
 NODE_GRPC_BASE=${ONSALE_NODE_GRPC_BASE:-50150}
 # Node i's internal listener (commands other nodes forward to it): never behind the router.
@@ -839,15 +842,54 @@ brokers_list() {
   echo "$list"
 }
 
+# Where shard I's clients connect: its PostgreSQL, or with HA=1 its trio's HAProxy.
+shard_port() {
+  if [ "${HA:-0}" = 1 ]; then echo $((SHARD_HA_BASE + 30 * ($1 - 1))); else echo $((SHARD_PG_BASE + $1)); fi
+}
+
 # The write clusters of `up SHARDS=n` (empty for one: the main database is the only shard).
 shard_urls() {
   local i list=""
   if [ "$SHARDS" -gt 1 ]; then
     for i in $(seq 1 "$SHARDS"); do
-      list="$list${list:+,}postgres://onsale@127.0.0.1:$((SHARD_PG_BASE + i))/onsale"
+      list="$list${list:+,}postgres://onsale@127.0.0.1:$(shard_port "$i")/onsale"
     done
   fi
   echo "$list"
+}
+
+# The operator's drill on `make up SHARDS=n`: shard I's primary dies. With HA=1, SIGKILL to the
+# trio's primary (Patroni promotes a standby); without, SIGKILL to the shard's postmaster and
+# every backend (nothing serves the shard until `start-shard I`).
+shard_kill() {
+  local i=$1 dir=$STACK_DIR/shard$1 pm
+  if [ -d "$dir/ha" ]; then
+    ha_kill_primary "$dir/ha" >/dev/null
+    echo "killed shard $i's primary; Patroni promotes a standby (make start-shard N=$i brings the node back)"
+    return 0
+  fi
+  [ -f "$dir/data/postmaster.pid" ] || { echo "shard $i is not running" >&2; return 1; }
+  pm=$(head -1 "$dir/data/postmaster.pid")
+  kill -STOP "$pm" 2>/dev/null || true
+  pkill -9 -P "$pm" 2>/dev/null || true
+  kill -9 "$pm" 2>/dev/null || true
+  echo "killed shard $i's PostgreSQL (postmaster $pm); make start-shard N=$i starts it again"
+}
+
+# Shard I back: its PostgreSQL started again (crash recovery), or with HA=1 every node of its
+# trio that is down started again (a returning old primary rejoins as a standby).
+shard_start() {
+  local i=$1 dir=$STACK_DIR/shard$1 n
+  if [ -d "$dir/ha" ]; then
+    for n in 1 2 3; do ha_start "$dir/ha" "$n"; done
+    ha_wait "$dir/ha" replicated 90
+    echo "shard $i: a primary and two streaming standbys"
+    return 0
+  fi
+  [ -d "$dir/data" ] || { echo "no shard $i in $STACK_DIR" >&2; return 1; }
+  rm -f "$dir/data/postmaster.pid"
+  as_pg "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 start >/dev/null
+  echo "shard $i: postgresql on 127.0.0.1:$(shard_port "$i") again"
 }
 
 # Starts one onsale process in the background: NAME ARGS...
@@ -866,10 +908,6 @@ start_onsale() {
 
 up() {
   if [ -d "$STACK_DIR" ]; then down; fi
-  if [ "${HA:-0}" = 1 ] && [ "$SHARDS" -gt 1 ]; then
-    echo "make up HA=1 SHARDS=$SHARDS: a Patroni trio per shard is not built yet (issue 31); run SHARDS=$SHARDS without HA, or HA=1 with one shard" >&2
-    return 1
-  fi
   if [ "${HA:-0}" = 1 ]; then
     mkdir -p "$STACK_DIR"
     ha_up "$STACK_DIR/ha" "$PG_PORT"
@@ -879,7 +917,12 @@ up() {
   local shard
   if [ "$SHARDS" -gt 1 ]; then
     for shard in $(seq 1 "$SHARDS"); do
-      pg_up "$STACK_DIR/shard$shard" "$((SHARD_PG_BASE + shard))"
+      if [ "${HA:-0}" = 1 ]; then
+        mkdir -p "$STACK_DIR/shard$shard"
+        ha_up "$STACK_DIR/shard$shard/ha" "$(shard_port "$shard")"
+      else
+        pg_up "$STACK_DIR/shard$shard" "$(shard_port "$shard")"
+      fi
     done
   fi
   broker_up "$STACK_DIR" "$KAFKA_PORT" "$BROKERS"
@@ -1006,7 +1049,7 @@ down() {
   # The relay's slot goes with the cluster.
   ha_down "$STACK_DIR/ha"
   for f in "$STACK_DIR"/shard*; do
-    if [ -d "$f" ]; then pg_down "$f"; fi
+    if [ -d "$f/ha" ]; then ha_down "$f/ha"; rm -rf "$f"; elif [ -d "$f" ]; then pg_down "$f"; fi
   done
   pg_down "$STACK_DIR"
   echo "stack stopped"
@@ -1046,6 +1089,9 @@ case "${1:-}" in
   restart-onsale) restart_onsale ;;
   kill-broker) broker_kill "$STACK_DIR" "${2:?which broker}" ;;
   kill-primary) ha_kill_primary "$STACK_DIR/ha" ;;
+  kill-shard) shard_kill "${2:?which shard}" ;;
+  start-shard) shard_start "${2:?which shard}" ;;
+  shard-urls) shard_urls ;;
   kill-node) node_signal KILL "${2:?which node}" ;;
   kill-owner) node_kill_owner ;;
   pause-owner) node_pause_owner "${2:-20}" ;;

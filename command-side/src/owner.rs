@@ -300,15 +300,35 @@ impl Shows {
 
     /// Keeps this node registered while it runs; retires owners of shows another node claimed
     /// meanwhile (this one was presumed dead: paused, cut off); claims shows whose node died so
-    /// their lapsed holds are swept; and frees this node's shows when it stops.
+    /// their lapsed holds are swept; and frees this node's shows when it stops. Each shard on
+    /// a beat of its own: a shard that hangs or is down lets no other shard's lease lapse.
     async fn keep_alive(self) {
+        let shutdown = self.inner.shutdown.clone();
+        let beats = self
+            .inner
+            .shards
+            .shards()
+            .map(|(shard, log)| self.clone().keep_alive_on(shard, log.clone()))
+            .collect::<Vec<_>>();
+        futures::future::join_all(beats).await;
+        // Owners commit and answer what they took; then the shows are free for other nodes.
+        self.inner.owner_tasks.close();
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.inner.owner_tasks.wait()).await;
+        if let Err(e) = self.log().leave(&self.node()).await {
+            warn!(error = %e, "node did not leave cleanly; its shows free up when its registration lapses");
+        }
+    }
+
+    /// One shard's beat, until shutdown: the node's registration there renewed, owners of its
+    /// shows claimed elsewhere retired, its orphaned shows woken.
+    async fn keep_alive_on(self, shard: ShardId, log: Arc<dyn EventLog>) {
         let ttl = self.inner.config.cluster.node_ttl;
         let mut beat = tokio::time::interval(ttl / 5);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let shutdown = self.inner.shutdown.clone();
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => break,
+                _ = shutdown.cancelled() => return,
                 _ = beat.tick() => {}
             }
             let node = self.node();
@@ -319,29 +339,24 @@ impl Shows {
                 continue;
             }
             let started = Instant::now();
-            let beats =
-                futures::future::join_all(self.inner.shards.shards().map(|(shard, log)| {
-                    let node = &node;
-                    async move { (shard, log.heartbeat(node, ttl).await) }
-                }))
-                .await;
-            let mut alive = false;
-            for (shard, beat) in beats {
-                match beat {
-                    Ok(owned) => {
-                        // Retired first: an owner of a show claimed elsewhere meanwhile must
-                        // not answer on the renewed lease.
-                        self.retire_lost(shard, &owned.into_iter().collect(), started);
-                        self.renewed(shard, started);
-                        alive = true;
+            let owned = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                beat = log.heartbeat(&node, ttl) => match beat {
+                    Ok(owned) => owned,
+                    Err(e) => {
+                        warn!(%shard, error = %e, "node heartbeat failed");
+                        continue;
                     }
-                    Err(e) => warn!(%shard, error = %e, "node heartbeat failed"),
-                }
-            }
-            if !alive || node.addr.is_empty() {
+                },
+            };
+            // Retired first: an owner of a show claimed elsewhere meanwhile must not answer
+            // on the renewed lease.
+            self.retire_lost(shard, &owned.into_iter().collect(), started);
+            self.renewed(shard, started);
+            if node.addr.is_empty() {
                 continue;
             }
-            match self.log().orphans(50).await {
+            match log.orphans(50).await {
                 Ok(orphans) => {
                     for show in orphans {
                         let shows = self.clone();
@@ -350,14 +365,8 @@ impl Shows {
                         });
                     }
                 }
-                Err(e) => warn!(error = %e, "orphaned shows not read"),
+                Err(e) => warn!(%shard, error = %e, "orphaned shows not read"),
             }
-        }
-        // Owners commit and answer what they took; then the shows are free for other nodes.
-        self.inner.owner_tasks.close();
-        let _ = tokio::time::timeout(Duration::from_secs(30), self.inner.owner_tasks.wait()).await;
-        if let Err(e) = self.log().leave(&self.node()).await {
-            warn!(error = %e, "node did not leave cleanly; its shows free up when its registration lapses");
         }
     }
 

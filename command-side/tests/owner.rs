@@ -584,6 +584,43 @@ async fn a_shard_cut_off_stops_only_its_own_owners() {
     )
     .await;
     held(answer);
+
+    // A shard that stops answering (its primary killed with connections open) rather than
+    // refusing: its heartbeats hang. The other shard's lease is renewed on a beat of its own,
+    // so its shows sell on through several lease lengths.
+    one.hang_heartbeats(true);
+    let answer = until_answer(
+        &shows,
+        first,
+        || hold(first, "dan", 60, None),
+        |a| matches!(a, Err(CommandError::Unavailable)),
+    )
+    .await;
+    assert!(
+        matches!(answer, Err(CommandError::Unavailable)),
+        "{answer:?}"
+    );
+    let through = tokio::time::Instant::now() + Duration::from_millis(1_500);
+    let mut n = 11;
+    while tokio::time::Instant::now() < through {
+        held(
+            shows
+                .execute(second, hold(second, &format!("fan-{n}"), n, None))
+                .await,
+        );
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(shows.lease_held_on(shard(2)));
+    one.hang_heartbeats(false);
+    let answer = until_answer(
+        &shows,
+        first,
+        || hold(first, "eve", 70, None),
+        |a| a.is_ok(),
+    )
+    .await;
+    held(answer);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

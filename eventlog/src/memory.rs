@@ -45,6 +45,8 @@ pub struct MemoryEventLog {
     state: Arc<Mutex<State>>,
     /// Appends wait for a permit; `hold_appends` takes them all away.
     gate: Arc<tokio::sync::Semaphore>,
+    /// While true, heartbeats wait (`hang_heartbeats`).
+    hang: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 const OPEN: usize = 1 << 20;
@@ -54,6 +56,7 @@ impl Default for MemoryEventLog {
         Self {
             state: Arc::default(),
             gate: Arc::new(tokio::sync::Semaphore::new(OPEN)),
+            hang: Arc::new(tokio::sync::watch::Sender::new(false)),
         }
     }
 }
@@ -103,6 +106,12 @@ impl MemoryEventLog {
     /// database, which cannot renew its lease.
     pub fn fail_heartbeats(&self, fail: bool) {
         self.lock().heartbeats_fail = fail;
+    }
+
+    /// Heartbeats wait, unanswered, from now on until `false`: a database whose primary died
+    /// with the connections open (nothing refuses; nothing answers).
+    pub fn hang_heartbeats(&self, hang: bool) {
+        self.hang.send_replace(hang);
     }
 
     /// How many appends committed.
@@ -369,6 +378,8 @@ impl EventLog for MemoryEventLog {
     }
 
     async fn heartbeat(&self, node: &Node, _ttl: std::time::Duration) -> Result<Vec<ShowId>> {
+        // Never closed (the sender lives in `self`).
+        let _ = self.hang.subscribe().wait_for(|hang| !*hang).await;
         let mut state = self.lock();
         if state.heartbeats_fail {
             return Err(StoreError::Unavailable(

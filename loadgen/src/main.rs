@@ -15,6 +15,7 @@ mod queue;
 mod reads;
 mod replay;
 mod search;
+mod shards;
 mod tail;
 mod venue;
 
@@ -196,6 +197,14 @@ enum Command {
         #[command(flatten)]
         auth: AuthSettings,
     },
+    /// The shards drill (`make drill-shards`): three shows on two shards, shard 1's primary
+    /// killed, a show moved mid-sale; per show, lost, sold twice and the write gap.
+    DrillShards {
+        #[command(flatten)]
+        drill: shards::ShardsDrill,
+        #[command(flatten)]
+        auth: AuthSettings,
+    },
     /// The drill's bots (started by `drill-bots` in a process of their own).
     BotFlood {
         #[command(flatten)]
@@ -301,6 +310,10 @@ async fn main() -> anyhow::Result<()> {
         Command::DrillBots { drill, auth } => {
             let auth = auth.secured()?;
             bots::drill(drill, auth.jwt_secret.expose_secret()).await
+        }
+        Command::DrillShards { drill, auth } => {
+            let auth = auth.secured()?;
+            shards::drill(drill, auth.jwt_secret.expose_secret()).await
         }
         Command::BotFlood { flood, auth } => {
             let auth = auth.secured()?;
@@ -1124,32 +1137,32 @@ struct CommandLoad {
     /// each hold asks for `--seats` of it by quantity (`make bench-ga`).
     #[arg(long)]
     ga: Option<u32>,
+    /// Holds spread over this many shows (client i holds on show i mod n).
+    #[arg(long, default_value_t = 1)]
+    shows: usize,
+    /// With `--shard-url`: show i placed on shard i mod n + 1 (else every show on shard 1;
+    /// `make bench-shards`).
+    #[arg(long)]
+    spread: bool,
 }
 
-async fn bench_command(
-    database: &DatabaseSettings,
-    config: OwnerConfig,
-    load: CommandLoad,
-) -> anyhow::Result<()> {
-    let CommandLoad {
-        clients,
-        seats,
-        skewed,
-        seconds,
-        ttl,
-        ga,
-    } = load;
-    // The pool and the owners as `onsale serve` builds them.
-    database.migrate().await?;
-    let pool = database.pool(database.pool_size, false)?;
-    let shows = Shows::new(
-        Arc::new(PgEventLog::new(pool)),
-        Arc::new(SystemClock),
-        config,
-        CancellationToken::new(),
-        TaskTracker::new(),
-    );
-    let show = ShowId::random();
+/// Every transaction committed on each shard so far (`pg_stat_database`).
+async fn commits(pools: &[sqlx::PgPool]) -> anyhow::Result<Vec<i64>> {
+    let mut out = Vec::new();
+    for pool in pools {
+        out.push(
+            sqlx::query_scalar(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+            )
+            .fetch_one(pool)
+            .await?,
+        );
+    }
+    Ok(out)
+}
+
+/// Schedules a benchmark show: the arena, or one floor of `ga` places; on sale now.
+async fn schedule(shows: &Shows, show: ShowId, ttl: u32, ga: Option<u32>) -> anyhow::Result<()> {
     let layout: VenueLayout = match ga {
         Some(capacity) => VenueLayout::parse(vec![SectionLayout::general_admission(
             "FLOOR".into(),
@@ -1176,11 +1189,61 @@ async fn bench_command(
     shows
         .execute(show, ShowCommand::Schedule { info, layout })
         .await?;
+    Ok(())
+}
+
+async fn bench_command(
+    database: &DatabaseSettings,
+    config: OwnerConfig,
+    load: CommandLoad,
+) -> anyhow::Result<()> {
+    let CommandLoad {
+        clients,
+        seats,
+        skewed,
+        seconds,
+        ttl,
+        ga,
+        shows: count,
+        spread,
+    } = load;
+    // The pools and the owners as `onsale serve` builds them: one log, or with `--shard-url`
+    // every shard's, each show placed through the directory in the main database.
+    database.migrate().await?;
+    let pools = database
+        .shards()
+        .iter()
+        .map(|shard| shard.pool(database.pool_size, false))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let directory: Arc<dyn onsale_eventlog::Directory> =
+        Arc::new(onsale_eventlog::PgDirectory::new(database.pool(2, true)?));
+    let log_of =
+        |pool: &sqlx::PgPool| -> Arc<dyn EventLog> { Arc::new(PgEventLog::new(pool.clone())) };
+    let log = pools.iter().skip(1).fold(
+        onsale_eventlog::ShardedLog::new(log_of(&pools[0]), directory),
+        |log, pool| log.and(log_of(pool)),
+    );
+    let shows = Shows::sharded(
+        Arc::new(log),
+        Arc::new(SystemClock),
+        config,
+        CancellationToken::new(),
+        TaskTracker::new(),
+    );
+    let mut placed = Vec::new();
+    for i in 0..count.max(1) {
+        let show = ShowId::random();
+        let shard = if spread { i % pools.len() + 1 } else { 1 };
+        shows.place(show, Some(u16::try_from(shard)?)).await?;
+        schedule(&shows, show, ttl, ga).await?;
+        placed.push(show);
+    }
+    let before = commits(&pools).await?;
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let tally = Arc::new(Tally::default());
     let mut tasks = Vec::new();
-    for _ in 0..clients {
-        let (shows, tally) = (shows.clone(), tally.clone());
+    for c in 0..clients {
+        let (shows, tally, show) = (shows.clone(), tally.clone(), placed[c % placed.len()]);
         tasks.push(tokio::spawn(async move {
             let mut hist = Histogram::<u64>::new(3).expect("histogram");
             while Instant::now() < deadline {
@@ -1226,6 +1289,12 @@ async fn bench_command(
     for t in tasks {
         hist.add(t.await?)?;
     }
+    let after = commits(&pools).await?;
+    let commits_per_s: Vec<f64> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| (a - b) as f64 / seconds as f64)
+        .collect();
     let t = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64;
     let attempts = t(&tally.holds) + t(&tally.conflicts) + t(&tally.limited) + t(&tally.other);
     println!(
@@ -1237,6 +1306,7 @@ async fn bench_command(
             "p50_ms": hist.value_at_quantile(0.5) as f64 / 1000.0, "p99_ms": hist.value_at_quantile(0.99) as f64 / 1000.0,
             "errors": t(&tally.other), "conflicts_per_s": t(&tally.conflicts) / seconds as f64,
             "limited_per_s": t(&tally.limited) / seconds as f64,
+            "shows": placed.len(), "commits_per_s": commits_per_s,
         })
     );
     Ok(())
