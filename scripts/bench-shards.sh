@@ -12,6 +12,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-bench-shards.XXXXXX)
+# The postgres user runs the clusters in directories under it.
+chmod 755 "$DIR"
 BASE=${BENCH_PG_BASE:-54370}
 SECS=${BENCH_SECONDS:-10}
 CLIENTS=${BENCH_CLIENTS:-64}

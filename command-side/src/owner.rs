@@ -303,7 +303,6 @@ impl Shows {
     /// their lapsed holds are swept; and frees this node's shows when it stops. Each shard on
     /// a beat of its own: a shard that hangs or is down lets no other shard's lease lapse.
     async fn keep_alive(self) {
-        let shutdown = self.inner.shutdown.clone();
         let beats = self
             .inner
             .shards
