@@ -6,7 +6,8 @@
 # shard 2 mid-sale with `onsale shard move`. The report, per show: acknowledged holds and orders
 # checked in its shard's log (lost), seats sold twice, the write gap, the 503s clients retried,
 # the seat map against a replay; and the moved show's hash chain on its new shard. Always stops
-# the stack. DRILL_SECONDS sets the sale's length (60).
+# the stack (its processes' logs are kept in target/drill-shards/). DRILL_SECONDS sets the
+# sale's length (60).
 set -euo pipefail
 # A local stack runs in development mode: unset secrets take built-in development values
 # (`onsale serve` refuses them otherwise; see docs/security.md).
@@ -20,7 +21,13 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PG_PORT=${ONSALE_PG_PORT:-54329}
 LISTEN=${ONSALE_LISTEN:-127.0.0.1:8080}
 export HA=${HA:-0} SHARDS=2
-trap '"$ROOT/scripts/stack.sh" down >/dev/null' EXIT
+# The processes' logs outlive the stack: target/drill-shards/.
+stop() {
+  mkdir -p "$ROOT/target/drill-shards"
+  cp "${ONSALE_STACK_DIR:-/tmp/onsale-stack}"/*.log "$ROOT/target/drill-shards/" 2>/dev/null || true
+  "$ROOT/scripts/stack.sh" down >/dev/null
+}
+trap stop EXIT
 ulimit -n 65536 2>/dev/null || true
 "$ROOT/scripts/stack.sh" up
 MAIN="postgres://onsale@127.0.0.1:$PG_PORT/onsale"

@@ -310,9 +310,12 @@ impl Shows {
             .map(|(shard, log)| self.clone().keep_alive_on(shard, log.clone()))
             .collect::<Vec<_>>();
         futures::future::join_all(beats).await;
-        // Owners commit and answer what they took; then the shows are free for other nodes.
+        // Owners commit and answer what they took (each append bounded by `commit_timeout`);
+        // then the shows are free for other nodes. No bound of its own here: the process's
+        // shutdown bound (`ONSALE_SHUTDOWN_TIMEOUT_SECS`) is the one, and past it the node's
+        // shows free up when its registration lapses.
         self.inner.owner_tasks.close();
-        let _ = tokio::time::timeout(Duration::from_secs(30), self.inner.owner_tasks.wait()).await;
+        self.inner.owner_tasks.wait().await;
         if let Err(e) = self.log().leave(&self.node()).await {
             warn!(error = %e, "node did not leave cleanly; its shows free up when its registration lapses");
         }

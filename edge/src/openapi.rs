@@ -107,8 +107,8 @@ fn body_rules() -> Vec<(&'static str, Value)> {
                 "venueId": {"pattern": UUID},
                 "prices": {"propertyNames": {"pattern": LABEL},
                            "additionalProperties": {"type": "integer", "minimum": 0, "maximum": onsale_domain::MAX_PRICE_CENTS}},
-                "holdTtlSeconds": {"minimum": 1, "maximum": 3600},
-                "onSaleHoldTtlSeconds": {"minimum": 1, "maximum": 3600},
+                "holdTtlSeconds": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_HOLD_TTL_SECONDS},
+                "onSaleHoldTtlSeconds": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_HOLD_TTL_SECONDS},
                 "onSaleWindowSeconds": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_ON_SALE_WINDOW_SECONDS},
                 "maxSeatsPerAccount": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_SEAT_CAP},
                 "joinChallengeBits": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_JOIN_CHALLENGE_BITS},
@@ -117,8 +117,8 @@ fn body_rules() -> Vec<(&'static str, Value)> {
         (
             "SalePolicyDoc",
             json!({"properties": {
-                "holdTtlSeconds": {"minimum": 1, "maximum": 3600},
-                "onSaleHoldTtlSeconds": {"minimum": 1, "maximum": 3600},
+                "holdTtlSeconds": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_HOLD_TTL_SECONDS},
+                "onSaleHoldTtlSeconds": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_HOLD_TTL_SECONDS},
                 "onSaleWindowSeconds": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_ON_SALE_WINDOW_SECONDS},
                 "maxSeatsPerAccount": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_SEAT_CAP},
                 "joinChallengeBits": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_JOIN_CHALLENGE_BITS},
@@ -128,7 +128,7 @@ fn body_rules() -> Vec<(&'static str, Value)> {
             "HoldRequest",
             json!({
                 "properties": {
-                    "seatIds": {"minItems": 1, "maxItems": 64, "items": {"type": "string", "pattern": SEAT}},
+                    "seatIds": {"minItems": 1, "maxItems": onsale_domain::show::messages::MAX_SEATS_PER_HOLD, "items": {"type": "string", "pattern": SEAT}},
                     "quantity": {"minimum": 1, "maximum": u32::MAX},
                     "section": {"pattern": LABEL}},
                 // Explicit seats, or a quantity (and maybe a section); a null is an absence.

@@ -33,6 +33,9 @@ pub use intake::PaymentIntake;
 pub use tickets::TicketIssuer;
 pub use worker::Worker;
 
+/// How long a back-office call to the processor may take (no fan waits on one).
+pub const BACK_OFFICE_TIMEOUT: Duration = Duration::from_secs(10);
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct PaymentsConfig {
     /// The card processor (the local stack's simulator by default).
@@ -118,6 +121,12 @@ impl PaymentsConfig {
     /// The processor as the worker calls it: past `charge_timeout_ms` an answer is unknown.
     pub fn worker_processor(&self) -> anyhow::Result<Arc<dyn Processor>> {
         self.processor(Duration::from_millis(self.charge_timeout_ms))
+    }
+
+    /// The processor as the back office calls it (reconciliation, voids and refunds of a
+    /// cancellation): bounded by [`BACK_OFFICE_TIMEOUT`].
+    pub fn back_office_processor(&self) -> anyhow::Result<Arc<dyn Processor>> {
+        self.processor(BACK_OFFICE_TIMEOUT)
     }
 }
 

@@ -111,6 +111,8 @@ pub struct Server {
     pub public_pool: PgPool,
     /// The pool of the waiting room and its admitter.
     pub admission_pool: PgPool,
+    /// The pool of the card vault, on every order's path.
+    vault_pool: PgPool,
     /// The query side, with the API.
     pub query: Option<QueryState>,
     /// The waiting room, with the API when Redis is configured.
@@ -176,7 +178,7 @@ impl PartCtx {
                 // Reconciliation and the invariant monitor: one active process among all.
                 let (pool, shows, config) =
                     (self.pool.clone(), self.shows.clone(), s.payments.clone());
-                let processor = s.payments.processor(Duration::from_secs(10))?;
+                let processor = s.payments.back_office_processor()?;
                 vec![tokio::spawn(leader::lead(
                     self.pool.clone(),
                     leader::keys::JOBS,
@@ -393,9 +395,12 @@ impl Server {
         let pool = db.pool(db.pool_size, true)?;
         // Each workload its own bounded share (issue 29): reads anyone may send without a token
         // (event pages, seat maps, search, SSE resumes) cannot take the connections of the
-        // card vault, webhooks, scans and the workers (`pool`), nor the waiting room's.
+        // card vault, webhooks, scans and the workers (`pool`), nor the waiting room's. The card
+        // vault is on every order's path: it does not wait behind the workers and projections
+        // catching up after an outage either (the shards drill saw orders answer 503 then).
         let public_pool = db.pool(db.pool_size, true)?;
         let admission_pool = db.pool((db.pool_size / 4).max(2), true)?;
+        let vault_pool = db.pool((db.pool_size / 4).max(2), true)?;
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
         // Shows sharded over write clusters (docs/adr/021): each shard's log reached through a
@@ -422,6 +427,7 @@ impl Server {
             pool,
             public_pool,
             admission_pool,
+            vault_pool,
             query: None,
             room: None,
             health: Arc::new(BookingHealth::default()),
@@ -529,7 +535,7 @@ impl Server {
                 .clone()
                 .map(|r| Arc::new(r) as Arc<dyn onsale_edge::admission::SessionGate>),
             health: self.health.clone(),
-            tokens: onsale_command::TokenVault::new(self.pool.clone()),
+            tokens: onsale_command::TokenVault::new(self.vault_pool.clone()),
             openapi: Arc::new(doc),
         };
         let mut router = onsale_command::api::router(state)
@@ -539,7 +545,7 @@ impl Server {
                 catalog: self.catalog.clone(),
                 pool: self.pool.clone(),
                 verifier: verifier.clone(),
-                processor: s.payments.processor(Duration::from_secs(10))?,
+                processor: s.payments.back_office_processor()?,
             }));
         if let Some(room) = &room {
             router = router.merge(onsale_waiting_room::api::router(

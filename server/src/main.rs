@@ -255,10 +255,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Reconcile { settings, day } => {
             let server = Server::build(settings, &[]).await?;
             let day = day.unwrap_or_else(|| chrono::Utc::now().date_naive());
-            let processor = server
-                .settings()
-                .payments
-                .processor(std::time::Duration::from_secs(10))?;
+            let processor = server.settings().payments.back_office_processor()?;
             let report = onsale_payments::reconcile::reconcile(
                 &server.pool,
                 &server.shows,

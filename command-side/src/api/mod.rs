@@ -9,6 +9,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use metrics_exporter_prometheus::PrometheusHandle;
+use onsale_domain::show::messages::MAX_SEATS_PER_HOLD;
 use onsale_domain::{
     BestAvailableOnly, HoldId, Idempotency, IdempotencyKey, OrderId, SalePolicy, SeatId,
     SectionLayout, ShowCommand, ShowError, ShowId, ShowInfo, VenueEvent, VenueId, VenueLayout,
@@ -835,8 +836,11 @@ async fn create_hold(
                     ShowError::Invalid("section goes with quantity, not seatIds".into()).into(),
                 );
             }
-            if seat_ids.len() > 64 {
-                return Err(ShowError::Invalid("at most 64 seatIds per request".into()).into());
+            if seat_ids.len() > MAX_SEATS_PER_HOLD {
+                return Err(ShowError::Invalid(format!(
+                    "at most {MAX_SEATS_PER_HOLD} seatIds per request"
+                ))
+                .into());
             }
             ShowCommand::HoldSeats {
                 hold_id,

@@ -585,10 +585,11 @@ fn refused(entity: &'static str, from: &'static str, by: &'static str) -> ShowEr
 }
 
 fn check_ttl(seconds: u32) -> Result<()> {
-    if seconds == 0 || seconds > 3_600 {
-        return Err(ShowError::Invalid(
-            "holdTtlSeconds must be 1 to 3600".into(),
-        ));
+    use super::messages::MAX_HOLD_TTL_SECONDS;
+    if seconds == 0 || seconds > MAX_HOLD_TTL_SECONDS {
+        return Err(ShowError::Invalid(format!(
+            "holdTtlSeconds must be 1 to {MAX_HOLD_TTL_SECONDS}"
+        )));
     }
     Ok(())
 }

@@ -143,8 +143,12 @@ pub const DEFAULT_JOIN_CHALLENGE_BITS: u8 = 20;
 
 /// The longest on-sale window: a week.
 pub const MAX_ON_SALE_WINDOW_SECONDS: u32 = 7 * 24 * 3600;
-/// The highest per-account cap a show may set (a hold request names at most 64 seats).
-pub const MAX_SEAT_CAP: u32 = 64;
+/// The most seats one hold request may name.
+pub const MAX_SEATS_PER_HOLD: usize = 64;
+/// The highest per-account cap a show may set: what one hold request may name.
+pub const MAX_SEAT_CAP: u32 = MAX_SEATS_PER_HOLD as u32;
+/// The longest a hold may live (`holdTtlSeconds`, `onSaleHoldTtlSeconds`).
+pub const MAX_HOLD_TTL_SECONDS: u32 = 3_600;
 
 impl SalePolicy {
     /// Declined payments one account may have on the show within a day.
@@ -163,10 +167,10 @@ impl SalePolicy {
             }
         }
         if let Some(ttl) = self.on_sale_hold_ttl_seconds {
-            if ttl == 0 || ttl > 3_600 {
-                return Err(ShowError::Invalid(
-                    "onSaleHoldTtlSeconds must be 1 to 3600".into(),
-                ));
+            if ttl == 0 || ttl > MAX_HOLD_TTL_SECONDS {
+                return Err(ShowError::Invalid(format!(
+                    "onSaleHoldTtlSeconds must be 1 to {MAX_HOLD_TTL_SECONDS}"
+                )));
             }
         }
         if self.on_sale_window_seconds > MAX_ON_SALE_WINDOW_SECONDS {
