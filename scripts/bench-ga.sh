@@ -9,11 +9,8 @@
 # (50,000 would run out at 4-place holds: the floor, not the path, would be measured); the
 # counters are large enough never to run out. Each configuration runs BENCH_REPEAT times (3) interleaved; the report gives medians.
 set -euo pipefail
-export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
-export ONSALE_RATE_ADDRESS_PER_SEC=${ONSALE_RATE_ADDRESS_PER_SEC:-0}
-export ONSALE_RATE_READ_ADDRESS_PER_SEC=${ONSALE_RATE_READ_ADDRESS_PER_SEC:-0}
-export ONSALE_RATE_READ_ACCOUNT_PER_SEC=${ONSALE_RATE_READ_ACCOUNT_PER_SEC:-0}
-export ONSALE_RATE_MISSES_PER_SEC=${ONSALE_RATE_MISSES_PER_SEC:-0}
+# shellcheck source=scripts/local-env.sh
+. "$(dirname "${BASH_SOURCE[0]}")/local-env.sh"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-bench-ga.XXXXXX)
 PORT=${BENCH_PG_PORT:-54359}

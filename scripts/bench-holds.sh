@@ -14,14 +14,8 @@
 # caught up; 64 clients, 1-seat uniform holds unless BENCH_CLIENTS, BENCH_SEATS, BENCH_DISTS say
 # otherwise. With HA=1 the stack (and so pgbench) is on the replicated primary.
 set -euo pipefail
-# A local stack runs in development mode: unset secrets take built-in development values
-# (`onsale serve` refuses them otherwise; see docs/security.md).
-export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
-# Every simulated fan comes from 127.0.0.1: no rate limit per client address here.
-export ONSALE_RATE_ADDRESS_PER_SEC=${ONSALE_RATE_ADDRESS_PER_SEC:-0}
-export ONSALE_RATE_READ_ADDRESS_PER_SEC=${ONSALE_RATE_READ_ADDRESS_PER_SEC:-0}
-export ONSALE_RATE_READ_ACCOUNT_PER_SEC=${ONSALE_RATE_READ_ACCOUNT_PER_SEC:-0}
-export ONSALE_RATE_MISSES_PER_SEC=${ONSALE_RATE_MISSES_PER_SEC:-0}
+# shellcheck source=scripts/local-env.sh
+. "$(dirname "${BASH_SOURCE[0]}")/local-env.sh"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-bench.XXXXXX)
 PORT=${BENCH_PG_PORT:-54349}

@@ -6,14 +6,8 @@
 # primary's log (lost: 0), seats in two paid orders, charges per order, orders still pending,
 # the seat map against a replay. Always stops the stack. DRILL_FANS sets the crowd (6,000).
 set -euo pipefail
-# A local stack runs in development mode: unset secrets take built-in development values
-# (`onsale serve` refuses them otherwise; see docs/security.md).
-export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
-# Every simulated fan comes from 127.0.0.1: no rate limit per client address here.
-export ONSALE_RATE_ADDRESS_PER_SEC=${ONSALE_RATE_ADDRESS_PER_SEC:-0}
-export ONSALE_RATE_READ_ADDRESS_PER_SEC=${ONSALE_RATE_READ_ADDRESS_PER_SEC:-0}
-export ONSALE_RATE_READ_ACCOUNT_PER_SEC=${ONSALE_RATE_READ_ACCOUNT_PER_SEC:-0}
-export ONSALE_RATE_MISSES_PER_SEC=${ONSALE_RATE_MISSES_PER_SEC:-0}
+# shellcheck source=scripts/local-env.sh
+. "$(dirname "${BASH_SOURCE[0]}")/local-env.sh"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DEMO_BROWSE=0 HA=1 DEMO_FANS=${DRILL_FANS:-6000} exec "$ROOT/scripts/demo.sh" \
   --kill-primary "$ROOT/scripts/stack.sh kill-primary"

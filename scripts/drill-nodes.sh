@@ -8,14 +8,8 @@
 # PAUSE=20: the node is paused (SIGSTOP) for 20 s instead, another node takes the show, and then
 # it runs on (SIGCONT) with its stale decisions, which the fence must refuse.
 set -euo pipefail
-# A local stack runs in development mode: unset secrets take built-in development values
-# (`onsale serve` refuses them otherwise; see docs/security.md).
-export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
-# Every simulated fan comes from 127.0.0.1: no rate limit per client address here.
-export ONSALE_RATE_ADDRESS_PER_SEC=${ONSALE_RATE_ADDRESS_PER_SEC:-0}
-export ONSALE_RATE_READ_ADDRESS_PER_SEC=${ONSALE_RATE_READ_ADDRESS_PER_SEC:-0}
-export ONSALE_RATE_READ_ACCOUNT_PER_SEC=${ONSALE_RATE_READ_ACCOUNT_PER_SEC:-0}
-export ONSALE_RATE_MISSES_PER_SEC=${ONSALE_RATE_MISSES_PER_SEC:-0}
+# shellcheck source=scripts/local-env.sh
+. "$(dirname "${BASH_SOURCE[0]}")/local-env.sh"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 action="kill-owner"
 [ -n "${PAUSE:-}" ] && action="pause-owner $PAUSE"

@@ -9,14 +9,8 @@
 # the stack (its processes' logs are kept in target/drill-shards/). DRILL_SECONDS sets the
 # sale's length (60).
 set -euo pipefail
-# A local stack runs in development mode: unset secrets take built-in development values
-# (`onsale serve` refuses them otherwise; see docs/security.md).
-export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
-# Every simulated fan comes from 127.0.0.1: no rate limit per client address here.
-export ONSALE_RATE_ADDRESS_PER_SEC=${ONSALE_RATE_ADDRESS_PER_SEC:-0}
-export ONSALE_RATE_READ_ADDRESS_PER_SEC=${ONSALE_RATE_READ_ADDRESS_PER_SEC:-0}
-export ONSALE_RATE_READ_ACCOUNT_PER_SEC=${ONSALE_RATE_READ_ACCOUNT_PER_SEC:-0}
-export ONSALE_RATE_MISSES_PER_SEC=${ONSALE_RATE_MISSES_PER_SEC:-0}
+# shellcheck source=scripts/local-env.sh
+. "$(dirname "${BASH_SOURCE[0]}")/local-env.sh"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PG_PORT=${ONSALE_PG_PORT:-54329}
 LISTEN=${ONSALE_LISTEN:-127.0.0.1:8080}

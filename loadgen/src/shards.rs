@@ -170,15 +170,22 @@ async fn fans(
         } else {
             json!({"quantity": count})
         };
-        let key = uuid::Uuid::new_v4().to_string();
+        // A POST under a fresh idempotency key, the same key on every retry.
+        let post = |what: &'static str, url: String, body: Value| {
+            let (http, token, sale) = (&http, &token, &sale);
+            async move {
+                let key = uuid::Uuid::new_v4().to_string();
+                send(what, sale, || {
+                    http.post(&url)
+                        .bearer_auth(token)
+                        .header("Idempotency-Key", &key)
+                        .json(&body)
+                })
+                .await
+            }
+        };
         let url = format!("{base}/v1/events/{}/holds", sale.id);
-        let (status, hold) = send("hold", &sale, || {
-            http.post(&url)
-                .bearer_auth(&token)
-                .header("Idempotency-Key", &key)
-                .json(&body)
-        })
-        .await;
+        let (status, hold) = post("hold", url, body).await;
         match status {
             201 => sale.acknowledged(&sale.holds, &hold["holdId"]),
             409 => {
@@ -192,16 +199,8 @@ async fn fans(
         }
         let hold_id = hold["holdId"].as_str().unwrap_or_default().to_owned();
         if order {
-            let key = uuid::Uuid::new_v4().to_string();
             let body = json!({"holdId": hold_id, "paymentToken": "tok_ok"});
-            let url = format!("{base}/v1/orders");
-            let (status, placed) = send("order", &sale, || {
-                http.post(&url)
-                    .bearer_auth(&token)
-                    .header("Idempotency-Key", &key)
-                    .json(&body)
-            })
-            .await;
+            let (status, placed) = post("order", format!("{base}/v1/orders"), body).await;
             match status {
                 202 => sale.acknowledged(&sale.orders, &placed["orderId"]),
                 s => sale.unexpected(format!("order: {s} {placed}")),

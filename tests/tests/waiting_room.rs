@@ -143,36 +143,58 @@ async fn a_join_straddling_the_opening_still_gets_a_place_of_its_own() {
     let now = chrono::Utc::now().timestamp_millis();
     let opens = now + 60_000;
     for (i, fan) in ["early-a", "early-b", "early-c"].iter().enumerate() {
-        assert_eq!(store.join(show, fan, 0, i as u64, false).await.unwrap(), -1);
+        assert_eq!(
+            store
+                .join(show, fan, 0, i as u64, false)
+                .await
+                .expect("redis"),
+            -1
+        );
     }
     // The straddler asked before the opening: no block yet.
-    assert_eq!(store.take_block(show, now, opens).await.unwrap(), None);
+    assert_eq!(
+        store.take_block(show, now, opens).await.expect("redis"),
+        None
+    );
     // Another process's join, after the opening, takes a block and so opens the line.
     let end = store
         .take_block(show, opens, opens)
         .await
-        .unwrap()
+        .expect("redis")
         .expect("a block after the opening");
     let block = end - onsale_waiting_room::store::BLOCK + 1..=end;
     assert!(
         *block.start() > 3,
         "blocks come after the pre-queue: {block:?}"
     );
-    let p = store.join(show, "straddler", 0, 7, false).await.unwrap();
+    let p = store
+        .join(show, "straddler", 0, 7, false)
+        .await
+        .expect("redis");
     assert!(
         p > 3 && !block.contains(&p),
         "a place of its own: {p}, block {block:?}"
     );
     assert_eq!(
-        store.standing(show, "straddler").await.unwrap().position,
+        store
+            .standing(show, "straddler")
+            .await
+            .expect("redis")
+            .position,
         Some(p)
     );
     // Asking again keeps the place; the pre-queue is still drawn into 1..=3.
-    assert_eq!(store.join(show, "straddler", 0, 7, false).await.unwrap(), p);
+    assert_eq!(
+        store
+            .join(show, "straddler", 0, 7, false)
+            .await
+            .expect("redis"),
+        p
+    );
     let tick = store
         .tick(show, opens, opens, 10, 30_000, false)
         .await
-        .unwrap();
+        .expect("redis");
     assert_eq!(tick.drawn, 3);
     let mut early = Vec::new();
     for fan in ["early-a", "early-b", "early-c"] {
@@ -180,7 +202,7 @@ async fn a_join_straddling_the_opening_still_gets_a_place_of_its_own() {
             store
                 .standing(show, fan)
                 .await
-                .unwrap()
+                .expect("redis")
                 .position
                 .expect("drawn"),
         );
