@@ -29,10 +29,20 @@ pub struct Moved {
     /// Events copied, verified on the new shard and removed from the old.
     pub events: i64,
     pub snapshots: i64,
+    /// Whether the copy was an earlier, interrupted move's (its switch never happened), found
+    /// whole on the new shard and taken as it is.
+    pub resumed: bool,
+    /// Events an earlier move left on shards the show moved off (its removal failed: that shard
+    /// was down), removed now.
+    pub leftovers: i64,
 }
 
 /// Moves `show` to shard `to`. `directory` is the main database; `shards` every shard in order;
 /// all as the schema's owner (the removal of the old rows is refused to the processes' role).
+///
+/// Run again after a move that stopped part way, it finishes that move: a whole copy on `to`
+/// whose switch never happened is taken as it is, and rows left fenced on a shard the show
+/// moved off are removed (a show already on `to` with leftovers elsewhere: just the removal).
 pub async fn move_show(
     directory: &PgPool,
     shards: &[PgPool],
@@ -41,14 +51,33 @@ pub async fn move_show(
 ) -> anyhow::Result<Moved> {
     let dir = PgDirectory::new(directory.clone());
     let from = dir.lookup(show).await?.unwrap_or(ShardId::FIRST);
-    anyhow::ensure!(from != to, "show {show} is on shard {to} already");
+    let id = show.to_string();
+    let mut leftovers = 0;
+    for (n, pool) in (1u16..).zip(shards) {
+        if n != from.get() {
+            leftovers += remove_leftovers(pool, &id).await.with_context(|| {
+                format!("remove what an earlier move left of show {show} on shard {n}")
+            })?;
+        }
+    }
+    if from == to {
+        anyhow::ensure!(leftovers > 0, "show {show} is on shard {to} already");
+        return Ok(Moved {
+            show: id,
+            from,
+            to,
+            events: 0,
+            snapshots: 0,
+            resumed: false,
+            leftovers,
+        });
+    }
     let shard = |s: ShardId| {
         shards
             .get(s.index())
             .with_context(|| format!("shard {s} is not configured"))
     };
     let (source, target) = (shard(from)?, shard(to)?);
-    let id = show.to_string();
     let head: Option<i64> = sqlx::query_scalar(
         "SELECT max(sequence) FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1",
     )
@@ -58,7 +87,12 @@ pub async fn move_show(
     anyhow::ensure!(head.is_some(), "show {show} has no log on shard {from}");
 
     fence(source, &id).await?;
-    let copied = match copy(source, target, &id).await {
+    let copied = match resume(source, target, &id).await {
+        Ok(Some(copied)) => Ok(copied),
+        Ok(None) => copy(source, target, &id).await.map(|(e, s)| (e, s, false)),
+        Err(e) => Err(e),
+    };
+    let copied = match copied {
         Ok(copied) => copied,
         Err(e) => {
             // Nothing switched: the show sells on where it was.
@@ -70,7 +104,10 @@ pub async fn move_show(
     };
     dir.switch(show, to).await?;
     remove(source, &id).await.with_context(|| {
-        format!("show {show} moved to shard {to}; its old rows on shard {from} are still there")
+        format!(
+            "show {show} moved to shard {to}; its old rows on shard {from} are still there \
+             (fenced): run the move again to remove them"
+        )
     })?;
     Ok(Moved {
         show: id,
@@ -78,7 +115,56 @@ pub async fn move_show(
         to,
         events: copied.0,
         snapshots: copied.1,
+        resumed: copied.2,
+        leftovers,
     })
+}
+
+/// An earlier move's copy on the new shard, committed whole (the copy is one transaction) but
+/// never switched to: taken as it is if it is the fenced source's log, event for event (same
+/// count, same last hash); `None` when the new shard holds nothing of the show.
+async fn resume(
+    source: &PgPool,
+    target: &PgPool,
+    id: &str,
+) -> anyhow::Result<Option<(i64, i64, bool)>> {
+    let there = count(target, id).await?;
+    if there == 0 {
+        return Ok(None);
+    }
+    let here = count(source, id).await?;
+    anyhow::ensure!(
+        there == here && last_hash(source, id).await? == last_hash(target, id).await?,
+        "the new shard holds {there} rows of the show that are not its log ({here} events): \
+         not an interrupted move's copy; remove them by hand"
+    );
+    let verified = crate::chain::verify(target, Some(id), PAGE).await?;
+    if let Some(b) = verified.broken {
+        anyhow::bail!("an earlier move's copy does not verify: {b}");
+    }
+    let snapshots: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM snapshots WHERE aggregate_type = 'show' AND aggregate_id = $1",
+    )
+    .bind(id)
+    .fetch_one(target)
+    .await?;
+    Ok(Some((there, snapshots, true)))
+}
+
+/// The show's rows on a shard it moved off, where its owner is the tombstone: what a move whose
+/// removal failed left behind. Answers how many events went.
+async fn remove_leftovers(pool: &PgPool, id: &str) -> anyhow::Result<i64> {
+    let fenced: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM show_owners WHERE show_id = $1 AND node_id = $2)",
+    )
+    .bind(id)
+    .bind(MOVED_NODE)
+    .fetch_one(pool)
+    .await?;
+    if !fenced {
+        return Ok(0);
+    }
+    remove(pool, id).await
 }
 
 /// The show's owner on its old shard becomes [`MOVED_NODE`] under a new epoch: whatever its
@@ -229,6 +315,15 @@ async fn copy(source: &PgPool, target: &PgPool, id: &str) -> anyhow::Result<(i64
     Ok((events, i64::try_from(snapshots.len())?))
 }
 
+async fn count(pool: &PgPool, id: &str) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar(
+        "SELECT count(*) FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await?)
+}
+
 async fn last_hash(pool: &PgPool, id: &str) -> anyhow::Result<Option<Vec<u8>>> {
     Ok(sqlx::query_scalar::<_, Option<Vec<u8>>>(
         "SELECT hash FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1
@@ -240,17 +335,19 @@ async fn last_hash(pool: &PgPool, id: &str) -> anyhow::Result<Option<Vec<u8>>> {
     .flatten())
 }
 
-/// Removes the show's rows from its old shard, where it stays fenced.
-async fn remove(source: &PgPool, id: &str) -> anyhow::Result<()> {
+/// Removes the show's rows from its old shard, where it stays fenced; answers how many events.
+async fn remove(source: &PgPool, id: &str) -> anyhow::Result<i64> {
     let mut tx = source.begin().await?;
-    sqlx::query("DELETE FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1")
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+    let events =
+        sqlx::query("DELETE FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
     sqlx::query("DELETE FROM snapshots WHERE aggregate_type = 'show' AND aggregate_id = $1")
         .bind(id)
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    Ok(())
+    Ok(i64::try_from(events)?)
 }

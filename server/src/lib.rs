@@ -400,7 +400,7 @@ impl Server {
         // catching up after an outage either (the shards drill saw orders answer 503 then).
         let public_pool = db.pool(db.pool_size, true)?;
         let admission_pool = db.pool((db.pool_size / 4).max(2), true)?;
-        let vault_pool = db.pool((db.pool_size / 4).max(2), true)?;
+        let vault_pool = db.pool(db.pool_size, true)?;
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
         // Shows sharded over write clusters (docs/adr/021): each shard's log reached through a

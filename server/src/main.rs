@@ -173,6 +173,8 @@ enum ShardCommand {
     /// Move a show to another shard while it sells: fenced on its shard, its log copied with
     /// its hash chain and verified there, the directory switched, then its old rows removed.
     /// Commands for the show meanwhile answer 503 with Retry-After. Runs as the schema's owner.
+    /// A move that stopped part way (a shard or the main database down) is finished by running
+    /// it again: the copy it made is taken as it is, rows it left on the old shard removed.
     Move {
         #[command(flatten)]
         database: DatabaseSettings,

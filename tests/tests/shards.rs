@@ -403,3 +403,116 @@ async fn a_show_moves_to_another_shard_while_it_sells() {
     assert_eq!(status, 409, "{hold}");
     rp.stop().await;
 }
+
+/// Runs `sql` on `db` (as its owner).
+async fn exec(db: &TestDb, sql: &str) {
+    let pool = db.pool().await.expect("pool");
+    sqlx::raw_sql(sql).execute(&pool).await.expect(sql);
+    pool.close().await;
+}
+
+/// A move that stops part way is finished by running it again: one whose directory switch
+/// failed (the main database refused it) leaves the show fenced on shard 1 with a whole copy on
+/// shard 2, and the second run takes that copy as it is; one whose removal of the old rows
+/// failed leaves them fenced on shard 1, and the second run removes them. In between nothing is
+/// acknowledged that the log lacks, and afterwards the show sells on shard 2 with one log.
+#[tokio::test]
+async fn an_interrupted_move_is_finished_by_running_it_again() {
+    let (main, one, two) = databases().await;
+    let settings = sharded(&main, [&one, &two]);
+    let app = TestApp::spawn_with(settings.clone(), Arc::new(SystemClock))
+        .await
+        .expect("app");
+    let venue = venue(&app).await;
+    let seat = |n: u32| json!({"seatIds": [format!("S1-R{}-{}", 1 + n / 20, 1 + n % 20)]});
+    let hold = |event: String, n: u32| {
+        let app = &app;
+        async move {
+            app.hold(&event, &app.fan(&format!("fan-{n}")), seat(n), None)
+                .await
+        }
+    };
+    let refuse = |what: &str, table: &str, on: &str| {
+        format!(
+            "CREATE FUNCTION refuse_{what}() RETURNS trigger LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION 'refused for the test'; END $$;
+             CREATE TRIGGER refuse_{what} BEFORE {on} ON {table}
+               FOR EACH STATEMENT EXECUTE FUNCTION refuse_{what}();"
+        )
+    };
+
+    // The switch fails: the copy is on shard 2, the directory still names shard 1.
+    let (a, _) = show(&app, &venue, "Switch fails", json!({"shard": 1})).await;
+    for n in 0..5 {
+        assert_eq!(hold(a.clone(), n).await.0, 201);
+    }
+    exec(&main, &refuse("switch", "show_shards", "INSERT OR UPDATE")).await;
+    let show_a: onsale_domain::ShowId = a.parse().expect("show id");
+    let failed = onsale_server::move_show(&settings.database, show_a, 2).await;
+    assert!(failed.is_err(), "the switch was refused: {failed:?}");
+    let copied = count(&two, EVENTS, &a).await;
+    assert_eq!(copied, count(&one, EVENTS, &a).await, "a whole copy");
+    let (status, answer) = hold(a.clone(), 5).await;
+    assert_eq!(
+        status, 503,
+        "fenced mid-move, nothing acknowledged: {answer}"
+    );
+    exec(&main, "DROP TRIGGER refuse_switch ON show_shards").await;
+    let moved = onsale_server::move_show(&settings.database, show_a, 2)
+        .await
+        .expect("the move finished");
+    assert!(moved.resumed, "{moved:?}");
+    assert_eq!((moved.events, moved.to.get()), (copied, 2));
+    assert_eq!(count(&one, EVENTS, &a).await, 0, "the old copy is gone");
+    let status = wait_for_hold(&app, &a, 5).await;
+    assert_eq!(status, 201);
+
+    // The removal fails: the show is on shard 2, its old rows fenced on shard 1.
+    let (b, _) = show(&app, &venue, "Removal fails", json!({"shard": 1})).await;
+    for n in 0..5 {
+        assert_eq!(hold(b.clone(), n).await.0, 201);
+    }
+    exec(&one, &refuse("removal", "events", "DELETE")).await;
+    let show_b: onsale_domain::ShowId = b.parse().expect("show id");
+    let failed = onsale_server::move_show(&settings.database, show_b, 2).await;
+    assert!(failed.is_err(), "the removal was refused: {failed:?}");
+    let left = count(&one, EVENTS, &b).await;
+    assert!(left > 0 && left == count(&two, EVENTS, &b).await);
+    assert_eq!(wait_for_hold(&app, &b, 5).await, 201, "it sells on shard 2");
+    exec(&one, "DROP TRIGGER refuse_removal ON events").await;
+    let moved = onsale_server::move_show(&settings.database, show_b, 2)
+        .await
+        .expect("the leftovers removed");
+    assert_eq!(
+        (moved.leftovers, moved.events, moved.resumed),
+        (left, 0, false)
+    );
+    assert_eq!(count(&one, EVENTS, &b).await, 0);
+    let again = onsale_server::move_show(&settings.database, show_b, 2).await;
+    assert!(again.is_err(), "nothing left to do: {again:?}");
+    for (db, event) in [(&two, &a), (&two, &b)] {
+        let pool = db.pool().await.expect("pool");
+        let verified = onsale_eventlog::chain::verify(&pool, Some(event), 100)
+            .await
+            .expect("verify");
+        assert_eq!(verified.broken, None, "{event}'s chain on shard 2");
+        pool.close().await;
+    }
+}
+
+/// Holds seat `n` of `event` for a fan of its own, trying again while the show answers 503
+/// (its owner meets the fence and finds the show's new shard): the final status.
+async fn wait_for_hold(app: &TestApp, event: &str, n: u32) -> u16 {
+    let seat = json!({"seatIds": [format!("S1-R{}-{}", 1 + n / 20, 1 + n % 20)]});
+    let fan = app.fan(&format!("fan-{n}"));
+    let status = std::cell::Cell::new(0);
+    wait_for("a hold answered", Duration::from_secs(30), || {
+        let (seat, fan, status) = (seat.clone(), fan.clone(), &status);
+        async move {
+            status.set(app.hold(event, &fan, seat, None).await.0);
+            status.get() != 503
+        }
+    })
+    .await;
+    status.get()
+}
