@@ -38,6 +38,8 @@ struct State {
     last_epoch: i64,
     /// Heartbeats fail (the database is unreachable from this process).
     heartbeats_fail: bool,
+    /// Heartbeats wait unanswered (a primary died with the connections open).
+    heartbeats_hang: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -45,8 +47,8 @@ pub struct MemoryEventLog {
     state: Arc<Mutex<State>>,
     /// Appends wait for a permit; `hold_appends` takes them all away.
     gate: Arc<tokio::sync::Semaphore>,
-    /// While true, heartbeats wait (`hang_heartbeats`).
-    hang: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Wakes heartbeats waiting while `heartbeats_hang` (`hang_heartbeats(false)`).
+    unhang: Arc<tokio::sync::Notify>,
 }
 
 const OPEN: usize = 1 << 20;
@@ -56,7 +58,7 @@ impl Default for MemoryEventLog {
         Self {
             state: Arc::default(),
             gate: Arc::new(tokio::sync::Semaphore::new(OPEN)),
-            hang: Arc::new(tokio::sync::watch::Sender::new(false)),
+            unhang: Arc::default(),
         }
     }
 }
@@ -111,7 +113,10 @@ impl MemoryEventLog {
     /// Heartbeats wait, unanswered, from now on until `false`: a database whose primary died
     /// with the connections open (nothing refuses; nothing answers).
     pub fn hang_heartbeats(&self, hang: bool) {
-        self.hang.send_replace(hang);
+        self.lock().heartbeats_hang = hang;
+        if !hang {
+            self.unhang.notify_waiters();
+        }
     }
 
     /// How many appends committed.
@@ -378,8 +383,15 @@ impl EventLog for MemoryEventLog {
     }
 
     async fn heartbeat(&self, node: &Node, _ttl: std::time::Duration) -> Result<Vec<ShowId>> {
-        // Never closed (the sender lives in `self`).
-        let _ = self.hang.subscribe().wait_for(|hang| !*hang).await;
+        // Waits only while hung: a universe of the simulator never hangs, so never awaits here
+        // (ADR 020: nothing it runs may wait on a wake order it does not choose).
+        loop {
+            let unhung = self.unhang.notified();
+            if !self.lock().heartbeats_hang {
+                break;
+            }
+            unhung.await;
+        }
         let mut state = self.lock();
         if state.heartbeats_fail {
             return Err(StoreError::Unavailable(
