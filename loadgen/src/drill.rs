@@ -10,6 +10,30 @@ use onsale_domain::show::Show;
 use onsale_domain::{HoldId, OrderId};
 use rand::Rng;
 
+/// The acknowledged holds and orders the replayed `show` lacks (an id that does not parse
+/// counts as lost).
+pub(crate) fn lost<'a>(
+    show: &Show,
+    holds: &'a [String],
+    orders: &'a [String],
+) -> (Vec<&'a String>, Vec<&'a String>) {
+    let holds = holds
+        .iter()
+        .filter(|h| {
+            h.parse::<HoldId>()
+                .map_or(true, |id| show.hold(&id).is_none())
+        })
+        .collect();
+    let orders = orders
+        .iter()
+        .filter(|o| {
+            o.parse::<OrderId>()
+                .map_or(true, |id| show.order(&id).is_none())
+        })
+        .collect();
+    (holds, orders)
+}
+
 /// What the drill kills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Victim {
@@ -192,20 +216,7 @@ impl Drill {
             prev = *t;
         }
         let holds = self.holds.lock().map(|h| h.clone()).unwrap_or_default();
-        let lost_holds: Vec<&String> = holds
-            .iter()
-            .filter(|h| {
-                h.parse::<HoldId>()
-                    .map_or(true, |id| show.hold(&id).is_none())
-            })
-            .collect();
-        let lost_orders: Vec<&String> = orders
-            .iter()
-            .filter(|o| {
-                o.parse::<OrderId>()
-                    .map_or(true, |id| show.order(&id).is_none())
-            })
-            .collect();
+        let (lost_holds, lost_orders) = lost(show, &holds, orders);
         let after = acks.iter().filter(|t| **t > killed).count();
         println!("\n== failover drill ==");
         println!(

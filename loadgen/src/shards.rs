@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use onsale_domain::show::Show;
 use onsale_domain::transitions::OrderState;
-use onsale_domain::{HoldId, OrderId, ShowId};
+use onsale_domain::ShowId;
 use onsale_edge::auth::{mint, Role};
 use onsale_eventlog::shards::{Directory, PgDirectory, ShardId};
 use onsale_eventlog::{DatabaseSettings, EventLog, PgEventLog};
@@ -436,20 +436,10 @@ async fn report(
         let replayed = PgEventLog::new(pool.clone()).replay(show).await?;
         let holds = sale.holds.lock().map(|h| h.clone()).unwrap_or_default();
         let orders = sale.orders.lock().map(|o| o.clone()).unwrap_or_default();
-        let lost = holds
-            .iter()
-            .filter(|h| {
-                h.parse::<HoldId>()
-                    .map_or(true, |id| replayed.show.hold(&id).is_none())
-            })
-            .count()
-            + orders
-                .iter()
-                .filter(|o| {
-                    o.parse::<OrderId>()
-                        .map_or(true, |id| replayed.show.order(&id).is_none())
-                })
-                .count();
+        let lost = {
+            let (holds, orders) = crate::drill::lost(&replayed.show, &holds, &orders);
+            holds.len() + orders.len()
+        };
         let twice = sold_twice(&replayed.show);
         let mut acks = sale.acks.lock().map(|a| a.clone()).unwrap_or_default();
         acks.sort();
