@@ -6,33 +6,48 @@
 //! retry answered with the first order, forgets its token at once; what is left by an answer
 //! lost in an outage is deleted by the jobs a day later (`onsale_payments::forget_stale_tokens`).
 
+use std::sync::Arc;
+
 use onsale_domain::OrderId;
-use sqlx::PgPool;
+use onsale_eventlog::{PgEventLog, ShardedLog};
 
 use crate::owner::CommandError;
 
+/// The tokens live on the order's show's shard, with its payments (docs/adr/021): the payment
+/// intake moves each into its payment's row there, and a move carries them with the show.
 #[derive(Debug, Clone)]
 pub struct TokenVault {
-    pool: PgPool,
+    shards: Arc<ShardedLog<PgEventLog>>,
 }
 
 impl TokenVault {
-    pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+    /// The vault on every shard of `shards`, through their pools.
+    pub fn new(shards: Arc<ShardedLog<PgEventLog>>) -> Self {
+        Self { shards }
     }
 
     /// Keeps `token` for `order`; unavailable (503) if it cannot be written: no order is
     /// placed whose token is not kept.
+    /// A show fenced by a move refuses the token on its old shard: unavailable too, and the
+    /// retry finds the show's new shard.
     pub async fn keep(&self, order: OrderId, token: &str) -> Result<(), CommandError> {
+        let pool = self.shards.pool_of(order.show()).await.map_err(|e| {
+            tracing::warn!(error = %e, "the shard of a payment token is not known");
+            CommandError::Unavailable
+        })?;
         sqlx::query(
-            "INSERT INTO payment_tokens (order_id, token) VALUES ($1, $2)
+            "INSERT INTO payment_tokens (order_id, show_id, token) VALUES ($1, $2, $3)
              ON CONFLICT (order_id) DO UPDATE SET token = EXCLUDED.token",
         )
         .bind(order.to_string())
+        .bind(order.show().to_string())
         .bind(token)
-        .execute(&self.pool)
+        .execute(pool)
         .await
         .map_err(|e| {
+            if onsale_eventlog::moving::is_moved(&e) {
+                self.shards.forget(order.show());
+            }
             tracing::warn!(error = %e, "a payment token could not be kept");
             CommandError::Unavailable
         })?;
@@ -42,9 +57,15 @@ impl TokenVault {
     /// Forgets the token of an order that was not placed (best effort: the jobs sweep what is
     /// left).
     pub async fn forget(&self, order: OrderId) {
+        let Ok(pool) = self.shards.pool_of(order.show()).await else {
+            tracing::warn!(
+                "a payment token was not forgotten now (its shard is not known); the jobs will"
+            );
+            return;
+        };
         if let Err(e) = sqlx::query("DELETE FROM payment_tokens WHERE order_id = $1")
             .bind(order.to_string())
-            .execute(&self.pool)
+            .execute(pool)
             .await
         {
             tracing::warn!(error = %e, "a payment token was not forgotten now; the jobs will");

@@ -41,6 +41,11 @@ pub trait SessionGate: Send + Sync + std::fmt::Debug {
 pub type WriteProbe =
     std::sync::Arc<dyn Fn() -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
 
+/// Whether the card processor is answering the payments now (the controller's processor
+/// signal): `false` while payments fail together at it. Read by the crate that keeps the
+/// payments, on every shard; a work list it cannot read says nothing (`true`).
+pub type ProcessorProbe = WriteProbe;
+
 /// The hold path's recent latencies and failures (a failure is the service's: 5xx, not a 409).
 #[derive(Debug, Default)]
 pub struct BookingHealth {

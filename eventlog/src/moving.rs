@@ -1,5 +1,6 @@
 //! Moving a show to another shard while it sells (docs/adr/022): fence it on its shard, copy
-//! its log (every row as stored, its hash chain with it) and snapshots, verify the copy, switch
+//! its log (every row as stored, its hash chain with it), snapshots, payments, refunds and
+//! tickets (and its orders' card tokens), verify the copy, switch
 //! the directory, and only then remove the old rows. Commands that reach the show meanwhile are
 //! fenced or refused (503 with `Retry-After`) and find it on its new shard once the directory
 //! says so; nothing acknowledged is lost, because nothing is appended on the old shard after
@@ -16,6 +17,18 @@ use crate::shards::{Directory, PgDirectory, ShardId};
 /// the old shard looks the show up again) and every append there is fenced. Migration 0024
 /// lets the log's rows of a show owned by it, and only those, be removed.
 pub const MOVED_NODE: uuid::Uuid = uuid::Uuid::from_u128(0x6d6f_7665_6421);
+
+/// The SQLSTATE a shard answers a write of a row of a show that moved off it with
+/// (`object_not_in_prerequisite_state`, migration 0025).
+pub const MOVED_SQLSTATE: &str = "55000";
+
+/// Whether `e` is a shard refusing a payment's, a ticket's or a card token's row because its
+/// show moved off it: the writer forgets the show's shard and tries again on the new one.
+pub fn is_moved(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|c| c == MOVED_SQLSTATE)
+}
 
 /// Rows copied per statement: memory stays bounded whatever the show's history.
 const PAGE: i64 = 10_000;
@@ -141,6 +154,15 @@ async fn resume(
     let verified = crate::chain::verify(target, Some(id), PAGE).await?;
     if let Some(b) = verified.broken {
         anyhow::bail!("an earlier move's copy does not verify: {b}");
+    }
+    // The rows that live with the show, committed with the copy: the fenced source's still.
+    // Card tokens excepted: the edge forgets the token of an order it refused, on the old
+    // shard too, and the jobs sweep the copy's.
+    for table in WITH_THE_SHOW.iter().filter(|t| **t != "payment_tokens") {
+        anyhow::ensure!(
+            rows_digest(target, table, id).await? == rows_digest(source, table, id).await?,
+            "an earlier move's copy of the show's {table} is not the fenced shard's"
+        );
     }
     let snapshots: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM snapshots WHERE aggregate_type = 'show' AND aggregate_id = $1",
@@ -300,7 +322,17 @@ async fn copy(source: &PgPool, target: &PgPool, id: &str) -> anyhow::Result<(i64
         .execute(&mut *tx)
         .await?;
     }
+    let mut copied = Vec::new();
+    for table in WITH_THE_SHOW {
+        copied.push((table, copy_rows(source, &mut tx, table, id).await?));
+    }
     tx.commit().await?;
+    for (table, digest) in copied {
+        anyhow::ensure!(
+            rows_digest(target, table, id).await? == digest,
+            "the copy of the show's {table} is not the rows it was taken from"
+        );
+    }
 
     let verified = crate::chain::verify(target, Some(id), PAGE).await?;
     if let Some(b) = verified.broken {
@@ -335,9 +367,77 @@ async fn last_hash(pool: &PgPool, id: &str) -> anyhow::Result<Option<Vec<u8>>> {
     .flatten())
 }
 
+/// What lives with a show on its shard besides its log and snapshots (migration 0025): moved
+/// with it, under the same fence.
+const WITH_THE_SHOW: [&str; 5] = [
+    "payments",
+    "refunds",
+    "ticket_orders",
+    "tickets",
+    "payment_tokens",
+];
+
+/// A table's rows of the show, as one comparable value: how many, and a digest of them all.
+type Digest = (i64, String);
+
+/// `table`'s rows of the show on `pool` (or in a transaction), digested.
+async fn rows_digest<'c>(
+    db: impl sqlx::PgExecutor<'c>,
+    table: &str,
+    id: &str,
+) -> anyhow::Result<Digest> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT count(*), coalesce(md5(string_agg(r, ',' ORDER BY r)), '')
+           FROM (SELECT to_jsonb(t)::text AS r FROM {table} t WHERE show_id = $1) rows"
+    ))
+    .bind(id)
+    .fetch_one(db)
+    .await?)
+}
+
+/// Copies `table`'s rows of the show from the fenced `source` into the new shard's transaction,
+/// column for column (through their JSON form, which every column type here round-trips).
+/// Read in one snapshot of the source with their digest, which the copy must match. A show's
+/// rows here are bounded by its seats (a payment, a refund and a ticket order per order, a
+/// ticket per seat), so they go in one statement.
+async fn copy_rows(
+    source: &PgPool,
+    tx: &mut sqlx::PgConnection,
+    table: &str,
+    id: &str,
+) -> anyhow::Result<Digest> {
+    let mut read = source.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *read)
+        .await?;
+    let rows: Option<serde_json::Value> = sqlx::query_scalar(&format!(
+        "SELECT jsonb_agg(to_jsonb(t)) FROM {table} t WHERE show_id = $1"
+    ))
+    .bind(id)
+    .fetch_one(&mut *read)
+    .await?;
+    let digest = rows_digest(&mut *read, table, id).await?;
+    read.commit().await?;
+    if let Some(rows) = rows {
+        sqlx::query(&format!(
+            "INSERT INTO {table} SELECT * FROM jsonb_populate_recordset(NULL::{table}, $1)"
+        ))
+        .bind(rows)
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(digest)
+}
+
 /// Removes the show's rows from its old shard, where it stays fenced; answers how many events.
 async fn remove(source: &PgPool, id: &str) -> anyhow::Result<i64> {
     let mut tx = source.begin().await?;
+    for table in WITH_THE_SHOW {
+        sqlx::query(&format!("DELETE FROM {table} WHERE show_id = $1"))
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+    }
     let events =
         sqlx::query("DELETE FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1")
             .bind(id)

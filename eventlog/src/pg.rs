@@ -52,6 +52,12 @@ impl PgEventLog {
         }
     }
 
+    /// The pool this log's statements go through: its shard's, for the rest of a show's
+    /// write path (payments, tickets, the card vault) to reach the same cluster.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     /// The hash event `after` of `show` carries: remembered from this process's last append,
     /// else read. `None` if the row has none (the trigger then chains the new rows).
     async fn chain_head(&self, show: ShowId, after: i64) -> Result<Option<[u8; 32]>> {

@@ -350,6 +350,20 @@ impl<L: EventLog + ?Sized> ShardedLog<L> {
     }
 }
 
+/// Each shard's PostgreSQL: what else lives with a show (its payments, refunds, tickets and
+/// the card tokens of its orders) is reached through the same directory as its log.
+impl ShardedLog<crate::PgEventLog> {
+    /// The pool of the shard `show` lives on.
+    pub async fn pool_of(&self, show: ShowId) -> Result<&PgPool> {
+        Ok(self.of(show).await?.pool())
+    }
+
+    /// Every shard and its pool, in order.
+    pub fn pools(&self) -> impl Iterator<Item = (ShardId, &PgPool)> {
+        self.shards().map(|(shard, log)| (shard, log.pool()))
+    }
+}
+
 #[async_trait::async_trait]
 impl<L: EventLog + ?Sized> EventLog for ShardedLog<L> {
     async fn append(

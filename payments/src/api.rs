@@ -26,13 +26,17 @@ use utoipa::{OpenApi, ToSchema};
 use uuid::Uuid;
 
 use crate::tickets::{self, Revocation};
+use crate::Shards;
 
 #[derive(Clone)]
 pub struct PaymentsState {
     pub shows: Shows,
     /// Whether a show exists, before a request for it reaches an owner.
     pub catalog: onsale_command::Catalog,
+    /// The main database: the webhook deliveries already applied.
     pub pool: PgPool,
+    /// Every shard: a show's tickets and cancellations live on its own.
+    pub shards: Shards,
     pub verifier: Verifier,
     /// Checks webhook signatures.
     pub processor: Arc<dyn Processor>,
@@ -70,6 +74,53 @@ pub struct PaymentsDoc;
 fn db_unavailable(e: sqlx::Error) -> ApiError {
     tracing::warn!(error = %e, "database unavailable");
     ApiError::unavailable()
+}
+
+/// The database of the shard `show` lives on; unavailable if the directory cannot say.
+async fn shard_of(shards: &Shards, show: ShowId) -> Result<&PgPool, ApiError> {
+    shards.pool_of(show).await.map_err(|e| {
+        tracing::warn!(%show, error = %e, "the show's shard is not known");
+        ApiError::unavailable()
+    })
+}
+
+/// [`db_unavailable`] for a statement on `show`'s shard: a show found moved off it is looked
+/// up again on the retry.
+fn shard_unavailable(shards: &Shards, show: ShowId) -> impl Fn(sqlx::Error) -> ApiError + '_ {
+    move |e| {
+        if onsale_eventlog::moving::is_moved(&e) {
+            shards.forget(show);
+        }
+        db_unavailable(e)
+    }
+}
+
+/// A ticket's owner, barcode key and whether it was revoked, from whichever shard holds it
+/// (ticket ids name no show): unavailable if it is on none that answered and one did not.
+async fn find_ticket(
+    shards: &Shards,
+    ticket: Uuid,
+) -> Result<Option<(String, Vec<u8>, bool)>, ApiError> {
+    let answers = futures::future::join_all(shards.pools().map(|(_, pool)| {
+        sqlx::query_as(
+            "SELECT account_id, secret, revoked_at IS NOT NULL FROM tickets WHERE ticket_id = $1",
+        )
+        .bind(ticket)
+        .fetch_optional(pool)
+    }))
+    .await;
+    let mut unanswered = None;
+    for answer in answers {
+        match answer {
+            Ok(Some(row)) => return Ok(Some(row)),
+            Ok(None) => {}
+            Err(e) => unanswered = Some(e),
+        }
+    }
+    match unanswered {
+        Some(e) => Err(db_unavailable(e)),
+        None => Ok(None),
+    }
 }
 
 /// Webhooks: verified (signature and age), deduplicated on the delivery id, applied through
@@ -168,14 +219,7 @@ async fn get_barcode(
 ) -> Result<Json<Barcode>, ApiError> {
     let not_found = || ApiError::new(StatusCode::NOT_FOUND, "TICKET_NOT_FOUND", "no such ticket");
     let ticket: Uuid = id.parse().map_err(|_| not_found())?;
-    let row: Option<(String, Vec<u8>, bool)> = sqlx::query_as(
-        "SELECT account_id, secret, revoked_at IS NOT NULL FROM tickets WHERE ticket_id = $1",
-    )
-    .bind(ticket)
-    .fetch_optional(&state.pool)
-    .await
-    .map_err(db_unavailable)?;
-    let Some((owner, secret, revoked)) = row else {
+    let Some((owner, secret, revoked)) = find_ticket(&state.shards, ticket).await? else {
         return Err(not_found());
     };
     if !(caller.account.as_str() == owner || caller.role == Role::Admin) {
@@ -217,14 +261,14 @@ async fn scan(
     caller.require(&[Role::Scanner, Role::Admin])?;
     let show: ShowId = body.event_id.parse()?;
     let result = tickets::scan(
-        &state.pool,
+        shard_of(&state.shards, show).await?,
         &show.to_string(),
         &body.code,
         caller.account.as_str(),
         Utc::now(),
     )
     .await
-    .map_err(db_unavailable)?;
+    .map_err(shard_unavailable(&state.shards, show))?;
     match result {
         Ok((ticket_id, seat_id)) => {
             metrics::counter!(onsale_telemetry::metrics::SCANS_TOTAL, "result" => "admitted")
@@ -292,14 +336,15 @@ async fn cancel_order(
             return Err(CommandError::Internal(format!("cancellable answered {other:?}")).into())
         }
     };
+    let shard = shard_of(&state.shards, order.show()).await?;
     match tickets::revoke_for_cancel(
-        &state.pool,
+        shard,
         &order.to_string(),
         &order.show().to_string(),
         caller.account.as_str(),
     )
     .await
-    .map_err(db_unavailable)?
+    .map_err(shard_unavailable(&state.shards, order.show()))?
     {
         Revocation::Revoked => {}
         Revocation::AlreadyScanned { ticket_id, seat_id } => {
@@ -325,7 +370,7 @@ async fn cancel_order(
         .await?;
     // Not remembered (the database went away just now): the jobs find the cancellation
     // unfinished and record it again, which the show answers as already done.
-    if let Err(e) = tickets::cancellation_recorded(&state.pool, &order.to_string()).await {
+    if let Err(e) = tickets::cancellation_recorded(shard, &order.to_string()).await {
         tracing::warn!(%order, error = %e, "cancellation recorded, not remembered");
     }
     metrics::counter!(onsale_telemetry::metrics::ORDERS_CANCELLED_TOTAL).increment(1);

@@ -8,6 +8,7 @@
 //! delete them (every write here is idempotent, so re-reading the log changes nothing).
 
 use crate::worker::PaymentState;
+use crate::{by_shard, found_moved, Shards};
 use chrono::{DateTime, Utc};
 use onsale_domain::{Show, ShowEvent};
 use onsale_projections::{EventCtx, Projection};
@@ -23,7 +24,11 @@ enum Change {
     },
     /// The outcome is in the log: captured (always closes) or failed (closes unless the failure
     /// was forced at the ambiguity bound and the void is still owed).
-    Resolved { order_id: String, captured: bool },
+    Resolved {
+        order_id: String,
+        show_id: String,
+        captured: bool,
+    },
     Refund {
         order_id: String,
         show_id: String,
@@ -33,9 +38,32 @@ enum Change {
     },
 }
 
-#[derive(Debug, Default)]
+impl Change {
+    fn show_id(&self) -> &str {
+        match self {
+            Self::Charge { show_id, .. }
+            | Self::Resolved { show_id, .. }
+            | Self::Refund { show_id, .. } => show_id,
+        }
+    }
+}
+
+/// The intake: its position is the main database's, like every consumer's; the work it finds
+/// is written on each show's shard, before the position moves (a batch written again after a
+/// crash changes nothing: every write here is idempotent).
+#[derive(Debug)]
 pub struct PaymentIntake {
     changes: Vec<Change>,
+    shards: Shards,
+}
+
+impl PaymentIntake {
+    pub fn new(shards: Shards) -> Self {
+        Self {
+            changes: Vec::new(),
+            shards,
+        }
+    }
 }
 
 impl Projection for PaymentIntake {
@@ -62,16 +90,19 @@ impl Projection for PaymentIntake {
             ShowEvent::PaymentSucceeded { .. } | ShowEvent::OrderReinstated { .. } => {
                 self.changes.push(Change::Resolved {
                     order_id: id,
+                    show_id,
                     captured: true,
                 });
             }
             ShowEvent::PaymentFailed { .. } => self.changes.push(Change::Resolved {
                 order_id: id,
+                show_id,
                 captured: false,
             }),
             ShowEvent::MakeGoodOwed { at, .. } => {
                 self.changes.push(Change::Resolved {
                     order_id: id.clone(),
+                    show_id: show_id.clone(),
                     captured: true,
                 });
                 self.changes.push(Change::Refund {
@@ -93,61 +124,20 @@ impl Projection for PaymentIntake {
         }
     }
 
-    async fn flush(&mut self, tx: &mut PgConnection) -> anyhow::Result<()> {
-        for change in self.changes.drain(..) {
-            match change {
-                Change::Charge {
-                    order_id,
-                    show_id,
-                    amount_cents,
-                    placed_at,
-                } => {
-                    // The token moves from where the edge kept it into the payment's row,
-                    // in this transaction: it is never in the log.
-                    sqlx::query(
-                        "WITH t AS (DELETE FROM payment_tokens WHERE order_id = $1 RETURNING token)
-                         INSERT INTO payments (order_id, show_id, amount_cents, token, state, placed_at, due_at)
-                         VALUES ($1, $2, $3, (SELECT token FROM t), $5, $4, now())
-                         ON CONFLICT (order_id) DO NOTHING",
-                    )
-                    .bind(order_id)
-                    .bind(show_id)
-                    .bind(amount_cents)
-                    .bind(placed_at)
-                    .bind(PaymentState::Charge)
-                    .execute(&mut *tx)
-                    .await?;
+    async fn flush(&mut self, _positions: &mut PgConnection) -> anyhow::Result<()> {
+        let changes = std::mem::take(&mut self.changes);
+        for (pool, shows, changes) in by_shard(&self.shards, changes, Change::show_id).await? {
+            let written = async {
+                let mut tx = pool.begin().await?;
+                for change in changes {
+                    write(&mut tx, change).await?;
                 }
-                Change::Resolved { order_id, captured } => {
-                    sqlx::query(
-                        "UPDATE payments SET state = 'done', token = NULL, resolved_at = now(), lease_until = NULL
-                          WHERE order_id = $1 AND state <> 'done' AND ($2 OR forced_at IS NULL)",
-                    )
-                    .bind(order_id)
-                    .bind(captured)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                Change::Refund {
-                    order_id,
-                    show_id,
-                    amount_cents,
-                    reason,
-                    at,
-                } => {
-                    sqlx::query(
-                        "INSERT INTO refunds (order_id, show_id, amount_cents, reason, state, due_at, created_at)
-                         VALUES ($1, $2, $3, $4, 'due', now(), $5)
-                         ON CONFLICT (order_id) DO NOTHING",
-                    )
-                    .bind(order_id)
-                    .bind(show_id)
-                    .bind(amount_cents)
-                    .bind(reason)
-                    .bind(at)
-                    .execute(&mut *tx)
-                    .await?;
-                }
+                tx.commit().await?;
+                anyhow::Ok(())
+            };
+            if let Err(e) = written.await {
+                found_moved(&self.shards, &shows, &e);
+                return Err(e);
             }
         }
         Ok(())
@@ -157,4 +147,65 @@ impl Projection for PaymentIntake {
     async fn reset(_tx: &mut PgConnection) -> anyhow::Result<()> {
         Ok(())
     }
+}
+
+/// One change, on its show's shard.
+async fn write(tx: &mut PgConnection, change: Change) -> anyhow::Result<()> {
+    match change {
+        Change::Charge {
+            order_id,
+            show_id,
+            amount_cents,
+            placed_at,
+        } => {
+            // The token moves from where the edge kept it into the payment's row,
+            // in this transaction: it is never in the log.
+            sqlx::query(
+                "WITH t AS (DELETE FROM payment_tokens WHERE order_id = $1 RETURNING token)
+                 INSERT INTO payments (order_id, show_id, amount_cents, token, state, placed_at, due_at)
+                 VALUES ($1, $2, $3, (SELECT token FROM t), $5, $4, now())
+                 ON CONFLICT (order_id) DO NOTHING",
+            )
+            .bind(order_id)
+            .bind(show_id)
+            .bind(amount_cents)
+            .bind(placed_at)
+            .bind(PaymentState::Charge)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Change::Resolved {
+            order_id, captured, ..
+        } => {
+            sqlx::query(
+                "UPDATE payments SET state = 'done', token = NULL, resolved_at = now(), lease_until = NULL
+                  WHERE order_id = $1 AND state <> 'done' AND ($2 OR forced_at IS NULL)",
+            )
+            .bind(order_id)
+            .bind(captured)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Change::Refund {
+            order_id,
+            show_id,
+            amount_cents,
+            reason,
+            at,
+        } => {
+            sqlx::query(
+                "INSERT INTO refunds (order_id, show_id, amount_cents, reason, state, due_at, created_at)
+                 VALUES ($1, $2, $3, $4, 'due', now(), $5)
+                 ON CONFLICT (order_id) DO NOTHING",
+            )
+            .bind(order_id)
+            .bind(show_id)
+            .bind(amount_cents)
+            .bind(reason)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
+    Ok(())
 }

@@ -20,6 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use onsale_command::Shows;
+use onsale_domain::ShowId;
+use onsale_eventlog::{PgEventLog, ShardId, ShardedLog};
 use onsale_kafka::KafkaConfig;
 use onsale_projections::{Runner, RunnerConfig};
 use secrecy::SecretString;
@@ -130,11 +132,83 @@ impl PaymentsConfig {
     }
 }
 
+/// Every shard's database, found by show (docs/adr/021): a show's payments, refunds, tickets,
+/// cancellations and its orders' card tokens live on its shard, beside its log, and move with
+/// it (docs/adr/022).
+pub type Shards = Arc<ShardedLog<PgEventLog>>;
+
+/// `items` grouped by the shard their show lives on, each group in the order given.
+async fn by_shard<'s, T>(
+    shards: &'s ShardedLog<PgEventLog>,
+    items: Vec<T>,
+    show: impl Fn(&T) -> &str,
+) -> anyhow::Result<Vec<(&'s PgPool, Vec<ShowId>, Vec<T>)>> {
+    let mut groups: Vec<(ShardId, &PgPool, Vec<ShowId>, Vec<T>)> = Vec::new();
+    for item in items {
+        let id: ShowId = show(&item).parse()?;
+        let shard = shards.locate(id).await?;
+        match groups.iter_mut().find(|g| g.0 == shard) {
+            Some(g) => {
+                g.2.push(id);
+                g.3.push(item);
+            }
+            None => groups.push((shard, shards.log(shard)?.pool(), vec![id], vec![item])),
+        }
+    }
+    Ok(groups
+        .into_iter()
+        .map(|(_, p, ids, g)| (p, ids, g))
+        .collect())
+}
+
+/// A shard refused a write because a show moved off it: its shows are looked up again, so the
+/// retry writes on their new shard.
+fn found_moved(shards: &ShardedLog<PgEventLog>, shows: &[ShowId], e: &anyhow::Error) {
+    if e.downcast_ref::<sqlx::Error>()
+        .is_some_and(onsale_eventlog::moving::is_moved)
+    {
+        for show in shows {
+            shards.forget(*show);
+        }
+    }
+}
+
+/// How many payments failing together make an outage (one bad card is not).
+pub const FAILING_PAYMENTS: i64 = 3;
+
+/// Payments failing at the processor now: at least [`FAILING_PAYMENTS`] open payments (over
+/// every shard) have been refused or left unanswered twice or more, and none resolved in the
+/// last 30 s. A processor that answers some calls is not down; one that answers none while
+/// payments queue is. A shard that does not answer is left out (the store's health is the
+/// waiting room's other signal).
+pub async fn processor_failing(shards: &ShardedLog<PgEventLog>) -> bool {
+    let (mut failing, mut resolved) = (0, false);
+    for (shard, db) in shards.pools() {
+        let found: Result<(i64, bool), _> = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM payments
+                      WHERE state <> 'done' AND attempts >= 2 AND last_error IS NOT NULL),
+                    EXISTS (SELECT 1 FROM payments WHERE resolved_at > now() - interval '30 seconds')",
+        )
+        .fetch_one(db)
+        .await;
+        match found {
+            Ok((f, r)) => {
+                failing += f;
+                resolved |= r;
+            }
+            Err(e) => tracing::debug!(%shard, error = %e, "payments not read on this shard"),
+        }
+    }
+    failing >= FAILING_PAYMENTS && !resolved
+}
+
 /// The log consumers that feed payments and tickets, until `shutdown` is cancelled; abort a
-/// handle to kill one where it stands.
+/// handle to kill one where it stands. Their positions are in the main database's `pool`; what
+/// they write goes to each show's shard.
 pub fn spawn_consumers(
     pool: PgPool,
     log: Arc<dyn onsale_eventlog::EventLog>,
+    shards: &Shards,
     kafka: KafkaConfig,
     runner: RunnerConfig,
     shutdown: &CancellationToken,
@@ -144,30 +218,44 @@ pub fn spawn_consumers(
             Runner::new(
                 pool.clone(),
                 log.clone(),
-                PaymentIntake::default(),
+                PaymentIntake::new(shards.clone()),
                 kafka.clone(),
                 runner.clone(),
             )
             .run(shutdown.clone().cancelled_owned()),
         ),
         tokio::spawn(
-            Runner::new(pool, log, TicketIssuer::default(), kafka, runner)
+            Runner::new(pool, log, TicketIssuer::new(shards.clone()), kafka, runner)
                 .run(shutdown.clone().cancelled_owned()),
         ),
     ]
 }
 
-/// The payment worker, as a task that stops after its calls in flight once `shutdown` is
-/// cancelled; abort the handle to kill it mid-call.
+/// The payment workers, one per shard, as a task that stops after their calls in flight once
+/// `shutdown` is cancelled; abort the handle to kill them mid-call.
 pub fn spawn_worker(
-    pool: PgPool,
+    shards: &Shards,
     shows: Shows,
     config: PaymentsConfig,
     processor: Arc<dyn Processor>,
     shutdown: &CancellationToken,
 ) -> JoinHandle<()> {
-    let worker = Worker::new(pool, shows, config, processor);
-    tokio::spawn(worker.run(shutdown.clone()))
+    let workers: Vec<_> = shards
+        .pools()
+        .map(|(shard, pool)| {
+            Worker::new(
+                pool.clone(),
+                shard,
+                shows.clone(),
+                config.clone(),
+                processor.clone(),
+            )
+            .run(shutdown.clone())
+        })
+        .collect();
+    tokio::spawn(async move {
+        futures::future::join_all(workers).await;
+    })
 }
 
 /// The scheduled jobs: settlement reconciliation of yesterday and today, and the invariant
@@ -234,6 +322,7 @@ pub async fn forget_stale_tokens(pool: &PgPool, older_than: Duration) -> anyhow:
 
 pub async fn run_jobs(
     pool: PgPool,
+    shards: Shards,
     shows: Shows,
     config: PaymentsConfig,
     processor: Arc<dyn Processor>,
@@ -244,27 +333,32 @@ pub async fn run_jobs(
     let mut monitor_tick =
         tokio::time::interval(Duration::from_secs(config.monitor_every_secs.max(1)));
     let mut cancellations_tick = tokio::time::interval(CANCELLATION_GRACE);
+    // Each shard's work on its own: one that is down holds back none of the others'.
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = cancellations_tick.tick() => {
-                if let Some(Err(e)) = shutdown
-                    .run_until_cancelled(finish_cancellations(&pool, &shows, CANCELLATION_GRACE))
-                    .await
-                {
-                    tracing::warn!(error = %format!("{e:#}"), "unfinished cancellations not read");
+                for (shard, db) in shards.pools() {
+                    if let Some(Err(e)) = shutdown
+                        .run_until_cancelled(finish_cancellations(db, &shows, CANCELLATION_GRACE))
+                        .await
+                    {
+                        tracing::warn!(%shard, error = %format!("{e:#}"), "unfinished cancellations not read");
+                    }
                 }
             }
             _ = reconcile_tick.tick() => {
                 // A run cut short by shutdown is repeated whole by the next one (refunds are
                 // keyed, findings recomputed), so it need not finish.
                 let days = async {
-                    if let Err(e) = forget_stale_tokens(&pool, TOKEN_KEEP).await {
-                        tracing::warn!(error = %format!("{e:#}"), "stale payment tokens not swept");
+                    for (shard, db) in shards.pools() {
+                        if let Err(e) = forget_stale_tokens(db, TOKEN_KEEP).await {
+                            tracing::warn!(%shard, error = %format!("{e:#}"), "stale payment tokens not swept");
+                        }
                     }
                     let today = chrono::Utc::now().date_naive();
                     for day in [today - chrono::Duration::days(1), today] {
-                        if let Err(e) = reconcile::reconcile(&pool, &shows, processor.as_ref(), day).await {
+                        if let Err(e) = reconcile::reconcile(&pool, &shards, &shows, processor.as_ref(), day).await {
                             tracing::warn!(error = %format!("{e:#}"), %day, "reconciliation failed");
                         }
                     }
@@ -272,10 +366,10 @@ pub async fn run_jobs(
                 shutdown.run_until_cancelled(days).await;
             }
             _ = monitor_tick.tick() => {
-                if let Some(Err(e)) = shutdown.run_until_cancelled(monitor::check(&pool)).await {
+                if let Some(Err(e)) = shutdown.run_until_cancelled(monitor::check(&pool, &shards)).await {
                     tracing::warn!(error = %format!("{e:#}"), "invariant check failed");
                 }
-                if let Some(Err(e)) = shutdown.run_until_cancelled(monitor::lags(&pool)).await {
+                if let Some(Err(e)) = shutdown.run_until_cancelled(monitor::lags(&pool, &shards)).await {
                     tracing::warn!(error = %format!("{e:#}"), "lags not read");
                 }
             }

@@ -161,8 +161,13 @@ pub async fn settle_captures(shows: &Shows, client: &dyn Processor, files: &Sett
 
 /// Reconciles `day`'s settlement file against the orders, in both directions, and stores the
 /// report.
+///
+/// The report and the orders' states are the main database's (`pool`); the payments and
+/// refunds are each shard's (`shards`): a shard that does not answer fails the run, which the
+/// next one repeats whole.
 pub async fn reconcile(
     pool: &PgPool,
+    shards: &crate::Shards,
     shows: &Shows,
     client: &dyn Processor,
     day: NaiveDate,
@@ -185,11 +190,34 @@ pub async fn reconcile(
     report.refunds = lines.iter().filter(|l| l.kind == "refund").count();
     // Direction two: every order whose payment we settled that day has its money at the
     // processor, and every refund we recorded is in a file.
+    let (mut settled, mut refunds) = (Vec::<String>::new(), Vec::<String>::new());
+    for (shard, db) in shards.pools() {
+        let on = |e: sqlx::Error| anyhow::Error::new(e).context(format!("shard {shard}"));
+        settled.extend(
+            sqlx::query_scalar::<_, String>(
+                "SELECT order_id FROM payments WHERE resolved_at::date = $1",
+            )
+            .bind(day)
+            .fetch_all(db)
+            .await
+            .map_err(on)?,
+        );
+        refunds.extend(
+            sqlx::query_scalar::<_, String>(
+                "SELECT order_id FROM refunds WHERE state = 'done' AND resolved_at::date = $1",
+            )
+            .bind(day)
+            .fetch_all(db)
+            .await
+            .map_err(on)?,
+        );
+    }
     let paid: Vec<(String, String)> = sqlx::query_as(
-        "SELECT p.order_id, o.status FROM payments p JOIN orders_view o USING (order_id)
-          WHERE p.resolved_at::date = $1 AND o.status IN ('CONFIRMED', 'CANCELLED', 'REFUNDED')",
+        "SELECT order_id, status FROM orders_view
+          WHERE order_id = ANY($1) AND status IN ('CONFIRMED', 'CANCELLED', 'REFUNDED')
+          ORDER BY order_id",
     )
-    .bind(day)
+    .bind(&settled)
     .fetch_all(pool)
     .await?;
     for (order, status) in paid {
@@ -201,12 +229,6 @@ pub async fn reconcile(
             ));
         }
     }
-    let refunds: Vec<String> = sqlx::query_scalar(
-        "SELECT order_id FROM refunds WHERE state = 'done' AND resolved_at::date = $1",
-    )
-    .bind(day)
-    .fetch_all(pool)
-    .await?;
     for order in refunds {
         if !refunded.contains(order.as_str()) {
             report.unresolved.push(finding(

@@ -18,6 +18,8 @@ use sqlx::postgres::PgConnection;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::{by_shard, found_moved, Shards};
+
 /// A barcode is good for one step of this many seconds (and the one before, for clock skew).
 pub const STEP_SECS: i64 = 15;
 const MAC_LEN: usize = 12;
@@ -40,25 +42,29 @@ pub enum Change {
     },
 }
 
-/// The ticket issuer, a consumer of the log.
-#[derive(Debug, Default)]
-pub struct TicketIssuer {
-    changes: Vec<Change>,
-}
-
-impl TicketIssuer {
-    /// What the events since the last call ask, in order (what `flush` writes).
-    pub fn take_changes(&mut self) -> Vec<Change> {
-        std::mem::take(&mut self.changes)
+impl Change {
+    fn show_id(&self) -> &str {
+        match self {
+            Self::Issue { show_id, .. } | Self::Revoke { show_id, .. } => show_id,
+        }
     }
 }
 
-impl Projection for TicketIssuer {
-    const NAME: &'static str = "tickets";
+/// What the log asks of the tickets, event by event: the issuer's rules, without its store (the
+/// simulator runs them too).
+#[derive(Debug, Default)]
+pub struct TicketChanges {
+    changes: Vec<Change>,
+}
 
-    fn loaded(&mut self, _show_id: onsale_domain::ShowId, _show: &Show) {}
+impl TicketChanges {
+    /// What the events since the last call ask, in order (what the issuer writes).
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.changes)
+    }
 
-    fn event(&mut self, ctx: &EventCtx<'_>) {
+    /// One event of a show's log, folded.
+    pub fn event(&mut self, ctx: &EventCtx<'_>) {
         let Some(order_id) = ctx.log.event.order_id() else {
             return;
         };
@@ -101,56 +107,49 @@ impl Projection for TicketIssuer {
             _ => {}
         }
     }
+}
 
-    async fn flush(&mut self, tx: &mut PgConnection) -> anyhow::Result<()> {
-        for change in self.take_changes() {
-            match change {
-                Change::Issue {
-                    order_id,
-                    show_id,
-                    account_id,
-                    seats,
-                    at,
-                } => {
-                    let cancelled: Option<DateTime<Utc>> =
-                        lock_order(tx, &order_id, &show_id).await?;
-                    if cancelled.is_some() {
-                        continue;
-                    }
-                    for (seat, general_admission) in seats {
-                        let mut secret = [0u8; 32];
-                        rand::rng().fill_bytes(&mut secret);
-                        sqlx::query(
-                            "INSERT INTO tickets (ticket_id, order_id, show_id, seat_id, account_id, secret, issued_at,
-                                                  general_admission)
-                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-                             ON CONFLICT (order_id, seat_id) DO NOTHING",
-                        )
-                        .bind(Uuid::new_v4())
-                        .bind(&order_id)
-                        .bind(&show_id)
-                        .bind(seat.as_str())
-                        .bind(&account_id)
-                        .bind(&secret[..])
-                        .bind(at)
-                        .bind(general_admission)
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                    metrics::counter!(onsale_telemetry::metrics::TICKETS_ISSUED_ORDERS_TOTAL)
-                        .increment(1);
+/// The ticket issuer, a consumer of the log: its position is the main database's, like every
+/// consumer's; tickets are written on their show's shard before the position moves (a batch
+/// written again after a crash issues nothing twice: one ticket per (order, seat)).
+#[derive(Debug)]
+pub struct TicketIssuer {
+    changes: TicketChanges,
+    shards: Shards,
+}
+
+impl TicketIssuer {
+    pub fn new(shards: Shards) -> Self {
+        Self {
+            changes: TicketChanges::default(),
+            shards,
+        }
+    }
+}
+
+impl Projection for TicketIssuer {
+    const NAME: &'static str = "tickets";
+
+    fn loaded(&mut self, _show_id: onsale_domain::ShowId, _show: &Show) {}
+
+    fn event(&mut self, ctx: &EventCtx<'_>) {
+        self.changes.event(ctx);
+    }
+
+    async fn flush(&mut self, _positions: &mut PgConnection) -> anyhow::Result<()> {
+        let changes = self.changes.take_changes();
+        for (pool, shows, changes) in by_shard(&self.shards, changes, Change::show_id).await? {
+            let written = async {
+                let mut tx = pool.begin().await?;
+                for change in changes {
+                    write(&mut tx, change).await?;
                 }
-                Change::Revoke { order_id, show_id } => {
-                    // The log has the cancellation: it is recorded.
-                    revoke_locked(tx, &order_id, &show_id, None).await?;
-                    sqlx::query(
-                        "UPDATE ticket_orders SET cancel_recorded_at = COALESCE(cancel_recorded_at, now())
-                          WHERE order_id = $1",
-                    )
-                    .bind(&order_id)
-                    .execute(&mut *tx)
-                    .await?;
-                }
+                tx.commit().await?;
+                anyhow::Ok(())
+            };
+            if let Err(e) = written.await {
+                found_moved(&self.shards, &shows, &e);
+                return Err(e);
             }
         }
         Ok(())
@@ -160,6 +159,57 @@ impl Projection for TicketIssuer {
     async fn reset(_tx: &mut PgConnection) -> anyhow::Result<()> {
         Ok(())
     }
+}
+
+/// One change, on its show's shard.
+async fn write(tx: &mut PgConnection, change: Change) -> anyhow::Result<()> {
+    match change {
+        Change::Issue {
+            order_id,
+            show_id,
+            account_id,
+            seats,
+            at,
+        } => {
+            let cancelled: Option<DateTime<Utc>> = lock_order(tx, &order_id, &show_id).await?;
+            if cancelled.is_some() {
+                return Ok(());
+            }
+            for (seat, general_admission) in seats {
+                let mut secret = [0u8; 32];
+                rand::rng().fill_bytes(&mut secret);
+                sqlx::query(
+                    "INSERT INTO tickets (ticket_id, order_id, show_id, seat_id, account_id, secret, issued_at,
+                                          general_admission)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                     ON CONFLICT (order_id, seat_id) DO NOTHING",
+                )
+                .bind(Uuid::new_v4())
+                .bind(&order_id)
+                .bind(&show_id)
+                .bind(seat.as_str())
+                .bind(&account_id)
+                .bind(&secret[..])
+                .bind(at)
+                .bind(general_admission)
+                .execute(&mut *tx)
+                .await?;
+            }
+            metrics::counter!(onsale_telemetry::metrics::TICKETS_ISSUED_ORDERS_TOTAL).increment(1);
+        }
+        Change::Revoke { order_id, show_id } => {
+            // The log has the cancellation: it is recorded.
+            revoke_locked(tx, &order_id, &show_id, None).await?;
+            sqlx::query(
+                "UPDATE ticket_orders SET cancel_recorded_at = COALESCE(cancel_recorded_at, now())
+                  WHERE order_id = $1",
+            )
+            .bind(&order_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
+    Ok(())
 }
 
 /// Locks the order's ticketing row (creating it), answering when its cancellation began.

@@ -16,6 +16,8 @@ use chrono::{DateTime, Utc};
 use onsale_command::owner::CommandError;
 use onsale_command::Shows;
 use onsale_domain::{OrderId, PaymentFailure, ShowCommand, ShowError};
+use onsale_eventlog::moving::MOVED_NODE;
+use onsale_eventlog::ShardId;
 use onsale_processor_api::{ChargeRequest, WebhookEvent};
 use sqlx::PgPool;
 use tokio::sync::Semaphore;
@@ -67,23 +69,28 @@ enum Recorded {
     Later(String),
 }
 
+/// One shard's worker: the payments and refunds of the shows on that shard (docs/adr/021).
 #[derive(Debug, Clone)]
 pub struct Worker {
     pool: PgPool,
+    shard: ShardId,
     shows: Shows,
     client: Arc<dyn Processor>,
     config: PaymentsConfig,
 }
 
 impl Worker {
+    /// The worker of `shard`, whose database `pool` is.
     pub fn new(
         pool: PgPool,
+        shard: ShardId,
         shows: Shows,
         config: PaymentsConfig,
         client: Arc<dyn Processor>,
     ) -> Self {
         Self {
             pool,
+            shard,
             shows,
             client,
             config,
@@ -156,7 +163,8 @@ impl Worker {
 
     /// Leases up to `limit` due rows of a work list (`payments` or `refunds`, which share the
     /// columns `state`, `due_at`, `lease_until`, `attempts`): a worker that dies mid-call leaves
-    /// them to be claimed again when the lease runs out.
+    /// them to be claimed again when the lease runs out. Rows of a show being moved off this
+    /// shard are left alone (the move fences them, and carries them to the show's new shard).
     async fn claim<T>(&self, table: &str, returning: &str, limit: usize) -> anyhow::Result<Vec<T>>
     where
         T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
@@ -168,12 +176,15 @@ impl Worker {
               WHERE order_id IN (SELECT order_id FROM {table}
                                   WHERE state <> 'done' AND due_at <= now()
                                     AND (lease_until IS NULL OR lease_until < now())
+                                    AND NOT EXISTS (SELECT 1 FROM show_owners o
+                                                     WHERE o.show_id = {table}.show_id AND o.node_id = $3)
                                   ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED)
               RETURNING {returning}"
         );
         Ok(sqlx::query_as(&sql)
             .bind(lease as f64)
             .bind(limit as i64)
+            .bind(MOVED_NODE)
             .fetch_all(&self.pool)
             .await?)
     }
@@ -383,9 +394,10 @@ impl Worker {
         )
         .fetch_one(&self.pool)
         .await?;
-        metrics::gauge!(onsale_telemetry::metrics::PAYMENT_OLDEST_PENDING_SECONDS)
+        let shard = self.shard.to_string();
+        metrics::gauge!(onsale_telemetry::metrics::PAYMENT_OLDEST_PENDING_SECONDS, "shard" => shard.clone())
             .set(payment.unwrap_or(0.0));
-        metrics::gauge!(onsale_telemetry::metrics::REFUND_OLDEST_PENDING_SECONDS)
+        metrics::gauge!(onsale_telemetry::metrics::REFUND_OLDEST_PENDING_SECONDS, "shard" => shard)
             .set(refund.unwrap_or(0.0));
         Ok(())
     }

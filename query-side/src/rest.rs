@@ -480,12 +480,18 @@ async fn get_order(
     Path(id): Path<String>,
 ) -> Result<Json<OrderResponse>, ApiError> {
     let r = find_order(&state, &caller, &id).await?;
+    // The order's tickets live on its show's shard (docs/adr/021).
+    let show = parse_show(&r.show_id)?;
+    let shard = state.log.pool_of(show).await.map_err(|e| {
+        tracing::warn!(%show, error = %e, "the show's shard is not known");
+        ApiError::unavailable()
+    })?;
     let tickets: Vec<TicketRef> = sqlx::query_as(
         "SELECT t.ticket_id, t.seat_id, t.revoked_at IS NOT NULL AS revoked, t.general_admission
            FROM tickets t WHERE t.order_id = $1 ORDER BY t.seat_id",
     )
     .bind(&r.order_id)
-    .fetch_all(&state.pool)
+    .fetch_all(shard)
     .await
     .map_err(db_unavailable)?;
     Ok(Json(OrderResponse {
@@ -680,41 +686,66 @@ pub async fn find_history(
         ),
         None => (None, 0, 0, uuid::Uuid::nil()),
     };
-    let mut entries: Vec<HistoryEntry> = sqlx::query_as(
-        "SELECT * FROM (
-           SELECT h.sequence, h.at, h.committed_at, h.type, h.hold_id, h.order_id, h.account_id,
-                  h.lsn, h.actor, NULL::uuid AS ticket_id, h.detail, 0 AS src
-             FROM seat_history h WHERE h.show_id = $1 AND h.seat_id = $2
-           UNION ALL
-           SELECT NULL, t.issued_at, NULL, 'TicketIssued', NULL, t.order_id, t.account_id,
-                  NULL, 'onsale:tickets', t.ticket_id, NULL, 1
-             FROM tickets t WHERE t.show_id = $1 AND t.seat_id = $2
-           UNION ALL
-           SELECT NULL, t.scanned_at, NULL, 'TicketScanned', NULL, t.order_id, t.account_id,
-                  NULL, t.scanned_by, t.ticket_id, NULL, 2
-             FROM tickets t WHERE t.show_id = $1 AND t.seat_id = $2 AND t.scanned_at IS NOT NULL
-           UNION ALL
-           SELECT NULL, t.revoked_at, NULL, 'TicketRevoked', NULL, t.order_id, t.account_id,
-                  NULL, o.cancelled_by, t.ticket_id, NULL, 3
-             FROM tickets t LEFT JOIN ticket_orders o ON o.order_id = t.order_id
-            WHERE t.show_id = $1 AND t.seat_id = $2 AND t.revoked_at IS NOT NULL
-         ) e
-         WHERE ($3::timestamptz IS NULL
-                OR (e.at, e.src, COALESCE(e.sequence, 0), COALESCE(e.ticket_id, '00000000-0000-0000-0000-000000000000'::uuid))
-                   > ($3::timestamptz, $4, $5, $6))
-         ORDER BY e.at, e.src, COALESCE(e.sequence, 0), COALESCE(e.ticket_id, '00000000-0000-0000-0000-000000000000'::uuid)
-         LIMIT $7",
-    )
-    .bind(show.to_string())
-    .bind(seat)
-    .bind(from)
-    .bind(src)
-    .bind(seq)
-    .bind(ticket)
-    .bind(limit + 1)
-    .fetch_all(&state.pool)
-    .await
-    .map_err(db_unavailable)?;
+    // The log's entries from the read models, the tickets' from the show's shard (where its
+    // tickets live, docs/adr/021): each side's page after the cursor, merged in the same order.
+    let page_of = |entries: &str| {
+        format!(
+            "SELECT * FROM ({entries}) e
+              WHERE ($3::timestamptz IS NULL
+                     OR (e.at, e.src, COALESCE(e.sequence, 0), COALESCE(e.ticket_id, '00000000-0000-0000-0000-000000000000'::uuid))
+                        > ($3::timestamptz, $4, $5, $6))
+              ORDER BY e.at, e.src, COALESCE(e.sequence, 0), COALESCE(e.ticket_id, '00000000-0000-0000-0000-000000000000'::uuid)
+              LIMIT $7"
+        )
+    };
+    let logged = page_of(
+        "SELECT h.sequence, h.at, h.committed_at, h.type, h.hold_id, h.order_id, h.account_id,
+                h.lsn, h.actor, NULL::uuid AS ticket_id, h.detail, 0 AS src
+           FROM seat_history h WHERE h.show_id = $1 AND h.seat_id = $2",
+    );
+    let ticketed = page_of(
+        "SELECT NULL::bigint AS sequence, t.issued_at AS at, NULL::timestamptz AS committed_at,
+                'TicketIssued' AS type, NULL AS hold_id, t.order_id, t.account_id,
+                NULL AS lsn, 'onsale:tickets' AS actor, t.ticket_id, NULL::jsonb AS detail, 1 AS src
+           FROM tickets t WHERE t.show_id = $1 AND t.seat_id = $2
+         UNION ALL
+         SELECT NULL, t.scanned_at, NULL, 'TicketScanned', NULL, t.order_id, t.account_id,
+                NULL, t.scanned_by, t.ticket_id, NULL, 2
+           FROM tickets t WHERE t.show_id = $1 AND t.seat_id = $2 AND t.scanned_at IS NOT NULL
+         UNION ALL
+         SELECT NULL, t.revoked_at, NULL, 'TicketRevoked', NULL, t.order_id, t.account_id,
+                NULL, o.cancelled_by, t.ticket_id, NULL, 3
+           FROM tickets t LEFT JOIN ticket_orders o ON o.order_id = t.order_id
+          WHERE t.show_id = $1 AND t.seat_id = $2 AND t.revoked_at IS NOT NULL",
+    );
+    let shard = state.log.pool_of(show).await.map_err(|e| {
+        tracing::warn!(%show, error = %e, "the show's shard is not known");
+        ApiError::unavailable()
+    })?;
+    let mut entries = Vec::new();
+    for (sql, db) in [(&logged, &state.pool), (&ticketed, shard)] {
+        let part: Vec<HistoryEntry> = sqlx::query_as(sql)
+            .bind(show.to_string())
+            .bind(seat)
+            .bind(from)
+            .bind(src)
+            .bind(seq)
+            .bind(ticket)
+            .bind(limit + 1)
+            .fetch_all(db)
+            .await
+            .map_err(db_unavailable)?;
+        entries.extend(part);
+    }
+    entries.sort_by_key(|e| {
+        (
+            e.at,
+            e.src,
+            e.sequence.unwrap_or(0),
+            e.ticket_id.unwrap_or_default(),
+        )
+    });
+    entries.truncate(usize::try_from(limit + 1).unwrap_or(usize::MAX));
     let next_cursor = if entries.len() as i64 > limit {
         entries.truncate(limit as usize);
         entries.last().map(history_cursor)

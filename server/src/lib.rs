@@ -111,8 +111,11 @@ pub struct Server {
     pub public_pool: PgPool,
     /// The pool of the waiting room and its admitter.
     pub admission_pool: PgPool,
-    /// The pool of the card vault, on every order's path.
-    vault_pool: PgPool,
+    /// Every shard's database through its card-vault pool, on every order's path.
+    vault: Arc<ShardedLog<PgEventLog>>,
+    /// Every shard's database through its pool of background work: where each show's
+    /// payments, refunds and tickets live.
+    stores: Arc<ShardedLog<PgEventLog>>,
     /// The query side, with the API.
     pub query: Option<QueryState>,
     /// The waiting room, with the API when Redis is configured.
@@ -155,6 +158,8 @@ struct PartCtx {
     shard_pools: Vec<PgPool>,
     /// Every shard's log through those pools: where the consumers fill gaps from.
     log: Arc<dyn EventLog>,
+    /// Every shard's database through those pools: payments, refunds and tickets.
+    stores: Arc<ShardedLog<PgEventLog>>,
     shows: Shows,
     room: Option<WaitingRoom>,
     health: Arc<BookingHealth>,
@@ -168,7 +173,7 @@ impl PartCtx {
         Ok(match part {
             Part::Api => Vec::new(),
             Part::Worker => vec![onsale_payments::spawn_worker(
-                self.pool.clone(),
+                &self.stores,
                 self.shows.clone(),
                 s.payments.clone(),
                 s.payments.worker_processor()?,
@@ -176,8 +181,12 @@ impl PartCtx {
             )],
             Part::Jobs => {
                 // Reconciliation and the invariant monitor: one active process among all.
-                let (pool, shows, config) =
-                    (self.pool.clone(), self.shows.clone(), s.payments.clone());
+                let (pool, stores, shows, config) = (
+                    self.pool.clone(),
+                    self.stores.clone(),
+                    self.shows.clone(),
+                    s.payments.clone(),
+                );
                 let processor = s.payments.back_office_processor()?;
                 vec![tokio::spawn(leader::lead(
                     self.pool.clone(),
@@ -187,6 +196,7 @@ impl PartCtx {
                     move |term| {
                         onsale_payments::run_jobs(
                             pool.clone(),
+                            stores.clone(),
                             shows.clone(),
                             config.clone(),
                             processor.clone(),
@@ -203,7 +213,12 @@ impl PartCtx {
                         let log = log.clone();
                         Box::pin(async move { log.ping().await.is_ok() })
                     });
-                    room.spawn_admitter(self.health.clone(), probe)
+                    let stores = self.stores.clone();
+                    let processor: onsale_edge::admission::ProcessorProbe = Arc::new(move || {
+                        let stores = stores.clone();
+                        Box::pin(async move { !onsale_payments::processor_failing(&stores).await })
+                    });
+                    room.spawn_admitter(self.health.clone(), probe, processor)
                 }
                 None => Vec::new(),
             },
@@ -238,6 +253,7 @@ impl PartCtx {
             Part::PaymentConsumers => onsale_payments::spawn_consumers(
                 self.pool.clone(),
                 self.log.clone(),
+                &self.stores,
                 s.kafka.clone(),
                 s.runner.clone(),
                 stop,
@@ -304,15 +320,15 @@ impl onsale_query::snapshots::Schedules for PublicSchedules {
     }
 }
 
-/// Each shard's pools, one per workload (appends, reads, public reads): the main database's
-/// own pools when it is the only shard.
+/// Each shard's pools, one per workload (appends, background work, public reads, the card
+/// vault): the main database's own pools when it is the only shard.
 struct ShardPools {
-    first: [PgPool; 3],
-    rest: Vec<[PgPool; 3]>,
+    first: [PgPool; 4],
+    rest: Vec<[PgPool; 4]>,
 }
 
 impl ShardPools {
-    fn open(db: &onsale_eventlog::DatabaseSettings, main: [&PgPool; 3]) -> anyhow::Result<Self> {
+    fn open(db: &onsale_eventlog::DatabaseSettings, main: [&PgPool; 4]) -> anyhow::Result<Self> {
         if db.shard_urls.is_empty() {
             return Ok(Self {
                 first: main.map(PgPool::clone),
@@ -322,6 +338,7 @@ impl ShardPools {
         let mut shards = db.shards().into_iter().map(|shard| {
             anyhow::Ok([
                 shard.pool(db.pool_size, false)?,
+                shard.pool(db.pool_size, true)?,
                 shard.pool(db.pool_size, true)?,
                 shard.pool(db.pool_size, true)?,
             ])
@@ -343,7 +360,7 @@ impl ShardPools {
 
     /// Every shard's log through its pool of workload `w`, placed by `directory`.
     fn log(&self, w: usize, directory: &Arc<dyn Directory>) -> ShardedLog {
-        let log = |pools: &[PgPool; 3]| -> Arc<dyn EventLog> {
+        let log = |pools: &[PgPool; 4]| -> Arc<dyn EventLog> {
             Arc::new(PgEventLog::new(pools[w].clone()))
         };
         self.rest.iter().fold(
@@ -354,7 +371,7 @@ impl ShardPools {
 
     /// [`ShardPools::log`], each shard's log as PostgreSQL's (for what only it can read).
     fn pg_log(&self, w: usize, directory: &Arc<dyn Directory>) -> ShardedLog<PgEventLog> {
-        let log = |pools: &[PgPool; 3]| Arc::new(PgEventLog::new(pools[w].clone()));
+        let log = |pools: &[PgPool; 4]| Arc::new(PgEventLog::new(pools[w].clone()));
         self.rest.iter().fold(
             ShardedLog::new(log(&self.first), directory.clone()),
             |sharded, pools| sharded.and(log(pools)),
@@ -406,7 +423,7 @@ impl Server {
         // Shows sharded over write clusters (docs/adr/021): each shard's log reached through a
         // pool per workload, like the main database's; the directory in the main database.
         let directory: Arc<dyn Directory> = Arc::new(PgDirectory::new(pool.clone()));
-        let shards = ShardPools::open(db, [&append_pool, &pool, &public_pool])?;
+        let shards = ShardPools::open(db, [&append_pool, &pool, &public_pool, &vault_pool])?;
         let shows = Shows::sharded(
             Arc::new(shards.log(0, &directory)),
             clock,
@@ -424,10 +441,11 @@ impl Server {
             public_log,
             catalog_log,
             shard_pools: shards.pools(1),
+            vault: Arc::new(shards.pg_log(3, &directory)),
+            stores: Arc::new(shards.pg_log(1, &directory)),
             pool,
             public_pool,
             admission_pool,
-            vault_pool,
             query: None,
             room: None,
             health: Arc::new(BookingHealth::default()),
@@ -476,6 +494,12 @@ impl Server {
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// Every shard's database, found by show: where each show's payments, refunds and tickets
+    /// live (through the pools of background work).
+    pub fn stores(&self) -> &Arc<ShardedLog<PgEventLog>> {
+        &self.stores
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Part, Vec<supervise::Supervised>>> {
@@ -535,7 +559,7 @@ impl Server {
                 .clone()
                 .map(|r| Arc::new(r) as Arc<dyn onsale_edge::admission::SessionGate>),
             health: self.health.clone(),
-            tokens: onsale_command::TokenVault::new(self.vault_pool.clone()),
+            tokens: onsale_command::TokenVault::new(self.vault.clone()),
             openapi: Arc::new(doc),
         };
         let mut router = onsale_command::api::router(state)
@@ -544,6 +568,7 @@ impl Server {
                 shows: self.shows.clone(),
                 catalog: self.catalog.clone(),
                 pool: self.pool.clone(),
+                shards: self.stores.clone(),
                 verifier: verifier.clone(),
                 processor: s.payments.back_office_processor()?,
             }));
@@ -683,6 +708,7 @@ impl Server {
             pool: self.pool.clone(),
             shard_pools: self.shard_pools.clone(),
             log: self.catalog_log.clone(),
+            stores: self.stores.clone(),
             shows: self.shows.clone(),
             room: self.room.clone(),
             health: self.health.clone(),

@@ -260,6 +260,7 @@ async fn main() -> anyhow::Result<()> {
             let processor = server.settings().payments.back_office_processor()?;
             let report = onsale_payments::reconcile::reconcile(
                 &server.pool,
+                server.stores(),
                 &server.shows,
                 processor.as_ref(),
                 day,

@@ -10,9 +10,8 @@ use std::collections::BTreeMap;
 
 use onsale_domain::transitions::SeatStatus;
 use onsale_domain::Show;
-use onsale_payments::tickets::TicketIssuer;
+use onsale_payments::tickets::TicketChanges;
 use onsale_projections::fold::{apply, status_at, LogEvent};
-use onsale_projections::Projection;
 
 #[derive(Debug, Default)]
 pub struct Projected {
@@ -20,7 +19,7 @@ pub struct Projected {
     /// Seat index -> status, as written by touched seats only.
     seats: BTreeMap<u32, SeatStatus>,
     /// The ticket issuer, another consumer of the same fold.
-    pub issuer: TicketIssuer,
+    pub issuer: TicketChanges,
 }
 
 impl Projected {

@@ -1,6 +1,6 @@
-//! Tickets in the simulation. What to issue and revoke is decided by the real issuer
-//! (`onsale_payments::tickets::TicketIssuer`, a consumer of the log, fed by the same fold as
-//! the seat map); where it goes is `tickets` and `ticket_orders`, kept here as the statements of
+//! Tickets in the simulation. What to issue and revoke is decided by the real issuer's rules
+//! (`onsale_payments::tickets::TicketChanges`, fed by the same fold as the seat map); where
+//! it goes is `tickets` and `ticket_orders`, kept here as the statements of
 //! `payments/src/tickets.rs` keep them: one ticket per (order, seat) (`ON CONFLICT DO
 //! NOTHING`), nothing issued for an order whose cancellation began, a cancellation refused if a
 //! ticket was scanned, else every unscanned ticket revoked before `CancelOrder` is sent, a scan

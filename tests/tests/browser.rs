@@ -230,7 +230,7 @@ async fn the_ops_console_shows_a_running_load_its_firing_alerts_and_a_seats_hist
         .await
         .expect("a planted ticket");
     }
-    let found = onsale_payments::monitor::check(&rp.pool)
+    let found = onsale_payments::monitor::check(&rp.pool, rp.app.server.stores())
         .await
         .expect("the monitor runs");
     assert!(

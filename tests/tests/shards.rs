@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use onsale_domain::SystemClock;
 use onsale_edge::auth::Role;
+use onsale_tests::payments::PaymentPath;
 use onsale_tests::read_path::{shared_brokers, ReadPath};
 use onsale_tests::{settings, wait_for, Api, TestApp, TestDb};
 use serde_json::{json, Value};
@@ -515,4 +516,124 @@ async fn wait_for_hold(app: &TestApp, event: &str, n: u32) -> u16 {
     })
     .await;
     status.get()
+}
+
+/// A show's payments, tickets and cancellations live on its shard (docs/adr/021) and move with
+/// it (docs/adr/022): an order on shard 2's show is paid and ticketed there and nowhere else;
+/// moved to shard 1 with a payment still open, its rows go along, its old shard refuses any
+/// write of them, and the payment, the barcode and a cancellation's refund all go on from the
+/// new shard, each charge and refund once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payments_and_tickets_live_on_the_shows_shard_and_move_with_it() {
+    let (one, two) = (
+        TestDb::new().await.expect("shard 1"),
+        TestDb::new().await.expect("shard 2"),
+    );
+    let urls = vec![one.url.clone(), two.url.clone()];
+    let (main, mut p) = PaymentPath::start_with(|s| s.database.shard_urls = urls, |_| {})
+        .await
+        .expect("payment path");
+    let sections =
+        json!([{"section": "S1", "priceTier": "A", "rows": [{"row": "R1", "seats": 10}]}]);
+    let event = p.rp.app.event_at(sections, json!({"shard": 2})).await;
+    const PAYMENTS: &str = "SELECT count(*) FROM payments WHERE show_id = $1";
+    const TICKETS: &str = "SELECT count(*) FROM tickets WHERE show_id = $1";
+
+    let paid = p.buy(&event, "ann", &["S1-R1-1"], "tok_ok").await;
+    p.order_with_tickets(&paid, "ann", "CONFIRMED", 1, 30).await;
+    for (db, n, which) in [
+        (&two, 1, "shard 2"),
+        (&one, 0, "shard 1"),
+        (&main, 0, "main"),
+    ] {
+        assert_eq!(count(db, PAYMENTS, &event).await, n, "payments on {which}");
+        assert_eq!(count(db, TICKETS, &event).await, n, "tickets on {which}");
+    }
+
+    // An order whose payment is still open when the show moves (no worker runs).
+    p.kill_worker();
+    let open = p.buy(&event, "bob", &["S1-R1-2"], "tok_ok").await;
+    wait_for(
+        "bob's payment due on shard 2",
+        Duration::from_secs(30),
+        || {
+            let (two, open) = (&two, open.clone());
+            async move {
+                count(
+                    two,
+                    "SELECT count(*) FROM payments WHERE order_id = $1 AND state <> 'done'",
+                    &open,
+                )
+                .await
+                    == 1
+            }
+        },
+    )
+    .await;
+    let settings = sharded(&main, [&one, &two]);
+    let moved = onsale_server::move_show(&settings.database, event.parse().expect("show"), 1)
+        .await
+        .expect("moved");
+    assert_eq!((moved.from.get(), moved.to.get()), (2, 1));
+    for (db, n, which) in [(&one, 2, "the new shard"), (&two, 0, "the old shard")] {
+        assert_eq!(count(db, PAYMENTS, &event).await, n, "payments on {which}");
+        assert_eq!(
+            count(db, TICKETS, &event).await,
+            1.min(n),
+            "tickets on {which}"
+        );
+    }
+    // Whatever still believes the show is on shard 2 cannot write its rows there.
+    let old = two.pool().await.expect("pool");
+    let refused = sqlx::query(
+        "INSERT INTO refunds (order_id, show_id, amount_cents, reason, state, due_at, created_at)
+         VALUES ('o-stale', $1, 100, 'cancelled', 'due', now(), now())",
+    )
+    .bind(&event)
+    .execute(&old)
+    .await
+    .expect_err("the old shard is fenced");
+    assert!(onsale_eventlog::moving::is_moved(&refused), "{refused}");
+    old.close().await;
+
+    // The open payment closes from the new shard; ann's ticket and her cancellation too.
+    p.start_worker().await.expect("worker");
+    p.order_with_tickets(&open, "bob", "CONFIRMED", 1, 30).await;
+    let order = p.order_becomes(&paid, "ann", "CONFIRMED", 5).await;
+    let ticket = order["tickets"][0]["ticketId"].as_str().expect("ticket");
+    let (status, code) =
+        p.rp.app
+            .get(
+                &format!("/v1/tickets/{ticket}/barcode"),
+                &p.rp.app.fan("ann"),
+            )
+            .await;
+    assert_eq!(status, 200, "{code}");
+    let (status, body) =
+        p.rp.app
+            .post(
+                &format!("/v1/orders/{paid}/cancel"),
+                &p.rp.app.fan("ann"),
+                json!({}),
+                None,
+            )
+            .await;
+    assert_eq!(status, 202, "{body}");
+    p.order_becomes(&paid, "ann", "REFUNDED", 30).await;
+    assert_eq!(
+        count(
+            &one,
+            "SELECT count(*) FROM refunds WHERE show_id = $1 AND state = 'done'",
+            &event
+        )
+        .await,
+        1
+    );
+    let ledger = p.sim.ledger();
+    assert_eq!(ledger.refunds().filter(|r| r.reference == paid).count(), 1);
+    for (order, n) in p.captures() {
+        assert_eq!(n, 1, "order {order} captured {n} times");
+    }
+    assert_eq!(p.captures().len(), 2, "both orders captured");
+    p.stop().await;
 }

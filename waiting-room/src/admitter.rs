@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use onsale_domain::ShowId;
-use onsale_edge::admission::{BookingHealth, WriteProbe};
+use onsale_edge::admission::{BookingHealth, ProcessorProbe, WriteProbe};
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::{Controller, ControllerConfig};
@@ -22,6 +22,8 @@ pub struct Admitter {
     health: Arc<BookingHealth>,
     /// The write path's own probe (the append pool), not the read pool's.
     write_path: WriteProbe,
+    /// Whether the card processor answers the payments (read by the crate that keeps them).
+    processor: ProcessorProbe,
     controller: Controller,
     /// Per show, its sale's measure and when it was taken (see [`MEASURE_EVERY`]).
     measured: HashMap<ShowId, (Instant, SaleMeasure)>,
@@ -40,7 +42,12 @@ impl std::fmt::Debug for Admitter {
 }
 
 impl Admitter {
-    pub fn new(room: WaitingRoom, health: Arc<BookingHealth>, write_path: WriteProbe) -> Self {
+    pub fn new(
+        room: WaitingRoom,
+        health: Arc<BookingHealth>,
+        write_path: WriteProbe,
+        processor: ProcessorProbe,
+    ) -> Self {
         let controller = Controller::new(ControllerConfig {
             target_p99: Duration::from_millis(room.config.hold_p99_ms),
             ..ControllerConfig::default()
@@ -49,6 +56,7 @@ impl Admitter {
             room,
             health,
             write_path,
+            processor,
             controller,
             measured: HashMap::new(),
         }
@@ -74,11 +82,7 @@ impl Admitter {
     /// moves in one round trip.
     pub async fn tick(&mut self, dt: Duration) -> anyhow::Result<()> {
         let store_ok = (self.write_path)().await;
-        let processor_ok = match crate::sale::processor_failing(&self.room.pool).await {
-            Ok(failing) => !failing,
-            // The store's health is judged above; an unreadable work list says nothing more.
-            Err(_) => true,
-        };
+        let processor_ok = (self.processor)().await;
         metrics::gauge!(onsale_telemetry::metrics::PROCESSOR_FAILING)
             .set(f64::from(u8::from(!processor_ok)));
         let sample = self.health.sample(Duration::from_secs(5));

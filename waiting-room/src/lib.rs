@@ -214,16 +214,18 @@ impl WaitingRoom {
 
     /// Starts the admitter replica and the stall watchdog of this process.
     /// `write_path` says whether the owners' appends would go through now (the controller's
-    /// store signal).
+    /// store signal), `processor` whether the card processor is answering the payments.
     pub fn spawn_admitter(
         &self,
         health: Arc<onsale_edge::admission::BookingHealth>,
         write_path: onsale_edge::admission::WriteProbe,
+        processor: onsale_edge::admission::ProcessorProbe,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let stop = &self.shutdown;
         vec![
             tokio::spawn(
-                admitter::Admitter::new(self.clone(), health, write_path).run(stop.clone()),
+                admitter::Admitter::new(self.clone(), health, write_path, processor)
+                    .run(stop.clone()),
             ),
             tokio::spawn(admitter::watchdog(
                 self.clone(),

@@ -181,23 +181,6 @@ pub async fn measure(
     }
 }
 
-/// Payments failing at the processor now: at least `FAILING_PAYMENTS` open payments have been
-/// refused or left unanswered twice or more, and none resolved in the last 30 s. A processor
-/// that answers some calls is not down; one that answers none while payments queue is.
-pub async fn processor_failing(pool: &PgPool) -> Result<bool, sqlx::Error> {
-    let (failing, resolved): (i64, bool) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM payments
-                  WHERE state <> 'done' AND attempts >= 2 AND last_error IS NOT NULL),
-                EXISTS (SELECT 1 FROM payments WHERE resolved_at > now() - interval '30 seconds')",
-    )
-    .fetch_one(pool)
-    .await?;
-    Ok(failing >= FAILING_PAYMENTS && !resolved)
-}
-
-/// How many payments failing together make an outage (one bad card is not).
-pub const FAILING_PAYMENTS: i64 = 3;
-
 #[cfg(test)]
 mod tests {
     use super::*;
