@@ -4,7 +4,8 @@
 -- on other shards. A move copies them with the log, so they get the fence the log has: once a
 -- show's owner on a shard is the tombstone of a move, no row of the show is inserted or changed
 -- there. The trigger locks the owner row FOR SHARE, as an append does, so a move's fence waits
--- for a write in flight and the copy, taken after it, has that write.
+-- for a write in flight and the copy, taken after it, has that write. The refusal has a code of
+-- its own (OSMVD), so the writer knows to look the show up again rather than wait for the shard.
 
 ALTER TABLE payment_tokens ADD COLUMN show_id text;
 UPDATE payment_tokens SET show_id = split_part(order_id, '_', 2);
@@ -23,7 +24,7 @@ BEGIN
     SELECT node_id INTO owner FROM show_owners WHERE show_id = NEW.show_id FOR SHARE;
     IF owner = '00000000-0000-0000-0000-6d6f76656421' THEN
         RAISE EXCEPTION 'show % has moved to another shard: % refused here', NEW.show_id, TG_TABLE_NAME
-            USING ERRCODE = 'object_not_in_prerequisite_state';
+            USING ERRCODE = 'OSMVD';
     END IF;
     RETURN NEW;
 END

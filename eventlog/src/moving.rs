@@ -18,9 +18,9 @@ use crate::shards::{Directory, PgDirectory, ShardId};
 /// lets the log's rows of a show owned by it, and only those, be removed.
 pub const MOVED_NODE: uuid::Uuid = uuid::Uuid::from_u128(0x6d6f_7665_6421);
 
-/// The SQLSTATE a shard answers a write of a row of a show that moved off it with
-/// (`object_not_in_prerequisite_state`, migration 0025).
-pub const MOVED_SQLSTATE: &str = "55000";
+/// The SQLSTATE a shard answers a write of a row of a show that moved off it with (a code of
+/// onsale's own, migration 0025: no server condition shares it).
+pub const MOVED_SQLSTATE: &str = "OSMVD";
 
 /// Whether `e` is a shard refusing a payment's, a ticket's or a card token's row because its
 /// show moved off it: the writer forgets the show's shard and tries again on the new one.

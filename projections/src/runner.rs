@@ -1,7 +1,7 @@
 //! Drives one projection: consume, deduplicate, fill gaps from the table, write in one
 //! transaction with the positions, tick.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -358,36 +358,29 @@ impl<P: Projection> Runner<P> {
         Ok(())
     }
 
-    /// Folds one batch: every event in one transaction with the positions.
+    /// Folds one batch: every event in one transaction with the positions. A show whose fold
+    /// cannot be read now (its shard is down) is left where it stands: its events here are
+    /// skipped, its position does not move, and the gap check fills it from the log once its
+    /// shard answers (docs/adr/021); the batch goes on for every other show.
     pub async fn apply_batch(&mut self, logs: Vec<LogEvent>) -> anyhow::Result<()> {
         let mut fresh = Vec::new();
+        let mut unreadable: HashSet<ShowId> = HashSet::new();
         for log in logs {
-            self.ensure_loaded(log.show_id).await?;
-            let last = self.shows[&log.show_id].last_sequence;
-            if log.sequence <= last {
+            if unreadable.contains(&log.show_id) {
+                continue;
+            }
+            if let Err(e) = self.catch_up_to(&log).await {
+                metrics::counter!(onsale_telemetry::metrics::PROJECTION_SHOWS_DEFERRED_TOTAL, "projection" => P::NAME)
+                    .increment(1);
+                tracing::warn!(projection = P::NAME, show = %log.show_id, error = %format!("{e:#}"),
+                    "a show's log is not readable now; its events wait for the gap check");
+                unreadable.insert(log.show_id);
+                continue;
+            }
+            if log.sequence <= self.shows[&log.show_id].last_sequence {
                 metrics::counter!(onsale_telemetry::metrics::PROJECTION_DUPLICATES_TOTAL, "projection" => P::NAME)
                     .increment(1);
                 continue;
-            }
-            if log.sequence > last + 1 {
-                metrics::counter!(onsale_telemetry::metrics::PROJECTION_GAP_FILLS_TOTAL, "projection" => P::NAME)
-                    .increment(1);
-                let mut after = last;
-                while after < log.sequence - 1 {
-                    let chunk =
-                        read_events(&self.log, log.show_id, after, log.sequence - 1).await?;
-                    let Some(end) = chunk.last().map(|l| l.sequence) else {
-                        anyhow::bail!(
-                            "{}@{} is on the topic but not in the table",
-                            log.show_id,
-                            log.sequence
-                        );
-                    };
-                    for missing in chunk {
-                        self.fold(missing);
-                    }
-                    after = end;
-                }
             }
             if let Some(at) = log.committed_at {
                 fresh.push(at);
@@ -402,6 +395,33 @@ impl<P: Projection> Runner<P> {
             metrics::histogram!(onsale_telemetry::metrics::PROJECTION_LAG_SECONDS, "projection" => P::NAME)
                 .record(lag);
             self.lag.push(lag);
+        }
+        Ok(())
+    }
+
+    /// Loads the show's fold and fills it from the log up to just before `log` (events the
+    /// topic skipped, or that were deferred); nothing to do for a duplicate.
+    async fn catch_up_to(&mut self, log: &LogEvent) -> anyhow::Result<()> {
+        self.ensure_loaded(log.show_id).await?;
+        let last = self.shows[&log.show_id].last_sequence;
+        if log.sequence > last + 1 {
+            metrics::counter!(onsale_telemetry::metrics::PROJECTION_GAP_FILLS_TOTAL, "projection" => P::NAME)
+                .increment(1);
+            let mut after = last;
+            while after < log.sequence - 1 {
+                let chunk = read_events(&self.log, log.show_id, after, log.sequence - 1).await?;
+                let Some(end) = chunk.last().map(|l| l.sequence) else {
+                    anyhow::bail!(
+                        "{}@{} is on the topic but not in the table",
+                        log.show_id,
+                        log.sequence
+                    );
+                };
+                for missing in chunk {
+                    self.fold(missing);
+                }
+                after = end;
+            }
         }
         Ok(())
     }
@@ -549,31 +569,54 @@ impl<P: Projection> Runner<P> {
                 self.shows.remove(&show_id);
                 continue;
             }
-            self.ensure_loaded(show_id).await?;
-            let f = self.shows.get_mut(&show_id).expect("loaded");
-            let stalled = f.last_sequence == f.checked_at;
-            f.checked_at = f.last_sequence;
-            if head > f.last_sequence && (all || stalled) {
-                let from = f.last_sequence;
-                if !all {
-                    metrics::counter!(onsale_telemetry::metrics::PROJECTION_GAP_FILLS_TOTAL, "projection" => P::NAME)
-                        .increment(1);
-                }
-                let mut after = from;
-                loop {
-                    let chunk = read_events(&self.log, show_id, after, head).await?;
-                    let Some(last) = chunk.last().map(|l| l.sequence) else {
-                        break;
-                    };
-                    for log in chunk {
-                        self.fold(log);
-                    }
-                    self.commit().await?;
-                    after = last;
-                }
+            // A show whose log cannot be read now (its shard went down since the heads were
+            // read) is checked again next time; the others are not held back.
+            if let Err(e) = self.fill(show_id, head, all).await? {
+                tracing::warn!(projection = P::NAME, show = %show_id, error = %format!("{e:#}"),
+                    "a show's log is not readable now; checked again next time");
             }
         }
         Ok(())
+    }
+
+    /// Fills the show's fold from the log up to `head` if it is behind and (unless `all`) made
+    /// no progress since the last check, committing as it goes. The inner error is the show's
+    /// log not read (the others go on); the outer, a commit that failed.
+    async fn fill(
+        &mut self,
+        show_id: ShowId,
+        head: i64,
+        all: bool,
+    ) -> anyhow::Result<anyhow::Result<()>> {
+        if let Err(e) = self.ensure_loaded(show_id).await {
+            return Ok(Err(e));
+        }
+        let f = self.shows.get_mut(&show_id).expect("loaded");
+        let stalled = f.last_sequence == f.checked_at;
+        f.checked_at = f.last_sequence;
+        if head > f.last_sequence && (all || stalled) {
+            let from = f.last_sequence;
+            if !all {
+                metrics::counter!(onsale_telemetry::metrics::PROJECTION_GAP_FILLS_TOTAL, "projection" => P::NAME)
+                    .increment(1);
+            }
+            let mut after = from;
+            loop {
+                let chunk = match read_events(&self.log, show_id, after, head).await {
+                    Ok(chunk) => chunk,
+                    Err(e) => return Ok(Err(e)),
+                };
+                let Some(last) = chunk.last().map(|l| l.sequence) else {
+                    break;
+                };
+                for log in chunk {
+                    self.fold(log);
+                }
+                self.commit().await?;
+                after = last;
+            }
+        }
+        Ok(Ok(()))
     }
 
     /// Loads a show's fold from the table up to the stored position.

@@ -100,6 +100,9 @@ pub const PROJECTION_DUPLICATES_TOTAL: &str = "onsale_projection_duplicates_tota
 pub const PROJECTION_ERRORS_TOTAL: &str = "onsale_projection_errors_total";
 /// Gaps and stalls a projection filled from the events table, by projection.
 pub const PROJECTION_GAP_FILLS_TOTAL: &str = "onsale_projection_gap_fills_total";
+/// A show's events a projection left to the gap check because its log could not be read (its
+/// shard down), by projection.
+pub const PROJECTION_SHOWS_DEFERRED_TOTAL: &str = "onsale_projection_shows_deferred_total";
 /// A projection's last batch: commit-to-apply lag (ms), by projection.
 pub const PROJECTION_LAG_MS: &str = "onsale_projection_lag_ms";
 /// Commit-to-apply lag of each projected event, by projection.
@@ -325,6 +328,10 @@ pub fn describe() {
     describe_counter!(
         PROJECTION_GAP_FILLS_TOTAL,
         "Gaps and stalls a projection filled from the events table, by projection."
+    );
+    describe_counter!(
+        PROJECTION_SHOWS_DEFERRED_TOTAL,
+        "Shows whose events a projection left to the gap check because their log was unreadable (shard down)."
     );
     describe_gauge!(
         PROJECTION_LAG_MS,

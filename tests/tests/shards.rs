@@ -637,3 +637,59 @@ async fn payments_and_tickets_live_on_the_shows_shard_and_move_with_it() {
     assert_eq!(p.captures().len(), 2, "both orders captured");
     p.stop().await;
 }
+
+/// Payments and tickets fail alone too: the payment intake and the ticket issuer (like every
+/// consumer) read every shard's events off the one topic, and a show whose log cannot be read
+/// (shard 1 down) is left to the gap check while shard 2's orders are paid and ticketed; once
+/// shard 1 answers, its order is paid and ticketed too, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_down_holds_back_no_other_shards_payments_and_tickets() {
+    let (one, two) = (
+        TestDb::new().await.expect("shard 1"),
+        TestDb::new().await.expect("shard 2"),
+    );
+    let urls = vec![one.url.clone(), two.url.clone()];
+    let (_main, p) = PaymentPath::start_with(|s| s.database.shard_urls = urls, |_| {})
+        .await
+        .expect("payment path");
+    let sections =
+        json!([{"section": "S1", "priceTier": "A", "rows": [{"row": "R1", "seats": 10}]}]);
+    let a =
+        p.rp.app
+            .event_at(sections.clone(), json!({"shard": 1}))
+            .await;
+    let b = p.rp.app.event_at(sections, json!({"shard": 2})).await;
+
+    // Both orders are on the topic, neither taken in by the payment consumers yet; they start
+    // again while shard 1 is down.
+    p.rp.app.server.kill(onsale_server::Part::PaymentConsumers);
+    let on_one = p.buy(&a, "ann", &["S1-R1-1"], "tok_ok").await;
+    let on_two = p.buy(&b, "bob", &["S1-R1-1"], "tok_ok").await;
+    p.order_becomes(&on_one, "ann", "PENDING_PAYMENT", 30).await;
+    p.order_becomes(&on_two, "bob", "PENDING_PAYMENT", 30).await;
+    one.close().await.expect("shard 1 down");
+    p.rp.app
+        .server
+        .start(onsale_server::Part::PaymentConsumers)
+        .await
+        .expect("consumers");
+
+    p.order_with_tickets(&on_two, "bob", "CONFIRMED", 1, 30)
+        .await;
+    assert!(
+        p.captures().get(&on_one).is_none(),
+        "shard 1's order is not paid while shard 1 is down"
+    );
+    one.reopen().await.expect("shard 1 back");
+    p.order_with_tickets(&on_one, "ann", "CONFIRMED", 1, 60)
+        .await;
+    assert_eq!(
+        count(&one, "SELECT count(*) FROM tickets WHERE show_id = $1", &a).await,
+        1
+    );
+    for (order, n) in p.captures() {
+        assert_eq!(n, 1, "order {order} captured {n} times");
+    }
+    assert_eq!(p.captures().len(), 2, "both orders captured");
+    p.stop().await;
+}
