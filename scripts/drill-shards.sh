@@ -33,4 +33,5 @@ restore_after=${DRILL_RESTORE_AFTER:-10}
   --database-url "$MAIN" --shard-url "$URLS" --seconds "${DRILL_SECONDS:-60}" \
   --kill "$ROOT/scripts/stack.sh kill-shard 1" \
   --restore "$ROOT/scripts/stack.sh start-shard 1" --restore-after "$restore_after" \
-  --move-command "DATABASE_URL=$MAIN ONSALE_SHARD_URLS=$URLS $ROOT/target/release/onsale shard move --show {show} --to 2"
+  --move-command "DATABASE_URL=$MAIN ONSALE_SHARD_URLS=$URLS $ROOT/target/release/onsale shard move --show {show} --to 2" \
+  --processor "http://${ONSALE_PROCESSOR_LISTEN:-127.0.0.1:8090}"

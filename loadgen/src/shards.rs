@@ -3,8 +3,10 @@
 //! replaced by its trio's failover with `HA=1`); the second show of shard 1 moved to shard 2
 //! mid-sale. Then, per show: every acknowledged hold and order looked up in its shard's log,
 //! seats in two live orders, the longest time without an acknowledged write, the answers that
-//! were not a success, and the seat map against a replay; the moved show's hash chain verified
-//! on its new shard and its rows gone from the old one.
+//! were not a success, and the seat map against a replay; every order paid (or failed) once
+//! with its payment and tickets on the show's shard and none elsewhere, no order charged twice
+//! (the processor's books); the moved show's hash chain verified on its new shard and its rows
+//! gone from the old one.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -48,6 +50,9 @@ pub(crate) struct ShardsDrill {
     /// tried again every 2 s until it succeeds (an operator's retry while the source is down).
     #[arg(long)]
     move_command: String,
+    /// The card-processor simulator, whose books count the charges per order.
+    #[arg(long, default_value = "http://127.0.0.1:8090")]
+    processor: String,
 }
 
 /// One show of the drill, and what its fans were told.
@@ -355,7 +360,124 @@ pub(crate) async fn drill(d: ShardsDrill, secret: &str) -> anyhow::Result<()> {
     }
     killer.await?;
     mover.await?;
-    report(&main, &shards, &sales, &acts, started).await
+    report(&main, &shards, &sales, &acts, started).await?;
+    payments(&http, &d.processor, &main, &shards, &sales).await
+}
+
+/// How long the payments may take to settle after the sale (shard 1's orders wait for it to
+/// come back, and for the consumers' gap check).
+const PAYMENTS_SETTLE: Duration = Duration::from_secs(120);
+
+/// A show's payments and tickets on each shard: (payments, of them open, live tickets).
+async fn rows_of(pool: &sqlx::PgPool, show: &str) -> anyhow::Result<(i64, i64, i64)> {
+    Ok(sqlx::query_as(
+        "SELECT (SELECT count(*) FROM payments WHERE show_id = $1),
+                (SELECT count(*) FROM payments WHERE show_id = $1 AND state <> 'done'),
+                (SELECT count(*) FROM tickets WHERE show_id = $1 AND revoked_at IS NULL)",
+    )
+    .bind(show)
+    .fetch_one(pool)
+    .await?)
+}
+
+/// Once the sale is over: every order of each show's log resolved, with one payment row (closed)
+/// on the show's shard, a live ticket for every seat of its paid orders there, and none of
+/// either on the other shard; no order captured twice at the processor.
+async fn payments(
+    http: &reqwest::Client,
+    processor: &str,
+    main: &sqlx::PgPool,
+    shards: &[sqlx::PgPool],
+    sales: &[Arc<Sale>],
+) -> anyhow::Result<()> {
+    let directory = PgDirectory::new(main.clone());
+    let begun = Instant::now();
+    let mut failures = Vec::new();
+    println!(
+        "{:<5} {:>5} {:>7} {:>6} {:>7} {:>8} {:>8} {:>9}",
+        "show", "shard", "orders", "paid", "failed", "payments", "tickets", "elsewhere"
+    );
+    for (name, sale) in ["A", "B", "C"].iter().zip(sales) {
+        let show: ShowId = sale.id.parse()?;
+        let shard = directory.lookup(show).await?.unwrap_or(ShardId::FIRST);
+        let pool = &shards[usize::from(shard.get()) - 1];
+        // Settled: no order pending, a closed payment per order, a ticket per paid seat.
+        let (orders, paid, failed, paid_seats, rows) = loop {
+            let replayed = PgEventLog::new(pool.clone()).replay(show).await?;
+            let count = |f: fn(&OrderState) -> bool| {
+                replayed.show.orders().filter(|(_, o)| f(&o.state)).count()
+            };
+            let orders = replayed.show.orders().count();
+            let pending = count(|s| matches!(s, OrderState::PendingPayment));
+            let paid = count(|s| matches!(s, OrderState::Confirmed));
+            let paid_seats: usize = replayed
+                .show
+                .orders()
+                .filter(|(_, o)| matches!(o.state, OrderState::Confirmed))
+                .map(|(_, o)| o.seats.len())
+                .sum();
+            let rows = rows_of(pool, &sale.id).await?;
+            let settled = pending == 0
+                && rows.0 == i64::try_from(orders)?
+                && rows.1 == 0
+                && rows.2 == i64::try_from(paid_seats)?;
+            if settled || begun.elapsed() > PAYMENTS_SETTLE {
+                break (orders, paid, orders - paid - pending, paid_seats, rows);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        let mut elsewhere = 0;
+        for (n, other) in shards.iter().enumerate() {
+            if n + 1 != usize::from(shard.get()) {
+                let (p, _, t) = rows_of(other, &sale.id).await?;
+                elsewhere += p + t;
+            }
+        }
+        println!(
+            "{name:<5} {shard:>5} {orders:>7} {paid:>6} {failed:>7} {:>8} {:>8} {elsewhere:>9}",
+            format!("{}/{}", rows.0 - rows.1, rows.0),
+            format!("{}/{paid_seats}", rows.2),
+        );
+        if rows.0 != i64::try_from(orders)? || rows.1 > 0 || rows.2 != i64::try_from(paid_seats)? {
+            failures.push(format!(
+                "show {name}: {orders} orders, {paid_seats} paid seats, but {} payments ({} open) and {} live tickets on shard {shard} after {:.0} s",
+                rows.0,
+                rows.1,
+                rows.2,
+                PAYMENTS_SETTLE.as_secs_f64()
+            ));
+        }
+        if elsewhere > 0 {
+            failures.push(format!(
+                "show {name}: {elsewhere} payment and ticket rows on a shard it does not live on"
+            ));
+        }
+    }
+    let ledger: Value = http
+        .get(format!("{processor}/v1/ledger"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let twice = ledger["capturesPerReference"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, n)| n.as_u64().unwrap_or(0) > 1)
+        .count();
+    println!("orders captured twice at the processor: {twice}");
+    if twice > 0 {
+        failures.push(format!("{twice} orders captured twice"));
+    }
+    println!(
+        "(payments: closed/all rows on the show's shard, one per order; tickets: live/paid seats;          elsewhere: rows of the show on the other shard)"
+    );
+    if failures.is_empty() {
+        println!("payments passed: every order paid or failed once, its rows on its show's shard");
+        Ok(())
+    } else {
+        anyhow::bail!("payments failed:\n  {}", failures.join("\n  "))
+    }
 }
 
 /// The longest stretch without an acknowledged write from the last one before `from`.

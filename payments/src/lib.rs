@@ -138,11 +138,11 @@ impl PaymentsConfig {
 pub type Shards = Arc<ShardedLog<PgEventLog>>;
 
 /// `items` grouped by the shard their show lives on, each group in the order given.
-async fn by_shard<'s, T>(
-    shards: &'s ShardedLog<PgEventLog>,
+async fn by_shard<T>(
+    shards: &ShardedLog<PgEventLog>,
     items: Vec<T>,
     show: impl Fn(&T) -> &str,
-) -> anyhow::Result<Vec<(&'s PgPool, Vec<ShowId>, Vec<T>)>> {
+) -> anyhow::Result<Vec<(&PgPool, Vec<ShowId>, Vec<T>)>> {
     let mut groups: Vec<(ShardId, &PgPool, Vec<ShowId>, Vec<T>)> = Vec::new();
     for item in items {
         let id: ShowId = show(&item).parse()?;
