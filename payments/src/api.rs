@@ -40,7 +40,17 @@ pub struct PaymentsState {
     pub verifier: Verifier,
     /// Checks webhook signatures.
     pub processor: Arc<dyn Processor>,
+    /// Webhooks handled at once ([`WEBHOOKS_IN_FLIGHT`]); one more is answered 503 at once.
+    pub webhook_slots: Arc<tokio::sync::Semaphore>,
 }
+
+/// Webhooks handled at once by a process. A processor re-delivers what was not answered 2xx
+/// (the simulator within 2 s, a real one over hours), so a flood of deliveries (after an
+/// outage that failed them, say) is answered 503 at the door instead of queueing for the main
+/// database's connections, which the directory and the log consumers need too: the shards
+/// drill saw such a flood time out thousands of deliveries a second, every one holding a place
+/// in the pool's queue. The worker settles every payment without webhooks; they only hasten it.
+pub const WEBHOOKS_IN_FLIGHT: usize = 32;
 
 impl std::fmt::Debug for PaymentsState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -127,6 +137,16 @@ async fn find_ticket(
 /// the show's state table (a late or out-of-order event never regresses a terminal state).
 /// A 5xx asks the processor to deliver again; everything it cannot fix is acknowledged.
 async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: Bytes) -> Response {
+    let Ok(_slot) = state.webhook_slots.clone().try_acquire_owned() else {
+        metrics::counter!(onsale_telemetry::metrics::WEBHOOKS_SHED_TOTAL).increment(1);
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "UNAVAILABLE",
+            "too many webhook deliveries at once; deliver again shortly",
+        )
+        .retry_after(1)
+        .into_response();
+    };
     let header = headers
         .get(signature::HEADER)
         .and_then(|v| v.to_str().ok())

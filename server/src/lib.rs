@@ -571,6 +571,9 @@ impl Server {
                 shards: self.stores.clone(),
                 verifier: verifier.clone(),
                 processor: s.payments.back_office_processor()?,
+                webhook_slots: Arc::new(tokio::sync::Semaphore::new(
+                    onsale_payments::api::WEBHOOKS_IN_FLIGHT,
+                )),
             }));
         if let Some(room) = &room {
             router = router.merge(onsale_waiting_room::api::router(

@@ -168,6 +168,8 @@ pub const WEBHOOKS_DUPLICATE_TOTAL: &str = "onsale_webhooks_duplicate_total";
 /// Processor webhooks refused for a reason the processor cannot fix (acknowledged).
 pub const WEBHOOKS_REFUSED_TOTAL: &str = "onsale_webhooks_refused_total";
 /// Processor webhooks rejected for a bad or stale signature.
+/// Webhook deliveries answered 503 at once because as many as a process handles were in flight.
+pub const WEBHOOKS_SHED_TOTAL: &str = "onsale_webhooks_shed_total";
 pub const WEBHOOKS_REJECTED_TOTAL: &str = "onsale_webhooks_rejected_total";
 
 /// Gives every metric above its help text; called once when the recorder is installed.
@@ -435,6 +437,10 @@ pub fn describe() {
     describe_counter!(
         WEBHOOKS_REJECTED_TOTAL,
         "Processor webhooks rejected for a bad or stale signature."
+    );
+    describe_counter!(
+        WEBHOOKS_SHED_TOTAL,
+        "Webhook deliveries answered 503 at once: as many as a process handles were in flight."
     );
 }
 
