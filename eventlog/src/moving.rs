@@ -190,10 +190,17 @@ async fn remove_leftovers(pool: &PgPool, id: &str) -> anyhow::Result<i64> {
 }
 
 /// The show's owner on its old shard becomes [`MOVED_NODE`] under a new epoch: whatever its
-/// owner appends from now on is fenced. An append in flight holds the owner row `FOR SHARE`, so
-/// this waits for it; the copy, taken after, has it.
+/// owner appends from now on is fenced. An append in flight holds the owner row `FOR SHARE`,
+/// and a payment or ticket write its show's advisory lock shared, so this waits for them; the
+/// copy, taken after, has them.
 async fn fence(source: &PgPool, id: &str) -> anyhow::Result<()> {
     let mut tx = source.begin().await?;
+    // The show's payment and ticket writes in flight hold its advisory lock shared (migration
+    // 0025): taken exclusively, it waits for them, and the ones after see the tombstone.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('onsale.show:' || $1, 0))")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
     sqlx::query(
         "INSERT INTO nodes (node_id, addr, alive_until) VALUES ($1, '', 'infinity')
          ON CONFLICT (node_id) DO UPDATE SET addr = '', alive_until = 'infinity'",

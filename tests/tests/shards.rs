@@ -693,3 +693,83 @@ async fn a_shard_down_holds_back_no_other_shards_payments_and_tickets() {
     assert_eq!(p.captures().len(), 2, "both orders captured");
     p.stop().await;
 }
+
+/// A payment or ticket write in flight when a move fences its show is in the copy: the fence
+/// waits for it, and a write after the fence is refused with the moved code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_in_flight_when_a_move_fences_its_show_moves_with_it() {
+    let (main, one, two) = databases().await;
+    let app = TestApp::spawn_with(sharded(&main, [&one, &two]), Arc::new(SystemClock))
+        .await
+        .expect("app");
+    let venue = venue(&app).await;
+    let (event, _) = show(&app, &venue, "Fenced", json!({"shard": 1})).await;
+    let (status, hold) = app
+        .hold(
+            &event,
+            &app.fan("ann"),
+            json!({"seatIds": ["S1-R1-1"]}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{hold}");
+
+    // A refund being written on shard 1, its transaction still open.
+    let old = one.pool().await.expect("pool");
+    let refund = |order: &str| {
+        format!(
+            "INSERT INTO refunds (order_id, show_id, amount_cents, reason, state, due_at, created_at)
+             VALUES ('{order}', $1, 100, 'cancelled', 'due', now(), now())"
+        )
+    };
+    let mut writing = old.begin().await.expect("tx");
+    sqlx::query(&refund("o-in-flight"))
+        .bind(&event)
+        .execute(&mut *writing)
+        .await
+        .expect("written");
+    let settings = sharded(&main, [&one, &two]);
+    let show: onsale_domain::ShowId = event.parse().expect("show");
+    let mover =
+        tokio::spawn(async move { onsale_server::move_show(&settings.database, show, 2).await });
+    wait_for(
+        "the move's fence waits for the write",
+        Duration::from_secs(30),
+        || {
+            let old = old.clone();
+            async move {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                )
+                .fetch_one(&old)
+                .await
+                .is_ok_and(|n| n >= 1)
+            }
+        },
+    )
+    .await;
+    assert!(
+        !mover.is_finished(),
+        "the move went on past a write in flight"
+    );
+    writing.commit().await.expect("committed");
+    let moved = mover.await.expect("the mover").expect("moved");
+    assert_eq!(moved.to.get(), 2);
+    const REFUNDS: &str = "SELECT count(*) FROM refunds WHERE show_id = $1";
+    assert_eq!(
+        count(&two, REFUNDS, &event).await,
+        1,
+        "the write moved with the show"
+    );
+    assert_eq!(count(&one, REFUNDS, &event).await, 0);
+
+    // A write after the fence is refused on the old shard.
+    let refused = sqlx::query(&refund("o-late"))
+        .bind(&event)
+        .execute(&old)
+        .await
+        .expect_err("the old shard is fenced");
+    assert!(onsale_eventlog::moving::is_moved(&refused), "{refused}");
+    old.close().await;
+}
