@@ -10,6 +10,25 @@ use onsale_domain::show::Show;
 use onsale_domain::{HoldId, OrderId};
 use rand::Rng;
 
+/// The processor's books (the simulator's `/v1/ledger`): captures per order reference.
+pub(crate) async fn captures(
+    http: &reqwest::Client,
+    processor: &str,
+) -> anyhow::Result<std::collections::BTreeMap<String, u64>> {
+    let ledger: serde_json::Value = http
+        .get(format!("{processor}/v1/ledger"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok(ledger["capturesPerReference"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(order, n)| (order.clone(), n.as_u64().unwrap_or(0)))
+        .collect())
+}
+
 /// The acknowledged holds and orders the replayed `show` lacks (an id that does not parse
 /// counts as lost).
 pub(crate) fn lost<'a>(

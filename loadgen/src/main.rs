@@ -912,21 +912,8 @@ async fn demo(
             .find(|(s, _)| s == status)
             .map_or(0, |(_, n)| *n)
     };
-    let ledger: Value = http
-        .get(format!("{processor}/v1/ledger"))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let captures = ledger["capturesPerReference"]
-        .as_object()
-        .cloned()
-        .unwrap_or_default();
-    let most_charges = captures
-        .values()
-        .filter_map(Value::as_u64)
-        .max()
-        .unwrap_or(0);
+    let captures = drill::captures(&http, processor).await?;
+    let most_charges = captures.values().copied().max().unwrap_or(0);
 
     // The check: every paid order, as the API reports it (from the orders projection), and as
     // the log replays.

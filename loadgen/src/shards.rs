@@ -453,17 +453,10 @@ async fn payments(
             ));
         }
     }
-    let ledger: Value = http
-        .get(format!("{processor}/v1/ledger"))
-        .send()
+    let twice = crate::drill::captures(http, processor)
         .await?
-        .json()
-        .await?;
-    let twice = ledger["capturesPerReference"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(_, n)| n.as_u64().unwrap_or(0) > 1)
+        .values()
+        .filter(|n| **n > 1)
         .count();
     println!("orders captured twice at the processor: {twice}");
     if twice > 0 {

@@ -8,7 +8,7 @@
 //! delete them (every write here is idempotent, so re-reading the log changes nothing).
 
 use crate::worker::PaymentState;
-use crate::{by_shard, found_moved, Shards};
+use crate::{write_on_shards, ShardChange, Shards};
 use chrono::{DateTime, Utc};
 use onsale_domain::{Show, ShowEvent};
 use onsale_projections::{EventCtx, Projection};
@@ -38,13 +38,20 @@ enum Change {
     },
 }
 
-impl Change {
+impl ShardChange for Change {
     fn show_id(&self) -> &str {
         match self {
             Self::Charge { show_id, .. }
             | Self::Resolved { show_id, .. }
             | Self::Refund { show_id, .. } => show_id,
         }
+    }
+
+    fn write(
+        self,
+        tx: &mut PgConnection,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+        write(tx, self)
     }
 }
 
@@ -125,22 +132,7 @@ impl Projection for PaymentIntake {
     }
 
     async fn flush(&mut self, _positions: &mut PgConnection) -> anyhow::Result<()> {
-        let changes = std::mem::take(&mut self.changes);
-        for (pool, shows, changes) in by_shard(&self.shards, changes, Change::show_id).await? {
-            let written = async {
-                let mut tx = pool.begin().await?;
-                for change in changes {
-                    write(&mut tx, change).await?;
-                }
-                tx.commit().await?;
-                anyhow::Ok(())
-            };
-            if let Err(e) = written.await {
-                found_moved(&self.shards, &shows, &e);
-                return Err(e);
-            }
-        }
-        Ok(())
+        write_on_shards(&self.shards, std::mem::take(&mut self.changes)).await
     }
 
     /// Work is not a view: nothing to delete (re-reading the log is idempotent).

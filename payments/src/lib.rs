@@ -25,6 +25,7 @@ use onsale_eventlog::{PgEventLog, ShardId, ShardedLog};
 use onsale_kafka::KafkaConfig;
 use onsale_projections::{Runner, RunnerConfig};
 use secrecy::SecretString;
+use sqlx::postgres::PgConnection;
 use sqlx::PgPool;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -161,16 +162,44 @@ async fn by_shard<T>(
         .collect())
 }
 
-/// A shard refused a write because a show moved off it: its shows are looked up again, so the
-/// retry writes on their new shard.
-fn found_moved(shards: &ShardedLog<PgEventLog>, shows: &[ShowId], e: &anyhow::Error) {
-    if e.downcast_ref::<sqlx::Error>()
-        .is_some_and(onsale_eventlog::moving::is_moved)
-    {
-        for show in shows {
-            shards.forget(*show);
+/// A change a log consumer (the payment intake, the ticket issuer) writes on its show's shard.
+pub(crate) trait ShardChange: Send {
+    fn show_id(&self) -> &str;
+    /// Writes it in `tx`, a transaction of the show's shard; idempotent.
+    fn write(
+        self,
+        tx: &mut PgConnection,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send;
+}
+
+/// Writes `changes` on their shows' shards, each shard's share in one transaction, in order.
+/// A shard that refuses because a show moved off it (migration 0025) makes its shows looked up
+/// again, so the consumer's retry of the batch writes them on their new shard.
+async fn write_on_shards<C: ShardChange>(
+    shards: &ShardedLog<PgEventLog>,
+    changes: Vec<C>,
+) -> anyhow::Result<()> {
+    for (pool, shows, changes) in by_shard(shards, changes, |c| c.show_id()).await? {
+        let written = async {
+            let mut tx = pool.begin().await?;
+            for change in changes {
+                change.write(&mut tx).await?;
+            }
+            tx.commit().await?;
+            anyhow::Ok(())
+        };
+        if let Err(e) = written.await {
+            if e.downcast_ref::<sqlx::Error>()
+                .is_some_and(onsale_eventlog::moving::is_moved)
+            {
+                for show in &shows {
+                    shards.forget(*show);
+                }
+            }
+            return Err(e);
         }
     }
+    Ok(())
 }
 
 /// How many payments failing together make an outage (one bad card is not).

@@ -18,7 +18,7 @@ use sqlx::postgres::PgConnection;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::{by_shard, found_moved, Shards};
+use crate::{write_on_shards, ShardChange, Shards};
 
 /// A barcode is good for one step of this many seconds (and the one before, for clock skew).
 pub const STEP_SECS: i64 = 15;
@@ -42,11 +42,18 @@ pub enum Change {
     },
 }
 
-impl Change {
+impl ShardChange for Change {
     fn show_id(&self) -> &str {
         match self {
             Self::Issue { show_id, .. } | Self::Revoke { show_id, .. } => show_id,
         }
+    }
+
+    fn write(
+        self,
+        tx: &mut PgConnection,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+        write(tx, self)
     }
 }
 
@@ -137,22 +144,7 @@ impl Projection for TicketIssuer {
     }
 
     async fn flush(&mut self, _positions: &mut PgConnection) -> anyhow::Result<()> {
-        let changes = self.changes.take_changes();
-        for (pool, shows, changes) in by_shard(&self.shards, changes, Change::show_id).await? {
-            let written = async {
-                let mut tx = pool.begin().await?;
-                for change in changes {
-                    write(&mut tx, change).await?;
-                }
-                tx.commit().await?;
-                anyhow::Ok(())
-            };
-            if let Err(e) = written.await {
-                found_moved(&self.shards, &shows, &e);
-                return Err(e);
-            }
-        }
-        Ok(())
+        write_on_shards(&self.shards, self.changes.take_changes()).await
     }
 
     /// Tickets are what fans hold, not a view: a rebuild must not mint new ones.

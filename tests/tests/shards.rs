@@ -518,6 +518,36 @@ async fn wait_for_hold(app: &TestApp, event: &str, n: u32) -> u16 {
     status.get()
 }
 
+/// The payment path (worker, intake, issuer, the processor simulator) over a main database and
+/// two shards.
+async fn payments_on_two_shards() -> (TestDb, TestDb, TestDb, PaymentPath) {
+    let (one, two) = (
+        TestDb::new().await.expect("shard 1"),
+        TestDb::new().await.expect("shard 2"),
+    );
+    let urls = vec![one.url.clone(), two.url.clone()];
+    let (main, p) = PaymentPath::start_with(|s| s.database.shard_urls = urls, |_| {})
+        .await
+        .expect("payment path");
+    (main, one, two, p)
+}
+
+/// The processor's books: `orders` orders captured, each once.
+fn captured_once_each(p: &PaymentPath, orders: usize) {
+    let captures = p.captures();
+    for (order, n) in &captures {
+        assert_eq!(*n, 1, "order {order} captured {n} times");
+    }
+    assert_eq!(captures.len(), orders, "every order captured");
+}
+
+/// A show of one row of 10 seats on sale, placed on `shard`.
+async fn on_shard(p: &PaymentPath, shard: u16) -> String {
+    let sections =
+        json!([{"section": "S1", "priceTier": "A", "rows": [{"row": "R1", "seats": 10}]}]);
+    p.rp.app.event_at(sections, json!({"shard": shard})).await
+}
+
 /// A show's payments, tickets and cancellations live on its shard (docs/adr/021) and move with
 /// it (docs/adr/022): an order on shard 2's show is paid and ticketed there and nowhere else;
 /// moved to shard 1 with a payment still open, its rows go along, its old shard refuses any
@@ -525,17 +555,8 @@ async fn wait_for_hold(app: &TestApp, event: &str, n: u32) -> u16 {
 /// new shard, each charge and refund once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn payments_and_tickets_live_on_the_shows_shard_and_move_with_it() {
-    let (one, two) = (
-        TestDb::new().await.expect("shard 1"),
-        TestDb::new().await.expect("shard 2"),
-    );
-    let urls = vec![one.url.clone(), two.url.clone()];
-    let (main, mut p) = PaymentPath::start_with(|s| s.database.shard_urls = urls, |_| {})
-        .await
-        .expect("payment path");
-    let sections =
-        json!([{"section": "S1", "priceTier": "A", "rows": [{"row": "R1", "seats": 10}]}]);
-    let event = p.rp.app.event_at(sections, json!({"shard": 2})).await;
+    let (main, one, two, mut p) = payments_on_two_shards().await;
+    let event = on_shard(&p, 2).await;
     const PAYMENTS: &str = "SELECT count(*) FROM payments WHERE show_id = $1";
     const TICKETS: &str = "SELECT count(*) FROM tickets WHERE show_id = $1";
 
@@ -631,10 +652,7 @@ async fn payments_and_tickets_live_on_the_shows_shard_and_move_with_it() {
     );
     let ledger = p.sim.ledger();
     assert_eq!(ledger.refunds().filter(|r| r.reference == paid).count(), 1);
-    for (order, n) in p.captures() {
-        assert_eq!(n, 1, "order {order} captured {n} times");
-    }
-    assert_eq!(p.captures().len(), 2, "both orders captured");
+    captured_once_each(&p, 2);
     p.stop().await;
 }
 
@@ -644,21 +662,8 @@ async fn payments_and_tickets_live_on_the_shows_shard_and_move_with_it() {
 /// shard 1 answers, its order is paid and ticketed too, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_down_holds_back_no_other_shards_payments_and_tickets() {
-    let (one, two) = (
-        TestDb::new().await.expect("shard 1"),
-        TestDb::new().await.expect("shard 2"),
-    );
-    let urls = vec![one.url.clone(), two.url.clone()];
-    let (_main, p) = PaymentPath::start_with(|s| s.database.shard_urls = urls, |_| {})
-        .await
-        .expect("payment path");
-    let sections =
-        json!([{"section": "S1", "priceTier": "A", "rows": [{"row": "R1", "seats": 10}]}]);
-    let a =
-        p.rp.app
-            .event_at(sections.clone(), json!({"shard": 1}))
-            .await;
-    let b = p.rp.app.event_at(sections, json!({"shard": 2})).await;
+    let (_main, one, _two, p) = payments_on_two_shards().await;
+    let (a, b) = (on_shard(&p, 1).await, on_shard(&p, 2).await);
 
     // Both orders are on the topic, neither taken in by the payment consumers yet; they start
     // again while shard 1 is down.
@@ -687,10 +692,7 @@ async fn a_shard_down_holds_back_no_other_shards_payments_and_tickets() {
         count(&one, "SELECT count(*) FROM tickets WHERE show_id = $1", &a).await,
         1
     );
-    for (order, n) in p.captures() {
-        assert_eq!(n, 1, "order {order} captured {n} times");
-    }
-    assert_eq!(p.captures().len(), 2, "both orders captured");
+    captured_once_each(&p, 2);
     p.stop().await;
 }
 
