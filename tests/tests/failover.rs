@@ -26,6 +26,11 @@ use onsale_tests::read_path::{
 use onsale_tests::{settings, TestApp};
 use serde_json::{json, Value};
 
+/// One replicated cluster at a time: each test runs a Patroni trio with its etcd and HAProxy,
+/// and two trios with the rest of a test run on two cores once kept a promotion waiting past
+/// 120 s (alone it takes about Patroni's 20 s lease).
+static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// `POST /v1/events/{event}/holds` of one seat under `key`: status, Retry-After, body.
 async fn hold_seat(
     app: &TestApp,
@@ -59,6 +64,7 @@ async fn hold_seat(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_both_standbys_gone_commits_fail_closed_and_resume_when_one_returns() {
+    let _alone = ONE_CLUSTER.lock().await;
     let cluster = HaCluster::start().await.expect("a replicated cluster");
     let db = cluster.db().await.expect("db");
     let mut s = settings(&db);
@@ -214,6 +220,7 @@ fn holders(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promotion_under_a_burst_of_holds_loses_no_acknowledged_hold_and_the_old_primary_never_writes(
 ) {
+    let _alone = ONE_CLUSTER.lock().await;
     let cluster = HaCluster::start().await.expect("a replicated cluster");
     let db = cluster.db().await.expect("db");
     let brokers = shared_brokers().expect("brokers");
