@@ -58,6 +58,10 @@ if cargo tree -p onsale-server -e features --prefix none | grep -q 'planted-bugs
   echo "onsale-server is built with the simulator's planted bugs" >&2
   exit 1
 fi
+# Each table's statements in its owner crate (migrations/OWNERS), and the check itself seeing a
+# planted crossing.
+python3 "$ROOT/scripts/layering.py"
+python3 "$ROOT/scripts/layering.py" --self-test
 LOG="$DIR/cargo-test.log"
 set +e
 cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$LOG"

@@ -89,14 +89,11 @@ impl Catalog {
         let Some(pool) = self.projection.as_ref() else {
             return Live::default();
         };
-        let available: Option<i32> =
-            sqlx::query_scalar("SELECT available FROM catalog_events WHERE event_id = $1")
-                .bind(show.to_string())
-                .fetch_optional(pool)
-                .await
-                .inspect_err(|e| tracing::warn!(error = %e, "catalog projection not read"))
-                .ok()
-                .flatten();
+        let available = onsale_projections::catalog::available(pool, show)
+            .await
+            .inspect_err(|e| tracing::warn!(error = %e, "catalog projection not read"))
+            .ok()
+            .flatten();
         Live { available }
     }
 

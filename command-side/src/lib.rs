@@ -4,9 +4,10 @@
 //! With many nodes ([`cluster`]) each show is decided by the node that claimed it, under an
 //! epoch every append carries; a command reaching another node is forwarded to the owner.
 //!
-//! It does not read read models, and it does not wire itself: `onsale-server` builds it. Its
-//! reads (the event page, a show's schedule) come from the log's first event ([`catalog`]),
-//! never from an owner.
+//! It does not wire itself: `onsale-server` builds it. Its reads (the event page, a show's
+//! schedule) come from the log's first event ([`catalog`]), never from an owner; the one read
+//! model it reads, the catalog's count of available seats for the event page's status, it
+//! reads through the projections' API (`onsale_projections::catalog::available`).
 
 pub mod api;
 pub mod catalog;

@@ -4,12 +4,15 @@
 //! token); the payment intake moves it into the payment's row in the transaction that starts
 //! the payment, and the row forgets it when the payment closes. An order refused outright, or a
 //! retry answered with the first order, forgets its token at once; what is left by an answer
-//! lost in an outage is deleted by the jobs a day later (`onsale_payments::forget_stale_tokens`).
+//! lost in an outage is deleted by the payment jobs a day later ([`forget_stale`]). This module holds
+//! every statement on `payment_tokens` (migrations/OWNERS).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use onsale_domain::OrderId;
 use onsale_eventlog::{PgEventLog, ShardedLog};
+use sqlx::{PgConnection, PgPool};
 
 use crate::owner::CommandError;
 
@@ -71,4 +74,28 @@ impl TokenVault {
             tracing::warn!(error = %e, "a payment token was not forgotten now; the jobs will");
         }
     }
+}
+
+/// Takes the token kept for `order` (None if none is kept), in the caller's transaction: the
+/// payment intake moves it into the payment's row in the same commit, so it is in one place.
+pub async fn take(tx: &mut PgConnection, order: &str) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("DELETE FROM payment_tokens WHERE order_id = $1 RETURNING token")
+        .bind(order)
+        .fetch_optional(tx)
+        .await
+}
+
+/// How long a kept token may wait for its order's payment (the intake takes it within a moment
+/// of the order's commit; what is older belongs to an order never placed).
+pub const KEEP: Duration = Duration::from_secs(24 * 3600);
+
+/// Deletes the tokens kept longer than `older_than` (orders never placed); how many.
+pub async fn forget_stale(pool: &PgPool, older_than: Duration) -> Result<u64, sqlx::Error> {
+    Ok(sqlx::query(
+        "DELETE FROM payment_tokens WHERE created_at < now() - make_interval(secs => $1::double precision)",
+    )
+    .bind(older_than.as_secs_f64())
+    .execute(pool)
+    .await?
+    .rows_affected())
 }

@@ -13,6 +13,7 @@ mod copy;
 mod memory;
 pub mod moving;
 mod pg;
+pub mod scan;
 pub mod shards;
 
 use chrono::{DateTime, Utc};

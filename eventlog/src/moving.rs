@@ -30,6 +30,15 @@ pub fn is_moved(e: &sqlx::Error) -> bool {
         .is_some_and(|c| c == MOVED_SQLSTATE)
 }
 
+/// The shows of this shard's `pool` that moved (or are moving) off it: their rows here are
+/// fenced, and the payment worker leaves them alone.
+pub async fn moved_off(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT show_id FROM show_owners WHERE node_id = $1")
+        .bind(MOVED_NODE)
+        .fetch_all(pool)
+        .await
+}
+
 /// Rows copied per statement: memory stays bounded whatever the show's history.
 const PAGE: i64 = 10_000;
 

@@ -13,13 +13,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
+use onsale_eventlog::scan::{self, Range};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use serde::Serialize;
-use sqlx::{PgPool, Row as _};
+use sqlx::PgPool;
 
 pub use row::{Accounts, Row, Stored, Typer};
 
@@ -212,20 +213,8 @@ impl Files {
     }
 }
 
-/// The statement's filter, shared by the count and the rows. Every parameter is bound, null
-/// when unused; the statement runs once, so PostgreSQL plans it with the values (the show's
-/// rows by the primary key when one is named).
-const FILTER: &str = "aggregate_type = 'show'
-    AND ($1::text IS NULL OR aggregate_id = $1)
-    AND ($2::bigint IS NULL OR sequence >= $2)
-    AND ($3::bigint IS NULL OR sequence <= $3)
-    AND ($4::timestamptz IS NULL OR (metadata->>'at')::timestamptz >= $4)
-    AND ($5::timestamptz IS NULL OR (metadata->>'at')::timestamptz <= $5)";
-
-fn bind<'q>(
-    q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    o: &'q Options,
-) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+/// The log's range the options select.
+fn range(o: &Options) -> Range {
     let seq = |b: Option<Bound>| match b {
         Some(Bound::Sequence(n)) => Some(n),
         _ => None,
@@ -234,11 +223,13 @@ fn bind<'q>(
         Some(Bound::Time(t)) => Some(t),
         _ => None,
     };
-    q.bind(o.show.as_deref())
-        .bind(seq(o.from))
-        .bind(seq(o.until))
-        .bind(time(o.from))
-        .bind(time(o.until))
+    Range {
+        show: o.show.clone(),
+        from_sequence: seq(o.from),
+        until_sequence: seq(o.until),
+        from_time: time(o.from),
+        until_time: time(o.until),
+    }
 }
 
 /// Runs an export of the logs on `shards` (one database per write cluster, docs/adr/021; a
@@ -255,14 +246,12 @@ pub async fn export(shards: &[PgPool], o: &Options) -> anyhow::Result<Manifest> 
         "{} holds an export already: choose an empty directory",
         o.out.display()
     );
+    let range = range(o);
     let mut total: i64 = 0;
     for pool in shards {
-        let n: i64 = bind(sqlx::query(count_sql()), o)
-            .fetch_one(pool)
+        total += scan::count(pool, &range)
             .await
-            .context("count the events")?
-            .try_get(0)?;
-        total += n;
+            .context("count the events")?;
     }
     let bar = if o.progress {
         ProgressBar::new(total.max(0) as u64).with_style(ProgressStyle::with_template(
@@ -271,12 +260,6 @@ pub async fn export(shards: &[PgPool], o: &Options) -> anyhow::Result<Manifest> 
     } else {
         ProgressBar::hidden()
     };
-    let sql = format!(
-        "SELECT aggregate_id, sequence, event_type, event_version, payload::text AS payload,
-                (metadata->>'at')::timestamptz AS at, xid::text::bigint AS xid
-           FROM events WHERE {FILTER}
-          ORDER BY aggregate_type, aggregate_id, sequence"
-    );
     let mut files = Files {
         dir: o.out.clone(),
         format: o.format,
@@ -287,19 +270,8 @@ pub async fn export(shards: &[PgPool], o: &Options) -> anyhow::Result<Manifest> 
     let mut typer = Typer::new(o.accounts.clone());
     let mut chunk = Vec::with_capacity(CHUNK);
     let (mut events, mut shows, mut last_show) = (0u64, 0u64, String::new());
-    let mut stream = futures::stream::iter(shards)
-        .map(|pool| bind(sqlx::query(&sql), o).fetch(pool))
-        .flatten();
-    while let Some(r) = stream.try_next().await.context("read the log")? {
-        let stored = Stored {
-            show_id: r.try_get("aggregate_id")?,
-            sequence: r.try_get("sequence")?,
-            event_type: r.try_get("event_type")?,
-            event_version: r.try_get("event_version")?,
-            committed_at: r.try_get("at")?,
-            xid: r.try_get("xid")?,
-            payload: r.try_get("payload")?,
-        };
+    let mut stream = scan::events(shards, &range);
+    while let Some(stored) = stream.try_next().await.context("read the log")? {
         if stored.show_id != last_show {
             last_show.clone_from(&stored.show_id);
             shows += 1;
@@ -338,12 +310,6 @@ pub async fn export(shards: &[PgPool], o: &Options) -> anyhow::Result<Manifest> 
     };
     write_manifest(&o.out, &manifest)?;
     Ok(manifest)
-}
-
-fn count_sql() -> &'static str {
-    static COUNT: std::sync::LazyLock<String> =
-        std::sync::LazyLock::new(|| format!("SELECT count(*) FROM events WHERE {FILTER}"));
-    &COUNT
 }
 
 fn write_manifest(dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {

@@ -79,17 +79,7 @@ impl Accounts {
     }
 }
 
-/// An event as the store holds it, before its payload is typed.
-#[derive(Debug, Clone)]
-pub struct Stored {
-    pub show_id: String,
-    pub sequence: i64,
-    pub event_type: String,
-    pub event_version: String,
-    pub committed_at: DateTime<Utc>,
-    pub xid: i64,
-    pub payload: String,
-}
+pub use onsale_eventlog::scan::Stored;
 
 /// One exported event: every column in both formats, null where the event has no such field.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

@@ -152,17 +152,18 @@ async fn write(tx: &mut PgConnection, change: Change) -> anyhow::Result<()> {
         } => {
             // The token moves from where the edge kept it into the payment's row,
             // in this transaction: it is never in the log.
+            let token = onsale_command::tokens::take(&mut *tx, &order_id).await?;
             sqlx::query(
-                "WITH t AS (DELETE FROM payment_tokens WHERE order_id = $1 RETURNING token)
-                 INSERT INTO payments (order_id, show_id, amount_cents, token, state, placed_at, due_at)
-                 VALUES ($1, $2, $3, (SELECT token FROM t), $5, $4, now())
+                "INSERT INTO payments (order_id, show_id, amount_cents, token, state, placed_at, due_at)
+                 VALUES ($1, $2, $3, $6, $5, $4, now())
                  ON CONFLICT (order_id) DO NOTHING",
             )
-            .bind(order_id)
+            .bind(&order_id)
             .bind(show_id)
             .bind(amount_cents)
             .bind(placed_at)
             .bind(PaymentState::Charge)
+            .bind(token)
             .execute(&mut *tx)
             .await?;
         }

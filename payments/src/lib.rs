@@ -334,21 +334,6 @@ pub async fn finish_cancellations(
     Ok(finished)
 }
 
-/// How long a kept payment token may wait for its order's payment (the intake moves it within
-/// a moment of the order's commit; what is older belongs to an order never placed).
-pub const TOKEN_KEEP: Duration = Duration::from_secs(24 * 3600);
-
-/// Deletes the tokens kept for orders that were never placed (`onsale_command::TokenVault`).
-pub async fn forget_stale_tokens(pool: &PgPool, older_than: Duration) -> anyhow::Result<u64> {
-    Ok(sqlx::query(
-        "DELETE FROM payment_tokens WHERE created_at < now() - make_interval(secs => $1::double precision)",
-    )
-    .bind(older_than.as_secs_f64())
-    .execute(pool)
-    .await?
-    .rows_affected())
-}
-
 pub async fn run_jobs(
     pool: PgPool,
     shards: Shards,
@@ -381,7 +366,7 @@ pub async fn run_jobs(
                 // keyed, findings recomputed), so it need not finish.
                 let days = async {
                     for (shard, db) in shards.pools() {
-                        if let Err(e) = forget_stale_tokens(db, TOKEN_KEEP).await {
+                        if let Err(e) = onsale_command::tokens::forget_stale(db, onsale_command::tokens::KEEP).await {
                             tracing::warn!(%shard, error = %format!("{e:#}"), "stale payment tokens not swept");
                         }
                     }

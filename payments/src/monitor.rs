@@ -40,35 +40,15 @@ pub const TICKET_LOOKBACK_SECS: i64 = 24 * 3600;
 /// the tickets on each shard. A shard that does not answer is left out of this turn (logged);
 /// the others are checked.
 pub async fn check(reads: &PgPool, shards: &Shards) -> anyhow::Result<Vec<Violation>> {
-    let mut violations: Vec<Violation> = sqlx::query_as(
-        "WITH settled AS (
-             SELECT a.show_id FROM projection_positions a
-               JOIN projection_positions b ON b.show_id = a.show_id AND b.projection = 'orders'
-              WHERE a.projection = 'seat_map' AND a.last_sequence = b.last_sequence),
-         claims AS (
-             SELECT o.show_id, s AS seat_id, count(*) AS n
-               FROM orders_view o, unnest(o.seat_ids) s
-              WHERE o.status IN ('PENDING_PAYMENT', 'CONFIRMED')
-                AND o.show_id IN (SELECT show_id FROM settled)
-              GROUP BY 1, 2),
-         sold AS (
-             SELECT show_id, seat_id FROM seat_map_seats
-              WHERE status = 'SOLD' AND show_id IN (SELECT show_id FROM settled))
-         SELECT 'seat_confirmed_twice' AS check, o.show_id, s AS seat_id
-           FROM orders_view o, unnest(o.seat_ids) s
-          WHERE o.status = 'CONFIRMED'
-          GROUP BY o.show_id, s HAVING count(*) > 1
-         UNION ALL
-         SELECT 'sold_seat_order_mismatch', sold.show_id, sold.seat_id
-           FROM sold LEFT JOIN claims USING (show_id, seat_id)
-          WHERE claims.n IS DISTINCT FROM 1
-         UNION ALL
-         SELECT 'sold_seat_order_mismatch', claims.show_id, claims.seat_id
-           FROM claims LEFT JOIN sold USING (show_id, seat_id)
-          WHERE sold.seat_id IS NULL",
-    )
-    .fetch_all(reads)
-    .await?;
+    let mut violations: Vec<Violation> = onsale_projections::checks::seat_breaches(reads)
+        .await?
+        .into_iter()
+        .map(|(check, show_id, seat_id)| Violation {
+            check,
+            show_id,
+            seat_id,
+        })
+        .collect();
     for (shard, db) in shards.pools() {
         let twice: Result<Vec<Violation>, _> = sqlx::query_as(
             "SELECT 'seat_ticketed_twice' AS check, show_id, seat_id
@@ -120,16 +100,11 @@ async fn unticketed(
     age_secs: i64,
 ) -> anyhow::Result<Vec<Unticketed>> {
     type Seat = (String, String, String, chrono::DateTime<chrono::Utc>);
-    let confirmed: Vec<Seat> = sqlx::query_as(
-        "SELECT o.order_id, o.show_id, s, o.updated_at
-           FROM orders_view o, unnest(o.seat_ids) s
-          WHERE o.status = 'CONFIRMED'
-            AND o.updated_at < now() - make_interval(secs => $1)
-            AND o.updated_at > now() - make_interval(secs => $2)",
+    let confirmed: Vec<Seat> = onsale_projections::checks::confirmed_seats(
+        reads,
+        age_secs as f64,
+        TICKET_LOOKBACK_SECS as f64,
     )
-    .bind(age_secs as f64)
-    .bind(TICKET_LOOKBACK_SECS as f64)
-    .fetch_all(reads)
     .await?;
     let mut found = Vec::new();
     for (db, _, seats) in by_shard(shards, confirmed, |s| &s.1).await? {
@@ -175,12 +150,7 @@ pub struct Lags {
 }
 
 pub async fn lags(reads: &PgPool, shards: &Shards) -> anyhow::Result<Lags> {
-    let hold_expiry_secs: f64 = sqlx::query_scalar(
-        "SELECT coalesce((SELECT extract(epoch FROM now() - min(expires_at))::float8
-                            FROM holds_view WHERE status = 'ACTIVE' AND expires_at < now()), 0)",
-    )
-    .fetch_one(reads)
-    .await?;
+    let hold_expiry_secs = onsale_projections::checks::hold_expiry_lag(reads).await?;
     let now = chrono::Utc::now();
     let ticket_issuance_secs = unticketed(reads, shards, 0)
         .await?

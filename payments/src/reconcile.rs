@@ -212,14 +212,7 @@ pub async fn reconcile(
             .map_err(on)?,
         );
     }
-    let paid: Vec<(String, String)> = sqlx::query_as(
-        "SELECT order_id, status FROM orders_view
-          WHERE order_id = ANY($1) AND status IN ('CONFIRMED', 'CANCELLED', 'REFUNDED')
-          ORDER BY order_id",
-    )
-    .bind(&settled)
-    .fetch_all(pool)
-    .await?;
+    let paid = onsale_projections::checks::settled_orders(pool, &settled).await?;
     for (order, status) in paid {
         if !captured.contains(order.as_str()) {
             report.unresolved.push(finding(

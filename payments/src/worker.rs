@@ -16,7 +16,6 @@ use chrono::{DateTime, Utc};
 use onsale_command::owner::CommandError;
 use onsale_command::Shows;
 use onsale_domain::{OrderId, PaymentFailure, ShowCommand, ShowError};
-use onsale_eventlog::moving::MOVED_NODE;
 use onsale_eventlog::ShardId;
 use onsale_processor_api::{ChargeRequest, WebhookEvent};
 use sqlx::PgPool;
@@ -170,21 +169,21 @@ impl Worker {
         T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
     {
         let lease = (self.config.charge_timeout_ms / 1000 + 1) * 3 + 5;
+        let moved = onsale_eventlog::moving::moved_off(&self.pool).await?;
         let sql = format!(
             "UPDATE {table} SET lease_until = now() + make_interval(secs => $1::double precision),
                                 attempts = attempts + 1
               WHERE order_id IN (SELECT order_id FROM {table}
                                   WHERE state <> 'done' AND due_at <= now()
                                     AND (lease_until IS NULL OR lease_until < now())
-                                    AND NOT EXISTS (SELECT 1 FROM show_owners o
-                                                     WHERE o.show_id = {table}.show_id AND o.node_id = $3)
+                                    AND NOT (show_id = ANY($3))
                                   ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED)
               RETURNING {returning}"
         );
         Ok(sqlx::query_as(&sql)
             .bind(lease as f64)
             .bind(limit as i64)
-            .bind(MOVED_NODE)
+            .bind(moved)
             .fetch_all(&self.pool)
             .await?)
     }

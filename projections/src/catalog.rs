@@ -111,3 +111,11 @@ impl Projection for Catalog {
         Ok(())
     }
 }
+
+/// How many seats of `show` the catalog has available now (`None` before it folded the show).
+pub async fn available(pool: &sqlx::PgPool, show: ShowId) -> Result<Option<i32>, sqlx::Error> {
+    sqlx::query_scalar("SELECT available FROM catalog_events WHERE event_id = $1")
+        .bind(show.to_string())
+        .fetch_optional(pool)
+        .await
+}

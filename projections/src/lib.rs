@@ -12,6 +12,7 @@
 //! from the table before it consumes (docs/adr/005).
 
 pub mod catalog;
+pub mod checks;
 pub mod fold;
 pub mod history;
 pub mod orders;

@@ -227,3 +227,39 @@ impl Projection for Orders {
         Ok(())
     }
 }
+
+/// Row `T` of order `order` (`order_id, show_id, hold_id, account_id, status, seat_ids,
+/// total_cents, placed_at, updated_at, make_good, failure_reason`).
+pub async fn order<T>(
+    reads: &sqlx::PgPool,
+    order: onsale_domain::OrderId,
+) -> Result<Option<T>, sqlx::Error>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    sqlx::query_as(
+        "SELECT order_id, show_id, hold_id, account_id, status, seat_ids, total_cents, placed_at, updated_at,
+                make_good, failure_reason
+           FROM orders_view WHERE order_id = $1",
+    )
+    .bind(order.to_string())
+    .fetch_optional(reads)
+    .await
+}
+
+/// Row `T` of hold `hold` (`hold_id, show_id, seat_ids, expires_at, status, account_id`).
+pub async fn hold<T>(
+    reads: &sqlx::PgPool,
+    hold: onsale_domain::HoldId,
+) -> Result<Option<T>, sqlx::Error>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    sqlx::query_as(
+        "SELECT hold_id, show_id, seat_ids, expires_at, status, account_id
+           FROM holds_view WHERE hold_id = $1",
+    )
+    .bind(hold.to_string())
+    .fetch_optional(reads)
+    .await
+}

@@ -674,3 +674,23 @@ pub async fn read_events(
         .map(|r| LogEvent::from_row(show_id, r.sequence, &r.payload, &r.metadata))
         .collect()
 }
+
+/// `(projection, lag in ms, ms since its last heartbeat)` of every projection that reported.
+pub async fn statuses(pool: &PgPool) -> Result<Vec<(String, i64, f64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT projection, lag_ms, EXTRACT(EPOCH FROM now() - heartbeat_at)::float8 * 1000 FROM projection_status",
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// The last sequence of `show` the projection `name` folded (`None` before its first).
+pub async fn folded(pool: &PgPool, name: &str, show: ShowId) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT last_sequence FROM projection_positions WHERE projection = $1 AND show_id = $2",
+    )
+    .bind(name)
+    .bind(show.to_string())
+    .fetch_optional(pool)
+    .await
+}

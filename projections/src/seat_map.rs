@@ -403,3 +403,121 @@ async fn publish_delta(
         .await?;
     Ok(Some(seq))
 }
+
+/// `(show, available, held, seats of orders still paying)` of each of `shows` the seat map
+/// has folded: its section counts (whose sold seats include those of orders still paying) and
+/// the orders projection's pending orders.
+pub async fn availability(
+    reads: &sqlx::PgPool,
+    shows: &[String],
+) -> Result<Vec<(String, i64, i64, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT s.show_id, sum(s.available)::bigint, sum(s.held)::bigint,
+                COALESCE((SELECT sum(cardinality(o.seat_ids)) FROM orders_view o
+                           WHERE o.show_id = s.show_id AND o.status = 'PENDING_PAYMENT'), 0)::bigint
+           FROM seat_map_sections s WHERE s.show_id = ANY($1) GROUP BY s.show_id",
+    )
+    .bind(shows)
+    .fetch_all(reads)
+    .await
+}
+
+/// The seats of `show` still to be sold (available or held), `None` before the seat map
+/// folded it.
+pub async fn seats_left(reads: &sqlx::PgPool, show: ShowId) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT sum(available + held)::bigint FROM seat_map_sections WHERE show_id = $1",
+    )
+    .bind(show.to_string())
+    .fetch_one(reads)
+    .await
+}
+
+/// One stored delta of a show's seat map.
+#[derive(Debug, sqlx::FromRow)]
+pub struct StoredDelta {
+    pub seq: i64,
+    pub lsn: String,
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub body: serde_json::Value,
+    pub traceparents: Option<Vec<String>>,
+}
+
+/// The deltas of `show` after `after`, at most `limit`, in order.
+pub async fn deltas(
+    reads: &sqlx::PgPool,
+    show: ShowId,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<StoredDelta>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT seq, lsn::text AS lsn, at, body, traceparents FROM seat_map_deltas
+          WHERE show_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+    )
+    .bind(show.to_string())
+    .bind(after)
+    .bind(limit)
+    .fetch_all(reads)
+    .await
+}
+
+/// The sequence of `show`'s last delta (`None` before the seat map folded it).
+pub async fn delta_seq(reads: &sqlx::PgPool, show: ShowId) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar("SELECT seq FROM seat_map_shows WHERE show_id = $1")
+        .bind(show.to_string())
+        .fetch_optional(reads)
+        .await
+}
+
+/// Whether the seat map has folded `show`, and whether it has `seat` in it.
+pub async fn knows(
+    reads: &sqlx::PgPool,
+    show: ShowId,
+    seat: &str,
+) -> Result<(bool, bool), sqlx::Error> {
+    sqlx::query_as(
+        "SELECT EXISTS (SELECT 1 FROM seat_map_shows WHERE show_id = $1),
+                EXISTS (SELECT 1 FROM seat_map_seats WHERE show_id = $1 AND seat_id = $2)",
+    )
+    .bind(show.to_string())
+    .bind(seat)
+    .fetch_one(reads)
+    .await
+}
+
+/// One read of a show's seat map: its watermark, its section counts (JSON, in order), one
+/// section's seats (when asked) and whether that section exists; one statement, so one
+/// consistent picture.
+#[derive(Debug, sqlx::FromRow)]
+pub struct MapRead {
+    pub lsn: String,
+    pub seq: i64,
+    pub as_of: chrono::DateTime<chrono::Utc>,
+    pub sections: serde_json::Value,
+    pub seats: Option<serde_json::Value>,
+    pub section_known: bool,
+}
+
+/// `show`'s seat map with `section`'s seats (`None` before the seat map folded the show).
+pub async fn read(
+    reads: &sqlx::PgPool,
+    show: ShowId,
+    section: Option<&str>,
+) -> Result<Option<MapRead>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT m.lsn::text AS lsn, m.seq, statement_timestamp() AS as_of,
+                (SELECT COALESCE(json_agg(json_build_object('section', section, 'total', total,
+                         'available', available, 'held', held, 'sold', sold,
+                         'generalAdmission', general_admission) ORDER BY ord), '[]')
+                   FROM seat_map_sections WHERE show_id = $1) AS sections,
+                CASE WHEN $2::text IS NULL THEN NULL ELSE
+                  (SELECT json_agg(json_build_object('seatId', seat_id, 'status', status) ORDER BY ord)
+                     FROM seat_map_seats WHERE show_id = $1 AND section = $2) END AS seats,
+                $2::text IS NULL OR EXISTS (SELECT 1 FROM seat_map_sections WHERE show_id = $1 AND section = $2) AS section_known
+           FROM seat_map_shows m WHERE m.show_id = $1",
+    )
+    .bind(show.to_string())
+    .bind(section)
+    .fetch_optional(reads)
+    .await
+}

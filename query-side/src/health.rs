@@ -103,11 +103,7 @@ async fn check(
             Err(e) => tracing::warn!(shard, error = %e, "a shard's relay slot is unreachable"),
         }
     }
-    let rows: Vec<(String, i64, f64)> = sqlx::query_as(
-        "SELECT projection, lag_ms, EXTRACT(EPOCH FROM now() - heartbeat_at)::float8 * 1000 FROM projection_status",
-    )
-    .fetch_all(pool)
-    .await?;
+    let rows = onsale_projections::runner::statuses(pool).await?;
     for name in PROJECTIONS {
         match rows.iter().find(|(p, _, _)| p == name) {
             None => problems.push(format!("projection {name} has not reported")),

@@ -283,23 +283,7 @@ impl Hub {
 
     /// Deltas of a show after `after`, at most `limit`, from the table.
     async fn read(&self, show: ShowId, after: i64, limit: i64) -> anyhow::Result<Vec<Arc<Delta>>> {
-        #[derive(sqlx::FromRow)]
-        struct Row {
-            seq: i64,
-            lsn: String,
-            at: DateTime<Utc>,
-            body: Value,
-            traceparents: Option<Vec<String>>,
-        }
-        let rows: Vec<Row> = sqlx::query_as(
-            "SELECT seq, lsn::text AS lsn, at, body, traceparents FROM seat_map_deltas
-              WHERE show_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-        )
-        .bind(show.to_string())
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = onsale_projections::seat_map::deltas(&self.pool, show, after, limit).await?;
         rows.into_iter()
             .map(|r| {
                 let traces = r.traceparents.unwrap_or_default();
@@ -345,11 +329,7 @@ impl Hub {
         if let Some(h) = self.existing(show) {
             return Ok(Some(h));
         }
-        let seq: Option<i64> =
-            sqlx::query_scalar("SELECT seq FROM seat_map_shows WHERE show_id = $1")
-                .bind(show.to_string())
-                .fetch_optional(&self.pool)
-                .await?;
+        let seq = onsale_projections::seat_map::delta_seq(&self.pool, show).await?;
         let seq = match (seq, scheduled) {
             (Some(seq), _) => seq,
             (None, true) => 0,

@@ -426,13 +426,9 @@ where
     };
     let deadline = tokio::time::Instant::now() + READ_YOUR_WRITES;
     loop {
-        let folded: Option<i64> = sqlx::query_scalar(
-            "SELECT last_sequence FROM projection_positions WHERE projection = 'orders' AND show_id = $1",
-        )
-        .bind(show.to_string())
-        .fetch_optional(&state.pool)
-        .await
-        .map_err(db_unavailable)?;
+        let folded = onsale_projections::runner::folded(&state.pool, "orders", show)
+            .await
+            .map_err(db_unavailable)?;
         if folded.is_some_and(|f| f >= head) {
             return row().await.map_err(db_unavailable);
         }
@@ -456,13 +452,7 @@ pub async fn find_order(
 ) -> Result<OrderRow, ApiError> {
     let order_id: OrderId = id.parse()?;
     let row = read_own_write(state, order_id.show(), || {
-        sqlx::query_as::<_, OrderRow>(
-            "SELECT order_id, show_id, hold_id, account_id, status, seat_ids, total_cents, placed_at, updated_at,
-                    make_good, failure_reason
-               FROM orders_view WHERE order_id = $1",
-        )
-        .bind(order_id.to_string())
-        .fetch_optional(&state.pool)
+        onsale_projections::orders::order::<OrderRow>(&state.pool, order_id)
     })
     .await?;
     match row {
@@ -533,12 +523,7 @@ async fn get_hold(
 ) -> Result<Json<HoldResponse>, ApiError> {
     let hold_id: onsale_domain::HoldId = id.parse()?;
     let row = read_own_write(&state, hold_id.show(), || {
-        sqlx::query_as::<_, HoldResponse>(
-            "SELECT hold_id, show_id, seat_ids, expires_at, status, account_id
-               FROM holds_view WHERE hold_id = $1",
-        )
-        .bind(hold_id.to_string())
-        .fetch_optional(&state.pool)
+        onsale_projections::orders::hold::<HoldResponse>(&state.pool, hold_id)
     })
     .await?;
     match row {
@@ -753,15 +738,9 @@ pub async fn find_history(
         None
     };
     if entries.is_empty() && after.is_none() {
-        let known: (bool, bool) = sqlx::query_as(
-            "SELECT EXISTS (SELECT 1 FROM seat_map_shows WHERE show_id = $1),
-                    EXISTS (SELECT 1 FROM seat_map_seats WHERE show_id = $1 AND seat_id = $2)",
-        )
-        .bind(show.to_string())
-        .bind(seat)
-        .fetch_one(&state.pool)
-        .await
-        .map_err(db_unavailable)?;
+        let known = onsale_projections::seat_map::knows(&state.pool, show, seat)
+            .await
+            .map_err(db_unavailable)?;
         match known {
             (false, _) => return Err(ShowError::ShowNotFound.into()),
             (true, false) => return Err(ShowError::UnknownSeat(vec![seat.to_owned()]).into()),

@@ -124,16 +124,6 @@ pub trait Schedules: Send + Sync + std::fmt::Debug {
     fn scheduled(&self, show: ShowId) -> ScheduleFuture<'_>;
 }
 
-/// One read of a map: watermark, counts, a section's seats, whether that section exists.
-#[derive(Debug, sqlx::FromRow)]
-struct MapRow {
-    lsn: String,
-    seq: i64,
-    as_of: chrono::DateTime<chrono::Utc>,
-    sections: serde_json::Value,
-    seats: Option<serde_json::Value>,
-    section_known: bool,
-}
 type Entry = Result<Arc<Snapshot>, Missing>;
 
 /// Why a map was not built: the show (or section) does not exist, or the read failed.
@@ -289,23 +279,8 @@ impl Snapshots {
         self.rebuilds
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // One statement: the counts, the seats and the watermark are one consistent picture.
-        let row: Option<MapRow> = sqlx::query_as(
-                "SELECT m.lsn::text AS lsn, m.seq, statement_timestamp() AS as_of,
-                        (SELECT COALESCE(json_agg(json_build_object('section', section, 'total', total,
-                                 'available', available, 'held', held, 'sold', sold,
-                                 'generalAdmission', general_admission) ORDER BY ord), '[]')
-                           FROM seat_map_sections WHERE show_id = $1) AS sections,
-                        CASE WHEN $2::text IS NULL THEN NULL ELSE
-                          (SELECT json_agg(json_build_object('seatId', seat_id, 'status', status) ORDER BY ord)
-                             FROM seat_map_seats WHERE show_id = $1 AND section = $2) END AS seats,
-                        $2::text IS NULL OR EXISTS (SELECT 1 FROM seat_map_sections WHERE show_id = $1 AND section = $2) AS section_known
-                   FROM seat_map_shows m WHERE m.show_id = $1",
-            )
-            .bind(show.to_string())
-            .bind(section)
-            .fetch_optional(&self.pool)
-            .await?;
-        let Some(MapRow {
+        let row = onsale_projections::seat_map::read(&self.pool, show, section).await?;
+        let Some(onsale_projections::seat_map::MapRead {
             lsn,
             seq,
             as_of,

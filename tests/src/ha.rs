@@ -94,10 +94,25 @@ impl HaCluster {
             }
             anyhow::ensure!(
                 Instant::now() < deadline,
-                "no standby promoted in {within:?}"
+                "no standby promoted in {within:?}; the agents said:\n{}",
+                self.agents_said(12)
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// The last `lines` lines of each node's Patroni log, for a failure's message.
+    fn agents_said(&self, lines: usize) -> String {
+        (1..=3)
+            .map(|i| {
+                let log = self.dir.join(format!("pg-{i}/patroni.log"));
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(lines).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("-- node {i} ({})\n{}", log.display(), tail.join("\n"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     async fn script(&self, args: &[&str]) -> anyhow::Result<()> {

@@ -64,15 +64,7 @@ pub async fn availability(pool: &PgPool, show: ShowId) -> Availability {
 /// on every tick). A show the read models cannot say anything of is `Unknown`.
 pub async fn availabilities(pool: &PgPool, shows: &[ShowId]) -> HashMap<ShowId, Availability> {
     let ids: Vec<String> = shows.iter().map(ToString::to_string).collect();
-    let rows: Result<Vec<(String, i64, i64, i64)>, sqlx::Error> = sqlx::query_as(
-        "SELECT s.show_id, sum(s.available)::bigint, sum(s.held)::bigint,
-                COALESCE((SELECT sum(cardinality(o.seat_ids)) FROM orders_view o
-                           WHERE o.show_id = s.show_id AND o.status = 'PENDING_PAYMENT'), 0)::bigint
-           FROM seat_map_sections s WHERE s.show_id = ANY($1) GROUP BY s.show_id",
-    )
-    .bind(&ids)
-    .fetch_all(pool)
-    .await;
+    let rows = onsale_projections::seat_map::availability(pool, &ids).await;
     let mut out: HashMap<ShowId, Availability> =
         shows.iter().map(|s| (*s, Availability::Unknown)).collect();
     match rows {
@@ -153,12 +145,7 @@ pub async fn measure(
     schedule: &dyn crate::ShowSchedule,
     show: ShowId,
 ) -> Option<SaleMeasure> {
-    let left: Result<Option<i64>, sqlx::Error> = sqlx::query_scalar(
-        "SELECT sum(available + held)::bigint FROM seat_map_sections WHERE show_id = $1",
-    )
-    .bind(show.to_string())
-    .fetch_one(pool)
-    .await;
+    let left = onsale_projections::seat_map::seats_left(pool, show).await;
     let seats_left = match left {
         Ok(Some(left)) => left,
         Ok(None) => return None,
