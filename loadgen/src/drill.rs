@@ -192,9 +192,7 @@ impl Drill {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let map: std::collections::HashMap<String, String> =
-                sqlx::query_as("SELECT seat_id, status FROM seat_map_seats WHERE show_id = $1")
-                    .bind(show_id)
-                    .fetch_all(pool)
+                onsale_projections::seat_map::seat_statuses(pool, show_id)
                     .await?
                     .into_iter()
                     .collect();

@@ -889,12 +889,7 @@ async fn demo(
     let payments_started = Instant::now();
     let mut by_status: Vec<(String, i64)> = Vec::new();
     for _ in 0..1_200 {
-        by_status = sqlx::query_as(
-            "SELECT status, count(*) FROM orders_view WHERE show_id = $1 GROUP BY status ORDER BY status",
-        )
-        .bind(&event)
-        .fetch_all(&pool)
-        .await?;
+        by_status = onsale_projections::orders::count_by_status(&pool, &event).await?;
         let total: i64 = by_status.iter().map(|(_, n)| n).sum();
         let pending: i64 = by_status
             .iter()

@@ -368,18 +368,6 @@ pub(crate) async fn drill(d: ShardsDrill, secret: &str) -> anyhow::Result<()> {
 /// come back, and for the consumers' gap check).
 const PAYMENTS_SETTLE: Duration = Duration::from_secs(120);
 
-/// A show's payments and tickets on each shard: (payments, of them open, live tickets).
-async fn rows_of(pool: &sqlx::PgPool, show: &str) -> anyhow::Result<(i64, i64, i64)> {
-    Ok(sqlx::query_as(
-        "SELECT (SELECT count(*) FROM payments WHERE show_id = $1),
-                (SELECT count(*) FROM payments WHERE show_id = $1 AND state <> 'done'),
-                (SELECT count(*) FROM tickets WHERE show_id = $1 AND revoked_at IS NULL)",
-    )
-    .bind(show)
-    .fetch_one(pool)
-    .await?)
-}
-
 /// Once the sale is over: every order of each show's log resolved, with one payment row (closed)
 /// on the show's shard, a live ticket for every seat of its paid orders there, and none of
 /// either on the other shard; no order captured twice at the processor.
@@ -416,7 +404,7 @@ async fn payments(
                 .filter(|(_, o)| matches!(o.state, OrderState::Confirmed))
                 .map(|(_, o)| o.seats.len())
                 .sum();
-            let rows = rows_of(pool, &sale.id).await?;
+            let rows = onsale_payments::show_rows(pool, &sale.id).await?;
             let settled = pending == 0
                 && rows.0 == i64::try_from(orders)?
                 && rows.1 == 0
@@ -429,7 +417,7 @@ async fn payments(
         let mut elsewhere = 0;
         for (n, other) in shards.iter().enumerate() {
             if n + 1 != usize::from(shard.get()) {
-                let (p, _, t) = rows_of(other, &sale.id).await?;
+                let (p, _, t) = onsale_payments::show_rows(other, &sale.id).await?;
                 elsewhere += p + t;
             }
         }
@@ -600,11 +588,13 @@ async fn report(
         if *name == "C" {
             anyhow::ensure!(shard.get() == 2, "show C is on shard {shard}, not 2");
             let verified = onsale_eventlog::chain::verify(pool, Some(&sale.id), 10_000).await?;
-            let left: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM events WHERE aggregate_type = 'show' AND aggregate_id = $1",
+            let left = onsale_eventlog::scan::count(
+                &shards[0],
+                &onsale_eventlog::scan::Range {
+                    show: Some(sale.id.clone()),
+                    ..Default::default()
+                },
             )
-            .bind(&sale.id)
-            .fetch_one(&shards[0])
             .await?;
             println!(
                 "show C on shard 2: {} events, hash chain {}; rows left on shard 1: {left}",

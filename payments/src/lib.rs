@@ -334,6 +334,18 @@ pub async fn finish_cancellations(
     Ok(finished)
 }
 
+/// A show's rows on one shard's `pool`: (payments, of them still open, live tickets).
+pub async fn show_rows(pool: &PgPool, show: &str) -> Result<(i64, i64, i64), sqlx::Error> {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM payments WHERE show_id = $1),
+                (SELECT count(*) FROM payments WHERE show_id = $1 AND state <> 'done'),
+                (SELECT count(*) FROM tickets WHERE show_id = $1 AND revoked_at IS NULL)",
+    )
+    .bind(show)
+    .fetch_one(pool)
+    .await
+}
+
 pub async fn run_jobs(
     pool: PgPool,
     shards: Shards,

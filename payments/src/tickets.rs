@@ -455,6 +455,63 @@ pub async fn scan(
     }))
 }
 
+/// The tickets of `order` on its show's shard `shard`, by seat (rows `T`: `ticket_id, seat_id,
+/// revoked, general_admission`).
+pub async fn of_order<T>(shard: &PgPool, order: &str) -> Result<Vec<T>, sqlx::Error>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    sqlx::query_as(
+        "SELECT t.ticket_id, t.seat_id, t.revoked_at IS NOT NULL AS revoked, t.general_admission
+           FROM tickets t WHERE t.order_id = $1 ORDER BY t.seat_id",
+    )
+    .bind(order)
+    .fetch_all(shard)
+    .await
+}
+
+/// The page of `seat`'s history its tickets make (issued, scanned, revoked) on the show's shard
+/// `shard`, in the order and with the columns of the log's page
+/// (`onsale_projections::history::page_of`), so the query side merges the two.
+pub async fn seat_page<T>(
+    shard: &PgPool,
+    show: onsale_domain::ShowId,
+    seat: &str,
+    after: &onsale_projections::history::After,
+    limit: i64,
+) -> Result<Vec<T>, sqlx::Error>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    static TICKETED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        onsale_projections::history::page_of(
+            "SELECT NULL::bigint AS sequence, t.issued_at AS at, NULL::timestamptz AS committed_at,
+                    'TicketIssued' AS type, NULL AS hold_id, t.order_id, t.account_id,
+                    NULL AS lsn, 'onsale:tickets' AS actor, t.ticket_id, NULL::jsonb AS detail, 1 AS src
+               FROM tickets t WHERE t.show_id = $1 AND t.seat_id = $2
+             UNION ALL
+             SELECT NULL, t.scanned_at, NULL, 'TicketScanned', NULL, t.order_id, t.account_id,
+                    NULL, t.scanned_by, t.ticket_id, NULL, 2
+               FROM tickets t WHERE t.show_id = $1 AND t.seat_id = $2 AND t.scanned_at IS NOT NULL
+             UNION ALL
+             SELECT NULL, t.revoked_at, NULL, 'TicketRevoked', NULL, t.order_id, t.account_id,
+                    NULL, o.cancelled_by, t.ticket_id, NULL, 3
+               FROM tickets t LEFT JOIN ticket_orders o ON o.order_id = t.order_id
+              WHERE t.show_id = $1 AND t.seat_id = $2 AND t.revoked_at IS NOT NULL",
+        )
+    });
+    sqlx::query_as(&TICKETED)
+        .bind(show.to_string())
+        .bind(seat)
+        .bind(after.at)
+        .bind(after.src)
+        .bind(after.sequence)
+        .bind(after.ticket)
+        .bind(limit)
+        .fetch_all(shard)
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -119,3 +119,119 @@ pub async fn available(pool: &sqlx::PgPool, show: ShowId) -> Result<Option<i32>,
         .fetch_optional(pool)
         .await
 }
+
+/// A search's checked filters (`GET /v1/events`).
+#[derive(Debug, Default)]
+pub struct Search {
+    /// Words of the performer, the show's name, the venue or the city.
+    pub q: Option<String>,
+    pub city: Option<String>,
+    /// SCHEDULED, ON_SALE, SOLD_OUT or STARTED.
+    pub status: Option<String>,
+    pub from: Option<chrono::DateTime<chrono::Utc>>,
+    pub to: Option<chrono::DateTime<chrono::Utc>>,
+    pub min_price: Option<i64>,
+    pub max_price: Option<i64>,
+    pub limit: i64,
+}
+
+/// The columns of a show as the catalog answers it (rows `T` of [`search`] and [`show`]):
+/// `event_id, name, performer, venue_id, venue_name, city, starts_at, on_sale_at,
+/// min_price_cents, max_price_cents, waiting_room, status, score`.
+const SHOW_COLUMNS: &str = "c.event_id, c.name, c.performer, c.venue_id, c.venue_name, c.city,
+        c.starts_at, c.on_sale_at, c.min_price_cents, c.max_price_cents, c.waiting_room,
+        CASE WHEN c.starts_at <= now() THEN 'STARTED' WHEN c.available = 0 THEN 'SOLD_OUT'
+             WHEN c.on_sale_at > now() THEN 'SCHEDULED' ELSE 'ON_SALE' END AS status, ";
+
+/// Up to `f.limit + 1` shows matching `f` after `after` (score, start, id), best first, names
+/// matched at word similarity `threshold`.
+pub async fn search<T>(
+    reads: &sqlx::PgPool,
+    f: &Search,
+    threshold: f64,
+    after: Option<(f64, chrono::DateTime<chrono::Utc>, &str)>,
+) -> Result<Vec<T>, sqlx::Error>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    // Only the predicates asked for go into the statement, so each shape gets the plan its
+    // indexes allow (GIN on the text, B-tree on city and start).
+    let mut sql: sqlx::QueryBuilder<'_, sqlx::Postgres> =
+        sqlx::QueryBuilder::new("SELECT * FROM (SELECT ");
+    sql.push(SHOW_COLUMNS);
+    match &f.q {
+        Some(q) => {
+            sql.push("(ts_rank(c.search, websearch_to_tsquery('simple', ")
+                .push_bind(q.clone())
+                .push(")) + word_similarity(lower(")
+                .push_bind(q.clone())
+                .push("), c.words))::float8 AS score FROM catalog_events c WHERE (c.search @@ websearch_to_tsquery('simple', ")
+                .push_bind(q.clone())
+                .push(") OR lower(")
+                .push_bind(q.clone())
+                .push(") <% c.words)");
+        }
+        None => {
+            sql.push("0::float8 AS score FROM catalog_events c WHERE true");
+        }
+    }
+    if let Some(city) = &f.city {
+        sql.push(" AND lower(c.city) = lower(")
+            .push_bind(city.clone())
+            .push(")");
+    }
+    if let Some(from) = f.from {
+        sql.push(" AND c.starts_at >= ").push_bind(from);
+    }
+    if let Some(to) = f.to {
+        sql.push(" AND c.starts_at < ").push_bind(to);
+    }
+    if let Some(p) = f.min_price {
+        sql.push(" AND c.max_price_cents >= ").push_bind(p);
+    }
+    if let Some(p) = f.max_price {
+        sql.push(" AND c.min_price_cents <= ").push_bind(p);
+    }
+    sql.push(") e WHERE true");
+    if let Some(status) = &f.status {
+        sql.push(" AND e.status = ").push_bind(status.clone());
+    }
+    if let Some((score, starts, id)) = after {
+        sql.push(" AND (e.score < ")
+            .push_bind(score)
+            .push(" OR (e.score = ")
+            .push_bind(score)
+            .push(" AND (e.starts_at, e.event_id) > (")
+            .push_bind(starts)
+            .push(", ")
+            .push_bind(id.to_owned())
+            .push(")))");
+    }
+    sql.push(" ORDER BY e.score DESC, e.starts_at, e.event_id LIMIT ")
+        .push_bind(f.limit + 1);
+    if f.q.is_none() {
+        return sql.build_query_as().fetch_all(reads).await;
+    }
+    // The threshold is the session's (`<%` reads it): set for this transaction only.
+    let mut tx = reads.begin().await?;
+    sqlx::query("SELECT set_config('pg_trgm.word_similarity_threshold', $1, true)")
+        .bind(threshold.to_string())
+        .execute(&mut *tx)
+        .await?;
+    let rows = sql.build_query_as().fetch_all(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(rows)
+}
+
+/// One show of the catalog, by id (row `T`, [`SHOW_COLUMNS`] with a score of 0).
+pub async fn show<T>(reads: &sqlx::PgPool, id: &str) -> Result<Option<T>, sqlx::Error>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    static ONE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT {SHOW_COLUMNS} 0::float8 AS score FROM catalog_events c WHERE c.event_id = $1"
+        )
+    });
+    sqlx::query_as(&ONE).bind(id).fetch_optional(reads).await
+}

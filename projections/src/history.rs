@@ -158,3 +158,60 @@ impl Projection for SeatHistory {
         Ok(())
     }
 }
+
+/// Where a page of a seat's history starts: after the entry at (`at`, `src`, `sequence`,
+/// `ticket`), or from the start when `at` is `None`. `src` orders entries of one instant: the
+/// log's (0) before a ticket's issue (1), scan (2) and revocation (3).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct After {
+    pub at: Option<chrono::DateTime<chrono::Utc>>,
+    pub src: i32,
+    pub sequence: i64,
+    pub ticket: uuid::Uuid,
+}
+
+/// `entries` (a statement of rows `sequence, at, committed_at, type, hold_id, order_id,
+/// account_id, lsn, actor, ticket_id, detail, src` with `$1` the show and `$2` the seat) paged
+/// after `$3..$6` ([`After`]) in history order, at most `$7` rows: the one ordering the log's
+/// page here and the tickets' page (`onsale_payments::tickets::seat_page`) share, so the two
+/// merge.
+pub fn page_of(entries: &str) -> String {
+    format!(
+        "SELECT * FROM ({entries}) e
+          WHERE ($3::timestamptz IS NULL
+                 OR (e.at, e.src, COALESCE(e.sequence, 0), COALESCE(e.ticket_id, '00000000-0000-0000-0000-000000000000'::uuid))
+                    > ($3::timestamptz, $4, $5, $6))
+          ORDER BY e.at, e.src, COALESCE(e.sequence, 0), COALESCE(e.ticket_id, '00000000-0000-0000-0000-000000000000'::uuid)
+          LIMIT $7"
+    )
+}
+
+/// The page of `seat`'s history the log's events make (rows `T`, [`page_of`]'s columns).
+pub async fn seat_page<T>(
+    reads: &sqlx::PgPool,
+    show: ShowId,
+    seat: &str,
+    after: &After,
+    limit: i64,
+) -> Result<Vec<T>, sqlx::Error>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    static LOGGED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        page_of(
+            "SELECT h.sequence, h.at, h.committed_at, h.type, h.hold_id, h.order_id, h.account_id,
+                    h.lsn, h.actor, NULL::uuid AS ticket_id, h.detail, 0 AS src
+               FROM seat_history h WHERE h.show_id = $1 AND h.seat_id = $2",
+        )
+    });
+    sqlx::query_as(&LOGGED)
+        .bind(show.to_string())
+        .bind(seat)
+        .bind(after.at)
+        .bind(after.src)
+        .bind(after.sequence)
+        .bind(after.ticket)
+        .bind(limit)
+        .fetch_all(reads)
+        .await
+}

@@ -263,3 +263,16 @@ where
     .fetch_optional(reads)
     .await
 }
+
+/// `(status, orders)` of `show`'s orders, by status.
+pub async fn count_by_status(
+    reads: &sqlx::PgPool,
+    show: &str,
+) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT status, count(*) FROM orders_view WHERE show_id = $1 GROUP BY status ORDER BY status",
+    )
+    .bind(show)
+    .fetch_all(reads)
+    .await
+}

@@ -521,3 +521,14 @@ pub async fn read(
     .fetch_optional(reads)
     .await
 }
+
+/// `(seat, status)` of every seat of `show` the seat map holds.
+pub async fn seat_statuses(
+    reads: &sqlx::PgPool,
+    show: &str,
+) -> Result<Vec<(String, String)>, sqlx::Error> {
+    sqlx::query_as("SELECT seat_id, status FROM seat_map_seats WHERE show_id = $1")
+        .bind(show)
+        .fetch_all(reads)
+        .await
+}

@@ -7,8 +7,9 @@
 use axum::http::StatusCode;
 use chrono::{DateTime, NaiveDate, Utc};
 use onsale_edge::ApiError;
+use onsale_projections::catalog::Search;
 use serde::{Deserialize, Serialize};
-use sqlx::{PgPool, Postgres, QueryBuilder};
+use sqlx::PgPool;
 use utoipa::{IntoParams, ToSchema};
 
 pub const PAGE: i64 = 20;
@@ -195,7 +196,7 @@ pub async fn search(pool: &PgPool, query: &SearchQuery) -> Result<SearchResults,
         Some(_) => return Err(bad(format!("limit is 1 to {PAGE_MAX}"))),
     };
     let after = given(&query.cursor).map(parse_cursor).transpose()?;
-    let filters = Filters {
+    let filters = Search {
         q,
         city,
         status,
@@ -230,19 +231,6 @@ pub async fn search(pool: &PgPool, query: &SearchQuery) -> Result<SearchResults,
     })
 }
 
-/// A search's checked filters.
-#[derive(Debug)]
-struct Filters {
-    q: Option<String>,
-    city: Option<String>,
-    status: Option<String>,
-    from: Option<DateTime<Utc>>,
-    to: Option<DateTime<Utc>>,
-    min_price: Option<i64>,
-    max_price: Option<i64>,
-    limit: i64,
-}
-
 fn unavailable(e: sqlx::Error) -> ApiError {
     tracing::warn!(error = %e, "catalog search failed");
     ApiError::new(
@@ -256,111 +244,27 @@ fn unavailable(e: sqlx::Error) -> ApiError {
 /// Up to `limit + 1` results after `after`, names matched at `threshold`.
 async fn page(
     pool: &PgPool,
-    f: &Filters,
+    f: &Search,
     threshold: f64,
     after: Option<&After>,
 ) -> Result<Vec<EventSummary>, ApiError> {
-    // Only the predicates asked for go into the statement, so each shape gets the plan its
-    // indexes allow (GIN on the text, B-tree on city and start).
-    let mut sql: QueryBuilder<'_, Postgres> = QueryBuilder::new(
-        "SELECT * FROM (SELECT c.event_id, c.name, c.performer, c.venue_id, c.venue_name, c.city,
-                c.starts_at, c.on_sale_at, c.min_price_cents, c.max_price_cents, c.waiting_room,
-                CASE WHEN c.starts_at <= now() THEN 'STARTED' WHEN c.available = 0 THEN 'SOLD_OUT'
-                     WHEN c.on_sale_at > now() THEN 'SCHEDULED' ELSE 'ON_SALE' END AS status, ",
-    );
-    match &f.q {
-        Some(q) => {
-            sql.push("(ts_rank(c.search, websearch_to_tsquery('simple', ")
-                .push_bind(q.clone())
-                .push(")) + word_similarity(lower(")
-                .push_bind(q.clone())
-                .push("), c.words))::float8 AS score FROM catalog_events c WHERE (c.search @@ websearch_to_tsquery('simple', ")
-                .push_bind(q.clone())
-                .push(") OR lower(")
-                .push_bind(q.clone())
-                .push(") <% c.words)");
-        }
-        None => {
-            sql.push("0::float8 AS score FROM catalog_events c WHERE true");
-        }
-    }
-    if let Some(city) = &f.city {
-        sql.push(" AND lower(c.city) = lower(")
-            .push_bind(city.clone())
-            .push(")");
-    }
-    if let Some(from) = f.from {
-        sql.push(" AND c.starts_at >= ").push_bind(from);
-    }
-    if let Some(to) = f.to {
-        sql.push(" AND c.starts_at < ").push_bind(to);
-    }
-    if let Some(p) = f.min_price {
-        sql.push(" AND c.max_price_cents >= ").push_bind(p);
-    }
-    if let Some(p) = f.max_price {
-        sql.push(" AND c.min_price_cents <= ").push_bind(p);
-    }
-    sql.push(") e WHERE true");
-    if let Some(status) = &f.status {
-        sql.push(" AND e.status = ").push_bind(status.clone());
-    }
-    if let Some((_, score, starts, id)) = after {
-        sql.push(" AND (e.score < ")
-            .push_bind(*score)
-            .push(" OR (e.score = ")
-            .push_bind(*score)
-            .push(" AND (e.starts_at, e.event_id) > (")
-            .push_bind(*starts)
-            .push(", ")
-            .push_bind(id.clone())
-            .push(")))");
-    }
-    sql.push(" ORDER BY e.score DESC, e.starts_at, e.event_id LIMIT ")
-        .push_bind(f.limit + 1);
-    if f.q.is_none() {
-        return sql
-            .build_query_as()
-            .fetch_all(pool)
-            .await
-            .map_err(unavailable);
-    }
-    // The threshold is the session's (`<%` reads it): set for this transaction only.
-    let mut tx = pool.begin().await.map_err(unavailable)?;
-    sqlx::query("SELECT set_config('pg_trgm.word_similarity_threshold', $1, true)")
-        .bind(threshold.to_string())
-        .execute(&mut *tx)
+    let after = after.map(|(_, score, starts, id)| (*score, *starts, id.as_str()));
+    onsale_projections::catalog::search(pool, f, threshold, after)
         .await
-        .map_err(unavailable)?;
-    let rows = sql
-        .build_query_as()
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(unavailable)?;
-    tx.commit().await.map_err(unavailable)?;
-    Ok(rows)
+        .map_err(unavailable)
 }
 
 /// One show of the catalog, by id: what the event page and gRPC `Events.GetEvent` show.
 pub async fn get(pool: &PgPool, id: &str) -> Result<Option<EventSummary>, ApiError> {
-    sqlx::query_as(
-        "SELECT c.event_id, c.name, c.performer, c.venue_id, c.venue_name, c.city, c.starts_at,
-                c.on_sale_at, c.min_price_cents, c.max_price_cents, c.waiting_room,
-                CASE WHEN c.starts_at <= now() THEN 'STARTED' WHEN c.available = 0 THEN 'SOLD_OUT'
-                     WHEN c.on_sale_at > now() THEN 'SCHEDULED' ELSE 'ON_SALE' END AS status,
-                0::float8 AS score
-           FROM catalog_events c WHERE c.event_id = $1",
-    )
-    .bind(id)
-    .fetch_optional(pool)
-    .await
-    .map_err(|e| {
-        tracing::warn!(error = %e, "catalog read failed");
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "UNAVAILABLE",
-            "the catalog is unreachable; retry shortly",
-        )
-        .retry_after(2)
-    })
+    onsale_projections::catalog::show(pool, id)
+        .await
+        .map_err(|e| {
+            tracing::warn!(error = %e, "catalog read failed");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "UNAVAILABLE",
+                "the catalog is unreachable; retry shortly",
+            )
+            .retry_after(2)
+        })
 }

@@ -68,7 +68,35 @@ pub struct QueryState {
     pub verifier: Verifier,
     /// The process's cap on open streams (SSE and gRPC `StreamDeltas`).
     pub streams: StreamSlots,
+    /// The tickets, which live with the payments on each show's shard.
+    pub tickets: Option<Arc<dyn Tickets>>,
 }
+
+/// The tickets an order's page and a seat's history show. They are the payments' tables
+/// (migrations/OWNERS), and the payments crate builds on the command side, which the query side
+/// may not: the server fills this with the payments' reads.
+pub trait Tickets: Send + Sync {
+    /// The tickets of `order`, by seat, from its show's shard `shard`.
+    fn of_order<'a>(
+        &'a self,
+        shard: &'a PgPool,
+        order: &'a str,
+    ) -> TicketsFuture<'a, rest::TicketRef>;
+
+    /// The page of `seat`'s history its tickets make, from the show's shard `shard`, in the
+    /// order of the log's page (`onsale_projections::history::page_of`).
+    fn seat_page<'a>(
+        &'a self,
+        shard: &'a PgPool,
+        show: onsale_domain::ShowId,
+        seat: &'a str,
+        after: &'a onsale_projections::history::After,
+        limit: i64,
+    ) -> TicketsFuture<'a, rest::HistoryEntry>;
+}
+
+pub type TicketsFuture<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<T>, sqlx::Error>> + Send + 'a>>;
 
 impl std::fmt::Debug for QueryState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -106,6 +134,20 @@ impl QueryState {
     ) -> Self {
         self.log = log;
         self
+    }
+
+    /// Reads the tickets through `tickets`.
+    pub fn with_tickets(mut self, tickets: Arc<dyn Tickets>) -> Self {
+        self.tickets = Some(tickets);
+        self
+    }
+
+    /// The ticket reader; unavailable (and logged) if the server wired none.
+    pub(crate) fn tickets(&self) -> Result<&Arc<dyn Tickets>, onsale_edge::ApiError> {
+        self.tickets.as_ref().ok_or_else(|| {
+            tracing::error!("the query side was wired without a ticket reader");
+            onsale_edge::ApiError::unavailable()
+        })
     }
 
     pub fn with_schedules(mut self, schedules: Arc<dyn snapshots::Schedules>) -> Self {
@@ -149,6 +191,7 @@ impl QueryState {
             health,
             verifier,
             streams,
+            tickets: None,
         }
     }
 }

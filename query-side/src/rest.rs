@@ -370,13 +370,13 @@ pub struct OrderResponse {
 #[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
 #[serde(rename_all = "camelCase")]
 pub struct TicketRef {
-    ticket_id: uuid::Uuid,
+    pub ticket_id: uuid::Uuid,
     /// The seat; for general admission, the place's unit (`FLOOR-GA1-17`: no seat, one
     /// ticket per place).
-    seat_id: String,
+    pub seat_id: String,
     /// A place in a general-admission section, not a seat.
-    general_admission: bool,
-    revoked: bool,
+    pub general_admission: bool,
+    pub revoked: bool,
 }
 
 /// One order row as the projection holds it, with its owner.
@@ -476,14 +476,11 @@ async fn get_order(
         tracing::warn!(%show, error = %e, "the show's shard is not known");
         ApiError::unavailable()
     })?;
-    let tickets: Vec<TicketRef> = sqlx::query_as(
-        "SELECT t.ticket_id, t.seat_id, t.revoked_at IS NOT NULL AS revoked, t.general_admission
-           FROM tickets t WHERE t.order_id = $1 ORDER BY t.seat_id",
-    )
-    .bind(&r.order_id)
-    .fetch_all(shard)
-    .await
-    .map_err(db_unavailable)?;
+    let tickets = state
+        .tickets()?
+        .of_order(shard, &r.order_id)
+        .await
+        .map_err(db_unavailable)?;
     Ok(Json(OrderResponse {
         order_id: r.order_id,
         event_id: r.show_id,
@@ -654,9 +651,9 @@ pub async fn find_history(
         Some(c) => Some(parse_history_cursor(c)?),
         None => None,
     };
-    let (from, src, seq, ticket) = match after {
-        Some((micros, src, seq, ticket)) => (
-            Some(
+    let after = match after {
+        Some((micros, src, sequence, ticket)) => onsale_projections::history::After {
+            at: Some(
                 chrono::DateTime::from_timestamp_micros(micros).ok_or_else(|| {
                     ApiError::new(
                         StatusCode::BAD_REQUEST,
@@ -666,62 +663,28 @@ pub async fn find_history(
                 })?,
             ),
             src,
-            seq,
+            sequence,
             ticket,
-        ),
-        None => (None, 0, 0, uuid::Uuid::nil()),
+        },
+        None => onsale_projections::history::After::default(),
     };
     // The log's entries from the read models, the tickets' from the show's shard (where its
     // tickets live, docs/adr/021): each side's page after the cursor, merged in the same order.
-    let page_of = |entries: &str| {
-        format!(
-            "SELECT * FROM ({entries}) e
-              WHERE ($3::timestamptz IS NULL
-                     OR (e.at, e.src, COALESCE(e.sequence, 0), COALESCE(e.ticket_id, '00000000-0000-0000-0000-000000000000'::uuid))
-                        > ($3::timestamptz, $4, $5, $6))
-              ORDER BY e.at, e.src, COALESCE(e.sequence, 0), COALESCE(e.ticket_id, '00000000-0000-0000-0000-000000000000'::uuid)
-              LIMIT $7"
-        )
-    };
-    let logged = page_of(
-        "SELECT h.sequence, h.at, h.committed_at, h.type, h.hold_id, h.order_id, h.account_id,
-                h.lsn, h.actor, NULL::uuid AS ticket_id, h.detail, 0 AS src
-           FROM seat_history h WHERE h.show_id = $1 AND h.seat_id = $2",
-    );
-    let ticketed = page_of(
-        "SELECT NULL::bigint AS sequence, t.issued_at AS at, NULL::timestamptz AS committed_at,
-                'TicketIssued' AS type, NULL AS hold_id, t.order_id, t.account_id,
-                NULL AS lsn, 'onsale:tickets' AS actor, t.ticket_id, NULL::jsonb AS detail, 1 AS src
-           FROM tickets t WHERE t.show_id = $1 AND t.seat_id = $2
-         UNION ALL
-         SELECT NULL, t.scanned_at, NULL, 'TicketScanned', NULL, t.order_id, t.account_id,
-                NULL, t.scanned_by, t.ticket_id, NULL, 2
-           FROM tickets t WHERE t.show_id = $1 AND t.seat_id = $2 AND t.scanned_at IS NOT NULL
-         UNION ALL
-         SELECT NULL, t.revoked_at, NULL, 'TicketRevoked', NULL, t.order_id, t.account_id,
-                NULL, o.cancelled_by, t.ticket_id, NULL, 3
-           FROM tickets t LEFT JOIN ticket_orders o ON o.order_id = t.order_id
-          WHERE t.show_id = $1 AND t.seat_id = $2 AND t.revoked_at IS NOT NULL",
-    );
     let shard = state.log.pool_of(show).await.map_err(|e| {
         tracing::warn!(%show, error = %e, "the show's shard is not known");
         ApiError::unavailable()
     })?;
-    let mut entries = Vec::new();
-    for (sql, db) in [(&logged, &state.pool), (&ticketed, shard)] {
-        let part: Vec<HistoryEntry> = sqlx::query_as(sql)
-            .bind(show.to_string())
-            .bind(seat)
-            .bind(from)
-            .bind(src)
-            .bind(seq)
-            .bind(ticket)
-            .bind(limit + 1)
-            .fetch_all(db)
+    let mut entries: Vec<HistoryEntry> =
+        onsale_projections::history::seat_page(&state.pool, show, seat, &after, limit + 1)
             .await
             .map_err(db_unavailable)?;
-        entries.extend(part);
-    }
+    entries.extend(
+        state
+            .tickets()?
+            .seat_page(shard, show, seat, &after, limit + 1)
+            .await
+            .map_err(db_unavailable)?,
+    );
     entries.sort_by_key(|e| {
         (
             e.at,
@@ -737,7 +700,7 @@ pub async fn find_history(
     } else {
         None
     };
-    if entries.is_empty() && after.is_none() {
+    if entries.is_empty() && after.at.is_none() {
         let known = onsale_projections::seat_map::knows(&state.pool, show, seat)
             .await
             .map_err(db_unavailable)?;

@@ -298,6 +298,32 @@ impl ShowSchedule for CatalogSchedule {
     }
 }
 
+/// The query side's ticket reads: the payments' own (`onsale_payments::tickets`).
+struct PaymentTickets;
+
+impl onsale_query::Tickets for PaymentTickets {
+    fn of_order<'a>(
+        &'a self,
+        shard: &'a PgPool,
+        order: &'a str,
+    ) -> onsale_query::TicketsFuture<'a, onsale_query::rest::TicketRef> {
+        Box::pin(onsale_payments::tickets::of_order(shard, order))
+    }
+
+    fn seat_page<'a>(
+        &'a self,
+        shard: &'a PgPool,
+        show: ShowId,
+        seat: &'a str,
+        after: &'a onsale_projections::history::After,
+        limit: i64,
+    ) -> onsale_query::TicketsFuture<'a, onsale_query::rest::HistoryEntry> {
+        Box::pin(onsale_payments::tickets::seat_page(
+            shard, show, seat, after, limit,
+        ))
+    }
+}
+
 /// The query side reads a show its projection has not folded yet as the catalog has it
 /// scheduled (through the public pool).
 #[derive(Debug)]
@@ -533,7 +559,8 @@ impl Server {
             &self.tracker,
         )
         .with_log(self.public_log.clone())
-        .with_schedules(Arc::new(PublicSchedules(public_catalog.clone())));
+        .with_schedules(Arc::new(PublicSchedules(public_catalog.clone())))
+        .with_tickets(Arc::new(PaymentTickets));
         let room = WaitingRoom::connect(
             s.waiting_room.clone(),
             self.admission_pool.clone(),
