@@ -56,31 +56,3 @@ pub enum ShowError {
         by: Cow<'static, str>,
     },
 }
-
-impl ShowError {
-    /// The machine-readable code clients switch on (API.md).
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::ShowNotFound => "EVENT_NOT_FOUND",
-            Self::ShowAlreadyExists => "EVENT_EXISTS",
-            Self::Invalid(_) => "INVALID_REQUEST",
-            Self::UnknownSeat(_) => "UNKNOWN_SEAT",
-            Self::UnknownSection(_) => "UNKNOWN_SECTION",
-            Self::SeatUnavailable { .. } => "SEAT_UNAVAILABLE",
-            Self::HoldLimit { .. } => "HOLD_LIMIT",
-            Self::PaymentAttemptsExceeded { .. } => "PAYMENT_ATTEMPTS_EXCEEDED",
-            Self::BestAvailableOnly => "BEST_AVAILABLE_ONLY",
-            Self::GeneralAdmission(_) => "GENERAL_ADMISSION",
-            Self::SaleNotOpen => "SALE_NOT_OPEN",
-            Self::SaleClosed => "SALE_CLOSED",
-            Self::HoldNotFound => "HOLD_NOT_FOUND",
-            Self::HoldExpired => "HOLD_EXPIRED",
-            Self::HoldOrdered(_) => "HOLD_ORDERED",
-            Self::OrderNotFound => "ORDER_NOT_FOUND",
-            Self::NotCancellable(_) => "ORDER_NOT_CANCELLABLE",
-            Self::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
-            Self::AmountMismatch { .. } => "AMOUNT_MISMATCH",
-            Self::InvalidTransition { .. } => "INVALID_TRANSITION",
-        }
-    }
-}

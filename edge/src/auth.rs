@@ -1,5 +1,6 @@
 //! Bearer JWT (HS256) with the roles of API.md.
 
+use crate::ErrorCode;
 use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
@@ -120,7 +121,7 @@ impl Caller {
         } else {
             Err(ApiError::new(
                 StatusCode::FORBIDDEN,
-                "FORBIDDEN",
+                ErrorCode::Forbidden,
                 "this role may not do that",
             ))
         }
@@ -151,7 +152,7 @@ where
 }
 
 fn unauthenticated(detail: &str) -> ApiError {
-    ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", detail)
+    ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthenticated, detail)
 }
 
 /// Checks bearer tokens: HS256 signature, issuer, audience, `exp` and `nbf` (with 30 s of
@@ -377,7 +378,7 @@ mod tests {
             .verify(token)
             .expect_err("the token is refused");
         assert_eq!(e.status, StatusCode::UNAUTHORIZED);
-        assert_eq!(e.code, "UNAUTHENTICATED");
+        assert_eq!(e.code, ErrorCode::Unauthenticated);
         assert_eq!(e.detail, "the bearer token is not valid", "no library text");
         e
     }

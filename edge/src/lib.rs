@@ -7,11 +7,13 @@
 
 pub mod admission;
 pub mod auth;
+pub mod code;
 pub mod limits;
 pub mod openapi;
 pub mod problem;
 
 pub use auth::{AuthSettings, Caller, Role};
+pub use code::ErrorCode;
 pub use problem::{ApiError, Problem};
 
 /// `axum::Json` whose rejections are problem+json.

@@ -3,6 +3,7 @@
 //! `governor`), and a bound on how long a request may take. Each refusal is problem+json with
 //! `Retry-After`: 503 past a cap or a deadline, 429 past a rate.
 
+use crate::ErrorCode;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -113,7 +114,7 @@ impl StreamSlots {
                 metrics::counter!(names::STREAMS_REFUSED_TOTAL).increment(1);
                 Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "TOO_MANY_STREAMS",
+                    ErrorCode::TooManyStreams,
                     "this server has as many open streams as it serves; retry shortly",
                 )
                 .retry_after(5))
@@ -641,7 +642,7 @@ fn too_many(wait: Duration, who: &str) -> ApiError {
     metrics::counter!(names::RATE_LIMITED_TOTAL).increment(1);
     ApiError::new(
         StatusCode::TOO_MANY_REQUESTS,
-        "RATE_LIMITED",
+        ErrorCode::RateLimited,
         format!("too many requests from {who}; retry after the time Retry-After says"),
     )
     .retry_after(wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
@@ -696,7 +697,7 @@ pub async fn deadline(State(limit): State<Duration>, req: Request, next: Next) -
             metrics::counter!(names::REQUESTS_TIMED_OUT_TOTAL).increment(1);
             let e = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "REQUEST_TIMEOUT",
+                ErrorCode::RequestTimeout,
                 "the request took too long to answer; retry (with the same Idempotency-Key)",
             )
             .retry_after(1);

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
+use crate::ErrorCode;
+
 /// RFC 7807 problem details with a machine-readable code; some codes carry more members
 /// (`lostSeatIds`, `limit`, `orderId`, ...), listed with the operation that answers them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -20,8 +22,7 @@ pub struct Problem {
     /// The HTTP status's reason phrase.
     pub title: String,
     pub status: u16,
-    /// e.g. SEAT_UNAVAILABLE, HOLD_EXPIRED, IDEMPOTENCY_KEY_REUSED
-    pub code: String,
+    pub code: ErrorCode,
     /// What went wrong, in words.
     pub detail: String,
     /// The members particular to the code.
@@ -34,7 +35,7 @@ pub struct Problem {
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub detail: String,
     pub extra: Map<String, Value>,
     /// `Retry-After` (seconds) on a 429 or 503; a 503 without one says 1.
@@ -42,7 +43,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: ErrorCode, detail: impl Into<String>) -> Self {
         Self {
             status,
             code,
@@ -66,22 +67,25 @@ impl ApiError {
     pub fn unavailable() -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "UNAVAILABLE",
+            ErrorCode::Unavailable,
             "the event store is unreachable; retry shortly",
         )
     }
 
     pub fn forbidden(detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::FORBIDDEN, "FORBIDDEN", detail)
+        Self::new(StatusCode::FORBIDDEN, ErrorCode::Forbidden, detail)
     }
 
     /// The body this error is answered with.
     pub fn problem(&self) -> Problem {
         Problem {
-            kind: format!("https://onsale.dev/problems/{}", self.code.to_lowercase()),
+            kind: format!(
+                "https://onsale.dev/problems/{}",
+                self.code.as_str().to_lowercase()
+            ),
             title: self.status.canonical_reason().unwrap_or("error").to_owned(),
             status: self.status.as_u16(),
-            code: self.code.to_owned(),
+            code: self.code,
             detail: self.detail.clone(),
             extra: self.extra.clone(),
         }
@@ -103,7 +107,7 @@ impl ApiError {
             _ => tonic::Code::Internal,
         };
         let mut s = tonic::Status::new(code, format!("{}: {}", self.code, self.detail));
-        if let Ok(v) = self.code.parse() {
+        if let Ok(v) = self.code.as_str().parse() {
             s.metadata_mut().insert("onsale-code", v);
         }
         if let Some(secs) = self.retry_after_secs {
@@ -144,7 +148,7 @@ impl From<ShowError> for ApiError {
             | ShowError::AmountMismatch { .. }
             | ShowError::InvalidTransition { .. } => StatusCode::CONFLICT,
         };
-        let err = ApiError::new(status, e.code(), e.to_string());
+        let err = ApiError::new(status, ErrorCode::from(&e), e.to_string());
         match e {
             ShowError::SeatUnavailable { lost } => err.with("lostSeatIds", json!(lost)),
             ShowError::UnknownSeat(ids) => err.with("unknownSeatIds", json!(ids)),
@@ -167,10 +171,10 @@ impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
         let status = r.status();
         let code = match status {
-            StatusCode::PAYLOAD_TOO_LARGE => "PAYLOAD_TOO_LARGE",
-            StatusCode::UNSUPPORTED_MEDIA_TYPE => "UNSUPPORTED_MEDIA_TYPE",
-            StatusCode::UNPROCESSABLE_ENTITY => "INVALID_REQUEST",
-            _ => "MALFORMED_JSON",
+            StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorCode::UnsupportedMediaType,
+            StatusCode::UNPROCESSABLE_ENTITY => ErrorCode::InvalidRequest,
+            _ => ErrorCode::MalformedJson,
         };
         Self::new(status, code, r.body_text())
     }
@@ -217,16 +221,16 @@ pub async fn problem_json(req: axum::extract::Request, next: axum::middleware::N
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default();
     let code = match status {
-        StatusCode::UNAUTHORIZED => "UNAUTHENTICATED",
-        StatusCode::FORBIDDEN => "FORBIDDEN",
-        StatusCode::NOT_FOUND => "NOT_FOUND",
-        StatusCode::METHOD_NOT_ALLOWED => "METHOD_NOT_ALLOWED",
-        StatusCode::PAYLOAD_TOO_LARGE => "PAYLOAD_TOO_LARGE",
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => "UNSUPPORTED_MEDIA_TYPE",
-        StatusCode::TOO_MANY_REQUESTS => "RATE_LIMITED",
-        StatusCode::SERVICE_UNAVAILABLE => "UNAVAILABLE",
-        s if s.is_server_error() => "INTERNAL",
-        _ => "INVALID_REQUEST",
+        StatusCode::UNAUTHORIZED => ErrorCode::Unauthenticated,
+        StatusCode::FORBIDDEN => ErrorCode::Forbidden,
+        StatusCode::NOT_FOUND => ErrorCode::NotFound,
+        StatusCode::METHOD_NOT_ALLOWED => ErrorCode::MethodNotAllowed,
+        StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorCode::UnsupportedMediaType,
+        StatusCode::TOO_MANY_REQUESTS => ErrorCode::RateLimited,
+        StatusCode::SERVICE_UNAVAILABLE => ErrorCode::Unavailable,
+        s if s.is_server_error() => ErrorCode::Internal,
+        _ => ErrorCode::InvalidRequest,
     };
     let detail = match text.trim() {
         "" => status.canonical_reason().unwrap_or("error").to_owned(),

@@ -1,6 +1,7 @@
 //! The routes this crate serves from the main process: the processor's webhooks, the ticket's
 //! barcode, the gate's scan, and order cancellation.
 
+use onsale_edge::ErrorCode;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -141,7 +142,7 @@ async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: B
         metrics::counter!(onsale_telemetry::metrics::WEBHOOKS_SHED_TOTAL).increment(1);
         return ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "UNAVAILABLE",
+            ErrorCode::Unavailable,
             "too many webhook deliveries at once; deliver again shortly",
         )
         .retry_after(1)
@@ -158,13 +159,17 @@ async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: B
         Ok(event) => event,
         Err(WebhookRejection::Signature(e)) => {
             metrics::counter!(onsale_telemetry::metrics::WEBHOOKS_REJECTED_TOTAL).increment(1);
-            return ApiError::new(StatusCode::BAD_REQUEST, "INVALID_SIGNATURE", e.to_string())
-                .into_response();
+            return ApiError::new(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidSignature,
+                e.to_string(),
+            )
+            .into_response();
         }
         Err(WebhookRejection::Body(_)) => {
             return ApiError::new(
                 StatusCode::BAD_REQUEST,
-                "INVALID_REQUEST",
+                ErrorCode::InvalidRequest,
                 "not a webhook event",
             )
             .into_response();
@@ -237,7 +242,13 @@ async fn get_barcode(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Barcode>, ApiError> {
-    let not_found = || ApiError::new(StatusCode::NOT_FOUND, "TICKET_NOT_FOUND", "no such ticket");
+    let not_found = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            ErrorCode::TicketNotFound,
+            "no such ticket",
+        )
+    };
     let ticket: Uuid = id.parse().map_err(|_| not_found())?;
     let Some((owner, secret, revoked)) = find_ticket(&state.shards, ticket).await? else {
         return Err(not_found());
@@ -248,7 +259,7 @@ async fn get_barcode(
     if revoked {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
-            "TICKET_REVOKED",
+            ErrorCode::TicketRevoked,
             "this ticket was revoked (its order was cancelled)",
         ));
     }
@@ -296,7 +307,7 @@ async fn scan(
             Ok(Json(Admitted { ticket_id, seat_id }))
         }
         Err(refusal) => {
-            metrics::counter!(onsale_telemetry::metrics::SCANS_TOTAL, "result" => refusal.code())
+            metrics::counter!(onsale_telemetry::metrics::SCANS_TOTAL, "result" => refusal.code().as_str())
                 .increment(1);
             let status = if refusal == tickets::ScanRefusal::AlreadyScanned {
                 StatusCode::CONFLICT
@@ -370,7 +381,7 @@ async fn cancel_order(
         Revocation::AlreadyScanned { ticket_id, seat_id } => {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
-                "TICKET_USED",
+                ErrorCode::TicketUsed,
                 "a ticket of this order was already scanned at the gate; an admin must review the cancellation",
             )
             .with("ticketId", serde_json::json!(ticket_id))

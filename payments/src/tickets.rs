@@ -386,12 +386,13 @@ pub enum ScanRefusal {
 }
 
 impl ScanRefusal {
-    pub fn code(self) -> &'static str {
+    pub fn code(self) -> onsale_edge::ErrorCode {
+        use onsale_edge::ErrorCode;
         match self {
-            Self::InvalidCode => "INVALID_CODE",
-            Self::ExpiredCode => "EXPIRED_CODE",
-            Self::Revoked => "TICKET_REVOKED",
-            Self::AlreadyScanned => "ALREADY_SCANNED",
+            Self::InvalidCode => ErrorCode::InvalidCode,
+            Self::ExpiredCode => ErrorCode::ExpiredCode,
+            Self::Revoked => ErrorCode::TicketRevoked,
+            Self::AlreadyScanned => ErrorCode::AlreadyScanned,
         }
     }
 }

@@ -7,6 +7,7 @@
 use axum::http::StatusCode;
 use chrono::{DateTime, NaiveDate, Utc};
 use onsale_edge::ApiError;
+use onsale_edge::ErrorCode;
 use onsale_projections::catalog::Search;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
@@ -75,7 +76,7 @@ pub struct SearchResults {
 }
 
 fn bad(detail: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", detail)
+    ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, detail)
 }
 
 /// An instant, or a day (its start, or with `end` its end).
@@ -235,7 +236,7 @@ fn unavailable(e: sqlx::Error) -> ApiError {
     tracing::warn!(error = %e, "catalog search failed");
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
-        "UNAVAILABLE",
+        ErrorCode::Unavailable,
         "the catalog is unreachable; retry shortly",
     )
     .retry_after(2)
@@ -262,7 +263,7 @@ pub async fn get(pool: &PgPool, id: &str) -> Result<Option<EventSummary>, ApiErr
             tracing::warn!(error = %e, "catalog read failed");
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "UNAVAILABLE",
+                ErrorCode::Unavailable,
                 "the catalog is unreachable; retry shortly",
             )
             .retry_after(2)

@@ -1,5 +1,6 @@
 //! The read side over gRPC (package `onsale.v1`), with gRPC-web on the same port for browsers.
 
+use onsale_edge::ErrorCode;
 use std::pin::Pin;
 
 use axum::http::StatusCode;
@@ -57,7 +58,7 @@ fn caller<T>(state: &QueryState, req: &Request<T>) -> Result<Caller, Status> {
         .ok_or_else(|| {
             ApiError::into_status(ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "UNAUTHENTICATED",
+                ErrorCode::Unauthenticated,
                 "authorization: Bearer metadata is required",
             ))
         })?;
@@ -89,7 +90,7 @@ fn counts(c: &crate::hub::SectionCounts) -> pb::SectionCounts {
 fn bad(detail: &str) -> Status {
     ApiError::into_status(ApiError::new(
         StatusCode::BAD_REQUEST,
-        "INVALID_REQUEST",
+        ErrorCode::InvalidRequest,
         detail,
     ))
 }
@@ -115,14 +116,14 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
             Read::Missing(Missing::Section) => {
                 return Err(ApiError::into_status(ApiError::new(
                     StatusCode::NOT_FOUND,
-                    "UNKNOWN_SECTION",
+                    ErrorCode::UnknownSection,
                     "the show has no such section",
                 )))
             }
             Read::Unavailable => {
                 return Err(ApiError::into_status(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "UNAVAILABLE",
+                    ErrorCode::Unavailable,
                     "the seat map is unreachable; retry shortly",
                 )))
             }
@@ -167,7 +168,7 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
             .map_err(|e| {
                 ApiError::into_status(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "UNAVAILABLE",
+                    ErrorCode::Unavailable,
                     e.to_string(),
                 ))
             })?

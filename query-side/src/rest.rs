@@ -1,5 +1,6 @@
 //! The query side's REST and SSE routes (API.md "Seat map", "Audit and the log", GET order).
 
+use onsale_edge::ErrorCode;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -98,7 +99,7 @@ fn parse_section(section: Option<&str>) -> Result<Option<&str>, ApiError> {
         Ok(()) => Ok(Some(s)),
         Err(e) => Err(ApiError::new(
             StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
+            ErrorCode::InvalidRequest,
             e.to_string(),
         )),
     }
@@ -109,7 +110,7 @@ fn missing(m: Missing) -> ApiError {
         Missing::Show => ShowError::ShowNotFound.into(),
         Missing::Section => ApiError::new(
             StatusCode::NOT_FOUND,
-            "UNKNOWN_SECTION",
+            ErrorCode::UnknownSection,
             "the show has no such section",
         ),
     }
@@ -119,7 +120,7 @@ fn db_unavailable(e: sqlx::Error) -> ApiError {
     tracing::warn!(error = %e, "read model unreachable");
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
-        "UNAVAILABLE",
+        ErrorCode::Unavailable,
         "the read models are unreachable; retry shortly",
     )
 }
@@ -128,7 +129,7 @@ fn log_unavailable(e: onsale_eventlog::StoreError) -> ApiError {
     tracing::warn!(error = %e, "event log unreachable");
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
-        "UNAVAILABLE",
+        ErrorCode::Unavailable,
         "the event log is unreachable; retry shortly",
     )
 }
@@ -166,13 +167,18 @@ async fn seat_map(
         Read::Unavailable => {
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "UNAVAILABLE",
+                ErrorCode::Unavailable,
                 "the seat map is unreachable; retry shortly",
             ))
         }
     };
-    let etag = HeaderValue::from_str(&snap.etag)
-        .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "bad etag"))?;
+    let etag = HeaderValue::from_str(&snap.etag).map_err(|_| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::Internal,
+            "bad etag",
+        )
+    })?;
     let cache = HeaderValue::from_static(if stale {
         "no-cache"
     } else {
@@ -213,7 +219,7 @@ fn parse_until(q: &MapQuery) -> Result<Option<onsale_eventlog::Until>, ApiError>
     let bad = |detail: &str| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
+            ErrorCode::InvalidRequest,
             detail.to_owned(),
         )
     };
@@ -251,7 +257,7 @@ pub async fn past_map(
             tracing::error!(%m, "a show of the past could not be rebuilt");
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                "INTERNAL",
+                ErrorCode::Internal,
                 "the log could not be read",
             )
         }
@@ -268,12 +274,12 @@ pub async fn past_map(
         Past::NoShow => Err(ShowError::ShowNotFound.into()),
         Past::Before => Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            "NOT_SCHEDULED_YET",
+            ErrorCode::NotScheduledYet,
             "the show was scheduled after that instant",
         )),
         Past::Beyond { head } => Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "BEYOND_THE_LOG",
+            ErrorCode::BeyondTheLog,
             format!("the show's log ends at sequence {head}"),
         )),
     }
@@ -301,7 +307,7 @@ async fn updates(
                 .ok_or_else(|| {
                     ApiError::new(
                         StatusCode::BAD_REQUEST,
-                        "INVALID_REQUEST",
+                        ErrorCode::InvalidRequest,
                         "Last-Event-ID must be a delta seq",
                     )
                 })?,
@@ -436,7 +442,7 @@ where
             // The projection is behind: say so rather than answer from an older state.
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "PROJECTION_BEHIND",
+                ErrorCode::ProjectionBehind,
                 "this changed a moment ago and is not readable yet; retry shortly",
             ));
         }
@@ -605,7 +611,7 @@ fn parse_history_cursor(c: &str) -> Result<HistoryKey, ApiError> {
     let bad = || {
         ApiError::new(
             StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
+            ErrorCode::InvalidRequest,
             "cursor is not one this server gave",
         )
     };
@@ -641,7 +647,7 @@ pub async fn find_history(
         Some(_) => {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
-                "INVALID_REQUEST",
+                ErrorCode::InvalidRequest,
                 format!("limit is 1 to {HISTORY_PAGE_MAX}"),
             ))
         }
@@ -657,7 +663,7 @@ pub async fn find_history(
                 chrono::DateTime::from_timestamp_micros(micros).ok_or_else(|| {
                     ApiError::new(
                         StatusCode::BAD_REQUEST,
-                        "INVALID_REQUEST",
+                        ErrorCode::InvalidRequest,
                         "cursor is not one this server gave",
                     )
                 })?,

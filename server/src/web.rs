@@ -2,6 +2,7 @@
 //! (one built front end, `web/`, served from `ONSALE_WEB_DIR`; nothing from a CDN), and in
 //! development mode only, the sign-in that mints a token for the local stack.
 
+use onsale_edge::ErrorCode;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -178,7 +179,7 @@ async fn dev_token(
     if !peer.is_some_and(|p| p.0 .0.ip().is_loopback()) {
         return ApiError::new(
             StatusCode::FORBIDDEN,
-            "DEV_TOKEN_LOOPBACK_ONLY",
+            ErrorCode::DevTokenLoopbackOnly,
             "development tokens are handed out to this machine only",
         )
         .into_response();
@@ -188,7 +189,7 @@ async fn dev_token(
         Err(e) => {
             return ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "INVALID_REQUEST",
+                ErrorCode::InvalidRequest,
                 e.body_text(),
             )
             .into_response()
@@ -197,7 +198,7 @@ async fn dev_token(
     if let Err(e) = AccountId::parse(&body.sub) {
         return ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "INVALID_REQUEST",
+            ErrorCode::InvalidRequest,
             e.to_string(),
         )
         .into_response();
@@ -215,8 +216,12 @@ async fn dev_token(
             }),
         )
             .into_response(),
-        Err(e) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", e.to_string())
-            .into_response(),
+        Err(e) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::Internal,
+            e.to_string(),
+        )
+        .into_response(),
     }
 }
 
@@ -269,7 +274,7 @@ async fn alerts(State(a): State<Alerts>, headers: axum::http::HeaderMap) -> Resp
         .ok_or_else(|| {
             ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "UNAUTHENTICATED",
+                ErrorCode::Unauthenticated,
                 "a bearer token is required",
             )
         })
@@ -280,7 +285,7 @@ async fn alerts(State(a): State<Alerts>, headers: axum::http::HeaderMap) -> Resp
     let Some(base) = &a.prometheus else {
         return ApiError::new(
             StatusCode::NOT_FOUND,
-            "NOT_CONFIGURED",
+            ErrorCode::NotConfigured,
             "no Prometheus is configured (ONSALE_PROMETHEUS_URL)",
         )
         .into_response();
@@ -322,7 +327,7 @@ async fn alerts(State(a): State<Alerts>, headers: axum::http::HeaderMap) -> Resp
 fn unavailable(why: &str) -> Response {
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
-        "UNAVAILABLE",
+        ErrorCode::Unavailable,
         format!("Prometheus does not answer: {why}"),
     )
     .retry_after(5)

@@ -1,6 +1,7 @@
 //! The waiting room's routes (API.md, "Waiting room"): join, the fan's view (JSON or SSE),
 //! enter, heartbeat.
 
+use onsale_edge::ErrorCode;
 use std::convert::Infallible;
 
 use futures::StreamExt;
@@ -76,7 +77,7 @@ pub fn router(room: WaitingRoom, verifier: Verifier, streams: StreamSlots) -> Ro
 #[derive(Debug)]
 pub struct WaitingRoomDoc;
 
-fn err(status: StatusCode, code: &'static str, detail: &str) -> ApiError {
+fn err(status: StatusCode, code: ErrorCode, detail: &str) -> ApiError {
     ApiError::new(status, code, detail)
 }
 
@@ -90,7 +91,7 @@ fn store_unavailable(e: &redis::RedisError, detail: &str) -> ApiError {
     redis_down(e);
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
-        "WAITING_ROOM_UNAVAILABLE",
+        ErrorCode::WaitingRoomUnavailable,
         detail,
     )
 }
@@ -107,14 +108,14 @@ async fn show_with_room(
     if !facts.waiting_room {
         return Err(err(
             StatusCode::NOT_FOUND,
-            "NO_WAITING_ROOM",
+            ErrorCode::NoWaitingRoom,
             "this event sells without a waiting room",
         ));
     }
     if Utc::now() >= facts.starts_at {
         return Err(err(
             StatusCode::CONFLICT,
-            "SALE_CLOSED",
+            ErrorCode::SaleClosed,
             "the show has started",
         ));
     }
@@ -182,7 +183,7 @@ async fn challenge(
     if bits == 0 {
         return Err(err(
             StatusCode::NOT_FOUND,
-            "NO_CHALLENGE",
+            ErrorCode::NoChallenge,
             "this event's waiting room asks no challenge: join directly",
         ));
     }
@@ -212,7 +213,7 @@ fn verified_if_asked(rules: &crate::JoinRules, caller: &Caller) -> Result<(), Ap
     if rules.verified_only && caller.role == Role::Fan && !caller.verified {
         return Err(err(
             StatusCode::FORBIDDEN,
-            "VERIFIED_ACCOUNT_REQUIRED",
+            ErrorCode::VerifiedAccountRequired,
             "this event's line is open to verified accounts only",
         ));
     }
@@ -249,14 +250,14 @@ async fn admit_joiner(
         }
         return Err(err(
             StatusCode::PRECONDITION_REQUIRED,
-            "CHALLENGE_REQUIRED",
+            ErrorCode::ChallengeRequired,
             "this event asks a proof of work to join: solve a challenge from GET /v1/events/{id}/waiting-room/challenge and send {challenge, solution}",
         ));
     };
     let invalid = || {
         err(
             StatusCode::FORBIDDEN,
-            "CHALLENGE_INVALID",
+            ErrorCode::ChallengeInvalid,
             "the challenge is not one of ours, has expired, is another account's or event's, or is smaller than the event asks now: ask another",
         )
     };
@@ -277,7 +278,7 @@ async fn admit_joiner(
     if !challenge::solves(&challenge, &solution, claims.bits) {
         return Err(err(
             StatusCode::FORBIDDEN,
-            "CHALLENGE_NOT_SOLVED",
+            ErrorCode::ChallengeNotSolved,
             "the solution does not solve the challenge",
         ));
     }
@@ -290,7 +291,7 @@ async fn admit_joiner(
         Ok(true) => Ok(()),
         Ok(false) => Err(err(
             StatusCode::CONFLICT,
-            "CHALLENGE_REUSED",
+            ErrorCode::ChallengeReused,
             "this challenge was used already: ask another",
         )),
         // Redis away: the line runs in fallback (no positions to win), and the challenge is
@@ -324,7 +325,7 @@ async fn join(
         serde_json::from_slice::<JoinRequest>(&body).map_err(|e| {
             err(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "INVALID_REQUEST",
+                ErrorCode::InvalidRequest,
                 &format!("the body is not {{challenge, solution}}: {e}"),
             )
         })?
@@ -335,7 +336,7 @@ async fn join(
         _ => {
             return Err(err(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "INVALID_REQUEST",
+                ErrorCode::InvalidRequest,
                 "send a challenge with its solution, or neither",
             ))
         }
@@ -532,7 +533,7 @@ async fn view(
         .ok_or_else(|| {
             err(
                 StatusCode::FORBIDDEN,
-                "INVALID_QUEUE_TOKEN",
+                ErrorCode::InvalidQueueToken,
                 "the queue token is missing, not yours or not valid",
             )
         })?;
@@ -545,7 +546,7 @@ async fn view(
         .map_err(|_| {
             err(
                 StatusCode::FORBIDDEN,
-                "INVALID_QUEUE_TOKEN",
+                ErrorCode::InvalidQueueToken,
                 "the queue token is missing, not yours or not valid",
             )
         })?;
@@ -639,7 +640,7 @@ async fn enter(
 ) -> Result<Response, ApiError> {
     let (show, _) = show_with_room(&state, &id).await?;
     let (account, room) = (caller.account.to_string(), &state.room);
-    let refused = |code: &'static str, detail: &str| err(StatusCode::FORBIDDEN, code, detail);
+    let refused = |code: ErrorCode, detail: &str| err(StatusCode::FORBIDDEN, code, detail);
     let claims: AdmissionClaims = room
         .signer
         .verify(
@@ -650,7 +651,7 @@ async fn enter(
         )
         .map_err(|_| {
             refused(
-                "INVALID_ADMISSION",
+                ErrorCode::InvalidAdmission,
                 "the admission token is not yours, or not valid",
             )
         })?;
@@ -673,7 +674,7 @@ async fn enter(
     };
     if now > claims.exp_ms + (paused_now - claims.paused_ms) {
         return Err(refused(
-            "ADMISSION_EXPIRED",
+            ErrorCode::AdmissionExpired,
             "the grace window passed; join the line again",
         ));
     }
@@ -717,13 +718,14 @@ async fn enter(
             })
             .into_response())
         }
-        Ok((Entered::Replayed, _)) => {
-            Err(refused("ADMISSION_USED", "this admission was already used"))
-        }
+        Ok((Entered::Replayed, _)) => Err(refused(
+            ErrorCode::AdmissionUsed,
+            "this admission was already used",
+        )),
         Ok((Entered::Full, _)) => {
             let mut r = err(
                 StatusCode::TOO_MANY_REQUESTS,
-                "ZONE_FULL",
+                ErrorCode::ZoneFull,
                 "the sale is at capacity this second; your admission stays good, retry shortly",
             )
             .into_response();
@@ -757,7 +759,7 @@ async fn own_session(
         .map_err(|_| {
             err(
                 StatusCode::FORBIDDEN,
-                "INVALID_SESSION",
+                ErrorCode::InvalidSession,
                 "the session is not yours, or not valid",
             )
         })?;
@@ -806,7 +808,7 @@ async fn heartbeat(
     if !live {
         return Err(err(
             StatusCode::GONE,
-            "SESSION_EXPIRED",
+            ErrorCode::SessionExpired,
             "the session's lease expired; join the line again",
         ));
     }

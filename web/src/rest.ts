@@ -1,7 +1,7 @@
 // The REST API, typed from the OpenAPI document the server serves (openapi-typescript into
 // src/gen/api.d.ts, openapi-fetch to call it), and its problem+json errors in a fan's words.
 import createClient from "openapi-fetch";
-import type { paths } from "./gen/api";
+import type { components, paths } from "./gen/api";
 import { currentSession } from "./session";
 
 export const rest = createClient<paths>({ baseUrl: location.origin });
@@ -16,16 +16,15 @@ rest.use({
   },
 });
 
-/** An RFC 7807 problem as the API answers it. */
-export interface Problem {
-  code?: string;
-  title?: string;
-  detail?: string;
-  status?: number;
-  lostSeatIds?: string[];
-}
+/** A failure's code: the union the OpenAPI document lists (the server's `ErrorCode`). */
+export type ErrorCode = components["schemas"]["ErrorCode"];
 
-const WORDS: Record<string, string> = {
+/** An RFC 7807 problem as the API answers it (the document's `Problem`), with the members some
+ * codes carry; any member may be missing from an answer that is not the API's. */
+export type Problem = Partial<components["schemas"]["Problem"]> & { lostSeatIds?: string[] };
+
+/** A fan's words for the codes a fan may meet; the others say what the server said. */
+const WORDS: Partial<Record<ErrorCode, string>> = {
   SEAT_UNAVAILABLE: "Someone just took that seat. Pick another one.",
   HOLD_LIMIT: "You already hold as many seats as one fan may.",
   ADMISSION_REQUIRED: "This show has a waiting room: join the line first.",

@@ -1,5 +1,6 @@
 //! The REST command API of API.md: venues and events (admin), holds, release, orders.
 
+use onsale_edge::ErrorCode;
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
@@ -70,24 +71,24 @@ impl From<CommandError> for ApiError {
             CommandError::Unavailable => Self::unavailable(),
             CommandError::Overloaded => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "OVERLOADED",
+                ErrorCode::Overloaded,
                 "too many requests are waiting for this show; retry shortly",
             ),
             CommandError::ShuttingDown => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "SHUTTING_DOWN",
+                ErrorCode::ShuttingDown,
                 "this server is shutting down; retry shortly",
             ),
             CommandError::Moving => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "SHOW_MOVING",
+                ErrorCode::ShowMoving,
                 "this show is moving to another database shard; retry shortly",
             ),
             CommandError::Internal(m) => {
                 tracing::error!(error = %m, "internal error");
                 Self::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
-                    "INTERNAL",
+                    ErrorCode::Internal,
                     "an unexpected error; it was logged",
                 )
             }
@@ -311,7 +312,7 @@ async fn get_venue(
     else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            "VENUE_NOT_FOUND",
+            ErrorCode::VenueNotFound,
             "no such venue",
         ));
     };
@@ -554,7 +555,7 @@ async fn create_event(
     if body.waiting_room && state.gate.is_none() {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "WAITING_ROOM_UNAVAILABLE",
+            ErrorCode::WaitingRoomUnavailable,
             "this deployment runs without a waiting room (no Redis configured); create the event with waitingRoom: false",
         ));
     }
@@ -573,7 +574,7 @@ async fn create_event(
     else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            "VENUE_NOT_FOUND",
+            ErrorCode::VenueNotFound,
             "no such venue",
         ));
     };
@@ -798,7 +799,7 @@ fn parse_body<T: serde::de::DeserializeOwned>(body: &Value) -> Result<T, ApiErro
     T::deserialize(body).map_err(|e| {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "INVALID_REQUEST",
+            ErrorCode::InvalidRequest,
             e.to_string(),
         )
     })
@@ -877,7 +878,7 @@ async fn create_hold(
     state.health.record(secs, served);
     let outcome = match &result {
         Ok(_) => "held",
-        Err(crate::owner::CommandError::Domain(e)) => e.code(),
+        Err(crate::owner::CommandError::Domain(e)) => ErrorCode::from(e).as_str(),
         Err(_) => "error",
     };
     metrics::counter!(onsale_telemetry::metrics::HOLD_REQUESTS_TOTAL, "outcome" => outcome)
@@ -958,7 +959,7 @@ async fn place_order(
     let key = idempotency_key(&headers)?.ok_or_else(|| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
-            "IDEMPOTENCY_KEY_REQUIRED",
+            ErrorCode::IdempotencyKeyRequired,
             "POST /v1/orders needs an Idempotency-Key header",
         )
     })?;
@@ -1023,7 +1024,7 @@ async fn admitted(
     let Some(gate) = &state.gate else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "WAITING_ROOM_UNAVAILABLE",
+            ErrorCode::WaitingRoomUnavailable,
             "this show sells through a waiting room, which this process does not run",
         ));
     };
@@ -1034,11 +1035,11 @@ async fn admitted(
         .await
         .map_err(|refusal| match refusal {
             GateRefusal::AdmissionRequired(why) => {
-                ApiError::new(StatusCode::FORBIDDEN, "ADMISSION_REQUIRED", why)
+                ApiError::new(StatusCode::FORBIDDEN, ErrorCode::AdmissionRequired, why)
             }
             GateRefusal::Unavailable => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "WAITING_ROOM_UNAVAILABLE",
+                ErrorCode::WaitingRoomUnavailable,
                 "the waiting room's sessions cannot be checked now; retry shortly",
             ),
         })
@@ -1047,9 +1048,8 @@ async fn admitted(
 async fn healthz(State(state): State<AppState>) -> Response {
     match state.live.as_ref().map_or(Ok(()), |check| check()) {
         Ok(()) => (StatusCode::OK, "ok").into_response(),
-        Err(why) => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "UNHEALTHY", why).into_response()
-        }
+        Err(why) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unhealthy, why)
+            .into_response(),
     }
 }
 
@@ -1060,7 +1060,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
     match state.ready.as_ref().map_or(Ok(()), |check| check()) {
         Ok(()) => (StatusCode::OK, "ready").into_response(),
         Err(why) => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "NOT_READY", why).into_response()
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NotReady, why).into_response()
         }
     }
 }

@@ -2,7 +2,7 @@
 // the line passes the fan, entering by itself; then the session is kept alive (heartbeats)
 // while the page is open, and every hold carries it (`X-Onsale-Session`).
 import { useEffect, useState } from "preact/hooks";
-import { inWords } from "../rest";
+import { type ErrorCode, inWords } from "../rest";
 import { currentSession } from "../session";
 import { sseOver } from "./sse";
 
@@ -42,7 +42,7 @@ function auth(): Record<string, string> {
 /** A refusal of the API: its problem's code and words for the fan. */
 class Refused extends Error {
   constructor(
-    readonly code: string | undefined,
+    readonly code: ErrorCode | undefined,
     detail: string,
   ) {
     super(detail);
