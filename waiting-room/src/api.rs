@@ -22,10 +22,11 @@ use onsale_edge::ApiError;
 use onsale_edge::ApiJson;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+
 use utoipa::{OpenApi, ToSchema};
 
 use crate::challenge::{self, ChallengeClaims};
+use crate::sale::Availability;
 use crate::store::Entered;
 use crate::tokens::{self, AdmissionClaims, QueueClaims, SessionClaims};
 use crate::{eta, now_ms, WaitingRoom};
@@ -35,7 +36,7 @@ pub struct RoomState {
     pub room: WaitingRoom,
     pub verifier: Verifier,
     streams: StreamSlots,
-    availability: moka::future::Cache<ShowId, &'static str>,
+    availability: moka::future::Cache<ShowId, Availability>,
 }
 
 impl std::fmt::Debug for RoomState {
@@ -71,8 +72,20 @@ pub fn router(room: WaitingRoom, verifier: Verifier, streams: StreamSlots) -> Ro
 
 #[derive(OpenApi)]
 #[openapi(
-    paths(join, challenge, view, enter, heartbeat),
-    components(schemas(Joined, JoinRequest, Challenge, EnterRequest, Entry, HeartbeatRequest))
+    paths(join, challenge, view, enter, heartbeat, leave),
+    components(schemas(
+        Joined,
+        JoinRequest,
+        Challenge,
+        EnterRequest,
+        Entry,
+        HeartbeatRequest,
+        Standing,
+        LineStatus,
+        LineMode,
+        Availability,
+        Closing
+    ))
 )]
 #[derive(Debug)]
 pub struct WaitingRoomDoc;
@@ -138,6 +151,81 @@ pub struct Joined {
     pub eta: Option<f64>,
     /// `PRE_QUEUE`, `WAITING`, or `FALLBACK` (Redis away: admission at a fixed pace).
     pub status: &'static str,
+}
+
+/// Where a fan stands in a show's line: `GET /v1/events/{id}/waiting-room`, and each event of
+/// its stream.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Standing {
+    pub status: LineStatus,
+    /// `FALLBACK` while the line's store is away (admission at a fixed pace); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<LineMode>,
+    /// The fan's place; `null` in the pre-queue (drawn at the opening) and in fallback.
+    pub position: Option<i64>,
+    /// The last place admitted so far.
+    pub admitted_through: Option<i64>,
+    /// Seconds until admission, approximate and never growing; `null` when unknown.
+    pub eta: Option<f64>,
+    /// `ADMITTED`: what `POST /v1/events/{id}/enter` takes, until `enterBy`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admission_token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enter_by: Option<DateTime<Utc>>,
+    /// `EXPIRED`: what happened, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// `ERROR` (a stream's event only): why the standing could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<ErrorCode>,
+    pub availability: Availability,
+}
+
+impl Standing {
+    fn new(status: LineStatus, availability: Availability) -> Self {
+        Self {
+            status,
+            mode: None,
+            position: None,
+            admitted_through: None,
+            eta: None,
+            admission_token: None,
+            enter_by: None,
+            detail: None,
+            code: None,
+            availability,
+        }
+    }
+}
+
+/// Where in the line a fan is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum LineStatus {
+    /// Joined before the opening: places are drawn at random when it opens.
+    PreQueue,
+    Waiting,
+    /// The line passed the fan's place: enter with the admission token before `enterBy`.
+    Admitted,
+    /// Admitted, but the grace window passed: join again (at the back).
+    Expired,
+    /// A stream's event only: the standing could not be read this time (`code`); the stream goes on.
+    Error,
+}
+
+/// How the line runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum LineMode {
+    /// The line's store is away: admission at a fixed pace from PostgreSQL.
+    Fallback,
+}
+
+/// The stream's last event when the server shuts down (`event: closing`): reconnect.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Closing {
+    pub reason: &'static str,
 }
 
 /// What a join carries when the show asks a challenge: the challenge as it was given, and the
@@ -430,19 +518,20 @@ fn fan_eta(s: &crate::store::Standing) -> Option<f64> {
 
 /// "no seats and no live holds" versus "seats may come back" (002, sold-out signals); read
 /// at most once a second per show.
-async fn availability(state: &RoomState, show: ShowId) -> &'static str {
+async fn availability(state: &RoomState, show: ShowId) -> Availability {
     let pool = state.room.pool.clone();
     state
         .availability
-        .get_with(show, async move {
-            crate::sale::availability(&pool, show).await.as_str()
-        })
+        .get_with(
+            show,
+            async move { crate::sale::availability(&pool, show).await },
+        )
         .await
 }
 
 /// The fan's view: position, the line, an ETA that never grows, and the admission token once
 /// the line has passed the position.
-async fn status(state: &RoomState, show: ShowId, account: &str) -> Result<Value, ApiError> {
+async fn status(state: &RoomState, show: ShowId, account: &str) -> Result<Standing, ApiError> {
     let room = &state.room;
     let availability = availability(state, show).await;
     let standing = match room.store.standing(show, account).await {
@@ -462,30 +551,37 @@ async fn status(state: &RoomState, show: ShowId, account: &str) -> Result<Value,
                     exp: Utc::now().timestamp() + 24 * 3600,
                     fallback: true,
                 });
-                return Ok(
-                    json!({"status": "ADMITTED", "mode": "FALLBACK", "position": null,
-                    "admissionToken": token, "enterBy": ms_to_time(now + room.grace().as_millis() as i64),
-                    "availability": availability}),
-                );
+                return Ok(Standing {
+                    mode: Some(LineMode::Fallback),
+                    admission_token: Some(token),
+                    enter_by: Some(ms_to_time(now + room.grace().as_millis() as i64)),
+                    ..Standing::new(LineStatus::Admitted, availability)
+                });
             }
-            return Ok(
-                json!({"status": "WAITING", "mode": "FALLBACK", "position": null,
-                "admittedThrough": null, "eta": null, "availability": availability}),
-            );
+            return Ok(Standing {
+                mode: Some(LineMode::Fallback),
+                ..Standing::new(LineStatus::Waiting, availability)
+            });
         }
     };
     let Some(position) = standing.position else {
-        return Ok(json!({"status": "PRE_QUEUE", "position": null,
-            "admittedThrough": standing.admitted_through, "eta": null, "availability": availability}));
+        return Ok(Standing {
+            admitted_through: Some(standing.admitted_through),
+            ..Standing::new(LineStatus::PreQueue, availability)
+        });
     };
     if let Some(passed) = standing.passed_at_ms {
         let grace = room.grace().as_millis() as i64;
         let deadline = passed + grace + (standing.paused_ms - standing.paused_at_pass_ms);
         if now_ms() > deadline {
-            return Ok(json!({"status": "EXPIRED", "position": position,
-                "admittedThrough": standing.admitted_through,
-                "detail": "the grace window passed; join again to go to the back of the line",
-                "availability": availability}));
+            return Ok(Standing {
+                position: Some(position),
+                admitted_through: Some(standing.admitted_through),
+                detail: Some(
+                    "the grace window passed; join again to go to the back of the line".into(),
+                ),
+                ..Standing::new(LineStatus::Expired, availability)
+            });
         }
         let token = room.signer.sign(&AdmissionClaims {
             aud: tokens::ADMISSION.into(),
@@ -498,9 +594,13 @@ async fn status(state: &RoomState, show: ShowId, account: &str) -> Result<Value,
             exp: Utc::now().timestamp() + 24 * 3600,
             fallback: false,
         });
-        return Ok(json!({"status": "ADMITTED", "position": position,
-            "admittedThrough": standing.admitted_through, "admissionToken": token,
-            "enterBy": ms_to_time(deadline), "availability": availability}));
+        return Ok(Standing {
+            position: Some(position),
+            admitted_through: Some(standing.admitted_through),
+            admission_token: Some(token),
+            enter_by: Some(ms_to_time(deadline)),
+            ..Standing::new(LineStatus::Admitted, availability)
+        });
     }
     let eta = fan_eta(&standing);
     if let Some(e) = eta {
@@ -508,17 +608,19 @@ async fn status(state: &RoomState, show: ShowId, account: &str) -> Result<Value,
             redis_down(&err);
         }
     }
-    Ok(
-        json!({"status": "WAITING", "position": position, "admittedThrough": standing.admitted_through,
-        "eta": eta, "availability": availability}),
-    )
+    Ok(Standing {
+        position: Some(position),
+        admitted_through: Some(standing.admitted_through),
+        eta,
+        ..Standing::new(LineStatus::Waiting, availability)
+    })
 }
 
 /// Where the caller stands (the queue token in `X-Onsale-Queue-Token`); `Accept:
 /// text/event-stream` streams it every second until admitted.
 #[utoipa::path(get, path = "/v1/events/{id}/waiting-room", params(("id" = String, Path),
     ("X-Onsale-Queue-Token" = String, Header)), security(("bearer" = [])),
-    responses((status = 200, description = "{status, position, admittedThrough, eta, availability}: status WAITING, PRE_QUEUE, ADMITTED (with admissionToken and enterBy) or EXPIRED; availability AVAILABLE, SEATS_MAY_RETURN (none now; holds or payments may free some: the line is held back until they do), SOLD_OUT (held back) or UNKNOWN"), (status = 403)))]
+    responses((status = 200, body = Standing, description = "Where the caller stands; with `Accept: text/event-stream`, a `status` event every second and a last `admitted` event (ADMITTED or EXPIRED), or `closing` (Closing) when the server shuts down. availability: SEATS_MAY_RETURN means none now, but holds or payments may free some (the line is held back until they do); SOLD_OUT holds it back too"), (status = 403)))]
 async fn view(
     State(state): State<RoomState>,
     caller: Caller,
@@ -569,16 +671,24 @@ async fn view(
                 let event = Event::default()
                     .event("closing")
                     .retry(Duration::from_secs(1))
-                    .data(json!({"reason": "the server is shutting down; reconnect"}).to_string());
+                    .json_data(Closing {
+                        reason: "the server is shutting down; reconnect",
+                    })
+                    .unwrap_or_default();
                 return Some((Ok(event), (state, show, account, true)));
             }
-            let v = status(&state, show, &account)
-                .await
-                .unwrap_or_else(|e| json!({"status": "ERROR", "code": e.code}));
-            let admitted = v["status"] == "ADMITTED" || v["status"] == "EXPIRED";
+            let v = match status(&state, show, &account).await {
+                Ok(v) => v,
+                Err(e) => Standing {
+                    code: Some(e.code),
+                    ..Standing::new(LineStatus::Error, Availability::Unknown)
+                },
+            };
+            let admitted = matches!(v.status, LineStatus::Admitted | LineStatus::Expired);
             let event = Event::default()
                 .event(if admitted { "admitted" } else { "status" })
-                .data(v.to_string());
+                .json_data(&v)
+                .unwrap_or_default();
             if !admitted {
                 let pause = tokio::time::sleep(Duration::from_secs(1));
                 state.room.shutdown.run_until_cancelled(pause).await;
@@ -812,10 +922,10 @@ async fn heartbeat(
             "the session's lease expired; join the line again",
         ));
     }
-    Ok(Json(json!({
-        "leaseExpiresAt": ms_to_time(until),
-        "sessionId": session(room, &account, show, &claims.sid, until, claims.fallback),
-    }))
+    Ok(Json(Entry {
+        lease_expires_at: ms_to_time(until),
+        session_id: session(room, &account, show, &claims.sid, until, claims.fallback),
+    })
     .into_response())
 }
 

@@ -11,7 +11,8 @@ use onsale_domain::ShowId;
 use sqlx::PgPool;
 
 /// A show's seats as the line is told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Availability {
     /// Seats are available now.
     Available,
@@ -24,15 +25,6 @@ pub enum Availability {
 }
 
 impl Availability {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Available => "AVAILABLE",
-            Self::SeatsMayReturn => "SEATS_MAY_RETURN",
-            Self::SoldOut => "SOLD_OUT",
-            Self::Unknown => "UNKNOWN",
-        }
-    }
-
     /// Admitting more fans can help only while seats are available (or the read model cannot
     /// say: the controller pauses on an unreachable store itself).
     pub fn admits(self) -> bool {

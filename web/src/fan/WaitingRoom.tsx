@@ -2,25 +2,16 @@
 // the line passes the fan, entering by itself; then the session is kept alive (heartbeats)
 // while the page is open, and every hold carries it (`X-Onsale-Session`).
 import { useEffect, useState } from "preact/hooks";
+import type { components } from "../gen/api";
 import { type ErrorCode, inWords } from "../rest";
 import { currentSession } from "../session";
 import { sseOver } from "./sse";
 
-export interface Entry {
-  sessionId: string;
-  leaseExpiresAt: string;
-}
+/** The session a fan entered the show with (`POST /v1/events/{id}/enter`, and each heartbeat). */
+export type Entry = components["schemas"]["Entry"];
 
-interface Standing {
-  status: string;
-  position?: number | null;
-  admittedThrough?: number | null;
-  eta?: number | null;
-  admissionToken?: string;
-  detail?: string;
-  /** AVAILABLE, SEATS_MAY_RETURN (none now, holds or payments may free some) or SOLD_OUT. */
-  availability?: string;
-}
+/** Where the fan stands in the line (`GET /v1/events/{id}/waiting-room`, and its stream). */
+type Standing = components["schemas"]["Standing"];
 
 const KEY = (eventId: string) => `onsale.entry.${eventId}`;
 
@@ -122,7 +113,7 @@ export function WaitingRoom({ eventId, onEntered }: { eventId: string; onEntered
     (async () => {
       try {
         const joined = await joinLine(eventId, setSolving);
-        setStanding({ status: "WAITING", position: joined.position, eta: joined.eta });
+        setStanding({ status: "WAITING", position: joined.position, eta: joined.eta, availability: "UNKNOWN" });
         for (;;) {
           try {
             for await (const e of sseOver(
