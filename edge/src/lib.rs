@@ -42,6 +42,14 @@ impl<'de, T: TryFrom<i64>> serde::Deserialize<'de> for Integer<T> {
     }
 }
 
+/// Written as the integer it is (`155.0` read is `155` written): a request's fingerprint does
+/// not tell the two apart.
+impl<T: serde::Serialize> serde::Serialize for Integer<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Integer;

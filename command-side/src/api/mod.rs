@@ -739,15 +739,20 @@ async fn get_event(
         .into_response())
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+/// Written back (absent members omitted) for the request's fingerprint: the same request, however
+/// its JSON was spelt, has one fingerprint.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HoldRequest {
     /// Explicit seats, all or none.
+    #[serde(skip_serializing_if = "Option::is_none")]
     seat_ids: Option<Vec<String>>,
     /// Best available: how many seats (adjacent in one row where possible).
     #[schema(value_type = Option<i64>)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     quantity: Option<Integer<i64>>,
     /// Best available within this section.
+    #[serde(skip_serializing_if = "Option::is_none")]
     section: Option<String>,
 }
 
@@ -762,25 +767,16 @@ pub struct HoldResponse {
     expires_at: DateTime<Utc>,
 }
 
-/// Canonical JSON (object keys sorted at every level) so a fingerprint ignores key order.
-fn canonical(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => {
-            let sorted: BTreeMap<&String, Value> =
-                m.iter().map(|(k, v)| (k, canonical(v))).collect();
-            Value::Object(sorted.into_iter().map(|(k, v)| (k.clone(), v)).collect())
-        }
-        Value::Array(a) => Value::Array(a.iter().map(canonical).collect()),
-        other => other.clone(),
-    }
-}
-
-fn fingerprint(route: &str, body: &Value) -> String {
+/// A request's fingerprint: its route and the request as it was read, written back (serde_json
+/// writes a struct's members in their declared order), so key order and spelling do not count.
+fn fingerprint<T: Serialize>(route: &str, request: &T) -> Result<String, ApiError> {
+    let body = serde_json::to_vec(request)
+        .map_err(|e| crate::owner::CommandError::Internal(e.to_string()))?;
     let mut h = Sha256::new();
     h.update(route.as_bytes());
     h.update(b"\n");
-    h.update(canonical(body).to_string().as_bytes());
-    hex::encode(h.finalize())
+    h.update(&body);
+    Ok(hex::encode(h.finalize()))
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
@@ -793,16 +789,6 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiErr
             Ok(Some(IdempotencyKey::parse(s)?))
         }
     }
-}
-
-fn parse_body<T: serde::de::DeserializeOwned>(body: &Value) -> Result<T, ApiError> {
-    T::deserialize(body).map_err(|e| {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            ErrorCode::InvalidRequest,
-            e.to_string(),
-        )
-    })
 }
 
 /// Hold explicit seats (all or none) or the best available ones.
@@ -818,16 +804,18 @@ async fn create_hold(
     caller: Caller,
     Path(id): Path<String>,
     headers: HeaderMap,
-    ApiJson(body): ApiJson<Value>,
+    ApiJson(request): ApiJson<HoldRequest>,
 ) -> Result<Response, ApiError> {
     caller.require(&[Role::Fan, Role::Admin])?;
     let show_id: ShowId = id.parse()?;
-    let request: HoldRequest = parse_body(&body)?;
     admitted(&state, show_id, &caller, &headers).await?;
-    let idempotency = idempotency_key(&headers)?.map(|key| Idempotency {
-        key,
-        fingerprint: fingerprint(&format!("POST /v1/events/{show_id}/holds"), &body),
-    });
+    let idempotency = match idempotency_key(&headers)? {
+        Some(key) => Some(Idempotency {
+            key,
+            fingerprint: fingerprint(&format!("POST /v1/events/{show_id}/holds"), &request)?,
+        }),
+        None => None,
+    };
     let hold_id = HoldId::new(show_id);
     let account = caller.account.clone();
     let command = match (request.seat_ids, request.quantity) {
@@ -926,7 +914,7 @@ async fn release_hold(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OrderRequest {
     hold_id: String,
@@ -952,10 +940,9 @@ async fn place_order(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    ApiJson(body): ApiJson<Value>,
+    ApiJson(request): ApiJson<OrderRequest>,
 ) -> Result<Response, ApiError> {
     caller.require(&[Role::Fan, Role::Admin])?;
-    let request: OrderRequest = parse_body(&body)?;
     let key = idempotency_key(&headers)?.ok_or_else(|| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -977,7 +964,7 @@ async fn place_order(
         account: caller.account.clone(),
         idempotency: Idempotency {
             key,
-            fingerprint: fingerprint("POST /v1/orders", &body),
+            fingerprint: fingerprint("POST /v1/orders", &request)?,
         },
     };
     let answer = state.shows.execute(hold_id.show(), command).await;
@@ -1076,5 +1063,42 @@ async fn metrics_page(State(state): State<AppState>) -> Response {
         )
             .into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(json: &str) -> String {
+        let request: HoldRequest = serde_json::from_str(json).expect("a hold request");
+        fingerprint("POST /v1/events/e/holds", &request).expect("fingerprint")
+    }
+
+    #[test]
+    fn a_request_has_one_fingerprint_however_its_json_is_spelt() {
+        let best = hold(r#"{"quantity":2,"section":"A"}"#);
+        assert_eq!(best, hold(r#"{ "section": "A", "quantity": 2 }"#));
+        assert_eq!(
+            best,
+            hold(r#"{"section":"A","quantity":2.0,"seatIds":null}"#)
+        );
+        assert_ne!(best, hold(r#"{"quantity":3,"section":"A"}"#));
+        assert_ne!(best, hold(r#"{"quantity":2}"#));
+        let seats = hold(r#"{"seatIds":["A-1-1","A-1-2"]}"#);
+        assert_ne!(seats, hold(r#"{"seatIds":["A-1-2","A-1-1"]}"#));
+        let other_route = fingerprint(
+            "POST /v1/events/f/holds",
+            &serde_json::from_str::<HoldRequest>(r#"{"quantity":2,"section":"A"}"#)
+                .expect("a hold request"),
+        )
+        .expect("fingerprint");
+        assert_ne!(best, other_route);
+        // As the fingerprint of the body as sent was, for a body spelt in key order: a key
+        // reused across an upgrade still finds its first answer.
+        let mut h = Sha256::new();
+        h.update(b"POST /v1/events/e/holds\n");
+        h.update(br#"{"quantity":2,"section":"A"}"#);
+        assert_eq!(best, hex::encode(h.finalize()));
     }
 }
