@@ -13,7 +13,6 @@ use std::collections::{BTreeSet, HashMap};
 use onsale_domain::transitions::SeatStatus;
 use onsale_domain::{Show, ShowId};
 use onsale_telemetry::trace;
-use serde_json::json;
 use sqlx::postgres::PgConnection;
 
 use crate::fold::{status_at, EventCtx};
@@ -332,6 +331,36 @@ async fn update_sections(
     Ok(())
 }
 
+/// A changed seat in a delta.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SeatChange {
+    pub seat_id: onsale_domain::SeatId,
+    pub section: String,
+    pub status: String,
+}
+
+/// Changed section counts in a delta (and a section of a seat map).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, sqlx::FromRow)]
+pub struct SectionCounts {
+    pub section: String,
+    pub total: i32,
+    pub available: i32,
+    pub held: i32,
+    pub sold: i32,
+    /// Sold by quantity: counts only, no seats (deltas published before it existed: false).
+    #[serde(rename = "generalAdmission", default)]
+    pub general_admission: bool,
+}
+
+/// What a delta changed (`seat_map_deltas.body`): the sections whose counts moved and the seats
+/// whose status did. The one type the projection writes and the query side reads.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Changes {
+    pub sections: Vec<SectionCounts>,
+    pub seats: Vec<SeatChange>,
+}
+
 /// Turns the show's pending rows into the next delta; `None` when nothing was pending.
 async fn publish_delta(
     tx: &mut PgConnection,
@@ -348,7 +377,7 @@ async fn publish_delta(
     let Some((seq, lsn)) = row else {
         return Ok(None);
     };
-    let sections: Vec<(String, i32, i32, i32, i32, bool)> = sqlx::query_as(
+    let sections: Vec<SectionCounts> = sqlx::query_as(
         "UPDATE seat_map_sections SET delta_seq = $2 WHERE show_id = $1 AND delta_seq IS NULL
          RETURNING section, total, available, held, sold, general_admission",
     )
@@ -367,15 +396,17 @@ async fn publish_delta(
     if sections.is_empty() && seats.is_empty() {
         return Ok(None);
     }
-    let body = json!({
-        "sections": sections.iter().map(|(section, total, available, held, sold, ga)| json!({
-            "section": section, "total": total, "available": available, "held": held, "sold": sold,
-            "generalAdmission": ga,
-        })).collect::<Vec<_>>(),
-        "seats": seats.iter().map(|(seat_id, section, status)| json!({
-            "seatId": seat_id, "section": section, "status": status,
-        })).collect::<Vec<_>>(),
-    });
+    let seats = seats
+        .into_iter()
+        .map(|(seat_id, section, status)| {
+            Ok(SeatChange {
+                seat_id: onsale_domain::SeatId::parse(&seat_id)?,
+                section,
+                status,
+            })
+        })
+        .collect::<Result<Vec<_>, onsale_domain::ShowError>>()?;
+    let body = sqlx::types::Json(Changes { sections, seats });
     sqlx::query(
         "INSERT INTO seat_map_deltas (show_id, seq, lsn, at, body, traceparents)
          VALUES ($1, $2, $3::pg_lsn, now(), $4, $5)",
@@ -439,7 +470,7 @@ pub struct StoredDelta {
     pub seq: i64,
     pub lsn: String,
     pub at: chrono::DateTime<chrono::Utc>,
-    pub body: serde_json::Value,
+    pub body: sqlx::types::Json<Changes>,
     pub traceparents: Option<Vec<String>>,
 }
 

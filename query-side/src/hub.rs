@@ -7,37 +7,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use onsale_domain::{SeatId, ShowId};
+use onsale_domain::ShowId;
 use onsale_telemetry::trace;
 use serde::Serialize;
-use serde_json::Value;
 use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// A changed seat in a delta.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SeatChange {
-    pub seat_id: SeatId,
-    pub section: String,
-    pub status: String,
-}
-
-/// Changed section counts in a delta.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct SectionCounts {
-    pub section: String,
-    pub total: i32,
-    pub available: i32,
-    pub held: i32,
-    pub sold: i32,
-    /// Sold by quantity: counts only, no seats (deltas published before it existed: false).
-    #[serde(rename = "generalAdmission", default)]
-    pub general_admission: bool,
-}
+pub use onsale_projections::seat_map::{SeatChange, SectionCounts};
 
 /// One delta as the projection published it.
 #[derive(Debug)]
@@ -68,15 +47,9 @@ impl Delta {
         seq: i64,
         lsn: String,
         at: DateTime<Utc>,
-        body: Value,
+        stored: onsale_projections::seat_map::Changes,
         traces: Vec<String>,
     ) -> anyhow::Result<Self> {
-        #[derive(serde::Deserialize)]
-        struct Stored {
-            sections: Vec<SectionCounts>,
-            seats: Vec<SeatChange>,
-        }
-        let stored: Stored = serde_json::from_value(body)?;
         let mut d = Self {
             seq,
             lsn,
@@ -287,7 +260,7 @@ impl Hub {
         rows.into_iter()
             .map(|r| {
                 let traces = r.traceparents.unwrap_or_default();
-                Delta::new(r.seq, r.lsn, r.at, r.body, traces).map(Arc::new)
+                Delta::new(r.seq, r.lsn, r.at, r.body.0, traces).map(Arc::new)
             })
             .collect()
     }
