@@ -207,6 +207,11 @@ impl OrderState {
         }
     }
 
+    /// The payment failed, as clients see it (`FAILED`), whatever the compensation's step.
+    pub fn is_failed(self) -> bool {
+        matches!(self, Self::PaymentFailed | Self::Failed | Self::MakeGood)
+    }
+
     /// Nothing is owed on the order any more: no payment to resolve, no refund to send.
     pub fn is_resolved(self) -> bool {
         matches!(self, Self::Confirmed | Self::Failed | Self::Refunded)
@@ -228,6 +233,26 @@ mod tests {
     fn all_seat_moves() -> [SeatMove; 7] {
         use SeatMove::*;
         [Hold, Release, Order, Pay, Compensate, Cancel, Reinstate]
+    }
+
+    #[test]
+    fn a_failed_order_is_the_one_clients_see_failed() {
+        use OrderState::*;
+        for state in [
+            PendingPayment,
+            PaymentFailed,
+            Failed,
+            MakeGood,
+            Confirmed,
+            Cancelled,
+            Refunded,
+        ] {
+            assert_eq!(
+                state.is_failed(),
+                state.public_status() == "FAILED",
+                "{state:?}"
+            );
+        }
     }
 
     fn all_order_moves() -> [OrderMove; 8] {

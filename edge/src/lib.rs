@@ -8,12 +8,14 @@
 pub mod admission;
 pub mod auth;
 pub mod code;
+pub mod docs;
 pub mod limits;
 pub mod openapi;
 pub mod problem;
 
 pub use auth::{AuthSettings, Caller, Role};
 pub use code::ErrorCode;
+pub use docs::EventStatus;
 pub use problem::{ApiError, Problem};
 
 /// `axum::Json` whose rejections are problem+json.

@@ -15,7 +15,6 @@ use utoipa::{IntoParams, ToSchema};
 
 pub const PAGE: i64 = 20;
 pub const PAGE_MAX: i64 = 100;
-const STATUSES: [&str; 4] = ["SCHEDULED", "ON_SALE", "SOLD_OUT", "STARTED"];
 
 /// What a fan searches with. Every filter is optional; without `q` the shows come soonest
 /// first.
@@ -57,8 +56,8 @@ pub struct EventSummary {
     pub city: String,
     pub starts_at: DateTime<Utc>,
     pub on_sale_at: DateTime<Utc>,
-    /// SCHEDULED, ON_SALE, SOLD_OUT (no seat available now) or STARTED.
-    pub status: String,
+    #[sqlx(try_from = "String")]
+    pub status: onsale_edge::EventStatus,
     pub min_price_cents: i64,
     pub max_price_cents: i64,
     pub waiting_room: bool,
@@ -166,7 +165,7 @@ pub async fn search(pool: &PgPool, query: &SearchQuery) -> Result<SearchResults,
     let q = text("q", &query.q, 200)?;
     let city = text("city", &query.city, 100)?;
     let status = match text("status", &query.status, 20)? {
-        Some(s) if STATUSES.contains(&s.as_str()) => Some(s),
+        Some(s) if onsale_edge::EventStatus::try_from(s.clone()).is_ok() => Some(s),
         Some(_) => return Err(bad("status is SCHEDULED, ON_SALE, SOLD_OUT or STARTED")),
         None => None,
     };

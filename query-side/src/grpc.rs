@@ -240,7 +240,7 @@ fn summary(e: crate::catalog::EventSummary) -> pb::EventSummary {
         city: e.city,
         starts_at: e.starts_at.to_rfc3339(),
         on_sale_at: e.on_sale_at.to_rfc3339(),
-        status: e.status,
+        status: e.status.as_str().to_owned(),
         min_price_cents: e.min_price_cents,
         max_price_cents: e.max_price_cents,
         waiting_room: e.waiting_room,

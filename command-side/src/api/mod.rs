@@ -625,10 +625,7 @@ pub struct EventDoc {
     city: String,
     starts_at: DateTime<Utc>,
     on_sale_at: DateTime<Utc>,
-    /// SCHEDULED (before the on-sale), ON_SALE, SOLD_OUT (no seat available now; returns may
-    /// put it on sale again) or STARTED.
-    #[schema(example = "ON_SALE")]
-    status: &'static str,
+    status: onsale_edge::EventStatus,
     /// Cents per price tier.
     prices: BTreeMap<String, i64>,
     min_price_cents: Option<i64>,
@@ -677,15 +674,7 @@ async fn get_event(
     // a moment after the show is scheduled: then all seats are).
     let available = state.public_catalog.live(show_id).await.available;
     let (hold_ttl_seconds, policy) = state.public_catalog.policy(show_id).await?;
-    let status = if now >= info.starts_at {
-        "STARTED"
-    } else if available == Some(0) {
-        "SOLD_OUT"
-    } else if now < info.on_sale_at {
-        "SCHEDULED"
-    } else {
-        "ON_SALE"
-    };
+    let status = onsale_edge::EventStatus::at(now, info.starts_at, info.on_sale_at, available);
     let sections = layout
         .sections()
         .iter()

@@ -188,7 +188,9 @@ impl Show {
             total_cents: order.total_cents,
             placed_at: order.placed_at,
             make_good: order.make_good,
-            failure_reason: (order.state.public_status() == "FAILED")
+            failure_reason: order
+                .state
+                .is_failed()
                 .then(|| order.failure_code.unwrap_or_default()),
         })
     }
