@@ -85,32 +85,46 @@ impl WebSettings {
     }
 }
 
-/// The page (told where gRPC-web is: `%ONSALE_GRPC_WEB%` in index.html) and its assets.
+/// The page (told where gRPC-web is: `%ONSALE_GRPC_WEB%` in index.html), the API reference
+/// (docs.html at `/docs`: Redoc drawing `/openapi.json`) and their assets.
 fn pages(dir: &Path, grpc_web: &str) -> anyhow::Result<Router> {
-    let index = dir.join("index.html");
-    let page = std::fs::read_to_string(&index).map_err(|e| {
-        anyhow::anyhow!(
-            "ONSALE_WEB_DIR: {} cannot be read ({e}); build the front end first (`make web`)",
-            index.display()
-        )
-    })?;
-    let page = std::sync::Arc::new(page.replace("%ONSALE_GRPC_WEB%", &html_attr(grpc_web)));
-    let serve_page = move || {
-        let page = page.clone();
-        async move {
-            (
-                [
-                    (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-                    // The page names its assets by content hash: it is revalidated, they are not.
-                    (header::CACHE_CONTROL, "no-cache"),
-                ],
-                page.as_str().to_owned(),
+    let read = |name: &str| {
+        let path = dir.join(name);
+        std::fs::read_to_string(&path).map_err(|e| {
+            anyhow::anyhow!(
+                "ONSALE_WEB_DIR: {} cannot be read ({e}); build the front end first (`make web`)",
+                path.display()
             )
+        })
+    };
+    let page = read("index.html")?.replace("%ONSALE_GRPC_WEB%", &html_attr(grpc_web));
+    let serve = |page: String| {
+        let page = std::sync::Arc::new(page);
+        move || {
+            let page = page.clone();
+            async move {
+                (
+                    [
+                        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                        // A page names its assets by content hash: it is revalidated, they are not.
+                        (header::CACHE_CONTROL, "no-cache"),
+                    ],
+                    page.as_str().to_owned(),
+                )
+            }
         }
     };
+    let serve_page = serve(page);
     Ok(Router::new()
         .route("/", get(serve_page.clone()))
         .route("/ops", get(serve_page))
+        .route(
+            "/docs",
+            get(serve(read("docs.html")?)).layer(SetResponseHeaderLayer::overriding(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(DOCS_CSP),
+            )),
+        )
         .nest_service(
             "/assets",
             tower::ServiceBuilder::new()
@@ -121,6 +135,10 @@ fn pages(dir: &Path, grpc_web: &str) -> anyhow::Result<Router> {
                 .service(ServeDir::new(dir.join("assets"))),
         ))
 }
+
+/// The API reference: Redoc's bundle from this server, its inline styles, its search in a blob
+/// worker, nothing from elsewhere (its attribution logo on a CDN is refused).
+const DOCS_CSP: &str = "default-src 'self'; script-src 'self'; worker-src blob:; img-src 'self' data:; style-src 'self' 'unsafe-inline'; font-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// Text safe inside a double-quoted HTML attribute.
 fn html_attr(s: &str) -> String {
@@ -446,6 +464,11 @@ mod tests {
             r#"<meta name="onsale-grpc-web" content="%ONSALE_GRPC_WEB%">"#,
         )
         .expect("index");
+        std::fs::write(
+            dir.path().join("docs.html"),
+            "<title>onsale API reference</title>",
+        )
+        .expect("docs");
         std::fs::create_dir(dir.path().join("assets")).expect("assets");
         std::fs::write(dir.path().join("assets/app-1.js"), "console.log(1)").expect("asset");
         let grpc = GRPC.parse().expect("addr");
@@ -460,6 +483,10 @@ mod tests {
             assert_eq!(r.headers()[header::CACHE_CONTROL], "no-cache");
             assert!(text(r).await.contains(r#"content=":50999""#), "{page}");
         }
+        let (status, r) = call(&router, "GET", "/docs", "").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(r.headers()[header::CONTENT_SECURITY_POLICY], DOCS_CSP);
+        assert!(text(r).await.contains("API reference"));
         let (status, r) = call(&router, "GET", "/assets/app-1.js", "").await;
         assert_eq!(status, StatusCode::OK);
         assert!(r.headers()[header::CACHE_CONTROL]

@@ -273,3 +273,11 @@ async fn a_page_on_another_origin_buys_through_the_waiting_room() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_reference_at_docs_draws_the_servers_openapi_document_from_the_build_alone() {
+    let db = TestDb::new().await.expect("db");
+    let (rp, event, base) = serving_a_show(&db).await;
+    run_e2e("docs.mjs", &[("BASE", &base), ("EVENT", &event)]).await;
+    rp.stop().await;
+}
