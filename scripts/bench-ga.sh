@@ -2,7 +2,7 @@
 # make bench-ga: general-admission holds/s on one hot floor, side by side in one run:
 #   onsale http     the REST hold path ({"quantity": n, "section": "FLOOR"}), driven by wrk
 #   onsale command  the command layer (owners + event store), driven in-process
-#   counter K=1     the design document's guarded counter UPDATE on one row, by pgbench
+#   counter K=1     the design's guarded counter UPDATE (design.md §8.3) on one row, by pgbench
 #   counter K=16    the same over 16 bucket rows, each buyer hashed to one
 # for holds of 1 and 4 places, 64 and 1,000 concurrent clients. onsale's floor has 200,000
 # places (a show's most) and 1 s holds, so places keep coming back faster than they are taken

@@ -2,7 +2,7 @@
 # make bench-holds: holds/s and latency on one 50,000-seat show, side by side in one run:
 #   http     onsale's REST hold path, driven by wrk
 #   command  onsale's command layer (owners + event store), driven in-process
-#   pgbench  the design document's guarded-UPDATE hold, on the same PostgreSQL
+#   pgbench  the design's guarded-UPDATE hold (design.md §3.1), on the same PostgreSQL
 # for 1- and 4-seat holds, uniform and skewed demand, 64 and 1,000 concurrent clients.
 # Every hold has a 1 s TTL so seats keep coming back and no run sells out. Each configuration
 # runs BENCH_REPEAT times (3) interleaved; the report gives medians.

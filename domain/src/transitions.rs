@@ -196,7 +196,7 @@ impl Transition for OrderState {
 }
 
 impl OrderState {
-    /// The status clients see (API.md): a declined order is FAILED as soon as it is declined.
+    /// The status clients see (docs/api.md): a declined order is FAILED as soon as it is declined.
     pub fn public_status(self) -> &'static str {
         match self {
             Self::PendingPayment => "PENDING_PAYMENT",

@@ -1,4 +1,4 @@
-//! Bearer JWT (HS256) with the roles of API.md.
+//! Bearer JWT (HS256) with the roles of docs/api.md.
 
 use crate::ErrorCode;
 use axum::extract::{FromRef, FromRequestParts};

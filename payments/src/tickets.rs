@@ -376,7 +376,7 @@ impl Code {
     }
 }
 
-/// Why the gate refuses a code (API.md's codes).
+/// Why the gate refuses a code (docs/api.md's codes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScanRefusal {
     InvalidCode,

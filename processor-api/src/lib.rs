@@ -1,13 +1,13 @@
 //! The card processor's HTTP contract, as onsale's payment worker calls it and the local
 //! simulator serves it: the request and answer bodies, the webhook events, the settlement
-//! file's lines, the test cards of API.md and the webhook signature scheme. No I/O.
+//! file's lines, the test cards of docs/api.md and the webhook signature scheme. No I/O.
 
 pub mod signature;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-/// What a test card does, chosen by its token (API.md, "Test payment tokens").
+/// What a test card does, chosen by its token (docs/api.md, "Test payment tokens").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Behaviour {

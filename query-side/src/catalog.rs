@@ -1,4 +1,4 @@
-//! Catalog search and browse (API.md "Catalog": `GET /v1/events?q=&city=&date=`), from the
+//! Catalog search and browse (docs/api.md "Catalog": `GET /v1/events?q=&city=&date=`), from the
 //! catalog projection (`projections/src/catalog.rs`; ADR 013): PostgreSQL full text on the
 //! performer, the show's name, the venue and the city, ranked, and trigram word similarity on
 //! the performer and name so a typo still finds the show; filters by city, date or date range,

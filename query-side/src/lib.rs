@@ -6,7 +6,7 @@
 //!   `asOf` says how old) when PostgreSQL is away, else 503.
 //! - [`hub`]: one listener per process on the projection's notifications; per show a broadcast
 //!   of deltas; a subscriber that resumes, lags or sees a gap is filled from the deltas table.
-//! - [`rest`]: the REST and SSE routes of API.md; [`grpc`]: the same over gRPC and gRPC-web.
+//! - [`rest`]: the REST and SSE routes of docs/api.md; [`grpc`]: the same over gRPC and gRPC-web.
 //! - [`health`]: relay and projection lag, for `/readyz` and `/metrics`.
 
 pub mod catalog;

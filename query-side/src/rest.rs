@@ -1,4 +1,4 @@
-//! The query side's REST and SSE routes (API.md "Seat map", "Audit and the log", GET order).
+//! The query side's REST and SSE routes (docs/api.md "Seat map", "Audit and the log", GET order).
 
 use onsale_edge::ErrorCode;
 use std::convert::Infallible;

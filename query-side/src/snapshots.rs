@@ -19,7 +19,7 @@ pub struct SeatState {
     pub status: String,
 }
 
-/// The map as API.md gives it.
+/// The map as docs/api.md gives it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SeatMap {

@@ -1,4 +1,4 @@
--- The design document's general-admission counter (its SQL): a guarded decrement of the
+-- The design's general-admission counter (design.md §8.3), as SQL: a guarded decrement of the
 -- buyer's bucket of K, and the hold recorded in the same statement. The floor is large enough
 -- never to run out in a run, so only the contention on the counter rows is measured.
 \set b random(1, :buckets)

@@ -1,4 +1,4 @@
--- The design document's seats table (003, "Acquire the hold"), one 50,000-seat show, plus a
+-- The design's seats table and its guarded acquire (design.md §3.1), one 50,000-seat show, plus a
 -- holds_won counter so the baseline's successful holds can be counted afterwards.
 DROP TABLE IF EXISTS seats;
 CREATE TABLE seats (

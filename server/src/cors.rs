@@ -26,7 +26,7 @@ pub struct CorsSettings {
 /// origin: the front end's development server.
 pub const DEV_ORIGINS: [&str; 2] = ["http://localhost:5173", "http://127.0.0.1:5173"];
 
-/// The request headers a page may send: the API's (API.md: the waiting room's queue token and
+/// The request headers a page may send: the API's (docs/api.md: the waiting room's queue token and
 /// session among them), SSE's resume, and gRPC-web's.
 const ALLOWED_HEADERS: [&str; 11] = [
     "authorization",

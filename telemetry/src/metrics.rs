@@ -1,6 +1,6 @@
 //! Every metric onsale exports, named once and described (the help text on `/metrics`), and
 //! the per-show label, bounded so that a platform with many shows does not grow `/metrics`
-//! without limit. The design documents' signals: hold p99 ([`HOLD_SECONDS`]), the 409 rate
+//! without limit. The design's signals (design.md §10): hold p99 ([`HOLD_SECONDS`]), the 409 rate
 //! ([`HOLD_REQUESTS_TOTAL`]), conversion ([`EVENTS_COMMITTED_TOTAL`]), relay and projection
 //! lag, the oldest pending payment, the admission rate.
 

@@ -1,4 +1,4 @@
-//! Fans find shows: the catalog search of API.md (`GET /v1/events?q=&city=&date=`), fed from
+//! Fans find shows: the catalog search of docs/api.md (`GET /v1/events?q=&city=&date=`), fed from
 //! the log through the catalog projection, over REST and gRPC `Events`; and the venue page.
 
 use onsale_proto::v1 as pb;
@@ -171,7 +171,7 @@ async fn fans_find_shows_by_name_despite_typos_and_by_city_date_status_and_price
                     .is_some_and(|e| e.iter().any(|x| x["status"] == "SOLD_OUT"))
         })
         .await;
-    // Browsing: soonest first, every field API.md lists.
+    // Browsing: soonest first, every field docs/api.md lists.
     let first = &all["events"][0];
     for field in [
         "eventId",

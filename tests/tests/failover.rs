@@ -1,4 +1,4 @@
-//! The primary dies mid-on-sale (000, "The Primary Fails Mid-On-Sale"): a replicated
+//! The primary dies mid-on-sale (design.md §9.1): a replicated
 //! PostgreSQL as operators run it (three nodes under Patroni, synchronous quorum commit
 //! `ANY 1` of two standbys, HAProxy routing to the primary; `scripts/stack.sh`), a test's own.
 //!

@@ -1,4 +1,4 @@
-//! The waiting room's routes (API.md, "Waiting room"): join, the fan's view (JSON or SSE),
+//! The waiting room's routes (docs/api.md, "Waiting room"): join, the fan's view (JSON or SSE),
 //! enter, heartbeat.
 
 use onsale_edge::ErrorCode;
@@ -499,7 +499,7 @@ async fn join_line(
 }
 
 /// Whether the account has a place in the line that still counts: an admission whose window
-/// lapsed is void, and the fan goes to the back (A2).
+/// lapsed is void, and the fan goes to the back (design.md §7.2).
 fn holds_place(room: &WaitingRoom, s: &crate::store::Standing) -> bool {
     let lapsed = s.passed_at_ms.is_some_and(|t| {
         now_ms() > t + room.grace().as_millis() as i64 + (s.paused_ms - s.paused_at_pass_ms)
@@ -516,7 +516,7 @@ fn fan_eta(s: &crate::store::Standing) -> Option<f64> {
     eta::eta(ahead, s.rate, last).map(|e| (e * 10.0).round() / 10.0)
 }
 
-/// "no seats and no live holds" versus "seats may come back" (002, sold-out signals); read
+/// "no seats and no live holds" versus "seats may come back" (design.md §7.10); read
 /// at most once a second per show.
 async fn availability(state: &RoomState, show: ShowId) -> Availability {
     let pool = state.room.pool.clone();

@@ -1,4 +1,4 @@
-//! The admission controller (000's watermark loop): the concurrency target N is scaled by a
+//! The admission controller (design.md §7.7): the concurrency target N is scaled by a
 //! factor the booking path's health drives. When holds fail or slow past their target the
 //! factor drops to zero at once (admission pauses by itself, no runbook); when the path is
 //! healthy again it ramps back, so a recovering primary is not hit by the whole backlog.

@@ -1,6 +1,6 @@
 //! What the fan is told: an ETA from an EWMA of the admission rate, which never jumps upward.
 
-/// An exponentially weighted rate over a time constant (30 s: A6).
+/// An exponentially weighted rate over a time constant (30 s: design.md §7.6).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Ewma {
     pub per_sec: f64,

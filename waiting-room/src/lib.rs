@@ -1,4 +1,4 @@
-//! The virtual waiting room (003 dive 4 and A1-A6, 000's admission controller): fans join a
+//! The virtual waiting room (design.md §7): fans join a
 //! show's line and get a position and a signed queue token; an admitter moves one integer per
 //! show (`admitted_through`) so that live sessions stay at the concurrency target N; a fan the
 //! line has passed trades a signed, single-use admission token for a session lease, which holds

@@ -1,4 +1,4 @@
-//! What the line needs to know of the sale behind it (002, sold-out signals; provider outages):
+//! What the line needs to know of the sale behind it (design.md §7.10):
 //! whether seats are left, may come back, or are gone; how many fans the sale can use at once
 //! (its conversion and seats left, by Little's law); and whether the card processor is
 //! failing, since an admitted fan could hold seats but not pay for them. Read from the read

@@ -436,7 +436,7 @@ impl Store {
         Ok(renewed == 1)
     }
 
-    /// Ends a session now: its slot is free for the next fan (a clean exit, A3).
+    /// Ends a session now: its slot is free for the next fan (a clean exit, design.md §7.3).
     pub async fn leave(&self, show: ShowId, sid: &str) -> redis::RedisResult<()> {
         let mut c = self.conn()?;
         c.zrem(key(show, "leases"), sid).await

@@ -31,7 +31,7 @@ pub struct AdmissionClaims {
     /// The end of the grace window in ms, before any pause is added.
     pub exp_ms: i64,
     /// The show's total paused time (ms) when the token was signed: a pause since then extends
-    /// the window by as much (000: nobody admitted just before a failover loses their turn).
+    /// the window by as much (design.md §7.7: nobody admitted just before a failover loses their turn).
     pub paused_ms: i64,
     /// Unix seconds; long after `exp_ms` so the JWT layer never refuses a paused token first.
     pub exp: i64,

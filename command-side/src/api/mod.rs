@@ -1,4 +1,4 @@
-//! The REST command API of API.md: venues and events (admin), holds, release, orders.
+//! The REST command API of docs/api.md: venues and events (admin), holds, release, orders.
 
 use onsale_edge::ErrorCode;
 use std::collections::BTreeMap;

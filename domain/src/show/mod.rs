@@ -42,7 +42,7 @@ pub const DEFAULT_HOLD_TTL_SECONDS: u32 = 600;
 /// remembers per account, newest first: enough to answer `HOLD_EXPIRED` for the holds a fan
 /// just had; older ones are forgotten, so a fan looping hold -> release grows nothing.
 pub const FINISHED_HOLDS_KEPT_PER_ACCOUNT: usize = 16;
-/// How long an idempotency key (and the finished hold it made) is remembered: API.md promises
+/// How long an idempotency key (and the finished hold it made) is remembered: docs/api.md promises
 /// at least 24 hours. Measured from the hold's expiry or the order's placing.
 pub const IDEMPOTENCY_KEY_HOURS: i64 = 24;
 /// Finished holds made under an idempotency key a show remembers per account (with their

@@ -1,5 +1,5 @@
 // A hold: its seats, a countdown to its expiry, and paying for it with one of the card
-// processor simulator's test cards (API.md), or letting it go.
+// processor simulator's test cards (docs/api.md), or letting it go.
 import { useEffect, useState } from "preact/hooks";
 import { inWords, rest, type Problem } from "../rest";
 

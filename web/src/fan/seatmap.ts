@@ -2,7 +2,7 @@
 // (`SeatMaps.StreamDeltas`) from the snapshot's `seq`. A dropped stream resumes after the last
 // seq it applied; a `resync` (a gap the server cannot fill) fetches the snapshot again. When
 // gRPC-web cannot be reached at all, the same deltas come over SSE (`/v1/events/{id}/updates`,
-// resuming with Last-Event-ID), as API.md offers both.
+// resuming with Last-Event-ID), as docs/api.md offers both.
 import { useEffect, useState } from "preact/hooks";
 import { seatMaps } from "../grpc";
 
