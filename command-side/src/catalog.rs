@@ -10,7 +10,7 @@ use std::sync::Arc;
 use onsale_domain::{SalePolicy, ShowError, ShowEvent, ShowId, ShowInfo, VenueLayout};
 use onsale_eventlog::{EventLog, StoreError};
 
-use crate::owner::CommandError;
+use crate::protocol::CommandError;
 
 /// How long an id found to name no show is answered 404 without reading again.
 pub const MISS_TTL: std::time::Duration = std::time::Duration::from_secs(10);

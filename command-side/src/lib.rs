@@ -14,9 +14,11 @@ pub mod catalog;
 pub mod cluster;
 mod known;
 pub mod owner;
+pub mod protocol;
 pub mod tokens;
 
 pub use catalog::Catalog;
-pub use cluster::{ClusterConfig, Found, ShowQuery};
-pub use owner::{Answer, CommandError, OwnerConfig, Shows};
+pub use owner::{OwnerConfig, Shows};
+pub use protocol::{Answer, CommandError};
+pub use protocol::{ClusterConfig, Found, ShowQuery};
 pub use tokens::TokenVault;

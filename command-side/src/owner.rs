@@ -19,9 +19,7 @@ use std::time::Duration;
 
 use cqrs_es::event_sink::EventSink;
 use cqrs_es::{Aggregate, DomainEvent};
-use onsale_domain::{
-    Clock, HoldView, OrderView, Show, ShowCommand, ShowError, ShowEvent, ShowId, ShowServices,
-};
+use onsale_domain::{Clock, Show, ShowCommand, ShowError, ShowEvent, ShowId, ShowServices};
 use onsale_telemetry::trace;
 use tokio::sync::{mpsc, oneshot};
 // Tokio's clock, not std's: the same in a deployment, and a paused runtime (the simulator,
@@ -30,10 +28,9 @@ use tokio::time::Instant;
 use tracing::{info, warn, Instrument};
 
 use onsale_eventlog::{Claim, EventLog, Node, ShardId, ShardedLog, StoreError, Traced};
-use serde::{Deserialize, Serialize};
 
-use crate::cluster::{ClusterConfig, Forwarded, Found, Returned, ShowQuery};
 use crate::known::KnownIds;
+use crate::protocol::{Answer, ClusterConfig, CommandError, Forwarded, Found, Returned, ShowQuery};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -98,43 +95,6 @@ fn at_least_one(s: &str) -> Result<usize, String> {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err(format!("{s} is not a whole number of at least 1")),
     }
-}
-
-/// Why a command got no answer from the domain. Serializable: a command forwarded to the node
-/// owning its show comes back with it.
-#[derive(Debug, Clone, thiserror::Error, Serialize, Deserialize)]
-pub enum CommandError {
-    #[error(transparent)]
-    Domain(#[from] ShowError),
-    #[error("the event store is unavailable")]
-    Unavailable,
-    #[error("the show's queue is full")]
-    Overloaded,
-    #[error("this process is shutting down")]
-    ShuttingDown,
-    /// The show is moving to another shard (docs/adr/022): the retry finds it there.
-    #[error("the show is moving to another shard")]
-    Moving,
-    #[error("internal error: {0}")]
-    Internal(String),
-}
-
-impl CommandError {
-    /// "Try again": the command may succeed if sent again (to this node later, or another).
-    pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            Self::Unavailable | Self::Overloaded | Self::ShuttingDown | Self::Moving
-        )
-    }
-}
-
-/// What a command answers with, computed from the committed state.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum Answer {
-    Done,
-    Hold(HoldView),
-    Order(OrderView),
 }
 
 /// What a job is answered with.
@@ -529,14 +489,14 @@ impl Shows {
             Work::Sweep | Work::Wake => return Ok(Reply::Answer(Answer::Done)),
         };
         metrics::counter!(onsale_telemetry::metrics::COMMANDS_FORWARDED_TOTAL).increment(1);
-        let path = crate::cluster::WORK_PATH.replace("{id}", &show.to_string());
+        let path = crate::protocol::WORK_PATH.replace("{id}", &show.to_string());
         let url = format!("http://{}{path}", to.addr);
         let body = match serde_json::to_vec(&body) {
             Ok(b) => b,
             Err(e) => return Err(CommandError::Internal(format!("forwarded work: {e}"))),
         };
         let nonce = uuid::Uuid::new_v4().simple().to_string();
-        let signature = crate::cluster::sign(
+        let signature = crate::protocol::sign(
             secrecy::ExposeSecret::expose_secret(&self.cluster().node_secret),
             &path,
             chrono::Utc::now().timestamp_millis(),
@@ -547,7 +507,7 @@ impl Shows {
             .inner
             .client
             .post(&url)
-            .header(crate::cluster::SIGNATURE_HEADER, signature)
+            .header(crate::protocol::SIGNATURE_HEADER, signature)
             .header(reqwest::header::CONTENT_TYPE, "application/json");
         if let Some(parent) = trace::traceparent(&tracing::Span::current()) {
             // The owner's spans continue the caller's trace on the other node.

@@ -14,7 +14,7 @@ use onsale_domain::OrderId;
 use onsale_eventlog::{PgEventLog, ShardedLog};
 use sqlx::{PgConnection, PgPool};
 
-use crate::owner::CommandError;
+use crate::protocol::CommandError;
 
 /// The tokens live on the order's show's shard, with its payments (docs/adr/021): the payment
 /// intake moves each into its payment's row there, and a move carries them with the show.

@@ -28,7 +28,8 @@ use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use onsale_command::owner::{CommandError, OwnerConfig, Shows};
+use onsale_command::owner::{OwnerConfig, Shows};
+use onsale_command::CommandError;
 use onsale_domain::show::Seat;
 use onsale_domain::{
     AccountId, HoldId, SectionLayout, ShowCommand, ShowError, ShowId, ShowInfo, SystemClock,

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
-use onsale_command::owner::CommandError;
+use onsale_command::CommandError;
 use onsale_command::Shows;
 use onsale_domain::{OrderId, OrderStatus, ShowCommand, ShowError, ShowId};
 use onsale_edge::auth::Verifier;

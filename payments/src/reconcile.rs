@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{Duration, NaiveDate, Utc};
-use onsale_command::owner::CommandError;
+use onsale_command::CommandError;
 use onsale_command::Shows;
 use onsale_domain::{OrderId, OrderStatus, ShowCommand, ShowError};
 use serde::Serialize;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use onsale_command::owner::CommandError;
+use onsale_command::CommandError;
 use onsale_command::Shows;
 use onsale_domain::{OrderId, PaymentFailure, ShowCommand, ShowError};
 use onsale_eventlog::ShardId;

@@ -155,7 +155,7 @@ async fn the_node_route_is_internal_signed_checked_before_parsing_and_narrow() {
     let app = app_with(&db, &[Part::Api], |_| {}).await;
     let event = app.on_sale_event(1, 1, 4, None).await;
     let show: onsale_domain::ShowId = event.parse().expect("show id");
-    let path = onsale_command::cluster::WORK_PATH.replace("{id}", &event);
+    let path = onsale_command::protocol::WORK_PATH.replace("{id}", &event);
     let internal = app.server.internal_addr().expect("an internal listener");
     let secret = "onsale-dev-node-secret";
     let ask =
@@ -175,7 +175,7 @@ async fn the_node_route_is_internal_signed_checked_before_parsing_and_narrow() {
     let now = chrono::Utc::now().timestamp_millis();
     let nonce = || uuid::Uuid::new_v4().simple().to_string();
     let signed = |body: &[u8], secret: &str, t: i64, n: &str| {
-        onsale_command::cluster::sign(secret, &path, t, n, body)
+        onsale_command::protocol::sign(secret, &path, t, n, body)
     };
     // Not on the public listener at all.
     let public = app

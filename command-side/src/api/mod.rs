@@ -22,7 +22,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use utoipa::{OpenApi, ToSchema};
 
-use crate::owner::{Answer, CommandError, Shows};
+use crate::owner::Shows;
+use crate::protocol::{Answer, CommandError};
 use onsale_edge::admission::GateRefusal;
 use onsale_edge::{ApiError, Problem};
 use onsale_edge::{ApiJson, Caller, Integer, Role};
@@ -708,7 +709,7 @@ async fn get_event(
         sections,
     };
     let body = serde_json::to_vec(&doc)
-        .map_err(|e| crate::owner::CommandError::Internal(e.to_string()))?;
+        .map_err(|e| crate::protocol::CommandError::Internal(e.to_string()))?;
     let etag = format!("\"{}\"", &hex::encode(Sha256::digest(&body))[..32]);
     if headers
         .get(header::IF_NONE_MATCH)
@@ -760,7 +761,7 @@ pub struct HoldResponse {
 /// writes a struct's members in their declared order), so key order and spelling do not count.
 fn fingerprint<T: Serialize>(route: &str, request: &T) -> Result<String, ApiError> {
     let body = serde_json::to_vec(request)
-        .map_err(|e| crate::owner::CommandError::Internal(e.to_string()))?;
+        .map_err(|e| crate::protocol::CommandError::Internal(e.to_string()))?;
     let mut h = Sha256::new();
     h.update(route.as_bytes());
     h.update(b"\n");
@@ -848,14 +849,14 @@ async fn create_hold(
     metrics::histogram!(onsale_telemetry::metrics::HOLD_SECONDS).record(secs);
     let served = !matches!(
         result,
-        Err(crate::owner::CommandError::Unavailable
-            | crate::owner::CommandError::Overloaded
-            | crate::owner::CommandError::Internal(_))
+        Err(crate::protocol::CommandError::Unavailable
+            | crate::protocol::CommandError::Overloaded
+            | crate::protocol::CommandError::Internal(_))
     );
     state.health.record(secs, served);
     let outcome = match &result {
         Ok(_) => "held",
-        Err(crate::owner::CommandError::Domain(e)) => ErrorCode::from(e).as_str(),
+        Err(crate::protocol::CommandError::Domain(e)) => ErrorCode::from(e).as_str(),
         Err(_) => "error",
     };
     metrics::counter!(onsale_telemetry::metrics::HOLD_REQUESTS_TOTAL, "outcome" => outcome)
@@ -873,7 +874,7 @@ async fn create_hold(
         )
             .into_response()),
         other => {
-            Err(crate::owner::CommandError::Internal(format!("hold answered {other:?}")).into())
+            Err(crate::protocol::CommandError::Internal(format!("hold answered {other:?}")).into())
         }
     }
 }
@@ -964,7 +965,7 @@ async fn place_order(
         }
         // Refused outright: nothing was placed. (An outage may have placed it: the token
         // stays for the payment, or for the jobs to sweep.)
-        Err(crate::owner::CommandError::Domain(_)) => state.tokens.forget(order_id).await,
+        Err(crate::protocol::CommandError::Domain(_)) => state.tokens.forget(order_id).await,
         _ => {}
     }
     match answer? {
@@ -978,7 +979,7 @@ async fn place_order(
         )
             .into_response()),
         other => {
-            Err(crate::owner::CommandError::Internal(format!("order answered {other:?}")).into())
+            Err(crate::protocol::CommandError::Internal(format!("order answered {other:?}")).into())
         }
     }
 }
