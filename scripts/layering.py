@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""The table half of the layering check (`make test`): every table has one owner crate, named in
-migrations/OWNERS, and only that crate's code names it in SQL. Another crate reaches the table
-through the owner's API. The integration tests (tests/) may read any table: they check what the
-crates wrote.
+"""The layering check (`make test`), beside the crate rules scripts/test.sh asks `cargo tree`:
+- every table has one owner crate, named in migrations/OWNERS, and only that crate's code names
+  it in SQL (another crate reaches it through the owner's API; the integration tests, tests/, may
+  read any table: they check what the crates wrote);
+- ARCHITECTURE.md's crate graph is cargo's;
+- no module of a crate imports back into one that imports it.
 
     scripts/layering.py            check the workspace; exit 1 listing each crossing
-    scripts/layering.py --self-test  plant a crossing in a copy of one file and expect it found
+    scripts/layering.py --self-test  plant a crossing and a module cycle in a copy of the tree
+                                     (of HEAD) and expect both found
 """
 import os
 import re
@@ -158,8 +161,52 @@ def cargo_graph(crates):
     return graph
 
 
+def module_cycles(root):
+    """Cycles among each crate's top-level modules (`crate::x` named in `y`'s code, tests
+    aside): a module must not import back into one that imports it."""
+    files = subprocess.run(["git", "ls-files", "*.rs"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    graph = {}
+    for path in files:
+        parts = path.split("/")
+        if len(parts) < 3 or parts[1] != "src":
+            continue
+        crate, module = parts[0], parts[2].removesuffix(".rs")
+        if module in ("lib", "main"):
+            continue
+        with open(os.path.join(root, path)) as f:
+            src = f.read()
+        cut = re.search(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{", src)
+        if cut:
+            src = src[:cut.start()]
+        src = re.sub(r"//[^\n]*", "", src)
+        deps = graph.setdefault((crate, module), set())
+        for single, group in re.findall(r"\bcrate::(?:(\w+)|\{([^}]*)\})", src):
+            for name in [single] if single else re.findall(r"(?:^|,)\s*(\w+)", group):
+                if name and name != module:
+                    deps.add((crate, name))
+    cycles, done = [], set()
+
+    def visit(node, stack):
+        if node in stack:
+            cycles.append(stack[stack.index(node):] + [node])
+            return
+        if node in done:
+            return
+        for dep in sorted(graph.get(node, ())):
+            if dep in graph:
+                visit(dep, stack + [node])
+        done.add(node)
+
+    for node in sorted(graph):
+        visit(node, [])
+    return [" -> ".join(f"{c}::{m}" if i == 0 else m for i, (c, m) in enumerate(cycle)) for cycle in cycles]
+
+
 def main():
     table_owner, known = owners()
+    cycles = module_cycles(ROOT)
+    if cycles:
+        sys.exit("modules that import back into one that imports them:\n  " + "\n  ".join(cycles))
     drawn = drawn_graph()
     actual = cargo_graph(sorted(drawn))
     wrong = [f"  {c}: drawn {sorted(drawn[c])}, cargo tree {sorted(actual[c])}" for c in sorted(drawn) if drawn[c] != actual[c]]
@@ -178,13 +225,19 @@ def main():
             try:
                 with open(os.path.join(tmp, "query-side/src/lib.rs"), "a") as f:
                     f.write('\nconst _PLANTED: &str = "SELECT count(*) FROM events";\n')
+                # And a module importing back into one that imports it.
+                with open(os.path.join(tmp, "command-side/src/protocol.rs"), "a") as f:
+                    f.write("\nuse crate::owner::Shows;\n")
                 subprocess.run(["git", "add", "-A"], cwd=tmp, check=True)
                 planted = crossings(tmp, table_owner)
+                cycles = module_cycles(tmp)
             finally:
                 subprocess.run(["git", "worktree", "remove", "--force", tmp], cwd=ROOT, check=True)
         if not any(p[:2] == ("query-side/src/lib.rs", "events") for p in planted):
             sys.exit("the layering check did not see a planted crossing")
-        print("layering self-test: a planted crossing is refused")
+        if not any("protocol" in c and "owner" in c for c in cycles):
+            sys.exit("the layering check did not see a planted module cycle")
+        print("layering self-test: a planted crossing and a planted module cycle are refused")
         return
     found = crossings(ROOT, table_owner)
     new = [line for path, table, line in found if (path, table) not in known]

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ids::OrderId;
+use crate::ids::{InvalidId, OrderId};
 
 pub type Result<T, E = ShowError> = std::result::Result<T, E>;
 
@@ -55,4 +55,10 @@ pub enum ShowError {
         from: Cow<'static, str>,
         by: Cow<'static, str>,
     },
+}
+
+impl From<InvalidId> for ShowError {
+    fn from(e: InvalidId) -> Self {
+        Self::Invalid(e.0)
+    }
 }

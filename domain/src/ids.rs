@@ -10,7 +10,11 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use uuid::Uuid;
 
-use crate::error::ShowError;
+/// An id (or a label) that does not parse: what is wrong with it, in words. The domain's
+/// errors take it in as `InvalidId::Invalid`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidId(pub String);
 
 macro_rules! uuid_id {
     ($name:ident, $what:literal) => {
@@ -34,11 +38,11 @@ macro_rules! uuid_id {
         }
 
         impl FromStr for $name {
-            type Err = ShowError;
-            fn from_str(s: &str) -> Result<Self, ShowError> {
+            type Err = InvalidId;
+            fn from_str(s: &str) -> Result<Self, InvalidId> {
                 Uuid::parse_str(s)
                     .map(Self)
-                    .map_err(|_| ShowError::Invalid(format!("{s:.80} is not a valid {} id", $what)))
+                    .map_err(|_| InvalidId(format!("{s:.80} is not a valid {} id", $what)))
             }
         }
 
@@ -86,9 +90,9 @@ macro_rules! show_scoped_id {
         }
 
         impl FromStr for $name {
-            type Err = ShowError;
-            fn from_str(s: &str) -> Result<Self, ShowError> {
-                let bad = || ShowError::Invalid(format!("{s:.80} is not a valid {} id", $what));
+            type Err = InvalidId;
+            fn from_str(s: &str) -> Result<Self, InvalidId> {
+                let bad = || InvalidId(format!("{s:.80} is not a valid {} id", $what));
                 let rest = s.strip_prefix(concat!($prefix, "_")).ok_or_else(bad)?;
                 let (show, id) = rest.split_once('_').ok_or_else(bad)?;
                 if show.len() != 32 || id.len() != 32 {
@@ -125,7 +129,7 @@ impl<T> Parsed<T> {
     }
 }
 
-impl<T: FromStr<Err = ShowError>> serde::de::Visitor<'_> for Parsed<T> {
+impl<T: FromStr<Err = InvalidId>> serde::de::Visitor<'_> for Parsed<T> {
     type Value = T;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -142,10 +146,10 @@ show_scoped_id!(OrderId, "o", "order");
 
 /// The rule for section and row labels (and so for every place a section is named, such as a
 /// seat-map query): 1 to 16 ASCII letters or digits.
-pub fn valid_label(what: &str, s: &str) -> Result<(), ShowError> {
+pub fn valid_label(what: &str, s: &str) -> Result<(), InvalidId> {
     if s.is_empty() || s.len() > 16 || !s.chars().all(|c| c.is_ascii_alphanumeric()) {
         let shown: String = s.chars().take(32).collect();
-        return Err(ShowError::Invalid(format!(
+        return Err(InvalidId(format!(
             "{what} {shown:?} must be 1 to 16 letters or digits"
         )));
     }
@@ -160,10 +164,10 @@ pub fn valid_label(what: &str, s: &str) -> Result<(), ShowError> {
 pub struct SeatId(String);
 
 impl SeatId {
-    pub fn parse(s: &str) -> Result<Self, ShowError> {
+    pub fn parse(s: &str) -> Result<Self, InvalidId> {
         let bad = || {
             let shown: String = s.chars().take(80).collect();
-            ShowError::Invalid(format!("{shown:?} is not a seat id (section-row-number)"))
+            InvalidId(format!("{shown:?} is not a seat id (section-row-number)"))
         };
         let mut parts = s.rsplitn(3, '-');
         let (number, row, section) = (parts.next(), parts.next(), parts.next());
@@ -189,8 +193,8 @@ impl SeatId {
 }
 
 impl FromStr for SeatId {
-    type Err = ShowError;
-    fn from_str(s: &str) -> Result<Self, ShowError> {
+    type Err = InvalidId;
+    fn from_str(s: &str) -> Result<Self, InvalidId> {
         Self::parse(s)
     }
 }
@@ -233,9 +237,9 @@ macro_rules! text_id {
         pub struct $name(String);
 
         impl $name {
-            pub fn parse(s: &str) -> Result<Self, ShowError> {
+            pub fn parse(s: &str) -> Result<Self, InvalidId> {
                 if s.is_empty() || s.len() > $max || !s.bytes().all(|b| b.is_ascii_graphic()) {
-                    return Err(ShowError::Invalid(format!(
+                    return Err(InvalidId(format!(
                         "{} must be 1 to {} visible ASCII characters",
                         $what, $max
                     )));
@@ -254,8 +258,8 @@ macro_rules! text_id {
         }
 
         impl FromStr for $name {
-            type Err = ShowError;
-            fn from_str(s: &str) -> Result<Self, ShowError> {
+            type Err = InvalidId;
+            fn from_str(s: &str) -> Result<Self, InvalidId> {
                 Self::parse(s)
             }
         }

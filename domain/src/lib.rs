@@ -23,7 +23,7 @@ pub mod venue;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Result, ShowError};
-pub use ids::{AccountId, HoldId, IdempotencyKey, OrderId, SeatId, ShowId, VenueId};
+pub use ids::{AccountId, HoldId, IdempotencyKey, InvalidId, OrderId, SeatId, ShowId, VenueId};
 pub use layout::{RowLayout, SectionLayout, VenueLayout};
 pub use show::{
     Actor, BestAvailableOnly, HoldStatus, HoldView, Idempotency, OrderStatus, OrderView,

@@ -167,6 +167,13 @@ impl From<ShowError> for ApiError {
     }
 }
 
+/// An id that does not parse is the domain's `Invalid` (422 `INVALID_REQUEST`).
+impl From<onsale_domain::InvalidId> for ApiError {
+    fn from(e: onsale_domain::InvalidId) -> Self {
+        ShowError::from(e).into()
+    }
+}
+
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
         let status = r.status();

@@ -284,7 +284,7 @@ impl pb::events_server::Events for Grpc {
             .get_ref()
             .event_id
             .parse()
-            .map_err(|e: onsale_domain::ShowError| ApiError::from(e).into_status())?;
+            .map_err(|e: onsale_domain::InvalidId| ApiError::from(e).into_status())?;
         match crate::catalog::get(&self.0.pool, &id.to_string())
             .await
             .map_err(ApiError::into_status)?
