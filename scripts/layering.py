@@ -226,8 +226,11 @@ def main():
                 with open(os.path.join(tmp, "query-side/src/lib.rs"), "a") as f:
                     f.write('\nconst _PLANTED: &str = "SELECT count(*) FROM events";\n')
                 # And a module importing back into one that imports it.
-                with open(os.path.join(tmp, "command-side/src/protocol.rs"), "a") as f:
-                    f.write("\nuse crate::owner::Shows;\n")
+                protocol = os.path.join(tmp, "command-side/src/protocol.rs")
+                with open(protocol) as f:
+                    text = f.read()
+                with open(protocol, "w") as f:
+                    f.write("use crate::owner::Shows;\n" + text)
                 subprocess.run(["git", "add", "-A"], cwd=tmp, check=True)
                 planted = crossings(tmp, table_owner)
                 cycles = module_cycles(tmp)
