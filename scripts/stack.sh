@@ -641,14 +641,15 @@ ha_leader() {
 }
 
 # Waits (at most SECS) until: primary (a primary serves through HAProxy), replicated (a primary
-# and two streaming standbys).
+# and two streaming standbys that Patroni's /sync key lists as quorum standbys: until it does, a
+# primary killed would leave no standby Patroni may promote, and none would be).
 ha_wait() {
   local dir=$1 what=$2 secs=${3:-60} base n
   base=$(ha_base "$dir")
   for _ in $(seq 1 $((secs * 5))); do
     if psql -h 127.0.0.1 -p "$base" -U postgres -d postgres -Atqc "SELECT NOT pg_is_in_recovery()" 2>/dev/null | grep -q t; then
       if [ "$what" = primary ]; then return 0; fi
-      n=$(ha_cluster "$dir" | python3 -c 'import json,sys; print(sum(1 for m in json.load(sys.stdin)["members"] if m["role"] in ("replica","quorum_standby","sync_standby") and m["state"] == "streaming"))' 2>/dev/null || echo 0)
+      n=$(ha_cluster "$dir" | python3 -c 'import json,sys; print(sum(1 for m in json.load(sys.stdin)["members"] if m["role"] in ("quorum_standby","sync_standby") and m["state"] == "streaming"))' 2>/dev/null || echo 0)
       if [ "$n" -ge 2 ]; then return 0; fi
     fi
     sleep 0.2
