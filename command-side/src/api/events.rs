@@ -1,0 +1,380 @@
+//! Shows ("events"): scheduling one at a venue (admin), its on-sale policies, the event page.
+
+use super::*;
+
+/// The on-sale policies named by a request that carries them (a new event, or a policy of its
+/// own): the same fields in both.
+macro_rules! policy_of {
+    ($body:expr) => {
+        SalePolicy {
+            on_sale_hold_ttl_seconds: $body.on_sale_hold_ttl_seconds.map(|t| t.0),
+            on_sale_window_seconds: $body.on_sale_window_seconds.map_or(0, |t| t.0),
+            best_available_only: $body
+                .best_available_only
+                .map_or_else(Default::default, Into::into),
+            max_seats_per_account: $body.max_seats_per_account.map(|t| t.0),
+            require_verified_account: $body.require_verified_account,
+            join_challenge_bits: $body.join_challenge_bits.map_or(0, |b| b.0),
+            max_failed_payments: $body.max_failed_payments.map(|n| n.0),
+        }
+    };
+}
+
+pub(super) const DEFAULT_HOLD_TTL_SECONDS: u32 = onsale_domain::show::DEFAULT_HOLD_TTL_SECONDS;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NewEvent {
+    name: String,
+    performer: String,
+    venue_id: String,
+    starts_at: DateTime<Utc>,
+    on_sale_at: DateTime<Utc>,
+    /// Cents per price tier of the venue.
+    #[schema(value_type = BTreeMap<String, i64>)]
+    prices: BTreeMap<String, Integer<i64>>,
+    #[serde(default)]
+    waiting_room: bool,
+    #[schema(value_type = Option<u32>)]
+    hold_ttl_seconds: Option<Integer<u32>>,
+    /// The hold TTL inside the on-sale window (120 for the documents' hot on-sales).
+    #[schema(value_type = Option<u32>)]
+    on_sale_hold_ttl_seconds: Option<Integer<u32>>,
+    /// How long the on-sale window lasts from `onSaleAt` (0 or absent: no window).
+    #[schema(value_type = Option<u32>)]
+    on_sale_window_seconds: Option<Integer<u32>>,
+    /// When explicit seat picks are refused: NEVER (default), ON_SALE_WINDOW or ALWAYS.
+    best_available_only: Option<BestAvailableOnlyDoc>,
+    /// The per-account cap of this show (default 8).
+    #[schema(value_type = Option<u32>)]
+    max_seats_per_account: Option<Integer<u32>>,
+    /// Only accounts whose token carries `verified: true` may join the waiting room.
+    #[serde(default)]
+    require_verified_account: bool,
+    /// The proof of work a waiting-room join must carry, in leading zero bits of SHA-256 (0 or
+    /// absent: none; 20 is about a second of a phone).
+    #[schema(value_type = Option<u8>)]
+    join_challenge_bits: Option<Integer<u8>>,
+    /// Declined payments one account may have on this show within a day before its next
+    /// order answers 429 `PAYMENT_ATTEMPTS_EXCEEDED` (default 5, at most 50).
+    #[schema(value_type = Option<u32>)]
+    max_failed_payments: Option<Integer<u32>>,
+    /// The write cluster the show lives on (1 to the deployment's number of shards); absent:
+    /// the one holding the fewest shows. Fixed once scheduled (a move changes it).
+    #[schema(value_type = Option<u16>, minimum = 1)]
+    shard: Option<Integer<u16>>,
+}
+
+/// When explicit seat picks are refused (`BEST_AVAILABLE_ONLY`): the show hands out the best
+/// available seats instead, so fans stop racing for the same ones.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum BestAvailableOnlyDoc {
+    Never,
+    OnSaleWindow,
+    Always,
+}
+
+impl From<BestAvailableOnlyDoc> for BestAvailableOnly {
+    fn from(d: BestAvailableOnlyDoc) -> Self {
+        match d {
+            BestAvailableOnlyDoc::Never => Self::Never,
+            BestAvailableOnlyDoc::OnSaleWindow => Self::OnSaleWindow,
+            BestAvailableOnlyDoc::Always => Self::Always,
+        }
+    }
+}
+
+impl From<BestAvailableOnly> for BestAvailableOnlyDoc {
+    fn from(d: BestAvailableOnly) -> Self {
+        match d {
+            BestAvailableOnly::Never => Self::Never,
+            BestAvailableOnly::OnSaleWindow => Self::OnSaleWindow,
+            BestAvailableOnly::Always => Self::Always,
+        }
+    }
+}
+
+/// A show's on-sale policies as `PUT /v1/events/{id}/policy` takes them and the event page
+/// shows them: the whole policy (an absent field is its default). `NewEvent` repeats these
+/// fields rather than flattening this struct into it: serde cannot flatten into a struct that
+/// denies unknown fields, and a misspelt field must be refused; `policy_of!` maps both.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SalePolicyDoc {
+    /// The hold TTL outside the on-sale window (default 600).
+    #[schema(value_type = Option<u32>)]
+    hold_ttl_seconds: Option<Integer<u32>>,
+    /// The hold TTL inside the on-sale window; absent: `holdTtlSeconds` all along.
+    #[schema(value_type = Option<u32>)]
+    on_sale_hold_ttl_seconds: Option<Integer<u32>>,
+    #[schema(value_type = Option<u32>)]
+    on_sale_window_seconds: Option<Integer<u32>>,
+    best_available_only: Option<BestAvailableOnlyDoc>,
+    #[schema(value_type = Option<u32>)]
+    max_seats_per_account: Option<Integer<u32>>,
+    /// Only accounts whose token carries `verified: true` may join the waiting room.
+    #[serde(default)]
+    require_verified_account: bool,
+    /// The proof of work a waiting-room join must carry, in leading zero bits of SHA-256 (0 or
+    /// absent: none; 20 is about a second of a phone).
+    #[schema(value_type = Option<u8>)]
+    join_challenge_bits: Option<Integer<u8>>,
+    /// Declined payments one account may have on this show within a day before its next
+    /// order answers 429 `PAYMENT_ATTEMPTS_EXCEEDED` (default 5, at most 50).
+    #[schema(value_type = Option<u32>)]
+    max_failed_payments: Option<Integer<u32>>,
+}
+
+/// The policies in force, as the event page and the policy route answer them.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SalePolicyView {
+    hold_ttl_seconds: u32,
+    on_sale_hold_ttl_seconds: Option<u32>,
+    on_sale_window_seconds: u32,
+    best_available_only: BestAvailableOnlyDoc,
+    max_seats_per_account: u32,
+    require_verified_account: bool,
+    join_challenge_bits: u8,
+    max_failed_payments: u32,
+}
+
+impl SalePolicyView {
+    fn of(hold_ttl_seconds: u32, p: &SalePolicy) -> Self {
+        Self {
+            hold_ttl_seconds,
+            on_sale_hold_ttl_seconds: p.on_sale_hold_ttl_seconds,
+            on_sale_window_seconds: p.on_sale_window_seconds,
+            best_available_only: p.best_available_only.into(),
+            max_seats_per_account: p.max_seats_per_account.unwrap_or(MAX_SEATS_PER_ACCOUNT),
+            require_verified_account: p.require_verified_account,
+            join_challenge_bits: p.join_challenge_bits,
+            max_failed_payments: p.failed_payment_cap(),
+        }
+    }
+}
+
+/// Set a show's on-sale policies (admin): the hold TTL in and out of the on-sale window, the
+/// window, best-available only, the per-account cap, who may join the waiting room. They apply to what is decided from now
+/// on: holds already made keep their expiry, seats already held stay held.
+#[utoipa::path(put, path = "/v1/events/{id}/policy", request_body = SalePolicyDoc, params(("id" = String, Path)),
+    security(("bearer" = [])),
+    responses((status = 200, body = SalePolicyView), (status = 404, body = Problem), (status = 422, body = Problem)))]
+pub(super) async fn set_policy(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<SalePolicyDoc>,
+) -> Result<Response, ApiError> {
+    caller.require(&[Role::Admin])?;
+    let show_id: ShowId = id.parse()?;
+    let hold_ttl_seconds = body
+        .hold_ttl_seconds
+        .map_or(DEFAULT_HOLD_TTL_SECONDS, |t| t.0);
+    let policy = policy_of!(body);
+    state
+        .shows
+        .execute(
+            show_id,
+            ShowCommand::SetSalePolicy {
+                hold_ttl_seconds,
+                policy,
+            },
+        )
+        .await?;
+    Ok(Json(SalePolicyView::of(hold_ttl_seconds, &policy)).into_response())
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventCreated {
+    event_id: String,
+    /// The write cluster the show was placed on.
+    shard: u16,
+}
+
+/// Schedule a show (an "event") at a venue.
+#[utoipa::path(post, path = "/v1/events", request_body = NewEvent, security(("bearer" = [])),
+    responses((status = 201, body = EventCreated), (status = 404, body = Problem), (status = 422, body = Problem)))]
+pub(super) async fn create_event(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<NewEvent>,
+) -> Result<Response, ApiError> {
+    caller.require(&[Role::Admin])?;
+    if body.waiting_room && state.gate.is_none() {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::WaitingRoomUnavailable,
+            "this deployment runs without a waiting room (no Redis configured); create the event with waitingRoom: false",
+        ));
+    }
+    let venue_id: VenueId = body.venue_id.parse()?;
+    let venue = state
+        .shows
+        .log()
+        .load_venue(venue_id)
+        .await
+        .map_err(|_| ApiError::unavailable())?;
+    let Some(VenueEvent::VenueRegistered {
+        name: venue_name,
+        city,
+        layout,
+    }) = venue
+    else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            ErrorCode::VenueNotFound,
+            "no such venue",
+        ));
+    };
+    let show_id = ShowId::random();
+    let info = ShowInfo {
+        show_id,
+        venue_id,
+        venue_name,
+        city,
+        name: text("name", &body.name, 200)?,
+        performer: text("performer", &body.performer, 200)?,
+        starts_at: body.starts_at,
+        on_sale_at: body.on_sale_at,
+        prices: body.prices.into_iter().map(|(t, c)| (t, c.0)).collect(),
+        waiting_room: body.waiting_room,
+        hold_ttl_seconds: body
+            .hold_ttl_seconds
+            .map_or(DEFAULT_HOLD_TTL_SECONDS, |t| t.0),
+        policy: policy_of!(body),
+    };
+    // Placed before its first event: the directory points at a shard the show is not on only
+    // for a show whose scheduling failed, which no one else can name.
+    let shard = state.shows.place(show_id, body.shard.map(|s| s.0)).await?;
+    state
+        .shows
+        .execute(show_id, ShowCommand::Schedule { info, layout })
+        .await?;
+    state.catalog.scheduled(show_id).await;
+    Ok((
+        StatusCode::CREATED,
+        Json(EventCreated {
+            event_id: show_id.to_string(),
+            shard: shard.get(),
+        }),
+    )
+        .into_response())
+}
+
+/// An event (show) as `GET /v1/events/{id}` answers it.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventDoc {
+    event_id: String,
+    name: String,
+    performer: String,
+    venue_id: String,
+    venue_name: String,
+    city: String,
+    starts_at: DateTime<Utc>,
+    on_sale_at: DateTime<Utc>,
+    status: onsale_edge::EventStatus,
+    /// Cents per price tier.
+    prices: BTreeMap<String, i64>,
+    min_price_cents: Option<i64>,
+    max_price_cents: Option<i64>,
+    /// Holds and orders need a live session of the show's waiting room (`X-Onsale-Session`).
+    waiting_room: bool,
+    hold_ttl_seconds: u32,
+    /// The on-sale policies in force now.
+    policy: SalePolicyView,
+    seat_count: u32,
+    /// Seats neither held nor sold, as of the catalog projection.
+    available_seats: i64,
+    sections: Vec<EventSectionDoc>,
+}
+
+/// A section of an event: its price and size.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventSectionDoc {
+    section: String,
+    price_tier: String,
+    price_cents: Option<i64>,
+    /// Seats, or places of a general-admission section.
+    seats: u32,
+    /// Sold by quantity (`{"quantity": n, "section": ...}`), no seats to pick.
+    general_admission: bool,
+}
+
+/// The event page: catalog facts, sections and prices (from the show's first event), seats
+/// available and the status (`SCHEDULED`, `ON_SALE`, `SOLD_OUT`, `STARTED`; from the catalog
+/// projection). Cacheable.
+#[utoipa::path(get, path = "/v1/events/{id}", params(("id" = String, Path)),
+    responses((status = 200, body = EventDoc, description = "the event document (ETag; If-None-Match answers 304)"),
+        (status = 304, description = "Not modified since the ETag sent in If-None-Match"), (status = 404, body = Problem)))]
+pub(super) async fn get_event(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let show_id: ShowId = id.parse()?;
+    let now = state.shows.clock().now();
+    let scheduled = state.public_catalog.get(show_id).await?;
+    let (info, layout) = (&scheduled.info, &scheduled.layout);
+    // The facts come from the show's first event, the policies in force from the log (read
+    // back at once after a change), the availability from the catalog projection (absent for
+    // a moment after the show is scheduled: then all seats are).
+    let available = state.public_catalog.live(show_id).await.available;
+    let (hold_ttl_seconds, policy) = state.public_catalog.policy(show_id).await?;
+    let status = onsale_edge::EventStatus::at(now, info.starts_at, info.on_sale_at, available);
+    let sections = layout
+        .sections()
+        .iter()
+        .map(|s| EventSectionDoc {
+            section: s.section.clone(),
+            price_tier: s.price_tier.clone(),
+            price_cents: info.prices.get(&s.price_tier).copied(),
+            seats: s.capacity(),
+            general_admission: s.general_admission,
+        })
+        .collect();
+    let prices = info.prices.values().copied();
+    let doc = EventDoc {
+        event_id: info.show_id.to_string(),
+        name: info.name.clone(),
+        performer: info.performer.clone(),
+        venue_id: info.venue_id.to_string(),
+        venue_name: info.venue_name.clone(),
+        city: info.city.clone(),
+        starts_at: info.starts_at,
+        on_sale_at: info.on_sale_at,
+        status,
+        prices: info.prices.clone(),
+        min_price_cents: prices.clone().min(),
+        max_price_cents: prices.max(),
+        waiting_room: info.waiting_room,
+        hold_ttl_seconds,
+        policy: SalePolicyView::of(hold_ttl_seconds, &policy),
+        seat_count: layout.seat_count(),
+        available_seats: available.map_or(i64::from(layout.seat_count()), i64::from),
+        sections,
+    };
+    let body = serde_json::to_vec(&doc)
+        .map_err(|e| crate::protocol::CommandError::Internal(e.to_string()))?;
+    let etag = format!("\"{}\"", &hex::encode(Sha256::digest(&body))[..32]);
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        == Some(etag.as_str())
+    {
+        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response());
+    }
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/json".to_owned()),
+            (header::CACHE_CONTROL, "public, max-age=30".to_owned()),
+            (header::ETAG, etag),
+        ],
+        body,
+    )
+        .into_response())
+}

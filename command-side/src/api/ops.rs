@@ -1,0 +1,37 @@
+//! The process's probes and metrics: `/healthz`, `/readyz`, `/metrics`.
+
+use super::*;
+
+pub(super) async fn healthz(State(state): State<AppState>) -> Response {
+    match state.live.as_ref().map_or(Ok(()), |check| check()) {
+        Ok(()) => (StatusCode::OK, "ok").into_response(),
+        Err(why) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unhealthy, why)
+            .into_response(),
+    }
+}
+
+pub(super) async fn readyz(State(state): State<AppState>) -> Response {
+    if state.shows.log().ping().await.is_err() {
+        return ApiError::unavailable().into_response();
+    }
+    match state.ready.as_ref().map_or(Ok(()), |check| check()) {
+        Ok(()) => (StatusCode::OK, "ready").into_response(),
+        Err(why) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::NotReady, why).into_response()
+        }
+    }
+}
+
+pub(super) async fn metrics_page(State(state): State<AppState>) -> Response {
+    match &state.metrics {
+        Some(h) => (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4"),
+            )],
+            h.render(),
+        )
+            .into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
