@@ -91,19 +91,23 @@ def literals(src):
     return out
 
 
-def crossings(root, table_owner):
+def sources(root):
+    """(path, code) of every tracked Rust file under `root`, each cut at its unit-test module:
+    a crate's tests may look at what its code wrote anywhere, and import what they test."""
     files = subprocess.run(["git", "ls-files", "*.rs"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
-    found = []
     for path in files:
+        with open(os.path.join(root, path)) as f:
+            src = f.read()
+        cut = re.search(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{", src)
+        yield path, src[:cut.start()] if cut else src
+
+
+def crossings(root, table_owner):
+    found = []
+    for path, src in sources(root):
         crate = path.split("/", 1)[0]
         if crate == "tests" or "/tests/" in path or "/benches/" in path:
             continue
-        with open(os.path.join(root, path)) as f:
-            src = f.read()
-        # A crate's unit tests may look at what its code wrote anywhere.
-        cut = re.search(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{", src)
-        if cut:
-            src = src[:cut.start()]
         for lit in literals(src):
             for table in sorted(set(STATEMENT.findall(lit))):
                 owner = table_owner.get(table)
@@ -164,20 +168,14 @@ def cargo_graph(crates):
 def module_cycles(root):
     """Cycles among each crate's top-level modules (`crate::x` named in `y`'s code, tests
     aside): a module must not import back into one that imports it."""
-    files = subprocess.run(["git", "ls-files", "*.rs"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
     graph = {}
-    for path in files:
+    for path, src in sources(root):
         parts = path.split("/")
         if len(parts) < 3 or parts[1] != "src":
             continue
         crate, module = parts[0], parts[2].removesuffix(".rs")
         if module in ("lib", "main"):
             continue
-        with open(os.path.join(root, path)) as f:
-            src = f.read()
-        cut = re.search(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{", src)
-        if cut:
-            src = src[:cut.start()]
         src = re.sub(r"//[^\n]*", "", src)
         deps = graph.setdefault((crate, module), set())
         for single, group in re.findall(r"\bcrate::(?:(\w+)|\{([^}]*)\})", src):
