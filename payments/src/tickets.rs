@@ -501,14 +501,7 @@ where
               WHERE t.show_id = $1 AND t.seat_id = $2 AND t.revoked_at IS NOT NULL",
         )
     });
-    sqlx::query_as(&TICKETED)
-        .bind(show.to_string())
-        .bind(seat)
-        .bind(after.at)
-        .bind(after.src)
-        .bind(after.sequence)
-        .bind(after.ticket)
-        .bind(limit)
+    onsale_projections::history::bind_page(sqlx::query_as(&TICKETED), show, seat, after, limit)
         .fetch_all(shard)
         .await
 }

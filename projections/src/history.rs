@@ -204,7 +204,21 @@ where
                FROM seat_history h WHERE h.show_id = $1 AND h.seat_id = $2",
         )
     });
-    sqlx::query_as(&LOGGED)
+    bind_page(sqlx::query_as(&LOGGED), show, seat, after, limit)
+        .fetch_all(reads)
+        .await
+}
+
+/// `query` (a statement made by [`page_of`]) with its parameters bound: the show, the seat, where
+/// the page starts, and how many rows.
+pub fn bind_page<'q, O>(
+    query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    show: ShowId,
+    seat: &'q str,
+    after: &After,
+    limit: i64,
+) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    query
         .bind(show.to_string())
         .bind(seat)
         .bind(after.at)
@@ -212,6 +226,4 @@ where
         .bind(after.sequence)
         .bind(after.ticket)
         .bind(limit)
-        .fetch_all(reads)
-        .await
 }
