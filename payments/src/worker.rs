@@ -128,16 +128,19 @@ impl Worker {
         if free == 0 {
             return Ok(());
         }
+        // The shows moving off this shard, read once for both work lists.
+        let moved = onsale_eventlog::moving::moved_off(&self.pool).await?;
         let payments: Vec<PaymentRow> = self
             .claim(
                 "payments",
                 "order_id, amount_cents, token, state, placed_at, attempts",
                 free,
+                &moved,
             )
             .await?;
         let free = free.saturating_sub(payments.len());
         let refunds: Vec<RefundRow> = self
-            .claim("refunds", "order_id, amount_cents, attempts", free)
+            .claim("refunds", "order_id, amount_cents, attempts", free, &moved)
             .await?;
         for p in payments {
             let (me, permit) = (self.clone(), slots.clone().acquire_owned().await?);
@@ -164,12 +167,17 @@ impl Worker {
     /// columns `state`, `due_at`, `lease_until`, `attempts`): a worker that dies mid-call leaves
     /// them to be claimed again when the lease runs out. Rows of a show being moved off this
     /// shard are left alone (the move fences them, and carries them to the show's new shard).
-    async fn claim<T>(&self, table: &str, returning: &str, limit: usize) -> anyhow::Result<Vec<T>>
+    async fn claim<T>(
+        &self,
+        table: &str,
+        returning: &str,
+        limit: usize,
+        moved: &[String],
+    ) -> anyhow::Result<Vec<T>>
     where
         T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
     {
         let lease = (self.config.charge_timeout_ms / 1000 + 1) * 3 + 5;
-        let moved = onsale_eventlog::moving::moved_off(&self.pool).await?;
         let sql = format!(
             "UPDATE {table} SET lease_until = now() + make_interval(secs => $1::double precision),
                                 attempts = attempts + 1
