@@ -1,6 +1,25 @@
 //! Shows ("events"): scheduling one at a venue (admin), its on-sale policies, the event page.
 
-use super::*;
+use onsale_edge::ErrorCode;
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chrono::{DateTime, Utc};
+use onsale_domain::{
+    BestAvailableOnly, SalePolicy, ShowCommand, ShowId, ShowInfo, VenueEvent, VenueId,
+    MAX_SEATS_PER_ACCOUNT,
+};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
+
+use onsale_edge::{ApiError, Problem};
+use onsale_edge::{ApiJson, Caller, Integer, Role};
+
+use super::state::{text, AppState};
 
 /// The on-sale policies named by a request that carries them (a new event, or a policy of its
 /// own): the same fields in both.

@@ -1,7 +1,23 @@
 //! Holds: explicit seats (all or none) or the best available, release; the idempotency key
 //! and the request's fingerprint.
 
-use super::*;
+use onsale_edge::ErrorCode;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chrono::{DateTime, Utc};
+use onsale_domain::show::messages::MAX_SEATS_PER_HOLD;
+use onsale_domain::{HoldId, Idempotency, SeatId, ShowCommand, ShowError, ShowId};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::protocol::Answer;
+use onsale_edge::{ApiError, Problem};
+use onsale_edge::{ApiJson, Caller, Integer, Role};
+
+use super::state::{admitted, fingerprint, idempotency_key, AppState};
 
 /// Written back (absent members omitted) for the request's fingerprint: the same request, however
 /// its JSON was spelt, has one fingerprint.
@@ -29,30 +45,6 @@ pub struct HoldResponse {
     #[schema(value_type = Vec<String>)]
     seat_ids: Vec<SeatId>,
     expires_at: DateTime<Utc>,
-}
-
-/// A request's fingerprint: its route and the request as it was read, written back (serde_json
-/// writes a struct's members in their declared order), so key order and spelling do not count.
-pub(super) fn fingerprint<T: Serialize>(route: &str, request: &T) -> Result<String, ApiError> {
-    let body = serde_json::to_vec(request)
-        .map_err(|e| crate::protocol::CommandError::Internal(e.to_string()))?;
-    let mut h = Sha256::new();
-    h.update(route.as_bytes());
-    h.update(b"\n");
-    h.update(&body);
-    Ok(hex::encode(h.finalize()))
-}
-
-pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
-    match headers.get("idempotency-key") {
-        None => Ok(None),
-        Some(v) => {
-            let s = v
-                .to_str()
-                .map_err(|_| ShowError::Invalid("Idempotency-Key must be ASCII".into()))?;
-            Ok(Some(IdempotencyKey::parse(s)?))
-        }
-    }
 }
 
 /// Hold explicit seats (all or none) or the best available ones.
@@ -181,6 +173,7 @@ pub(super) async fn release_hold(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
 
     fn hold(json: &str) -> String {
         let request: HoldRequest = serde_json::from_str(json).expect("a hold request");

@@ -1,6 +1,14 @@
 //! The process's probes and metrics: `/healthz`, `/readyz`, `/metrics`.
 
-use super::*;
+use onsale_edge::ErrorCode;
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use onsale_edge::ApiError;
+
+use super::state::AppState;
 
 pub(super) async fn healthz(State(state): State<AppState>) -> Response {
     match state.live.as_ref().map_or(Ok(()), |check| check()) {

@@ -1,6 +1,20 @@
 //! Orders placed from a hold: the card token kept, the charge after the commit (`202`).
 
-use super::*;
+use onsale_edge::ErrorCode;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use onsale_domain::{HoldId, Idempotency, OrderId, ShowCommand, ShowError};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::protocol::Answer;
+use onsale_edge::{ApiError, Problem};
+use onsale_edge::{ApiJson, Caller, Role};
+
+use super::state::{admitted, fingerprint, idempotency_key, AppState};
 
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

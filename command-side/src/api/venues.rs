@@ -1,6 +1,19 @@
 //! Venues (admin writes, everyone reads): a venue's layout of sections, rows and seats.
 
-use super::*;
+use onsale_edge::ErrorCode;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use onsale_domain::{SectionLayout, ShowError, VenueEvent, VenueId, VenueLayout};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use onsale_edge::{ApiError, Problem};
+use onsale_edge::{ApiJson, Caller, Integer, Role};
+
+use super::state::{text, AppState};
 
 /// The largest venue body: 200 sections of 100 rows fit (the schema's bounds).
 pub const VENUE_BODY_BYTES: usize = 1024 * 1024;
