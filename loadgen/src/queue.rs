@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use onsale_domain::ShowId;
 use onsale_edge::auth::{mint, Role};
+use onsale_waiting_room::api::JoinRequest;
 use onsale_waiting_room::store::{key, Store};
-use serde_json::{json, Value};
+
+use crate::client::{Api, Reply};
 use tokio_util::sync::CancellationToken;
 
 /// Puts `size` accounts in a show's line (positions 1..size), in chunks so Redis never blocks
@@ -195,40 +197,23 @@ pub(crate) async fn bench_onsale(
         .build()?;
     let event =
         crate::create_show(&http, base, secret, &crate::venue::venue_body(), 600, true).await?;
+    let api = Api::new(http, base);
     let store = Store::connect(redis_url, &CancellationToken::new()).await?;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..fans {
-        let (http, base, event, secret) = (
-            http.clone(),
-            base.to_owned(),
-            event.clone(),
-            secret.to_owned(),
-        );
+        let (api, event, secret) = (api.clone(), event.clone(), secret.to_owned());
         tasks.push(tokio::spawn(async move {
             let token = mint(&secret, &format!("f{i}"), Role::Fan, 3600).expect("token");
-            let room = format!("{base}/v1/events/{event}/waiting-room");
-            let joined: Value = http
-                .post(&room)
-                .bearer_auth(&token)
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            let qt = joined["queueToken"].as_str()?;
-            let adm = crate::admission_token(&http, &room, &token, qt, Duration::from_millis(500))
+            let fan = api.fan(token);
+            let Reply::Done(joined) = fan.join(&event, &JoinRequest::default()).await else {
+                return None;
+            };
+            let admission = fan
+                .admission_token(&event, &joined.queue_token, Duration::from_millis(500))
                 .await?;
             loop {
-                let r = http
-                    .post(format!("{base}/v1/events/{event}/enter"))
-                    .bearer_auth(&token)
-                    .json(&json!({"admissionToken": adm}))
-                    .send()
-                    .await
-                    .ok()?;
-                if r.status().as_u16() != 429 {
+                if fan.enter(&event, &admission).await.refused() != Some(429) {
                     return Some(());
                 }
                 tokio::time::sleep(Duration::from_millis(250)).await;

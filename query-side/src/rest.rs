@@ -351,29 +351,29 @@ async fn updates(
     )
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OrderResponse {
-    order_id: String,
-    event_id: String,
-    status: String,
-    seat_ids: Vec<String>,
-    total_cents: i64,
-    placed_at: chrono::DateTime<chrono::Utc>,
-    updated_at: chrono::DateTime<chrono::Utc>,
+    pub order_id: String,
+    pub event_id: String,
+    pub status: String,
+    pub seat_ids: Vec<String>,
+    pub total_cents: i64,
+    pub placed_at: chrono::DateTime<chrono::Utc>,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
     /// Captured after it had failed while its seats were resold: refunded, and the buyer is
     /// owed a make-good.
-    make_good: bool,
+    pub make_good: bool,
     /// Why the order failed, while its status is FAILED: `CARD_DECLINED` (another card may
     /// work), `PAYMENT_TIMED_OUT` (the processor never answered in time; nothing was charged)
     /// or `FAILED` (unclassified).
     #[schema(value_type = Option<String>, example = "CARD_DECLINED")]
-    failure_reason: Option<String>,
+    pub failure_reason: Option<String>,
     /// One per seat, issued once the payment succeeded; a cancelled order's are revoked.
-    tickets: Vec<TicketRef>,
+    pub tickets: Vec<TicketRef>,
 }
 
-#[derive(Debug, Serialize, ToSchema, sqlx::FromRow)]
+#[derive(Debug, Serialize, Deserialize, ToSchema, sqlx::FromRow)]
 #[serde(rename_all = "camelCase")]
 pub struct TicketRef {
     pub ticket_id: uuid::Uuid,

@@ -20,6 +20,8 @@ pub struct PaymentPath {
     /// The read path with the payment worker and the payment consumers.
     pub rp: ReadPath,
     pub sim: Sim,
+    /// Where the processor simulator listens.
+    pub sim_url: String,
     pub config: PaymentsConfig,
     sim_task: JoinHandle<()>,
 }
@@ -55,7 +57,7 @@ impl PaymentPath {
             &shared_brokers()?,
             |s| {
                 let p = &mut s.payments;
-                p.processor_url = sim_url;
+                p.processor_url = sim_url.clone();
                 p.charge_timeout_ms = 500;
                 p.max_pending_secs = 60;
                 p.poll_ms = 100;
@@ -75,6 +77,7 @@ impl PaymentPath {
             Self {
                 rp,
                 sim,
+                sim_url,
                 config,
                 sim_task,
             },

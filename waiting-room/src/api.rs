@@ -75,6 +75,7 @@ pub fn router(room: WaitingRoom, verifier: Verifier, streams: StreamSlots) -> Ro
     paths(join, challenge, view, enter, heartbeat, leave),
     components(schemas(
         Joined,
+        JoinStatus,
         JoinRequest,
         Challenge,
         EnterRequest,
@@ -141,7 +142,7 @@ fn ms_to_time(ms: i64) -> DateTime<Utc> {
         .unwrap_or_else(Utc::now)
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Joined {
     /// `null` in the pre-queue (positions are drawn at random at the opening) and in fallback.
@@ -149,13 +150,23 @@ pub struct Joined {
     pub queue_token: String,
     /// Seconds, approximate; `null` when unknown.
     pub eta: Option<f64>,
-    /// `PRE_QUEUE`, `WAITING`, or `FALLBACK` (Redis away: admission at a fixed pace).
-    pub status: &'static str,
+    pub status: JoinStatus,
+}
+
+/// Where a join put the fan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JoinStatus {
+    /// Joined before the opening: places are drawn at random when it opens.
+    PreQueue,
+    Waiting,
+    /// The line's store is away: admission at a fixed pace.
+    Fallback,
 }
 
 /// Where a fan stands in a show's line: `GET /v1/events/{id}/waiting-room`, and each event of
 /// its stream.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Standing {
     pub status: LineStatus,
@@ -200,7 +211,7 @@ impl Standing {
 }
 
 /// Where in the line a fan is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum LineStatus {
     /// Joined before the opening: places are drawn at random when it opens.
@@ -215,7 +226,7 @@ pub enum LineStatus {
 }
 
 /// How the line runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum LineMode {
     /// The line's store is away: admission at a fixed pace from PostgreSQL.
@@ -230,7 +241,7 @@ pub struct Closing {
 
 /// What a join carries when the show asks a challenge: the challenge as it was given, and the
 /// answer found for it (both, or neither: `{}` and no body are the same join).
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct JoinRequest {
     pub challenge: Option<String>,
@@ -240,7 +251,7 @@ pub struct JoinRequest {
 }
 
 /// A proof of work to solve before joining.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Challenge {
     /// Opaque; send it back as it is, with the solution.
@@ -444,14 +455,14 @@ async fn join(
             pos,
             eta,
             if pos.is_some() {
-                "WAITING"
+                JoinStatus::Waiting
             } else {
-                "PRE_QUEUE"
+                JoinStatus::PreQueue
             },
         ),
         Err(e) => {
             redis_down(&e);
-            (None, None, "FALLBACK")
+            (None, None, JoinStatus::Fallback)
         }
     };
     metrics::counter!(onsale_telemetry::metrics::WAITING_ROOM_JOINS_TOTAL).increment(1);
@@ -706,13 +717,13 @@ async fn view(
         .into_response())
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EnterRequest {
     pub admission_token: String,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Entry {
     pub session_id: String,
@@ -847,7 +858,7 @@ async fn enter(
     }
 }
 
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HeartbeatRequest {
     pub session_id: String,

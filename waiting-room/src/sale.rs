@@ -11,7 +11,9 @@ use onsale_domain::ShowId;
 use sqlx::PgPool;
 
 /// A show's seats as the line is told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Availability {
     /// Seats are available now.

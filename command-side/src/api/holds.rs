@@ -26,25 +26,25 @@ use super::state::{admitted, fingerprint, idempotency_key, AppState};
 pub struct HoldRequest {
     /// Explicit seats, all or none.
     #[serde(skip_serializing_if = "Option::is_none")]
-    seat_ids: Option<Vec<String>>,
+    pub seat_ids: Option<Vec<String>>,
     /// Best available: how many seats (adjacent in one row where possible).
     #[schema(value_type = Option<i64>)]
     #[serde(skip_serializing_if = "Option::is_none")]
-    quantity: Option<Integer<i64>>,
+    pub quantity: Option<Integer<i64>>,
     /// Best available within this section.
     #[serde(skip_serializing_if = "Option::is_none")]
-    section: Option<String>,
+    pub section: Option<String>,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HoldResponse {
-    hold_id: String,
-    event_id: String,
+    pub hold_id: String,
+    pub event_id: String,
     /// Seat ids, `<section>-<row>-<number>`.
     #[schema(value_type = Vec<String>)]
-    seat_ids: Vec<SeatId>,
-    expires_at: DateTime<Utc>,
+    pub seat_ids: Vec<SeatId>,
+    pub expires_at: DateTime<Utc>,
 }
 
 /// Hold explicit seats (all or none) or the best available ones.

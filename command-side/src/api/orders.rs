@@ -19,15 +19,15 @@ use super::state::{admitted, fingerprint, idempotency_key, AppState};
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OrderRequest {
-    hold_id: String,
-    payment_token: String,
+    pub hold_id: String,
+    pub payment_token: String,
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OrderAccepted {
-    order_id: String,
-    status: String,
+    pub order_id: String,
+    pub status: String,
 }
 
 /// Place an order from a hold. The charge happens after the commit, so the answer is 202.
