@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use futures::future::try_join_all;
-use onsale_eventlog::{log_row, EventLog, LogRow, PgEventLog, ScanKey};
+use onsale_eventlog::scan::{Mark, PastMarks};
+use onsale_eventlog::{EventLog, LogRow, PgEventLog, ScanKey};
 use onsale_telemetry::trace;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -230,42 +231,26 @@ impl Relay {
     }
 
     /// Republishes (as `op: "r"`) every event past this slot's recorded positions, in order per
-    /// aggregate, recording positions as it goes.
+    /// aggregate, recording positions as it goes. The log reads past the positions as they were
+    /// when the fill began: the scan only moves forward, so what it records meanwhile is behind it.
     async fn fill_gap(&self) -> anyhow::Result<usize> {
-        let mut after: ScanKey = (String::new(), String::new(), 0);
+        let marks: Vec<Mark> = sqlx::query_as(
+            "SELECT aggregate_type, aggregate_id, sequence FROM relay_positions WHERE slot = $1",
+        )
+        .bind(&self.config.slot)
+        .fetch_all(&self.pool)
+        .await
+        .context("read the positions")?;
+        let mut past = PastMarks::open(&self.pool, &marks)
+            .await
+            .context("mark the positions")?;
         let mut total = 0;
         loop {
-            // The position is looked up per row (a probe of relay_positions' key) so the scan
-            // walks the primary key in order and stops at the page's end; as a join, the
-            // planner sorted the whole rest of the log for every page (30 s a page at ten
-            // million events: `make bench-replay` found it).
-            let rows = sqlx::query(
-                "SELECT e.aggregate_type, e.aggregate_id, e.sequence, e.event_type, e.event_version,
-                        e.payload::text AS payload, e.metadata::text AS metadata
-                   FROM events e
-                  WHERE (e.aggregate_type, e.aggregate_id, e.sequence) > ($2, $3, $4)
-                    AND e.sequence > COALESCE((SELECT p.sequence FROM relay_positions p
-                                                WHERE p.slot = $1
-                                                  AND p.aggregate_type = e.aggregate_type
-                                                  AND p.aggregate_id = e.aggregate_id), 0)
-                  ORDER BY e.aggregate_type, e.aggregate_id, e.sequence
-                  LIMIT 5000",
-            )
-            .bind(&self.config.slot)
-            .bind(&after.0)
-            .bind(&after.1)
-            .bind(after.2)
-            .fetch_all(&self.pool)
-            .await
-            .context("read the gap")?
-            .iter()
-            .map(log_row)
-            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+            let rows = past.next(5_000).await.context("read the gap")?;
             let published = self.republish(rows).await?;
-            let Some(last) = published.last() else {
+            if published.is_empty() {
                 return Ok(total);
-            };
-            after = last.clone();
+            }
             total += published.len();
             self.record_positions(&published).await?;
             metrics::counter!(onsale_telemetry::metrics::RELAY_GAP_EVENTS_TOTAL)

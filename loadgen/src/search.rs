@@ -1,15 +1,16 @@
-//! `loadgen bench-search`: the catalog search on a catalog of many shows. Fills
-//! `catalog_events` with a deterministic synthetic catalog (performers and names made of
-//! syllables, 60 cities, a year of dates, prices), then runs one mix of queries (a performer's
-//! name, the same with a typo, a city, words and a city, a date range and a status, a price
-//! range) for a fixed time, from many clients at once: in process through
-//! `onsale_query::catalog::search` (the statement and its plan), and through HTTP against a
-//! running `onsale serve` (what a fan gets). It can write the catalog and the queries as TSV for
-//! the tantivy comparison (`loadgen/search-compare`, ADR 013).
+//! `loadgen bench-search`: the catalog search on a catalog of many shows. Fills the catalog
+//! (through its owner, `onsale_projections::catalog::replace_with`) with a deterministic
+//! synthetic catalog (performers and names made of syllables, 60 cities, a year of dates,
+//! prices), then runs one mix of queries (a performer's name, the same with a typo, a city,
+//! words and a city, a date range and a status, a price range) for a fixed time, from many
+//! clients at once: in process through `onsale_query::catalog::search` (the statement and its
+//! plan), and through HTTP against a running `onsale serve` (what a fan gets). It can write the
+//! catalog and the queries as TSV for the tantivy comparison (`loadgen/search-compare`, ADR 013).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use onsale_projections::catalog::Listing;
 use onsale_query::catalog::SearchQuery;
 use rand::{Rng, SeedableRng};
 
@@ -167,33 +168,22 @@ pub(crate) fn query_string(q: &SearchQuery) -> String {
     parts.join("&")
 }
 
-/// Writes `docs` into `catalog_events` (replacing what is there), in batches.
+/// Makes `docs` the catalog (replacing what is there), through the catalog's owner.
 pub(crate) async fn fill(pool: &sqlx::PgPool, docs: &[Doc]) -> anyhow::Result<()> {
-    sqlx::query("TRUNCATE catalog_events").execute(pool).await?;
-    for chunk in docs.chunks(5_000) {
-        let col = |f: fn(&Doc) -> String| chunk.iter().map(f).collect::<Vec<_>>();
-        sqlx::query(
-            "INSERT INTO catalog_events (event_id, name, performer, venue_id, venue_name, city, starts_at,
-                    on_sale_at, min_price_cents, max_price_cents, waiting_room, seats, available)
-             SELECT id, name, performer, id, venue, city, starts_at, now() - interval '1 day', lo, hi,
-                    false, 1000, 1000
-               FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
-                           $7::bigint[], $8::bigint[]) AS u(id, name, performer, venue, city, starts_at, lo, hi)",
-        )
-        .bind(col(|d| d.id.clone()))
-        .bind(col(|d| d.name.clone()))
-        .bind(col(|d| d.performer.clone()))
-        .bind(col(|d| d.venue.clone()))
-        .bind(col(|d| d.city.clone()))
-        .bind(chunk.iter().map(|d| d.starts_at).collect::<Vec<_>>())
-        .bind(chunk.iter().map(|d| d.min_price).collect::<Vec<_>>())
-        .bind(chunk.iter().map(|d| d.max_price).collect::<Vec<_>>())
-        .execute(pool)
-        .await?;
-    }
-    sqlx::raw_sql("VACUUM ANALYZE catalog_events")
-        .execute(pool)
-        .await?;
+    let listings: Vec<Listing> = docs
+        .iter()
+        .map(|d| Listing {
+            event_id: d.id.clone(),
+            name: d.name.clone(),
+            performer: d.performer.clone(),
+            venue_name: d.venue.clone(),
+            city: d.city.clone(),
+            starts_at: d.starts_at,
+            min_price_cents: d.min_price,
+            max_price_cents: d.max_price,
+        })
+        .collect();
+    onsale_projections::catalog::replace_with(pool, &listings).await?;
     Ok(())
 }
 

@@ -112,6 +112,51 @@ impl Projection for Catalog {
     }
 }
 
+/// A show as the catalog lists it, for a catalog made up rather than folded from the log.
+#[derive(Debug, Clone)]
+pub struct Listing {
+    pub event_id: String,
+    pub name: String,
+    pub performer: String,
+    pub venue_name: String,
+    pub city: String,
+    pub starts_at: chrono::DateTime<chrono::Utc>,
+    pub min_price_cents: i64,
+    pub max_price_cents: i64,
+}
+
+/// Replaces the catalog with `listings` (on sale since yesterday, 1,000 seats each, all
+/// available) and analyzes it: `make bench-search`'s synthetic catalog of many shows, which
+/// the log does not hold. The projection's next rebuild replaces it in turn.
+pub async fn replace_with(pool: &sqlx::PgPool, listings: &[Listing]) -> Result<(), sqlx::Error> {
+    sqlx::query("TRUNCATE catalog_events").execute(pool).await?;
+    for chunk in listings.chunks(5_000) {
+        let col = |f: fn(&Listing) -> String| chunk.iter().map(f).collect::<Vec<_>>();
+        sqlx::query(
+            "INSERT INTO catalog_events (event_id, name, performer, venue_id, venue_name, city, starts_at,
+                    on_sale_at, min_price_cents, max_price_cents, waiting_room, seats, available)
+             SELECT id, name, performer, id, venue, city, starts_at, now() - interval '1 day', lo, hi,
+                    false, 1000, 1000
+               FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
+                           $7::bigint[], $8::bigint[]) AS u(id, name, performer, venue, city, starts_at, lo, hi)",
+        )
+        .bind(col(|l| l.event_id.clone()))
+        .bind(col(|l| l.name.clone()))
+        .bind(col(|l| l.performer.clone()))
+        .bind(col(|l| l.venue_name.clone()))
+        .bind(col(|l| l.city.clone()))
+        .bind(chunk.iter().map(|l| l.starts_at).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|l| l.min_price_cents).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|l| l.max_price_cents).collect::<Vec<_>>())
+        .execute(pool)
+        .await?;
+    }
+    sqlx::raw_sql("VACUUM ANALYZE catalog_events")
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
 /// How many seats of `show` the catalog has available now (`None` before it folded the show).
 pub async fn available(pool: &sqlx::PgPool, show: ShowId) -> Result<Option<i32>, sqlx::Error> {
     sqlx::query_scalar("SELECT available FROM catalog_events WHERE event_id = $1")

@@ -518,3 +518,74 @@ async fn loading_a_long_show_gives_its_worker_back_to_other_shows() {
         "the load took {took:?} and another task waited up to {longest:?} for a turn"
     );
 }
+
+/// The relay's gap fill reads the log past a mark per aggregate (`scan::PastMarks`): exactly
+/// the rows past each aggregate's mark, every row of an aggregate without one, in key order
+/// and in pages; a second scan on the pool sees its own marks only (the first one's are gone
+/// with it, though the connection and its temporary table return to the pool).
+#[tokio::test]
+async fn a_scan_past_marks_reads_exactly_the_rows_past_each_aggregates_mark_in_pages() {
+    use onsale_eventlog::scan::{Mark, PastMarks};
+    use onsale_eventlog::{EventLog, PgEventLog};
+    let db = TestDb::new().await.expect("db");
+    let app = TestApp::spawn(&db).await.expect("app");
+    let a = app.on_sale_event(1, 2, 5, None).await;
+    let b = app.on_sale_event(1, 2, 5, None).await;
+    for (event, fan) in [(&a, "ann"), (&a, "bob"), (&b, "cy")] {
+        let seat = if fan == "bob" { "S1-R1-2" } else { "S1-R1-1" };
+        let (status, answer) = hold_seat(&app, event, fan, seat).await;
+        assert_eq!(status, 201, "{answer}");
+    }
+    let pool = app.server.pool.clone();
+    let all = PgEventLog::new(pool.clone())
+        .scan(&(String::new(), String::new(), 0), None, 1_000)
+        .await
+        .expect("the whole log");
+    let key = |r: &onsale_eventlog::LogRow| {
+        (r.aggregate_type.clone(), r.aggregate_id.clone(), r.sequence)
+    };
+    let of = |id: &str| all.iter().filter(|r| r.aggregate_id == id).count() as i64;
+    assert!(of(&a) >= 3 && of(&b) >= 2, "both shows have events");
+    let venue = all
+        .iter()
+        .find(|r| r.aggregate_id != a && r.aggregate_id != b)
+        .map(key)
+        .expect("a venue's event");
+    let read = |marks: Vec<Mark>| {
+        let pool = pool.clone();
+        async move {
+            let mut past = PastMarks::open(&pool, &marks).await.expect("open");
+            let mut rows = Vec::new();
+            loop {
+                let page = past.next(2).await.expect("a page");
+                assert!(page.len() <= 2, "a page holds at most its limit");
+                if page.is_empty() {
+                    return rows;
+                }
+                rows.extend(page.iter().map(key));
+            }
+        }
+    };
+    // Show a marked at 1, its venue at its last event, show b not at all.
+    let marks = vec![
+        ("show".to_owned(), a.clone(), 1),
+        (venue.0.clone(), venue.1.clone(), i64::MAX),
+    ];
+    let want: Vec<_> = all
+        .iter()
+        .map(key)
+        .filter(|(t, id, seq)| {
+            let mark = marks
+                .iter()
+                .find(|m| &m.0 == t && &m.1 == id)
+                .map_or(0, |m| m.2);
+            *seq > mark
+        })
+        .collect();
+    assert!(want.iter().any(|k| k.1 == a) && want.iter().any(|k| k.1 == b));
+    let got = read(marks).await;
+    assert_eq!(got, want, "the rows past their marks, in key order");
+    // Again on the same pool with no marks: everything, nothing of the first scan's marks.
+    let got = read(Vec::new()).await;
+    assert_eq!(got, all.iter().map(key).collect::<Vec<_>>());
+}
