@@ -168,8 +168,10 @@ pub(crate) fn query_string(q: &SearchQuery) -> String {
     parts.join("&")
 }
 
-/// Makes `docs` the catalog (replacing what is there), through the catalog's owner.
+/// Makes `docs` the catalog (replacing what is there), through the catalog's owner: every show
+/// on sale since yesterday, 1,000 seats each, all available.
 pub(crate) async fn fill(pool: &sqlx::PgPool, docs: &[Doc]) -> anyhow::Result<()> {
+    let yesterday = chrono::Utc::now() - chrono::Duration::days(1);
     let listings: Vec<Listing> = docs
         .iter()
         .map(|d| Listing {
@@ -179,8 +181,11 @@ pub(crate) async fn fill(pool: &sqlx::PgPool, docs: &[Doc]) -> anyhow::Result<()
             venue_name: d.venue.clone(),
             city: d.city.clone(),
             starts_at: d.starts_at,
+            on_sale_at: yesterday,
             min_price_cents: d.min_price,
             max_price_cents: d.max_price,
+            seats: 1_000,
+            available: 1_000,
         })
         .collect();
     onsale_projections::catalog::replace_with(pool, &listings).await?;

@@ -121,13 +121,16 @@ pub struct Listing {
     pub venue_name: String,
     pub city: String,
     pub starts_at: chrono::DateTime<chrono::Utc>,
+    pub on_sale_at: chrono::DateTime<chrono::Utc>,
     pub min_price_cents: i64,
     pub max_price_cents: i64,
+    pub seats: i32,
+    pub available: i32,
 }
 
-/// Replaces the catalog with `listings` (on sale since yesterday, 1,000 seats each, all
-/// available) and analyzes it: `make bench-search`'s synthetic catalog of many shows, which
-/// the log does not hold. The projection's next rebuild replaces it in turn.
+/// Replaces the catalog with `listings` and analyzes it: `make bench-search`'s synthetic
+/// catalog of many shows, which the log does not hold. The projection's next rebuild replaces
+/// it in turn.
 pub async fn replace_with(pool: &sqlx::PgPool, listings: &[Listing]) -> Result<(), sqlx::Error> {
     sqlx::query("TRUNCATE catalog_events").execute(pool).await?;
     for chunk in listings.chunks(5_000) {
@@ -135,10 +138,10 @@ pub async fn replace_with(pool: &sqlx::PgPool, listings: &[Listing]) -> Result<(
         sqlx::query(
             "INSERT INTO catalog_events (event_id, name, performer, venue_id, venue_name, city, starts_at,
                     on_sale_at, min_price_cents, max_price_cents, waiting_room, seats, available)
-             SELECT id, name, performer, id, venue, city, starts_at, now() - interval '1 day', lo, hi,
-                    false, 1000, 1000
+             SELECT id, name, performer, id, venue, city, starts_at, on_sale_at, lo, hi, false, seats, available
                FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
-                           $7::bigint[], $8::bigint[]) AS u(id, name, performer, venue, city, starts_at, lo, hi)",
+                           $7::timestamptz[], $8::bigint[], $9::bigint[], $10::int[], $11::int[])
+                    AS u(id, name, performer, venue, city, starts_at, on_sale_at, lo, hi, seats, available)",
         )
         .bind(col(|l| l.event_id.clone()))
         .bind(col(|l| l.name.clone()))
@@ -146,8 +149,11 @@ pub async fn replace_with(pool: &sqlx::PgPool, listings: &[Listing]) -> Result<(
         .bind(col(|l| l.venue_name.clone()))
         .bind(col(|l| l.city.clone()))
         .bind(chunk.iter().map(|l| l.starts_at).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|l| l.on_sale_at).collect::<Vec<_>>())
         .bind(chunk.iter().map(|l| l.min_price_cents).collect::<Vec<_>>())
         .bind(chunk.iter().map(|l| l.max_price_cents).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|l| l.seats).collect::<Vec<_>>())
+        .bind(chunk.iter().map(|l| l.available).collect::<Vec<_>>())
         .execute(pool)
         .await?;
     }
@@ -182,7 +188,9 @@ pub struct Search {
 
 /// The columns of a show as the catalog answers it (rows `T` of [`search`] and [`show`]):
 /// `event_id, name, performer, venue_id, venue_name, city, starts_at, on_sale_at,
-/// min_price_cents, max_price_cents, waiting_room, status, score`.
+/// min_price_cents, max_price_cents, waiting_room, status, score`. The status is
+/// `onsale_edge::EventStatus::at` said again in SQL, so a search can filter by it;
+/// `tests/tests/catalog.rs` checks the two agree on every combination.
 const SHOW_COLUMNS: &str = "c.event_id, c.name, c.performer, c.venue_id, c.venue_name, c.city,
         c.starts_at, c.on_sale_at, c.min_price_cents, c.max_price_cents, c.waiting_room,
         CASE WHEN c.starts_at <= now() THEN 'STARTED' WHEN c.available = 0 THEN 'SOLD_OUT'

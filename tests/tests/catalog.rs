@@ -411,3 +411,82 @@ async fn fans_find_shows_by_name_despite_typos_and_by_city_date_status_and_price
     assert_eq!(bad.code(), tonic::Code::InvalidArgument);
     rp.stop().await;
 }
+
+/// An event's status has one rule (`EventStatus::at`: started, else sold out, else before or
+/// after its on-sale), and the catalog's search states it again in SQL to filter by it: the
+/// two agree on every combination, both as the status a search answers and as the filter.
+#[tokio::test]
+async fn the_catalogs_status_in_sql_is_the_one_rule_of_event_status() {
+    use onsale_edge::EventStatus;
+    use onsale_projections::catalog::{replace_with, search, Listing, Search};
+    use onsale_query::catalog::EventSummary;
+    let db = TestDb::new().await.expect("db");
+    let pool = db.pool().await.expect("pool");
+    onsale_eventlog::migrate(&pool).await.expect("migrations");
+    let now = chrono::Utc::now();
+    let day = chrono::Duration::days(1);
+    let mut listings = Vec::new();
+    for started in [false, true] {
+        for on_sale in [false, true] {
+            for available in [0, 3] {
+                let starts_at = if started { now - day } else { now + day * 30 };
+                let on_sale_at = if on_sale { now - day * 2 } else { now + day };
+                listings.push(Listing {
+                    event_id: format!("e-{started}-{on_sale}-{available}"),
+                    name: "A show".into(),
+                    performer: "Someone".into(),
+                    venue_name: "A hall".into(),
+                    city: "Oslo".into(),
+                    starts_at,
+                    on_sale_at,
+                    min_price_cents: 1_000,
+                    max_price_cents: 2_000,
+                    seats: 3,
+                    available,
+                });
+            }
+        }
+    }
+    replace_with(&pool, &listings).await.expect("the catalog");
+    let rule = |l: &Listing| EventStatus::at(now, l.starts_at, l.on_sale_at, Some(l.available));
+    let all = Search {
+        limit: 100,
+        ..Search::default()
+    };
+    let found: Vec<EventSummary> = search(&pool, &all, 0.3, None).await.expect("a search");
+    assert_eq!(found.len(), listings.len());
+    for f in &found {
+        let l = listings
+            .iter()
+            .find(|l| l.event_id == f.event_id)
+            .expect("listed");
+        assert_eq!(f.status, rule(l), "{}", l.event_id);
+    }
+    for status in [
+        EventStatus::Scheduled,
+        EventStatus::OnSale,
+        EventStatus::SoldOut,
+        EventStatus::Started,
+    ] {
+        let only = Search {
+            status: Some(status.as_str().to_owned()),
+            limit: 100,
+            ..Search::default()
+        };
+        let mut got: Vec<String> = search::<EventSummary>(&pool, &only, 0.3, None)
+            .await
+            .expect("a search")
+            .into_iter()
+            .map(|f| f.event_id)
+            .collect();
+        got.sort();
+        let mut want: Vec<String> = listings
+            .iter()
+            .filter(|l| rule(l) == status)
+            .map(|l| l.event_id.clone())
+            .collect();
+        want.sort();
+        assert!(!want.is_empty(), "every status is among the listings");
+        assert_eq!(got, want, "filtered by {status:?}");
+    }
+}
