@@ -1,14 +1,10 @@
 // A hold: its seats, a countdown to its expiry, and paying for it with one of the card
 // processor simulator's test cards (docs/api.md), or letting it go.
 import { useEffect, useState } from "preact/hooks";
+import type { components } from "../gen/api";
 import { inWords, rest, type Problem } from "../rest";
 
-export interface Hold {
-  holdId: string;
-  eventId: string;
-  seatIds: string[];
-  expiresAt: string;
-}
+export type Hold = components["schemas"]["HoldResponse"];
 
 const CARDS: [string, string][] = [
   ["tok_ok", "Test card that pays"],

@@ -4,17 +4,14 @@
 // gRPC-web cannot be reached at all, the same deltas come over SSE (`/v1/events/{id}/updates`,
 // resuming with Last-Event-ID), as docs/api.md offers both.
 import { useEffect, useState } from "preact/hooks";
+import type { SeatState, SectionCounts } from "../gen/onsale/v1/read_pb";
 import { seatMaps } from "../grpc";
 
-export interface Counts {
-  section: string;
-  total: number;
-  available: number;
-  held: number;
-  sold: number;
-  /** Sold by quantity: counts only, no seats to pick. */
+/** A section's counts as the snapshot and the deltas carry them (an SSE delta published before
+ * general admission existed says nothing of it). */
+export type Counts = Omit<SectionCounts, "$typeName" | "$unknown" | "generalAdmission"> & {
   generalAdmission?: boolean;
-}
+};
 
 export interface LiveMap {
   seq: bigint;
@@ -26,7 +23,7 @@ export interface LiveMap {
 interface DeltaLike {
   seq: bigint;
   sections: Counts[];
-  seats: { seatId: string; status: string }[];
+  seats: Pick<SeatState, "seatId" | "status">[];
 }
 
 function applied(map: LiveMap, d: DeltaLike, via: LiveMap["via"]): LiveMap {

@@ -145,12 +145,7 @@ export function Console() {
   );
 }
 
-interface Rule {
-  name: string;
-  state: string;
-  severity: string;
-  active: { state: string; summary: string; activeAt?: string }[];
-}
+type Rule = components["schemas"]["AlertRule"];
 
 const ORDER: Record<string, number> = { firing: 0, pending: 1, inactive: 2 };
 
