@@ -512,6 +512,7 @@ async fn schedule(shows: &Shows, show: ShowId, rows: u32, seats: u32, ttl_secs: 
         starts_at: now + chrono::Duration::days(30),
         on_sale_at: now - chrono::Duration::minutes(1),
         prices: BTreeMap::from([("A".to_owned(), 5_000)]),
+        currency: Default::default(),
         waiting_room: false,
         hold_ttl_seconds: ttl_secs,
         policy: Default::default(),

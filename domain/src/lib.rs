@@ -11,6 +11,7 @@
 //! - [`show`]: the [`Show`] aggregate, its commands and events.
 //! - [`transitions`]: the one state table for seats, holds and orders.
 
+pub mod chart;
 pub mod clock;
 pub mod error;
 pub mod ids;
@@ -26,7 +27,7 @@ pub use error::{Result, ShowError};
 pub use ids::{AccountId, HoldId, IdempotencyKey, InvalidId, OrderId, SeatId, ShowId, VenueId};
 pub use layout::{RowLayout, SectionLayout, VenueLayout};
 pub use show::{
-    Actor, BestAvailableOnly, HoldStatus, HoldView, Idempotency, OrderStatus, OrderView,
+    Actor, BestAvailableOnly, Currency, HoldStatus, HoldView, Idempotency, OrderStatus, OrderView,
     PaymentFailure, SalePolicy, Show, ShowCommand, ShowEvent, ShowInfo, ShowServices, SnapshotCopy,
     DEFAULT_MAX_FAILED_PAYMENTS, FINISHED_HOLDS_KEPT_PER_ACCOUNT, IDEMPOTENCY_KEY_HOURS,
     KEYED_FINISHED_HOLDS_KEPT_PER_ACCOUNT, MAX_PRICE_CENTS, MAX_SEATS_PER_ACCOUNT,

@@ -59,6 +59,7 @@ fn info(ttl: u32) -> ShowInfo {
         starts_at: t0() + Duration::days(30),
         on_sale_at: t0() - Duration::hours(1),
         prices: BTreeMap::from([("P".to_string(), 12_000), ("Q".to_string(), 5_000)]),
+        currency: Default::default(),
         waiting_room: false,
         hold_ttl_seconds: ttl,
         policy: Default::default(),

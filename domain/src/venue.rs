@@ -3,16 +3,21 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::chart::Chart;
 use crate::layout::VenueLayout;
 
 pub const VENUE_TYPE: &str = "venue";
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum VenueEvent {
     VenueRegistered {
         name: String,
         city: String,
         layout: VenueLayout,
+        /// Where its parts are drawn, when the venue was registered with a chart (checked
+        /// against the layout); without one, [`Chart::generated`] draws it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        chart: Option<Chart>,
     },
 }
 

@@ -114,6 +114,7 @@ fn schedule(show: ShowId) -> ShowCommand {
             starts_at: t0() + Duration::days(10),
             on_sale_at: t0(),
             prices: BTreeMap::from([("P".to_string(), 1_000)]),
+            currency: Default::default(),
             waiting_room: false,
             hold_ttl_seconds: 300,
             policy: Default::default(),

@@ -71,6 +71,7 @@ fn life() -> Vec<ShowEvent> {
                 starts_at: t0() + Duration::days(30),
                 on_sale_at: t0(),
                 prices: BTreeMap::from([("P".to_string(), 12_000)]),
+                currency: Default::default(),
                 waiting_room: true,
                 hold_ttl_seconds: 600,
                 policy: Default::default(),

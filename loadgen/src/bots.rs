@@ -560,6 +560,7 @@ pub(crate) fn memory(rounds: u32) -> anyhow::Result<()> {
         starts_at: start + chrono::Duration::days(60),
         on_sale_at: start - chrono::Duration::seconds(1),
         prices: serde_json::from_value(crate::venue::prices())?,
+        currency: Default::default(),
         waiting_room: false,
         hold_ttl_seconds: 600,
         policy: Default::default(),

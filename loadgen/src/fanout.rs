@@ -189,6 +189,7 @@ async fn grpc(
     let request = StreamDeltasRequest {
         event_id: event,
         section: String::new(),
+        all_seats: false,
         after_seq: 0,
     };
     let mut stream = match SeatMapsClient::new(channel).stream_deltas(request).await {

@@ -529,6 +529,7 @@ async fn schedule(shows: &Shows, show: ShowId, ttl: u32, ga: Option<u32>) -> any
         starts_at: now + chrono::Duration::days(60),
         on_sale_at: now - chrono::Duration::seconds(1),
         prices: serde_json::from_value(venue::prices())?,
+        currency: Default::default(),
         waiting_room: false,
         hold_ttl_seconds: ttl,
         policy: Default::default(),

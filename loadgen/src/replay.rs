@@ -130,6 +130,7 @@ fn show_log(i: u32, events: u32) -> anyhow::Result<Vec<ShowEvent>> {
             starts_at: t0 + chrono::Duration::days(30),
             on_sale_at: t0,
             prices: [("A".to_string(), 5_000)].into(),
+            currency: Default::default(),
             waiting_room: false,
             hold_ttl_seconds: 600,
             policy: Default::default(),

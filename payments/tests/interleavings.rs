@@ -116,6 +116,7 @@ impl World {
             starts_at: t0() + Duration::days(30),
             on_sale_at: t0() - Duration::hours(1),
             prices: [("A".to_owned(), 5_000)].into_iter().collect(),
+            currency: Default::default(),
             waiting_room: false,
             hold_ttl_seconds: 30,
             policy: Default::default(),

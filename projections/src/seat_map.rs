@@ -526,15 +526,33 @@ pub struct MapRead {
     pub as_of: chrono::DateTime<chrono::Utc>,
     pub sections: serde_json::Value,
     pub seats: Option<serde_json::Value>,
+    /// With [`Scope::All`]: whether each reserved seat is sold, in the layout's order
+    /// (general-admission places left out).
+    pub sold: Option<Vec<bool>>,
     pub section_known: bool,
 }
 
-/// `show`'s seat map with `section`'s seats (`None` before the seat map folded the show).
+/// What a read of the map carries besides the section counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope<'a> {
+    Counts,
+    /// The seats of one section, with their ids.
+    Section(&'a str),
+    /// Every reserved seat, sold or not, in the layout's order.
+    All,
+}
+
+/// `show`'s seat map with what `scope` asks (`None` before the seat map folded the show), in
+/// one statement: the counts, the seats and the watermark are one picture.
 pub async fn read(
     reads: &sqlx::PgPool,
     show: ShowId,
-    section: Option<&str>,
+    scope: Scope<'_>,
 ) -> Result<Option<MapRead>, sqlx::Error> {
+    let section = match scope {
+        Scope::Section(s) => Some(s),
+        Scope::Counts | Scope::All => None,
+    };
     sqlx::query_as(
         "SELECT m.lsn::text AS lsn, m.seq, statement_timestamp() AS as_of,
                 (SELECT COALESCE(json_agg(json_build_object('section', section, 'total', total,
@@ -544,11 +562,16 @@ pub async fn read(
                 CASE WHEN $2::text IS NULL THEN NULL ELSE
                   (SELECT json_agg(json_build_object('seatId', seat_id, 'status', status) ORDER BY ord)
                      FROM seat_map_seats WHERE show_id = $1 AND section = $2) END AS seats,
+                CASE WHEN $3 THEN
+                  (SELECT COALESCE(array_agg(s.status = 'SOLD' ORDER BY c.ord, s.ord), '{}')
+                     FROM seat_map_seats s JOIN seat_map_sections c USING (show_id, section)
+                    WHERE s.show_id = $1 AND NOT c.general_admission) END AS sold,
                 $2::text IS NULL OR EXISTS (SELECT 1 FROM seat_map_sections WHERE show_id = $1 AND section = $2) AS section_known
            FROM seat_map_shows m WHERE m.show_id = $1",
     )
     .bind(show.to_string())
     .bind(section)
+    .bind(scope == Scope::All)
     .fetch_optional(reads)
     .await
 }

@@ -12,8 +12,10 @@ use tonic::{Request, Response, Status};
 use tower::Layer;
 
 use crate::hub::Update;
+use crate::seats::Seats;
 use crate::snapshots::{Missing, Read};
 use crate::{rest, QueryState};
+use base64::Engine;
 
 /// The three services as one axum router, gRPC-web enabled.
 pub fn router(state: QueryState) -> axum::Router {
@@ -65,15 +67,18 @@ fn caller<T>(state: &QueryState, req: &Request<T>) -> Result<Caller, Status> {
     state.verifier.verify(token).map_err(ApiError::into_status)
 }
 
-/// The request's section, checked as the REST route checks it (a label of the venue grammar),
-/// so an arbitrary string never becomes a cache key; empty means every section.
-fn section(s: &str) -> Result<Option<&str>, Status> {
-    if s.is_empty() {
-        return Ok(None);
+/// What the request asks besides the counts: a section (checked as the REST route checks it,
+/// a label of the venue grammar, so an arbitrary string never becomes a cache key), every
+/// seat, or none (an empty section); not both.
+fn seats(section: &str, all: bool) -> Result<Seats, Status> {
+    match (section.is_empty(), all) {
+        (false, true) => Err(bad("ask for one section or for all seats, not both")),
+        (true, true) => Ok(Seats::All),
+        (true, false) => Ok(Seats::None),
+        (false, false) => onsale_domain::ids::valid_label("section", section)
+            .map(|()| Seats::Section(section.to_owned()))
+            .map_err(|e| bad(&e.to_string())),
     }
-    onsale_domain::ids::valid_label("section", s)
-        .map(|()| Some(s))
-        .map_err(|e| bad(&e.to_string()))
 }
 
 fn counts(c: &crate::hub::SectionCounts) -> pb::SectionCounts {
@@ -108,7 +113,12 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
             .event_id
             .parse::<onsale_domain::ShowId>()
             .map_err(|e| ApiError::into_status(e.into()))?;
-        let snap = match self.0.snapshots.get(show, section(&r.section)?).await {
+        let snap = match self
+            .0
+            .snapshots
+            .get(show, &seats(&r.section, r.all_seats)?)
+            .await
+        {
             Read::Fresh(s) | Read::Stale(s) => s,
             Read::Missing(Missing::Show) => {
                 return Err(ApiError::from(onsale_domain::ShowError::ShowNotFound).into_status())
@@ -144,6 +154,13 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
                     status: s.status.clone(),
                 })
                 .collect(),
+            sold_seats: m
+                .sold_seats
+                .as_deref()
+                .map(|b| base64::engine::general_purpose::STANDARD.decode(b))
+                .transpose()
+                .map_err(|_| Status::internal("the map's bitmap did not decode"))?
+                .unwrap_or_default(),
         }))
     }
 
@@ -159,7 +176,7 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
             .parse::<onsale_domain::ShowId>()
             .map_err(|e| ApiError::into_status(e.into()))?;
         let after = i64::try_from(r.after_seq).map_err(|_| bad("after_seq is too large"))?;
-        let sec = section(&r.section)?.map(str::to_owned);
+        let wanted = seats(&r.section, r.all_seats)?;
         let slot = self.0.streams.open().map_err(ApiError::into_status)?;
         let stream = self
             .0
@@ -184,7 +201,7 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
                         as_of: d.at.to_rfc3339(),
                         sections: d.sections.iter().map(counts).collect(),
                         seats: d
-                            .seats_of(sec.as_deref())
+                            .seats_of(&wanted)
                             .into_iter()
                             .map(|s| pb::SeatState {
                                 seat_id: s.seat_id.to_string(),

@@ -9,6 +9,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use onsale_domain::ShowId;
 use onsale_telemetry::trace;
+
+use crate::seats::Seats;
 use serde::Serialize;
 use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::{broadcast, mpsc};
@@ -59,13 +61,13 @@ impl Delta {
             body_without_seats: String::new(),
             traces,
         };
-        d.body_without_seats = d.body(None);
+        d.body_without_seats = d.body(&Seats::None);
         Ok(d)
     }
 
-    /// The JSON body for a subscriber of `section` (its seats only) or of none.
-    pub fn body(&self, section: Option<&str>) -> String {
-        if section.is_none() && !self.body_without_seats.is_empty() {
+    /// The JSON body for a subscriber of a section (its seats only), of every seat, or of none.
+    pub fn body(&self, seats: &Seats) -> String {
+        if *seats == Seats::None && !self.body_without_seats.is_empty() {
             return self.body_without_seats.clone();
         }
         let body = DeltaBody {
@@ -73,15 +75,16 @@ impl Delta {
             lsn: &self.lsn,
             as_of: self.at,
             sections: &self.sections,
-            seats: self.seats_of(section),
+            seats: self.seats_of(seats),
         };
         serde_json::to_string(&body).unwrap_or_default()
     }
 
-    pub fn seats_of(&self, section: Option<&str>) -> Vec<&SeatChange> {
-        match section {
-            Some(s) => self.seats.iter().filter(|c| c.section == s).collect(),
-            None => Vec::new(),
+    pub fn seats_of(&self, seats: &Seats) -> Vec<&SeatChange> {
+        match seats {
+            Seats::Section(s) => self.seats.iter().filter(|c| &c.section == s).collect(),
+            Seats::All => self.seats.iter().collect(),
+            Seats::None => Vec::new(),
         }
     }
 }

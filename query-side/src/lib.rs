@@ -14,6 +14,7 @@ pub mod grpc;
 pub mod health;
 pub mod hub;
 pub mod rest;
+pub mod seats;
 pub mod snapshots;
 
 use std::sync::Arc;

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use crate::hub::Update;
-use crate::snapshots::{Missing, Read};
+use crate::snapshots::{Missing, Read, Seats};
 use crate::QueryState;
 
 pub fn router(state: QueryState) -> Router {
@@ -42,7 +42,8 @@ pub fn router(state: QueryState) -> Router {
         HistoryEntry,
         HoldResponse,
         crate::catalog::SearchResults,
-        crate::catalog::EventSummary
+        crate::catalog::EventSummary,
+        AllSeats
     ))
 )]
 #[derive(Debug)]
@@ -52,6 +53,15 @@ pub struct QueryDoc;
 pub struct SectionQuery {
     /// Per-seat detail (and, on the stream, seat changes) for this section only.
     section: Option<String>,
+    /// `all`: every seat change of the show (the venue chart), not one section's.
+    seats: Option<AllSeats>,
+}
+
+/// Every seat, not one section's: `seats=all`.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AllSeats {
+    All,
 }
 
 /// Search and browse the catalog (everyone): ranked by relevance when `q` is given (typos in
@@ -79,6 +89,9 @@ async fn search_events(
 pub struct MapQuery {
     /// Per-seat detail for this section only.
     section: Option<String>,
+    /// `all`: every reserved seat, sold or not, as a bitmap in the layout's order
+    /// (`soldSeats`): what the venue chart draws.
+    seats: Option<AllSeats>,
     /// The map as it was at this instant (RFC 3339): after the last event decided at or
     /// before it. Auditors and admins.
     at: Option<String>,
@@ -91,17 +104,22 @@ fn parse_show(id: &str) -> Result<ShowId, ApiError> {
     Ok(id.parse::<ShowId>()?)
 }
 
-fn parse_section(section: Option<&str>) -> Result<Option<&str>, ApiError> {
-    let Some(s) = section else {
-        return Ok(None);
-    };
-    match onsale_domain::ids::valid_label("section", s) {
-        Ok(()) => Ok(Some(s)),
-        Err(e) => Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::InvalidRequest,
-            e.to_string(),
+/// What a map or a stream carries besides the counts: one section's seats (checked as a label
+/// of the venue grammar, so an arbitrary string never becomes a cache key), every seat, or
+/// none; not both.
+fn parse_seats(section: Option<&str>, all: Option<AllSeats>) -> Result<Seats, ApiError> {
+    let invalid =
+        |why: String| ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, why);
+    match (section, all) {
+        (Some(_), Some(_)) => Err(invalid(
+            "ask for one section or for all seats, not both".into(),
         )),
+        (None, Some(AllSeats::All)) => Ok(Seats::All),
+        (None, None) => Ok(Seats::None),
+        (Some(s), None) => match onsale_domain::ids::valid_label("section", s) {
+            Ok(()) => Ok(Seats::Section(s.to_owned())),
+            Err(e) => Err(invalid(e.to_string())),
+        },
     }
 }
 
@@ -147,10 +165,10 @@ async fn seat_map(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let show = parse_show(&id)?;
-    let section = parse_section(q.section.as_deref())?;
+    let seats = parse_seats(q.section.as_deref(), q.seats)?;
     if let Some(until) = parse_until(&q)? {
         caller?.require(&[Role::Auditor, Role::Admin])?;
-        let map = past_map(&state, show, until, section).await?;
+        let map = past_map(&state, show, until, &seats).await?;
         return Ok((
             [(
                 header::CACHE_CONTROL,
@@ -160,7 +178,7 @@ async fn seat_map(
         )
             .into_response());
     }
-    let (snap, stale) = match state.snapshots.get(show, section).await {
+    let (snap, stale) = match state.snapshots.get(show, &seats).await {
         Read::Fresh(s) => (s, false),
         Read::Stale(s) => (s, true),
         Read::Missing(m) => return Err(missing(m)),
@@ -242,7 +260,7 @@ pub async fn past_map(
     state: &QueryState,
     show: ShowId,
     until: onsale_eventlog::Until,
-    section: Option<&str>,
+    seats: &Seats,
 ) -> Result<crate::snapshots::SeatMap, ApiError> {
     use onsale_eventlog::Past;
     let mut log = state.log.of(show).await.map_err(log_unavailable)?;
@@ -269,7 +287,7 @@ pub async fn past_map(
             sequence,
             at,
             ..
-        } => crate::snapshots::map_of(&s, show.to_string(), at, sequence, String::new(), section)
+        } => crate::snapshots::map_of(&s, show.to_string(), at, sequence, String::new(), seats)
             .map_err(missing),
         Past::NoShow => Err(ShowError::ShowNotFound.into()),
         Past::Before => Err(ApiError::new(
@@ -296,7 +314,7 @@ async fn updates(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let show = parse_show(&id)?;
-    let section = parse_section(q.section.as_deref())?.map(str::to_owned);
+    let seats = parse_seats(q.section.as_deref(), q.seats)?;
     let after = match headers.get("last-event-id") {
         None => None,
         Some(v) => Some(
@@ -335,7 +353,7 @@ async fn updates(
             Update::Delta(d) => Event::default()
                 .id(d.seq.to_string())
                 .event("delta")
-                .data(d.body(section.as_deref())),
+                .data(d.body(&seats)),
             Update::Resync { seq, reason } => Event::default()
                 .event("resync")
                 .data(serde_json::json!({ "seq": seq, "reason": reason }).to_string()),

@@ -4,12 +4,14 @@ use onsale_domain::{SeatId, ShowId};
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine;
 use bytes::Bytes;
 use moka::future::Cache;
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPool;
 
 use crate::hub::{Hub, SectionCounts};
+pub use crate::seats::{bitmap, Seats};
 
 /// One seat in a section's detail.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -30,18 +32,25 @@ pub struct SeatMap {
     pub sections: Vec<SectionCounts>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seats: Option<Vec<SeatState>>,
+    /// With `seats=all`: every reserved seat in the layout's order (sections, rows, numbers;
+    /// general-admission places left out), bit `i` of the base64 bytes (least significant
+    /// bit first) set when seat `i` is sold.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub sold_seats: Option<String>,
 }
 
 /// The map of `show` as a fold left it (a map of the past): counts per section, and the
-/// seats of `section` if asked. `seq` and `lsn` are the caller's to set.
+/// seats `wanted` asks. `seq` and `lsn` are the caller's to set.
 pub fn map_of(
     show: &onsale_domain::Show,
     event_id: String,
     as_of: chrono::DateTime<chrono::Utc>,
     seq: i64,
     lsn: String,
-    section: Option<&str>,
+    wanted: &Seats,
 ) -> Result<SeatMap, Missing> {
+    let section = wanted.section();
+    let mut sold = Vec::new();
     use onsale_domain::transitions::SeatStatus;
     let status = |i: u32| {
         show.seat_at(i)
@@ -60,10 +69,14 @@ pub fn map_of(
             general_admission: layout.general_admission,
         };
         for i in range.clone() {
-            match status(i) {
+            let now = status(i);
+            match now {
                 SeatStatus::Available => c.available += 1,
                 SeatStatus::Held => c.held += 1,
                 SeatStatus::PendingPayment | SeatStatus::Sold => c.sold += 1,
+            }
+            if *wanted == Seats::All && !layout.general_admission {
+                sold.push(now.public() == "SOLD");
             }
         }
         if section == Some(name) {
@@ -91,6 +104,8 @@ pub fn map_of(
         seq,
         sections,
         seats,
+        sold_seats: (*wanted == Seats::All)
+            .then(|| base64::engine::general_purpose::STANDARD.encode(bitmap(&sold))),
     })
 }
 
@@ -109,7 +124,7 @@ pub enum Missing {
     Section,
 }
 
-type Key = (ShowId, Option<String>, i64);
+type Key = (ShowId, Seats, i64);
 
 pub type ScheduleFuture<'a> = std::pin::Pin<
     Box<dyn std::future::Future<Output = anyhow::Result<Option<onsale_domain::Show>>> + Send + 'a>,
@@ -140,9 +155,9 @@ pub struct Snapshots {
     cache: Cache<Key, Arc<Snapshot>>,
     /// Shows and sections found missing, for a second: kept apart (and small), so requests
     /// for made-up ids never push real maps out of `cache`.
-    missing: Cache<(ShowId, Option<String>), Missing>,
+    missing: Cache<(ShowId, Seats), Missing>,
     /// The last good map per (show, section), for when PostgreSQL is away.
-    last_good: Cache<(ShowId, Option<String>), Arc<Snapshot>>,
+    last_good: Cache<(ShowId, Seats), Arc<Snapshot>>,
     rebuilds: Arc<std::sync::atomic::AtomicU64>,
     schedules: Option<Arc<dyn Schedules>>,
 }
@@ -207,17 +222,17 @@ impl Snapshots {
 
     /// The map of a show (and a section's seats). Concurrent misses of one key wait for one
     /// rebuild (moka's `try_get_with`); a new delta changes the key, the TTL bounds staleness.
-    pub async fn get(&self, show: ShowId, section: Option<&str>) -> Read {
-        let wanted = (show, section.map(str::to_owned));
+    pub async fn get(&self, show: ShowId, seats: &Seats) -> Read {
+        let wanted = (show, seats.clone());
         if let Some(m) = self.missing.get(&wanted).await {
             return Read::Missing(m);
         }
         let seq = self.hub.current_seq(show).unwrap_or(-1);
-        let key = (show, section.map(str::to_owned), seq);
+        let key = (show, seats.clone(), seq);
         let built = self
             .cache
             .try_get_with(key, async {
-                match self.build(show, section).await {
+                match self.build(show, seats).await {
                     Ok(Ok(s)) => Ok(s),
                     Ok(Err(m)) => Err(NotBuilt::Missing(m)),
                     Err(e) => {
@@ -247,7 +262,7 @@ impl Snapshots {
 
     /// A show the projection has not folded yet, as its schedule made it (seq 0, lsn 0/0:
     /// the deltas after it are all still to come); `Missing::Show` if it was never scheduled.
-    async fn as_scheduled(&self, show: ShowId, section: Option<&str>) -> anyhow::Result<Entry> {
+    async fn as_scheduled(&self, show: ShowId, seats: &Seats) -> anyhow::Result<Entry> {
         let Some(schedules) = &self.schedules else {
             return Ok(Err(Missing::Show));
         };
@@ -260,36 +275,43 @@ impl Snapshots {
             chrono::Utc::now(),
             0,
             "0/0".to_owned(),
-            section,
+            seats,
         ) {
             Ok(m) => m,
             Err(m) => return Ok(Err(m)),
         };
         let body = Bytes::from(serde_json::to_vec(&map)?);
-        let etag = format!("\"{show}-{}-0-0/0\"", section.unwrap_or("all"));
+        let etag = format!("\"{show}-{}-0-0/0\"", seats.tag());
         let snap = Arc::new(Snapshot { map, body, etag });
         self.last_good
-            .insert((show, section.map(str::to_owned)), snap.clone())
+            .insert((show, seats.clone()), snap.clone())
             .await;
         Ok(Ok(snap))
     }
 
-    async fn build(&self, show: ShowId, section: Option<&str>) -> anyhow::Result<Entry> {
+    async fn build(&self, show: ShowId, wanted: &Seats) -> anyhow::Result<Entry> {
         metrics::counter!(onsale_telemetry::metrics::SEAT_MAP_REBUILDS_TOTAL).increment(1);
         self.rebuilds
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // One statement: the counts, the seats and the watermark are one consistent picture.
-        let row = onsale_projections::seat_map::read(&self.pool, show, section).await?;
+        use onsale_projections::seat_map::Scope;
+        let scope = match wanted {
+            Seats::None => Scope::Counts,
+            Seats::Section(s) => Scope::Section(s),
+            Seats::All => Scope::All,
+        };
+        let row = onsale_projections::seat_map::read(&self.pool, show, scope).await?;
         let Some(onsale_projections::seat_map::MapRead {
             lsn,
             seq,
             as_of,
             sections,
             seats,
+            sold,
             section_known,
         }) = row
         else {
-            return self.as_scheduled(show, section).await;
+            return self.as_scheduled(show, wanted).await;
         };
         if !section_known {
             return Ok(Err(Missing::Section));
@@ -301,12 +323,13 @@ impl Snapshots {
             seq,
             sections: serde_json::from_value(sections)?,
             seats: seats.map(serde_json::from_value).transpose()?,
+            sold_seats: sold.map(|s| base64::engine::general_purpose::STANDARD.encode(bitmap(&s))),
         };
         let body = Bytes::from(serde_json::to_vec(&map)?);
-        let etag = format!("\"{show}-{}-{seq}-{}\"", section.unwrap_or("all"), map.lsn);
+        let etag = format!("\"{show}-{}-{seq}-{}\"", wanted.tag(), map.lsn);
         let snap = Arc::new(Snapshot { map, body, etag });
         self.last_good
-            .insert((show, section.map(str::to_owned)), snap.clone())
+            .insert((show, wanted.clone()), snap.clone())
             .await;
         Ok(Ok(snap))
     }

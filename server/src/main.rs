@@ -344,7 +344,10 @@ async fn main() -> anyhow::Result<()> {
                         at,
                         sequence,
                         String::new(),
-                        section.as_deref(),
+                        &section.map_or(
+                            onsale_query::seats::Seats::None,
+                            onsale_query::seats::Seats::Section,
+                        ),
                     )
                     .map_err(|_| anyhow::anyhow!("the show has no such section"))?;
                     println!("{}", serde_json::to_string_pretty(&map)?);

@@ -611,6 +611,7 @@ impl Universe {
             starts_at: now + chrono::Duration::days(30),
             on_sale_at: now - chrono::Duration::minutes(1),
             prices: BTreeMap::from([("A".to_owned(), 5_000)]),
+            currency: Default::default(),
             waiting_room: false,
             hold_ttl_seconds: ttl,
             policy: SalePolicy {

@@ -274,6 +274,7 @@ async fn a_show_just_scheduled_is_readable_at_once_on_every_read_path() {
             .get_seat_map(onsale_proto::v1::GetSeatMapRequest {
                 event_id: event.clone(),
                 section: String::new(),
+                all_seats: false,
             })
             .await
             .expect("gRPC reads it");
@@ -285,6 +286,7 @@ async fn a_show_just_scheduled_is_readable_at_once_on_every_read_path() {
         .stream_deltas(onsale_proto::v1::StreamDeltasRequest {
             event_id: event.clone(),
             section: String::new(),
+            all_seats: false,
             after_seq: 0,
         })
         .await
@@ -370,6 +372,7 @@ async fn reads_without_a_token_are_limited_per_address_on_rest_and_grpc() {
         .get_seat_map(onsale_proto::v1::GetSeatMapRequest {
             event_id: event.clone(),
             section: String::new(),
+            all_seats: false,
         })
         .await
         .expect_err("past the address's rate");

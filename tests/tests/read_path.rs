@@ -134,6 +134,7 @@ async fn a_shutdown_ends_sse_and_grpc_streams_with_a_retry_hint() {
         .stream_deltas(pb::StreamDeltasRequest {
             event_id: event.clone(),
             section: String::new(),
+            all_seats: false,
             after_seq: 0,
         })
         .await
@@ -186,6 +187,7 @@ async fn commands_reach_the_seat_map_the_sse_stream_and_the_grpc_stream() {
         .stream_deltas(pb::StreamDeltasRequest {
             event_id: event.clone(),
             section: "S1".into(),
+            all_seats: false,
             after_seq: 0,
         })
         .await
@@ -548,6 +550,7 @@ async fn an_old_seq_gets_the_missing_deltas_or_a_resync_never_a_silent_gap() {
         .stream_deltas(pb::StreamDeltasRequest {
             event_id: event.clone(),
             section: String::new(),
+            all_seats: false,
             after_seq: 2,
         })
         .await
@@ -575,6 +578,7 @@ async fn an_old_seq_gets_the_missing_deltas_or_a_resync_never_a_silent_gap() {
         .stream_deltas(pb::StreamDeltasRequest {
             event_id: event.clone(),
             section: String::new(),
+            all_seats: false,
             after_seq: 1,
         })
         .await
@@ -640,7 +644,7 @@ async fn a_thousand_cold_misses_share_one_rebuild_and_etags_spare_the_body() {
             let s = rp.reads.snapshots.clone();
             tokio::spawn(async move {
                 matches!(
-                    s.get(show, None).await,
+                    s.get(show, &onsale_query::seats::Seats::None).await,
                     onsale_query::snapshots::Read::Fresh(_)
                 )
             })
@@ -1128,6 +1132,7 @@ async fn grpc_refuses_a_section_that_is_no_label() {
             .get_seat_map(pb::GetSeatMapRequest {
                 event_id: event.clone(),
                 section: section.clone(),
+                all_seats: false,
             })
             .await
             .expect_err("refused");
@@ -1140,6 +1145,7 @@ async fn grpc_refuses_a_section_that_is_no_label() {
             .stream_deltas(pb::StreamDeltasRequest {
                 event_id: event.clone(),
                 section,
+                all_seats: false,
                 after_seq: 0,
             })
             .await
@@ -1150,6 +1156,7 @@ async fn grpc_refuses_a_section_that_is_no_label() {
         .get_seat_map(pb::GetSeatMapRequest {
             event_id: event.clone(),
             section: "S1".into(),
+            all_seats: false,
         })
         .await
         .expect("a real section is served");

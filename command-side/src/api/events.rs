@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::{DateTime, Utc};
 use onsale_domain::{
-    BestAvailableOnly, SalePolicy, ShowCommand, ShowId, ShowInfo, VenueEvent, VenueId,
+    BestAvailableOnly, Currency, SalePolicy, ShowCommand, ShowId, ShowInfo, VenueEvent, VenueId,
     MAX_SEATS_PER_ACCOUNT,
 };
 use serde::{Deserialize, Serialize};
@@ -52,6 +52,9 @@ pub struct NewEvent {
     /// Cents per price tier of the venue.
     #[schema(value_type = BTreeMap<String, i64>)]
     prices: BTreeMap<String, Integer<i64>>,
+    /// The ISO 4217 code of the prices' currency; they are in its minor unit (default `USD`).
+    #[schema(pattern = "^[A-Z]{3}$", example = "EUR")]
+    currency: Option<String>,
     #[serde(default)]
     waiting_room: bool,
     #[schema(value_type = Option<u32>)]
@@ -240,6 +243,7 @@ pub(super) async fn create_event(
         name: venue_name,
         city,
         layout,
+        ..
     }) = venue
     else {
         return Err(ApiError::new(
@@ -259,6 +263,12 @@ pub(super) async fn create_event(
         starts_at: body.starts_at,
         on_sale_at: body.on_sale_at,
         prices: body.prices.into_iter().map(|(t, c)| (t, c.0)).collect(),
+        currency: body
+            .currency
+            .as_deref()
+            .map(Currency::parse)
+            .transpose()?
+            .unwrap_or_default(),
         waiting_room: body.waiting_room,
         hold_ttl_seconds: body
             .hold_ttl_seconds
@@ -298,6 +308,8 @@ pub struct EventDoc {
     status: onsale_edge::EventStatus,
     /// Cents per price tier.
     prices: BTreeMap<String, i64>,
+    /// The ISO 4217 code of the prices' currency (they are in its minor unit).
+    currency: String,
     min_price_cents: Option<i64>,
     max_price_cents: Option<i64>,
     /// Holds and orders need a live session of the show's waiting room (`X-Onsale-Session`).
@@ -368,6 +380,7 @@ pub(super) async fn get_event(
         on_sale_at: info.on_sale_at,
         status,
         prices: info.prices.clone(),
+        currency: info.currency.as_str().to_owned(),
         min_price_cents: prices.clone().min(),
         max_price_cents: prices.max(),
         waiting_room: info.waiting_room,

@@ -6,6 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use onsale_domain::chart::Chart;
 use onsale_domain::{SectionLayout, ShowError, VenueEvent, VenueId, VenueLayout};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -15,8 +16,9 @@ use onsale_edge::{ApiJson, Caller, Integer, Role};
 
 use super::state::{text, AppState};
 
-/// The largest venue body: 200 sections of 100 rows fit (the schema's bounds).
-pub const VENUE_BODY_BYTES: usize = 1024 * 1024;
+/// The largest venue body: 200 sections of 100 rows fit (the schema's bounds), with a chart
+/// placing every row.
+pub const VENUE_BODY_BYTES: usize = 4 * 1024 * 1024;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -45,6 +47,9 @@ pub struct NewVenue {
     name: String,
     city: String,
     sections: Vec<SectionLayoutDoc>,
+    /// Where the stage, the sections and every row are drawn (docs/api.md, "The venue's
+    /// chart"); absent: one is generated (the sections in rings facing the stage).
+    chart: Option<Chart>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -99,13 +104,21 @@ pub(super) async fn create_venue(
             })
             .collect::<Result<_, _>>()?,
     )?;
+    if let Some(chart) = &body.chart {
+        chart.check(&layout)?;
+    }
     let venue_id = VenueId::random();
     state
         .shows
         .log()
         .register_venue(
             venue_id,
-            &VenueEvent::VenueRegistered { name, city, layout },
+            &VenueEvent::VenueRegistered {
+                name,
+                city,
+                layout,
+                chart: body.chart,
+            },
         )
         .await
         .map_err(|_| ApiError::unavailable())?;
@@ -127,6 +140,10 @@ pub struct VenueDoc {
     city: String,
     seats: u32,
     sections: Vec<VenueSectionDoc>,
+    /// Where its parts are drawn: as registered, or generated.
+    chart: Chart,
+    /// The chart was generated (the venue was registered without one).
+    chart_generated: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -156,8 +173,12 @@ pub(super) async fn get_venue(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let venue_id: VenueId = id.parse()?;
-    let Some(VenueEvent::VenueRegistered { name, city, layout }) =
-        state.public_catalog.venue(venue_id).await?
+    let Some(VenueEvent::VenueRegistered {
+        name,
+        city,
+        layout,
+        chart,
+    }) = state.public_catalog.venue(venue_id).await?
     else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -165,7 +186,10 @@ pub(super) async fn get_venue(
             "no such venue",
         ));
     };
+    let chart_generated = chart.is_none();
     let doc = VenueDoc {
+        chart: chart.unwrap_or_else(|| Chart::generated(&layout)),
+        chart_generated,
         venue_id: venue_id.to_string(),
         name,
         city,

@@ -36,6 +36,43 @@ impl PaymentFailure {
     }
 }
 
+/// The currency a show's prices are in, by its ISO 4217 code (`USD`, `EUR`, `JPY`): three
+/// capital letters. Prices are in its minor unit (cents of a dollar, yen). Shows scheduled
+/// before shows named one are in `USD`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Currency(String);
+
+impl Currency {
+    pub fn parse(code: &str) -> Result<Self> {
+        if code.len() == 3 && code.bytes().all(|b| b.is_ascii_uppercase()) {
+            Ok(Self(code.to_owned()))
+        } else {
+            Err(ShowError::Invalid(format!(
+                "currency {:?} must be an ISO 4217 code: three capital letters",
+                code.chars().take(16).collect::<String>()
+            )))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for Currency {
+    fn default() -> Self {
+        Self("USD".into())
+    }
+}
+
+impl<'de> Deserialize<'de> for Currency {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let code = String::deserialize(d)?;
+        Self::parse(&code).map_err(serde::de::Error::custom)
+    }
+}
+
 /// The catalog facts of a show, fixed when it is scheduled.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -50,6 +87,9 @@ pub struct ShowInfo {
     pub on_sale_at: DateTime<Utc>,
     /// Cents per price tier.
     pub prices: BTreeMap<String, i64>,
+    /// What the prices are in.
+    #[serde(default)]
+    pub currency: Currency,
     pub waiting_room: bool,
     /// The hold TTL outside the on-sale window (and in it, unless the policy sets its own).
     pub hold_ttl_seconds: u32,

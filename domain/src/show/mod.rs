@@ -59,8 +59,8 @@ pub use crate::transitions::{HoldState as HoldStatus, OrderState as OrderStatus}
 
 use index::Index;
 pub use messages::{
-    Actor, BestAvailableOnly, Idempotency, PaymentFailure, SalePolicy, ShowCommand, ShowEvent,
-    ShowInfo,
+    Actor, BestAvailableOnly, Currency, Idempotency, PaymentFailure, SalePolicy, ShowCommand,
+    ShowEvent, ShowInfo,
 };
 pub use views::{HoldView, OrderView};
 

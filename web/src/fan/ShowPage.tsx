@@ -1,14 +1,20 @@
-// One show: what it is (`Events.GetEvent`), its sections' counts live, a section's seats to
-// pick (or the best available), a general-admission floor's places by quantity, and the hold
-// that follows; behind the show's waiting room when it has one.
-import { useEffect, useState } from "preact/hooks";
+// One show: what it is (`Events.GetEvent`), the venue drawn whole with every seat live (the
+// chart: pick seats on it), its sections' counts, a section's seats to pick by keyboard (or the
+// best available), a general-admission floor's places by quantity, and the hold that follows;
+// behind the show's waiting room when it has one.
+import { useEffect, useMemo, useState } from "preact/hooks";
+import type { components } from "../gen/api";
 import type { EventSummary } from "../gen/onsale/v1/read_pb";
 import { events } from "../grpc";
 import { inWords, rest, type Problem } from "../rest";
+import { placeSeats, type VenueDoc } from "./chart";
 import { HoldPanel, type Hold } from "./HoldPanel";
 import { SeatGrid } from "./SeatGrid";
 import { useSeatMap } from "./seatmap";
+import { VenueChart } from "./VenueChart";
 import { entryOf, useHeartbeat, WaitingRoom, type Entry } from "./WaitingRoom";
+
+type EventDoc = components["schemas"]["EventDoc"];
 
 export function ShowPage({ eventId }: { eventId: string }) {
   const [section, setSection] = useState("");
@@ -20,19 +26,40 @@ export function ShowPage({ eventId }: { eventId: string }) {
   const [hold, setHold] = useState<Hold | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [entry, setEntry] = useState<Entry | null>(entryOf(eventId));
+  const [doc, setDoc] = useState<EventDoc | null>(null);
+  const [venue, setVenue] = useState<VenueDoc | null>(null);
   useEffect(() => {
     events.getEvent({ eventId }).then(setShow, () => setShow(null));
+    (async () => {
+      const e = await rest.GET("/v1/events/{id}", { params: { path: { id: eventId } } });
+      if (!e.data) return;
+      setDoc(e.data);
+      const v = await rest.GET("/v1/venues/{id}", { params: { path: { id: e.data.venueId } } });
+      if (v.data) setVenue(v.data);
+    })().catch(() => undefined);
   }, [eventId]);
   useHeartbeat(eventId, entry);
   const inLine = !!show?.waitingRoom && !entry;
-  const map = useSeatMap(eventId, section);
+  const seats = useMemo(() => (venue ? placeSeats(venue) : null), [venue]);
+  const map = useSeatMap(eventId, seats?.index ?? null);
   // A seat someone else took leaves the picks.
   useEffect(() => {
-    if (!map) return;
-    const still = [...picked].filter((s) => map.seats.get(s) === "AVAILABLE");
+    if (!map || !seats) return;
+    const still = [...picked].filter((s) => !map.sold[seats.index.get(s) ?? -1]);
     if (still.length !== picked.size) setPicked(new Set(still));
   }, [map]);
-  if (!map) return <p>Loading the seat map…</p>;
+  // The chosen section's seats for the keyboard grid.
+  const sectionSeats = useMemo(() => {
+    const out = new Map<string, string>();
+    if (!map || !seats || !section) return out;
+    seats.ids.forEach((id, i) => {
+      if (venue!.sections[seats.section[i]].section === section) out.set(id, map.sold[i] ? "SOLD" : "AVAILABLE");
+    });
+    return out;
+  }, [map, section]);
+  // The fan's own seats on the chart: picked, or held (where a best-available hold landed).
+  const mine = useMemo(() => new Set([...picked, ...(hold?.seatIds ?? [])]), [picked, hold]);
+  if (!map || !seats || !venue || !doc) return <p>Loading the seat map…</p>;
   const sections = [...map.sections.values()].sort((a, b) => a.section.localeCompare(b.section));
   function toggle(seat: string) {
     const next = new Set(picked);
@@ -64,6 +91,18 @@ export function ShowPage({ eventId }: { eventId: string }) {
       </p>
       {inLine ? <WaitingRoom eventId={eventId} onEntered={setEntry} /> : null}
       {hold ? <HoldPanel hold={hold} session={entry?.sessionId} onGone={() => setHold(null)} /> : null}
+      <VenueChart
+        venue={venue}
+        seats={seats}
+        sold={map.sold}
+        changed={map.changed}
+        changeSeq={map.seq}
+        prices={doc.prices}
+        currency={doc.currency}
+        mine={mine}
+        onPick={(id) => (!hold && !inLine ? toggle(id) : undefined)}
+        floorLabel={(s) => `${s} · ${map.sections.get(s)?.available ?? "?"} left`}
+      />
       <table class="sections">
         <caption>Seats by section: pick a section to see its seats</caption>
         <thead>
@@ -128,15 +167,18 @@ export function ShowPage({ eventId }: { eventId: string }) {
           </div>
         )
       ) : null}
-      {section && map.seats.size ? (
+      {section && sectionSeats.size ? (
         <div class="card">
           <h2>Section {section}</h2>
-          <SeatGrid seats={map.seats} picked={picked} onToggle={toggle} />
-          {!hold && !inLine ? (
-            <button type="button" disabled={picked.size === 0} onClick={() => take({ seatIds: [...picked] })}>
-              Hold {picked.size} picked seat{picked.size === 1 ? "" : "s"}
-            </button>
-          ) : null}
+          <SeatGrid seats={sectionSeats} picked={picked} onToggle={toggle} />
+        </div>
+      ) : null}
+      {!hold && !inLine && picked.size ? (
+        <div class="card pick">
+          <span data-testid="picked">{[...picked].join(", ")}</span>
+          <button type="button" onClick={() => take({ seatIds: [...picked] })}>
+            Hold {picked.size} picked seat{picked.size === 1 ? "" : "s"}
+          </button>
         </div>
       ) : null}
       {error ? (

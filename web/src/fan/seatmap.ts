@@ -1,8 +1,9 @@
-// A show's seat map kept live: the snapshot (`SeatMaps.GetSeatMap`), then its deltas
-// (`SeatMaps.StreamDeltas`) from the snapshot's `seq`. A dropped stream resumes after the last
-// seq it applied; a `resync` (a gap the server cannot fill) fetches the snapshot again. When
-// gRPC-web cannot be reached at all, the same deltas come over SSE (`/v1/events/{id}/updates`,
-// resuming with Last-Event-ID), as docs/api.md offers both.
+// A show's seat map kept live: the snapshot (`SeatMaps.GetSeatMap` with every seat, as a
+// bitmap in the layout's order), then its deltas (`SeatMaps.StreamDeltas` of every seat) from
+// the snapshot's `seq`. A dropped stream resumes after the last seq it applied; a `resync` (a
+// gap the server cannot fill) fetches the snapshot again. When gRPC-web cannot be reached at
+// all, the same deltas come over SSE (`/v1/events/{id}/updates?seats=all`, resuming with
+// Last-Event-ID), as docs/api.md offers both.
 import { useEffect, useState } from "preact/hooks";
 import type { SeatState, SectionCounts } from "../gen/onsale/v1/read_pb";
 import { seatMaps } from "../grpc";
@@ -16,7 +17,11 @@ export type Counts = Omit<SectionCounts, "$typeName" | "$unknown" | "generalAdmi
 export interface LiveMap {
   seq: bigint;
   sections: Map<string, Counts>;
-  seats: Map<string, string>;
+  /** Each reserved seat sold (1) or not (0), in the layout's order: the chart's index. Updated
+   * in place; `seq` says when it changed. */
+  sold: Uint8Array;
+  /** The seats the last update changed (ids); empty after a snapshot. */
+  changed: string[];
   via: "grpc-web" | "sse";
 }
 
@@ -26,15 +31,28 @@ interface DeltaLike {
   seats: Pick<SeatState, "seatId" | "status">[];
 }
 
-function applied(map: LiveMap, d: DeltaLike, via: LiveMap["via"]): LiveMap {
+function applied(map: LiveMap, d: DeltaLike, via: LiveMap["via"], index: Map<string, number>): LiveMap {
   if (d.seq <= map.seq) return map; // at least once: what was applied is dropped
   const sections = new Map(map.sections);
   // A delta's counts keep what the snapshot said of the section (a delta may not say it).
   for (const c of d.sections)
     sections.set(c.section, { ...c, generalAdmission: c.generalAdmission || sections.get(c.section)?.generalAdmission });
-  const seats = new Map(map.seats);
-  for (const s of d.seats) seats.set(s.seatId, s.status);
-  return { seq: d.seq, sections, seats, via };
+  const changed: string[] = [];
+  for (const s of d.seats) {
+    const i = index.get(s.seatId);
+    if (i === undefined) continue;
+    map.sold[i] = s.status === "SOLD" ? 1 : 0;
+    changed.push(s.seatId);
+  }
+  performance.mark("delta-applied", { detail: { seq: String(d.seq), seats: changed.length } });
+  return { seq: d.seq, sections, sold: map.sold, changed, via };
+}
+
+/** Bit i of `bytes` (least significant first), for `n` seats. */
+function unpack(bytes: Uint8Array, n: number): Uint8Array {
+  const out = new Uint8Array(n);
+  for (let i = 0; i < n; i++) out[i] = (bytes[i >> 3] >> (i & 7)) & 1;
+  return out;
 }
 
 const sleep = (ms: number, signal: AbortSignal) =>
@@ -43,9 +61,12 @@ const sleep = (ms: number, signal: AbortSignal) =>
     signal.addEventListener("abort", () => (clearTimeout(t), res()), { once: true });
   });
 
-export function useSeatMap(eventId: string, section: string): LiveMap | null {
+/** The live map of every seat of `eventId`; `index` maps a seat id to its place in the
+ * layout's order (the venue's), `null` until the venue is known. */
+export function useSeatMap(eventId: string, index: Map<string, number> | null): LiveMap | null {
   const [map, setMap] = useState<LiveMap | null>(null);
   useEffect(() => {
+    if (!index) return;
     const ctl = new AbortController();
     const { signal } = ctl;
     let current: LiveMap | null = null;
@@ -54,11 +75,13 @@ export function useSeatMap(eventId: string, section: string): LiveMap | null {
       setMap(m);
     };
     async function snapshot() {
-      const m = await seatMaps.getSeatMap({ eventId, section }, { signal });
+      const m = await seatMaps.getSeatMap({ eventId, allSeats: true }, { signal });
+      performance.mark("snapshot-arrived");
       set({
         seq: m.seq,
         sections: new Map(m.sections.map((c) => [c.section, { ...c }])),
-        seats: new Map(m.seats.map((s) => [s.seatId, s.status])),
+        sold: unpack(m.soldSeats, index!.size),
+        changed: [],
         via: "grpc-web",
       });
     }
@@ -67,9 +90,9 @@ export function useSeatMap(eventId: string, section: string): LiveMap | null {
       while (!signal.aborted) {
         try {
           if (!current) await snapshot();
-          for await (const u of seatMaps.streamDeltas({ eventId, section, afterSeq: current!.seq }, { signal })) {
+          for await (const u of seatMaps.streamDeltas({ eventId, allSeats: true, afterSeq: current!.seq }, { signal })) {
             failures = 0;
-            if (u.update.case === "delta") set(applied(current!, u.update.value, "grpc-web"));
+            if (u.update.case === "delta") set(applied(current!, u.update.value, "grpc-web", index!));
             else if (u.update.case === "resync") {
               current = null;
               break;
@@ -84,18 +107,11 @@ export function useSeatMap(eventId: string, section: string): LiveMap | null {
       }
     }
     function sse() {
-      const q = section ? `?section=${encodeURIComponent(section)}` : "";
-      const source = new EventSource(`/v1/events/${eventId}/updates${q}`);
+      const source = new EventSource(`/v1/events/${eventId}/updates?seats=all`);
       signal.addEventListener("abort", () => source.close(), { once: true });
       source.addEventListener("delta", (e) => {
         const d = JSON.parse((e as MessageEvent).data);
-        set(
-          applied(
-            current!,
-            { seq: BigInt(d.seq), sections: d.sections ?? [], seats: d.seats ?? [] },
-            "sse",
-          ),
-        );
+        set(applied(current!, { seq: BigInt(d.seq), sections: d.sections ?? [], seats: d.seats ?? [] }, "sse", index!));
       });
       source.addEventListener("resync", () => {
         current = null;
@@ -104,6 +120,6 @@ export function useSeatMap(eventId: string, section: string): LiveMap | null {
     }
     run();
     return () => ctl.abort();
-  }, [eventId, section]);
+  }, [eventId, index]);
   return map;
 }
