@@ -457,15 +457,17 @@ impl Api {
     /// minute ago, with tiers A and B priced, and `more` fields in the event's body. Returns
     /// the event id.
     pub async fn event_at(&self, sections: Value, more: Value) -> String {
+        self.event_in(
+            json!({"name": "Arena", "city": "Oslo", "sections": sections}),
+            more,
+        )
+        .await
+    }
+
+    /// [`Api::event_at`] in a venue registered with the whole body `venue` (its chart, say).
+    pub async fn event_in(&self, venue: Value, more: Value) -> String {
         let admin = self.admin();
-        let (status, venue) = self
-            .post(
-                "/v1/venues",
-                &admin,
-                json!({"name": "Arena", "city": "Oslo", "sections": sections}),
-                None,
-            )
-            .await;
+        let (status, venue) = self.post("/v1/venues", &admin, venue, None).await;
         assert_eq!(status, 201, "{venue}");
         let now = chrono::Utc::now();
         let mut event = json!({

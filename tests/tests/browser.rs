@@ -281,3 +281,76 @@ async fn the_api_reference_at_docs_draws_the_servers_openapi_document_from_the_b
     run_e2e("docs.mjs", &[("BASE", &base), ("EVENT", &event)]).await;
     rp.stop().await;
 }
+
+/// The venue chart (issue 34): a venue without a chart draws from the generated one, a venue
+/// with its own from that; zoom and pan by keyboard, a seat picked on the chart and held, a
+/// best-available hold shown where it landed, a seat another fan bought repainted sold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_venue_chart_draws_a_generated_and_a_given_layout_picks_and_holds_and_repaints_a_sold_seat(
+) {
+    let db = TestDb::new().await.expect("db");
+    let (rp, event, base) = serving_a_show(&db).await;
+    let given = rp
+        .app
+        .event_in(
+            serde_json::json!({
+                "name": "Hall", "city": "Bergen",
+                "sections": [
+                    {"section": "A", "priceTier": "A", "rows": [{"row": "1", "seats": 4}, {"row": "2", "seats": 6}]},
+                    {"section": "F", "priceTier": "B", "capacity": 100},
+                ],
+                "chart": {
+                    "stage": {"x": 3000, "y": 1000, "width": 4000, "height": 800},
+                    "sections": [
+                        {"section": "A", "outline": [[900, 2900], [5100, 2900], [5100, 3900], [900, 3900]],
+                         "rows": [{"row": "1", "from": [1000, 3000], "to": [5000, 3000]},
+                                  {"row": "2", "from": [1000, 3400], "to": [5000, 3400], "bend": -350}]},
+                        {"section": "F", "outline": [[6000, 3000], [8000, 3000], [8000, 4000], [6000, 4000]]},
+                    ],
+                },
+            }),
+            serde_json::json!({"currency": "EUR"}),
+        )
+        .await;
+    listed(&rp, &given).await;
+    run_e2e(
+        "chart.mjs",
+        &[("BASE", &base), ("EVENT", &event), ("GIVEN", &given)],
+    )
+    .await;
+    rp.stop().await;
+}
+
+/// The chart at scale (issue 34's goals, figures in BENCHMARKS.md): a 50,000-seat show drawn
+/// whole within 300 ms of its snapshot, then 1,000 seat changes a second with every frame on
+/// time (p95) and every change repainted within 500 ms of its arrival.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_50000_seat_chart_draws_within_300_ms_and_keeps_its_frames_at_1000_seat_changes_a_second()
+{
+    let db = TestDb::new().await.expect("db");
+    let web = PathBuf::from(env("ONSALE_TEST_WEB_DIR"));
+    let rp = ReadPath::spawn_parts(
+        &db,
+        &shared_brokers().expect("brokers"),
+        |s| s.web.web_dir = Some(web),
+        &[],
+    )
+    .await
+    .expect("the stack");
+    let (sections, rows, seats) = (50, 25, 40);
+    let event = rp.show_on_map(sections, rows, seats).await;
+    listed(&rp, &event).await;
+    let base = rp.app.base.trim_end_matches('/').to_owned();
+    run_e2e(
+        "chart-perf.mjs",
+        &[
+            ("BASE", &base),
+            ("EVENT", &event),
+            ("SECTIONS", &sections.to_string()),
+            ("ROWS", &rows.to_string()),
+            ("SEATS", &seats.to_string()),
+        ],
+    )
+    .await;
+    rp.stop().await;
+}

@@ -44,7 +44,7 @@ export function App() {
         ) : location.pathname === "/ops" ? (
           <Console />
         ) : show ? (
-          <ShowPage eventId={show} />
+          <ShowPage key={show} eventId={show} />
         ) : order ? (
           <OrderPage orderId={order} />
         ) : (

@@ -51,7 +51,7 @@ export function HoldPanel({ hold, session, onGone }: { hold: Hold; session?: str
   return (
     <section class="card hold" aria-labelledby="hold-title">
       <h2 id="hold-title">Your seats are held</h2>
-      <p>{hold.seatIds.join(", ")}</p>
+      <p data-testid="held-seats">{hold.seatIds.join(", ")}</p>
       <p role="timer" aria-live="off" data-testid="hold-countdown">
         {secs > 0 ? `${mm}:${ss} left to pay` : "Your hold ran out."}
       </p>

@@ -94,9 +94,7 @@ export function ShowPage({ eventId }: { eventId: string }) {
       <VenueChart
         venue={venue}
         seats={seats}
-        sold={map.sold}
-        changed={map.changed}
-        changeSeq={map.seq}
+        map={map}
         prices={doc.prices}
         currency={doc.currency}
         mine={mine}

@@ -7,15 +7,13 @@
 // it stay the way for screen readers.
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { Grid, Painter, Shown, TIER_COLOURS, whole, zoomed, type Seats, type VenueDoc, type View } from "./chart";
+import { KEPT, type LiveMap } from "./seatmap";
 
 interface Props {
   venue: VenueDoc;
   seats: Seats;
-  /** Each seat sold or not, in the layout's order (the live map's, updated in place). */
-  sold: Uint8Array;
-  /** The seats the last delta changed (ids), to repaint only them, and the delta's seq. */
-  changed: string[];
-  changeSeq: bigint;
+  /** The live map: each seat sold or not, and the changes of its last updates. */
+  map: LiveMap;
   prices: Record<string, number>;
   currency: string;
   /** The fan's own seats: picked, or held (where a best-available hold landed). */
@@ -33,11 +31,19 @@ export function money(cents: number, currency: string): string {
 declare global {
   interface Window {
     /** For the browser tests: when the chart last drew whole, and how it shows a seat. */
-    __chart?: { drawn: number; draws: number; shown: (seatId: string) => string | null; view: () => View };
+    __chart?: {
+      drawn: number;
+      draws: number;
+      shown: (seatId: string) => string | null;
+      view: () => View;
+      /** Where a seat is on the canvas, in CSS pixels from its top left. */
+      at: (seatId: string) => [number, number] | null;
+    };
   }
 }
 
-export function VenueChart({ venue, seats, sold, changed, changeSeq, prices, currency, mine, onPick, floorLabel }: Props) {
+export function VenueChart({ venue, seats, map, prices, currency, mine, onPick, floorLabel }: Props) {
+  const sold = map.sold;
   const canvas = useRef<HTMLCanvasElement>(null);
   const grid = useMemo(() => new Grid(seats), [seats]);
   const shown = useMemo(() => new Uint8Array(seats.ids.length), [seats]);
@@ -75,6 +81,7 @@ export function VenueChart({ venue, seats, sold, changed, changeSeq, prices, cur
       draws: 0,
       shown: () => null,
       view: () => current,
+      at: () => null,
     });
     w.drawn = performance.now();
     w.draws += 1;
@@ -83,25 +90,44 @@ export function VenueChart({ venue, seats, sold, changed, changeSeq, prices, cur
       return i === undefined ? null : ["free", "sold", "mine"][shown[i]];
     };
     w.view = () => drawnView.current ?? current;
+    w.at = (id) => {
+      const i = seats.index.get(id);
+      const v = drawnView.current;
+      return i === undefined || !v ? null : [v.scale * seats.x[i] + v.x, v.scale * seats.y[i] + v.y];
+    };
     performance.mark("chart-drawn");
   }, [current, size, seats]);
 
-  // A delta: only the seats it changed are looked at and repainted.
+  // Updates: only the seats they changed are looked at and repainted (every seat after a new
+  // snapshot, or when more updates came than the map keeps).
+  const seen = useRef<{ epoch: number; seq: bigint }>({ epoch: map.epoch, seq: map.seq });
   useEffect(() => {
-    if (!painter.current || !drawnView.current || !changed.length) return;
-    const dirty: number[] = [];
-    for (const id of changed) {
-      const i = seats.index.get(id);
-      if (i === undefined) continue;
+    if (!painter.current || !drawnView.current) return;
+    const last = seen.current;
+    seen.current = { epoch: map.epoch, seq: map.seq };
+    const look = (i: number, dirty: number[]) => {
       const now = statusOf(i);
       if (now !== shown[i]) {
         shown[i] = now;
         dirty.push(i);
       }
+    };
+    const dirty: number[] = [];
+    const newer = map.changes.filter((c) => c.seq > last.seq);
+    // Updates the map no longer keeps came between the last look and now.
+    const lost = map.changes.length >= KEPT && map.changes[0].seq > last.seq + 1n;
+    if (last.epoch !== map.epoch || lost) {
+      for (let i = 0; i < shown.length; i++) look(i, dirty);
+    } else {
+      for (const c of newer)
+        for (const id of c.seats) {
+          const i = seats.index.get(id);
+          if (i !== undefined) look(i, dirty);
+        }
     }
     if (dirty.length) painter.current.repaint(dirty, drawnView.current, dpr);
-    performance.mark("chart-repainted", { detail: { seq: String(changeSeq), seats: dirty.map((i) => seats.ids[i]) } });
-  }, [changeSeq]);
+    if (newer.length) performance.mark("chart-repainted", { detail: { seqs: newer.map((c) => String(c.seq)) } });
+  }, [map]);
   // The fan's own seats (picked, held): those that came or went.
   const lastMine = useRef<Set<string>>(new Set());
   useEffect(() => {

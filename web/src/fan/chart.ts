@@ -153,6 +153,8 @@ export interface View {
 /** Paints the venue on a canvas: the background (stage, sections, floors) and every seat. */
 export class Painter {
   private background: HTMLCanvasElement;
+  /** The background's pixels, for putting a patch of it back under a seat that changed. */
+  private under: ImageData | null = null;
   constructor(
     private canvas: HTMLCanvasElement,
     private venue: VenueDoc,
@@ -169,7 +171,7 @@ export class Painter {
       c.width = Math.round(width * dpr);
       c.height = Math.round(height * dpr);
     }
-    const bg = this.background.getContext("2d")!;
+    const bg = this.background.getContext("2d", { willReadFrequently: true })!;
     bg.setTransform(dpr * view.scale, 0, 0, dpr * view.scale, dpr * view.x, dpr * view.y);
     bg.fillStyle = "#ffffff";
     bg.fillRect(-view.x / view.scale, -view.y / view.scale, width / view.scale, height / view.scale);
@@ -203,19 +205,19 @@ export class Painter {
         bg.fill();
       }
     });
+    this.under = bg.getImageData(0, 0, this.background.width, this.background.height);
     const ctx = this.canvas.getContext("2d")!;
     ctx.setTransform(1, 0, 0, 1, 0, 0);
-    ctx.drawImage(this.background, 0, 0);
+    ctx.putImageData(this.under, 0, 0);
     ctx.setTransform(dpr * view.scale, 0, 0, dpr * view.scale, dpr * view.x, dpr * view.y);
     const r = this.radius();
-    // One path per colour: free seats by tier, then sold, then the fan's own.
+    // Seats a pixel or two across are squares (a circle that small looks the same and costs
+    // more); one path per colour: free seats by tier, then sold, then the fan's own.
+    this.tiny = r * view.scale * dpr < 2;
     for (let t = 0; t < this.seats.tiers.length; t++) {
       ctx.beginPath();
       for (let i = 0; i < this.seats.ids.length; i++)
-        if (this.shown[i] === Shown.Free && this.seats.tier[i] === t) {
-          ctx.moveTo(this.seats.x[i] + r, this.seats.y[i]);
-          ctx.arc(this.seats.x[i], this.seats.y[i], r, 0, Math.PI * 2);
-        }
+        if (this.shown[i] === Shown.Free && this.seats.tier[i] === t) this.dot(ctx, i, r);
       ctx.fillStyle = TIER_COLOURS[t % TIER_COLOURS.length];
       ctx.fill();
     }
@@ -224,6 +226,19 @@ export class Painter {
     for (let i = 0; i < this.seats.ids.length; i++)
       if (this.shown[i] === Shown.Sold) ctx.fillRect(this.seats.x[i] - s / 2, this.seats.y[i] - s / 2, s, s);
     for (let i = 0; i < this.seats.ids.length; i++) if (this.shown[i] === Shown.Mine) this.mine(ctx, i, r);
+  }
+
+  private tiny = false;
+
+  /** A free seat's shape, added to the current path. */
+  private dot(ctx: CanvasRenderingContext2D, i: number, r: number) {
+    const x = this.seats.x[i];
+    const y = this.seats.y[i];
+    if (this.tiny) ctx.rect(x - r, y - r, 2 * r, 2 * r);
+    else {
+      ctx.moveTo(x + r, y);
+      ctx.arc(x, y, r, 0, Math.PI * 2);
+    }
   }
 
   /** A seat's radius: a little under half the gap between neighbours. */
@@ -254,13 +269,12 @@ export class Painter {
       const px = Math.floor(dpr * (view.scale * (x - patch) + view.x));
       const py = Math.floor(dpr * (view.scale * (y - patch) + view.y));
       const side = Math.ceil(dpr * view.scale * patch * 2) + 2;
-      ctx.setTransform(1, 0, 0, 1, 0, 0);
-      if (px + side < 0 || py + side < 0 || px > this.canvas.width || py > this.canvas.height) continue;
-      ctx.drawImage(this.background, px, py, side, side, px, py, side, side);
+      if (!this.under || px + side < 0 || py + side < 0 || px > this.canvas.width || py > this.canvas.height) continue;
+      ctx.putImageData(this.under, 0, 0, px, py, side, side);
       ctx.setTransform(dpr * view.scale, 0, 0, dpr * view.scale, dpr * view.x, dpr * view.y);
       if (this.shown[i] === Shown.Free) {
         ctx.beginPath();
-        ctx.arc(x, y, r, 0, Math.PI * 2);
+        this.dot(ctx, i, r);
         ctx.fillStyle = TIER_COLOURS[this.seats.tier[i] % TIER_COLOURS.length];
         ctx.fill();
       } else if (this.shown[i] === Shown.Sold) {

@@ -20,10 +20,16 @@ export interface LiveMap {
   /** Each reserved seat sold (1) or not (0), in the layout's order: the chart's index. Updated
    * in place; `seq` says when it changed. */
   sold: Uint8Array;
-  /** The seats the last update changed (ids); empty after a snapshot. */
-  changed: string[];
+  /** The last updates' changed seats (ids) by seq, oldest first, at most `KEPT`: a view
+   * that coalesced several updates into one render repaints all of them. */
+  changes: { seq: bigint; seats: string[] }[];
+  /** Counts the snapshots taken: a new one means every seat may have changed. */
+  epoch: number;
   via: "grpc-web" | "sse";
 }
+
+/** How many updates' changes a map keeps for views that fall behind (then they look at all). */
+export const KEPT = 256;
 
 interface DeltaLike {
   seq: bigint;
@@ -44,8 +50,8 @@ function applied(map: LiveMap, d: DeltaLike, via: LiveMap["via"], index: Map<str
     map.sold[i] = s.status === "SOLD" ? 1 : 0;
     changed.push(s.seatId);
   }
-  performance.mark("delta-applied", { detail: { seq: String(d.seq), seats: changed.length } });
-  return { seq: d.seq, sections, sold: map.sold, changed, via };
+  const changes = [...map.changes.slice(-(KEPT - 1)), { seq: d.seq, seats: changed }];
+  return { seq: d.seq, sections, sold: map.sold, changes, epoch: map.epoch, via };
 }
 
 /** Bit i of `bytes` (least significant first), for `n` seats. */
@@ -53,6 +59,14 @@ function unpack(bytes: Uint8Array, n: number): Uint8Array {
   const out = new Uint8Array(n);
   for (let i = 0; i < n; i++) out[i] = (bytes[i >> 3] >> (i & 7)) & 1;
   return out;
+}
+
+declare global {
+  interface Window {
+    /** The browser tests' way in: a delta handed to the map as if it had just arrived (the
+     * chart's performance test feeds a thousand seat changes a second through it). */
+    __deliver?: (d: { seq: bigint; seats: { seatId: string; status: string }[] }) => void;
+  }
 }
 
 const sleep = (ms: number, signal: AbortSignal) =>
@@ -70,10 +84,19 @@ export function useSeatMap(eventId: string, index: Map<string, number> | null): 
     const ctl = new AbortController();
     const { signal } = ctl;
     let current: LiveMap | null = null;
+    let epoch = 0;
+    // Updates are applied as they arrive and shown once a frame: a burst of deltas costs one
+    // render, not one each.
+    let frame = 0;
     const set = (m: LiveMap) => {
       current = m;
-      setMap(m);
+      if (!frame)
+        frame = requestAnimationFrame(() => {
+          frame = 0;
+          setMap(current);
+        });
     };
+    signal.addEventListener("abort", () => cancelAnimationFrame(frame), { once: true });
     async function snapshot() {
       const m = await seatMaps.getSeatMap({ eventId, allSeats: true }, { signal });
       performance.mark("snapshot-arrived");
@@ -81,7 +104,8 @@ export function useSeatMap(eventId: string, index: Map<string, number> | null): 
         seq: m.seq,
         sections: new Map(m.sections.map((c) => [c.section, { ...c }])),
         sold: unpack(m.soldSeats, index!.size),
-        changed: [],
+        changes: [],
+        epoch: ++epoch,
         via: "grpc-web",
       });
     }
@@ -118,6 +142,9 @@ export function useSeatMap(eventId: string, index: Map<string, number> | null): 
         snapshot().catch(() => undefined);
       });
     }
+    window.__deliver = (d) => {
+      if (current) set(applied(current, { ...d, sections: [] }, current.via, index!));
+    };
     run();
     return () => ctl.abort();
   }, [eventId, index]);
