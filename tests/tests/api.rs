@@ -408,3 +408,140 @@ async fn the_metrics_page_describes_what_it_exports() {
         );
     }
 }
+
+/// A venue's chart (issue 34): one that draws the layout is kept and answered as given; one
+/// that does not (a row missing, a point off the plane, a floor with rows) is refused with a
+/// code and registers nothing; a venue without one answers a generated chart. A show names its
+/// currency (ISO 4217), `USD` when it does not; anything else is refused.
+#[tokio::test]
+async fn a_venue_keeps_a_chart_that_draws_its_layout_and_refuses_one_that_does_not() {
+    let db = TestDb::new().await.expect("db");
+    let app = TestApp::spawn(&db).await.expect("app");
+    let admin = app.admin();
+    let sections = json!([
+        {"section": "A", "priceTier": "A", "rows": [{"row": "1", "seats": 3}]},
+        {"section": "F", "priceTier": "B", "capacity": 50},
+    ]);
+    let chart = json!({
+        "stage": {"x": 4000, "y": 500, "width": 2000, "height": 500},
+        "sections": [
+            {"section": "A", "outline": [[1000, 2000], [3000, 2000], [3000, 3000]],
+             "rows": [{"row": "1", "from": [1000, 2500], "to": [3000, 2500], "bend": 200}]},
+            {"section": "F", "outline": [[5000, 2000], [7000, 2000], [7000, 3000], [5000, 3000]]},
+        ],
+    });
+    let (status, created) = app
+        .post(
+            "/v1/venues",
+            &admin,
+            json!({"name": "Hall", "city": "Oslo", "sections": sections, "chart": chart}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let venue = created["venueId"].as_str().expect("id");
+    let (status, doc) = app.get(&format!("/v1/venues/{venue}"), "").await;
+    assert_eq!(status, 200, "{doc}");
+    assert_eq!(doc["chartGenerated"], false);
+    assert_eq!(doc["chart"]["sections"][0]["rows"][0]["bend"], 200.0);
+    assert_eq!(doc["chart"]["stage"]["width"], 2000.0);
+
+    let mut broken = Vec::new();
+    let mut row_missing = chart.clone();
+    row_missing["sections"][0]["rows"] = json!([]);
+    broken.push(("a row missing", row_missing));
+    let mut off_plane = chart.clone();
+    off_plane["sections"][1]["outline"][0] = json!([20000, 2000]);
+    broken.push(("a point off the plane", off_plane));
+    let mut floor_rows = chart.clone();
+    floor_rows["sections"][1]["rows"] =
+        json!([{"row": "1", "from": [5000, 2500], "to": [6000, 2500]}]);
+    broken.push(("a floor with rows", floor_rows));
+    let mut swapped = chart.clone();
+    let s = swapped["sections"].as_array_mut().expect("sections");
+    s.swap(0, 1);
+    broken.push(("sections out of order", swapped));
+    let mut three = chart.clone();
+    three["sections"][0]["rows"][0]["from"] = json!([1000, 2500, 7]);
+    broken.push(("a point of three numbers", three));
+    for (what, chart) in broken {
+        let (status, refused) = app
+            .post(
+                "/v1/venues",
+                &admin,
+                json!({"name": "Hall", "city": "Oslo", "sections": sections, "chart": chart}),
+                None,
+            )
+            .await;
+        assert!(
+            (status == 422 || status == 400) && refused["code"].is_string(),
+            "{what}: {status} {refused}"
+        );
+    }
+    let (status, plain) = app
+        .post(
+            "/v1/venues",
+            &admin,
+            json!({"name": "Plain", "city": "Oslo", "sections": sections}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{plain}");
+    let (_, doc) = app
+        .get(
+            &format!("/v1/venues/{}", plain["venueId"].as_str().expect("id")),
+            "",
+        )
+        .await;
+    assert_eq!(doc["chartGenerated"], true);
+    assert_eq!(doc["chart"]["sections"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        doc["chart"]["sections"][0]["rows"].as_array().map(Vec::len),
+        Some(1)
+    );
+
+    // The currency: named, defaulted, refused.
+    let event = |currency: serde_json::Value| {
+        let mut body = json!({
+            "name": "Night", "performer": "Band", "venueId": venue,
+            "startsAt": chrono::Utc::now() + chrono::Duration::days(30),
+            "onSaleAt": chrono::Utc::now(), "prices": {"A": 5000, "B": 2500},
+        });
+        if !currency.is_null() {
+            body["currency"] = currency;
+        }
+        body
+    };
+    let (status, euro) = app
+        .post("/v1/events", &admin, event(json!("EUR")), None)
+        .await;
+    assert_eq!(status, 201, "{euro}");
+    let (_, page) = app
+        .get(
+            &format!("/v1/events/{}", euro["eventId"].as_str().expect("id")),
+            "",
+        )
+        .await;
+    assert_eq!(page["currency"], "EUR");
+    let (status, dollar) = app
+        .post("/v1/events", &admin, event(json!(null)), None)
+        .await;
+    assert_eq!(status, 201, "{dollar}");
+    let (_, page) = app
+        .get(
+            &format!("/v1/events/{}", dollar["eventId"].as_str().expect("id")),
+            "",
+        )
+        .await;
+    assert_eq!(page["currency"], "USD");
+    for bad in ["euro", "eu", "EURO", "€"] {
+        let (status, refused) = app
+            .post("/v1/events", &admin, event(json!(bad)), None)
+            .await;
+        assert_eq!(
+            (status, &refused["code"]),
+            (422, &json!("INVALID_REQUEST")),
+            "{bad}: {refused}"
+        );
+    }
+}

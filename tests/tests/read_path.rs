@@ -1206,3 +1206,119 @@ async fn cache_lapses(rp: &ReadPath) {
     )
     .await;
 }
+
+/// Bit `i` of a map's `soldSeats` (base64, least significant bit first).
+fn sold_bit(bytes: &[u8], i: usize) -> bool {
+    bytes.get(i / 8).is_some_and(|b| b >> (i % 8) & 1 == 1)
+}
+
+/// Every seat of a show for the venue chart (issue 34): `seats=all` (REST, SSE) and
+/// `all_seats` (gRPC) carry every reserved seat as a sold bitmap in the layout's order
+/// (a general-admission floor left out), and every changed seat of every section in the
+/// deltas; a map of the past has it too; asking a section and all seats at once is refused.
+#[tokio::test]
+async fn every_seat_of_a_show_comes_as_a_bitmap_in_the_layouts_order_and_every_change_in_the_deltas(
+) {
+    use base64::Engine;
+    let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
+    let event = rp
+        .app
+        .event_at(
+            json!([
+                {"section": "S1", "priceTier": "A", "rows": [{"row": "R1", "seats": 5}, {"row": "R2", "seats": 5}]},
+                {"section": "FLOOR", "priceTier": "B", "capacity": 30},
+                {"section": "S2", "priceTier": "B", "rows": [{"row": "R1", "seats": 6}]},
+            ]),
+            json!({}),
+        )
+        .await;
+    let mut sse =
+        SseReader::open(&rp, &format!("/v1/events/{event}/updates?seats=all"), None).await;
+    let ann = rp.app.fan("ann");
+    // A seat of each reserved section sold: S1-R2-1 (seat 5 of the order), S2-R1-6 (seat 15).
+    let (status, hold) = rp
+        .app
+        .hold(
+            &event,
+            &ann,
+            json!({"seatIds": ["S1-R2-1", "S2-R1-6"]}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{hold}");
+    let (status, order) = rp.app.order(&hold["holdId"], &ann, "all-1").await;
+    assert_eq!(status, 202, "{order}");
+    let mut last = (0, 0);
+    let sold = sse
+        .until(&mut last, |d| {
+            d["seats"].as_array().is_some_and(|s| s.len() == 2)
+        })
+        .await;
+    assert_eq!(
+        onsale_tests::seat_statuses(&sold.data),
+        BTreeMap::from([
+            ("S1-R2-1".into(), "SOLD".into()),
+            ("S2-R1-6".into(), "SOLD".into())
+        ]),
+        "both sections' seats in one stream"
+    );
+    let map = rp
+        .eventually(
+            &format!("/v1/events/{event}/seats?seats=all"),
+            "",
+            |_, m| m["seq"].as_i64() >= sold.id,
+        )
+        .await;
+    let bits = base64::engine::general_purpose::STANDARD
+        .decode(map["soldSeats"].as_str().expect("soldSeats"))
+        .expect("base64");
+    assert_eq!(bits.len(), 2, "16 reserved seats, the floor left out");
+    let set: Vec<usize> = (0..16).filter(|&i| sold_bit(&bits, i)).collect();
+    assert_eq!(set, vec![5, 15]);
+    assert!(map.get("seats").is_none());
+    // gRPC: the same bitmap; its stream has every changed seat too.
+    let mut client = grpc_client(&rp).await;
+    let got = client
+        .get_seat_map(pb::GetSeatMapRequest {
+            event_id: event.clone(),
+            section: String::new(),
+            all_seats: true,
+        })
+        .await
+        .expect("the map")
+        .into_inner();
+    assert_eq!(got.sold_seats, bits);
+    // The map of the past, as an auditor asks it: before the order, nothing sold.
+    let auditor = rp.app.token("audit", Role::Auditor);
+    let (status, past) = rp
+        .app
+        .get(
+            &format!("/v1/events/{event}/seats?seats=all&atSequence=1"),
+            &auditor,
+        )
+        .await;
+    assert_eq!(status, 200, "{past}");
+    let before = base64::engine::general_purpose::STANDARD
+        .decode(past["soldSeats"].as_str().expect("soldSeats"))
+        .expect("base64");
+    assert_eq!(before, vec![0, 0]);
+    // One section or all seats, not both.
+    let (status, refused) = rp
+        .app
+        .get(
+            &format!("/v1/events/{event}/seats?seats=all&section=S1"),
+            "",
+        )
+        .await;
+    assert_eq!((status, &refused["code"]), (400, &json!("INVALID_REQUEST")));
+    let status = client
+        .stream_deltas(pb::StreamDeltasRequest {
+            event_id: event.clone(),
+            section: "S1".into(),
+            all_seats: true,
+            after_seq: 0,
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+}
