@@ -19,9 +19,31 @@ pub const CHART_SIZE: f64 = 10_000.0;
 /// The most corners a section's outline may have.
 pub const MAX_OUTLINE_POINTS: usize = 64;
 
-/// A point of the chart: `[x, y]` (in the OpenAPI document, an array of two numbers).
+/// A point of the chart: `[x, y]`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Point(pub f64, pub f64);
+
+/// In the OpenAPI document an array of exactly two numbers (the derive would make a tuple
+/// struct an array of arrays).
+impl utoipa::PartialSchema for Point {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{
+            ArrayBuilder, KnownFormat, ObjectBuilder, SchemaFormat, Type,
+        };
+        ArrayBuilder::new()
+            .items(
+                ObjectBuilder::new()
+                    .schema_type(Type::Number)
+                    .format(Some(SchemaFormat::KnownFormat(KnownFormat::Double))),
+            )
+            .min_items(Some(2))
+            .max_items(Some(2))
+            .description(Some("A point of the chart: [x, y]."))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Point {}
 
 /// A rectangle of the chart.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -38,9 +60,7 @@ pub struct Rect {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RowLine {
     pub row: String,
-    #[schema(value_type = Vec<f64>, min_items = 2, max_items = 2)]
     pub from: Point,
-    #[schema(value_type = Vec<f64>, min_items = 2, max_items = 2)]
     pub to: Point,
     /// How far the row's middle bows off the straight line from `from` to `to` (to its left
     /// when positive); 0 or absent: a straight row.
@@ -93,7 +113,7 @@ pub struct SectionChart {
     pub section: String,
     /// The section's outline, a polygon of 3 to 64 corners: drawn under its seats; a
     /// general-admission section is drawn as this area with its count.
-    #[schema(value_type = Vec<Vec<f64>>, min_items = 3, max_items = 64)]
+    #[schema(min_items = 3, max_items = 64)]
     pub outline: Vec<Point>,
     /// A reserved section's rows, as its layout lists them; none for general admission.
     #[serde(default)]

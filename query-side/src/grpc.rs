@@ -67,18 +67,18 @@ fn caller<T>(state: &QueryState, req: &Request<T>) -> Result<Caller, Status> {
     state.verifier.verify(token).map_err(ApiError::into_status)
 }
 
-/// What the request asks besides the counts: a section (checked as the REST route checks it,
-/// a label of the venue grammar, so an arbitrary string never becomes a cache key), every
-/// seat, or none (an empty section); not both.
+/// What the request asks besides the counts, as the REST routes read it: every seat (a section
+/// named beside it is checked and otherwise moot), one section (a label of the venue grammar,
+/// so an arbitrary string never becomes a cache key), or none (an empty section).
 fn seats(section: &str, all: bool) -> Result<Seats, Status> {
-    match (section.is_empty(), all) {
-        (false, true) => Err(bad("ask for one section or for all seats, not both")),
-        (true, true) => Ok(Seats::All),
-        (true, false) => Ok(Seats::None),
-        (false, false) => onsale_domain::ids::valid_label("section", section)
-            .map(|()| Seats::Section(section.to_owned()))
-            .map_err(|e| bad(&e.to_string())),
+    if !section.is_empty() {
+        onsale_domain::ids::valid_label("section", section).map_err(|e| bad(&e.to_string()))?;
     }
+    Ok(match (section.is_empty(), all) {
+        (_, true) => Seats::All,
+        (false, false) => Seats::Section(section.to_owned()),
+        (true, false) => Seats::None,
+    })
 }
 
 fn counts(c: &crate::hub::SectionCounts) -> pb::SectionCounts {

@@ -13,7 +13,7 @@ use axum::{Json, Router};
 use futures::{Stream, StreamExt};
 use onsale_domain::{OrderId, ShowError, ShowId};
 use onsale_edge::auth::{Caller, Role};
-use onsale_edge::ApiError;
+use onsale_edge::{ApiError, Problem};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
@@ -104,23 +104,25 @@ fn parse_show(id: &str) -> Result<ShowId, ApiError> {
     Ok(id.parse::<ShowId>()?)
 }
 
-/// What a map or a stream carries besides the counts: one section's seats (checked as a label
-/// of the venue grammar, so an arbitrary string never becomes a cache key), every seat, or
-/// none; not both.
+/// What a map or a stream carries besides the counts: every seat (`seats=all`; a section named
+/// beside it is checked and otherwise moot, every seat includes its seats), one section's seats
+/// (checked as a label of the venue grammar, so an arbitrary string never becomes a cache key),
+/// or none.
 fn parse_seats(section: Option<&str>, all: Option<AllSeats>) -> Result<Seats, ApiError> {
-    let invalid =
-        |why: String| ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, why);
-    match (section, all) {
-        (Some(_), Some(_)) => Err(invalid(
-            "ask for one section or for all seats, not both".into(),
-        )),
-        (None, Some(AllSeats::All)) => Ok(Seats::All),
-        (None, None) => Ok(Seats::None),
-        (Some(s), None) => match onsale_domain::ids::valid_label("section", s) {
-            Ok(()) => Ok(Seats::Section(s.to_owned())),
-            Err(e) => Err(invalid(e.to_string())),
-        },
+    if let Some(s) = section {
+        onsale_domain::ids::valid_label("section", s).map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidRequest,
+                e.to_string(),
+            )
+        })?;
     }
+    Ok(match (section, all) {
+        (_, Some(AllSeats::All)) => Seats::All,
+        (Some(s), None) => Seats::Section(s.to_owned()),
+        (None, None) => Seats::None,
+    })
 }
 
 fn missing(m: Missing) -> ApiError {
@@ -155,7 +157,8 @@ fn log_unavailable(e: onsale_eventlog::StoreError) -> ApiError {
 /// The seat map: section counts, and a section's seats with `?section=`. Cached; `ETag` and
 /// `If-None-Match` spare the body.
 #[utoipa::path(get, path = "/v1/events/{id}/seats", params(("id" = String, Path), MapQuery),
-    responses((status = 200, description = "{eventId, asOf, lsn, seq, sections, seats?}; with at or atSequence the map of the past (seq: the log's sequence)"),
+    responses((status = 200, description = "{eventId, asOf, lsn, seq, sections, seats?, soldSeats?}; with at or atSequence the map of the past (seq: the log's sequence)"),
+        (status = 400, body = Problem, description = "INVALID_REQUEST: a section that is no label"),
         (status = 304), (status = 403), (status = 404), (status = 422), (status = 503)))]
 async fn seat_map(
     State(state): State<QueryState>,
@@ -306,7 +309,9 @@ pub async fn past_map(
 /// Server-sent deltas: `id:` is the delta `seq`, `event: delta` or `event: resync`;
 /// `Last-Event-ID` resumes.
 #[utoipa::path(get, path = "/v1/events/{id}/updates", params(("id" = String, Path), SectionQuery),
-    responses((status = 200, description = "text/event-stream of deltas"), (status = 404)))]
+    responses((status = 200, description = "text/event-stream of deltas"),
+        (status = 400, body = Problem, description = "INVALID_REQUEST: a section that is no label"),
+        (status = 404)))]
 async fn updates(
     State(state): State<QueryState>,
     Path(id): Path<String>,

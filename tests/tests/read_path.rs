@@ -1215,7 +1215,7 @@ fn sold_bit(bytes: &[u8], i: usize) -> bool {
 /// Every seat of a show for the venue chart (issue 34): `seats=all` (REST, SSE) and
 /// `all_seats` (gRPC) carry every reserved seat as a sold bitmap in the layout's order
 /// (a general-admission floor left out), and every changed seat of every section in the
-/// deltas; a map of the past has it too; asking a section and all seats at once is refused.
+/// deltas; a map of the past has it too; a section named beside it is moot but checked.
 #[tokio::test]
 async fn every_seat_of_a_show_comes_as_a_bitmap_in_the_layouts_order_and_every_change_in_the_deltas(
 ) {
@@ -1302,11 +1302,20 @@ async fn every_seat_of_a_show_comes_as_a_bitmap_in_the_layouts_order_and_every_c
         .decode(past["soldSeats"].as_str().expect("soldSeats"))
         .expect("base64");
     assert_eq!(before, vec![0, 0]);
-    // One section or all seats, not both.
-    let (status, refused) = rp
+    // A section named beside every seat is moot (every seat includes it), but checked.
+    let (status, both) = rp
         .app
         .get(
             &format!("/v1/events/{event}/seats?seats=all&section=S1"),
+            "",
+        )
+        .await;
+    assert_eq!(status, 200, "{both}");
+    assert_eq!(both["soldSeats"], map["soldSeats"]);
+    let (status, refused) = rp
+        .app
+        .get(
+            &format!("/v1/events/{event}/seats?seats=all&section=S-1"),
             "",
         )
         .await;
@@ -1314,7 +1323,7 @@ async fn every_seat_of_a_show_comes_as_a_bitmap_in_the_layouts_order_and_every_c
     let status = client
         .stream_deltas(pb::StreamDeltasRequest {
             event_id: event.clone(),
-            section: "S1".into(),
+            section: "S 1".into(),
             all_seats: true,
             after_seq: 0,
         })
