@@ -16,8 +16,17 @@ fn env(name: &str) -> String {
     })
 }
 
+/// The browser tests share the machine's two cores; the chart's performance test measures, so
+/// it runs alone (a write lock) while the others run side by side (read locks).
+static LANE: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 /// Runs `web/e2e/<script>` in node with `vars`; its output is the test's on failure.
 async fn run_e2e(script: &str, vars: &[(&str, &str)]) {
+    let _lane = LANE.read().await;
+    run_e2e_in_lane(script, vars).await;
+}
+
+async fn run_e2e_in_lane(script: &str, vars: &[(&str, &str)]) {
     let web = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web");
     let mut cmd = tokio::process::Command::new("node");
     cmd.arg(web.join("e2e").join(script))
@@ -341,7 +350,9 @@ async fn a_50000_seat_chart_draws_within_300_ms_and_keeps_its_frames_at_1000_sea
     let event = rp.show_on_map(sections, rows, seats).await;
     listed(&rp, &event).await;
     let base = rp.app.base.trim_end_matches('/').to_owned();
-    run_e2e(
+    // Alone: no other browser run shares the cores while it measures.
+    let _alone = LANE.write().await;
+    run_e2e_in_lane(
         "chart-perf.mjs",
         &[
             ("BASE", &base),

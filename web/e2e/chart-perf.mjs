@@ -3,7 +3,7 @@
 // deltas arrive (about 100 a second of about 10 seats; `window.__deliver`, the path a gRPC-web delta takes
 // from the stream on): the frames' pace (requestAnimationFrame), each delta's time from arrival
 // to its seats repainted, and the long tasks. Prints the figures as JSON and fails past the goals.
-import { launch, newPage, openShow } from "./common.mjs";
+import { SCREENSHOTS, launch, newPage, openShow } from "./common.mjs";
 
 const { SECTIONS, ROWS, SEATS } = process.env;
 const browser = await launch();
@@ -90,6 +90,29 @@ try {
     [Number(SECTIONS), Number(ROWS), Number(SEATS)],
   );
   const out = { seats: Number(SECTIONS) * Number(ROWS) * Number(SEATS), firstDrawMs: firstDraw, ...figures };
+  if (SCREENSHOTS) {
+    // The arena after the run (a fifth of its seats sold), whole and zoomed into a section with
+    // a seat pointed at; and on a phone.
+    const chart = page.locator(".chart");
+    await chart.screenshot({ path: `${SCREENSHOTS}/chart-arena.png` });
+    // Zoomed by the wheel about a seat of the best section, the pointer resting on it.
+    const box = await page.getByTestId("venue-chart").boundingBox();
+    for (let i = 0; i < 4; i++) {
+      const [x, y] = await page.evaluate(() => window.__chart.at("S1-R10-20"));
+      const before = await page.evaluate(() => window.__chart.view().scale);
+      await page.mouse.move(box.x + x, box.y + y);
+      await page.mouse.wheel(0, -400);
+      await page.waitForFunction(([s]) => window.__chart.view().scale > s, [before]);
+    }
+    const [x, y] = await page.evaluate(() => window.__chart.at("S1-R10-20"));
+    await page.mouse.move(box.x + x, box.y + y);
+    await page.getByTestId("chart-seat").filter({ hasText: "Section S1" }).waitFor();
+    await chart.screenshot({ path: `${SCREENSHOTS}/chart-arena-zoomed.png` });
+    const phone = await newPage(await browser.newContext({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2 }), "phone");
+    await openShow(phone, "perf-phone");
+    await phone.waitForFunction(() => (window.__chart?.draws ?? 0) >= 1);
+    await phone.locator(".chart").screenshot({ path: `${SCREENSHOTS}/chart-arena-phone.png` });
+  }
   console.log(JSON.stringify(out));
   const failed = [];
   if (!(firstDraw < 300)) failed.push(`first draw ${firstDraw.toFixed(1)} ms (goal < 300)`);

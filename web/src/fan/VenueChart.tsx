@@ -6,7 +6,7 @@
 // the seats a delta changed are repainted. The section list and the keyboard seat grid beside
 // it stay the way for screen readers.
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
-import { Grid, Painter, Shown, TIER_COLOURS, whole, zoomed, type Seats, type VenueDoc, type View } from "./chart";
+import { bounds, Grid, Painter, Shown, TIER_COLOURS, whole, zoomed, type Seats, type VenueDoc, type View } from "./chart";
 import { KEPT, type LiveMap } from "./seatmap";
 
 interface Props {
@@ -65,7 +65,8 @@ export function VenueChart({ venue, seats, map, prices, currency, mine, onPick, 
     observer.observe(c);
     return () => observer.disconnect();
   }, []);
-  const fit = useMemo(() => whole(size.width, size.height), [size]);
+  const area = useMemo(() => bounds(venue.chart), [venue]);
+  const fit = useMemo(() => whole(size.width, size.height, area), [size, area]);
   const current = view ?? fit;
 
   const statusOf = (i: number): Shown => (mine.has(seats.ids[i]) ? Shown.Mine : sold[i] ? Shown.Sold : Shown.Free);

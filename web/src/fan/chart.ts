@@ -99,7 +99,31 @@ export function placeSeats(venue: VenueDoc): Seats {
     });
   });
   if (!Number.isFinite(seats.pitch)) seats.pitch = 40;
+  // Rows may lie closer together than seats along a row: a seat's size follows the nearest
+  // neighbour in any direction.
+  const grid = new Grid(seats, seats.pitch);
+  let nearest = seats.pitch;
+  for (let i = 0; i < total; i++) {
+    const j = grid.nearestOther(i, nearest);
+    if (j >= 0) nearest = Math.min(nearest, Math.hypot(seats.x[i] - seats.x[j], seats.y[i] - seats.y[j]));
+  }
+  seats.pitch = nearest;
   return seats;
+}
+
+/** What the chart draws: the stage and every section's outline, a little margin around. */
+export function bounds(chart: ChartDoc): { x: number; y: number; width: number; height: number } {
+  const { stage } = chart;
+  let [x0, y0, x1, y1] = [stage.x, stage.y, stage.x + stage.width, stage.y + stage.height];
+  for (const s of chart.sections)
+    for (const [x, y] of s.outline) {
+      x0 = Math.min(x0, x);
+      y0 = Math.min(y0, y);
+      x1 = Math.max(x1, x);
+      y1 = Math.max(y1, y);
+    }
+  const m = Math.max(x1 - x0, y1 - y0) * 0.03;
+  return { x: x0 - m, y: y0 - m, width: x1 - x0 + 2 * m, height: y1 - y0 + 2 * m };
 }
 
 /** A grid over the chart's plane: the seat nearest a point in a few cells' look. */
@@ -119,6 +143,27 @@ export class Grid {
   private key(x: number, y: number): number {
     return Math.floor(x / this.cell) * 65536 + Math.floor(y / this.cell);
   }
+  /** The seat nearest seat `i` other than itself, within `within`; -1: none. */
+  nearestOther(i: number, within: number): number {
+    const x = this.seats.x[i];
+    const y = this.seats.y[i];
+    let best = -1;
+    let bestD = within * within;
+    const cx = Math.floor(x / this.cell);
+    const cy = Math.floor(y / this.cell);
+    for (let a = cx - 1; a <= cx + 1; a++)
+      for (let b = cy - 1; b <= cy + 1; b++)
+        for (const s of this.cells.get(a * 65536 + b) ?? []) {
+          if (s === i) continue;
+          const d = (this.seats.x[s] - x) ** 2 + (this.seats.y[s] - y) ** 2;
+          if (d < bestD) {
+            bestD = d;
+            best = s;
+          }
+        }
+    return best;
+  }
+
   /** The seat within `within` chart units of (x, y), nearest first; -1: none. */
   nearest(x: number, y: number, within: number): number {
     let best = -1;
@@ -211,21 +256,26 @@ export class Painter {
     ctx.putImageData(this.under, 0, 0);
     ctx.setTransform(dpr * view.scale, 0, 0, dpr * view.scale, dpr * view.x, dpr * view.y);
     const r = this.radius();
-    // Seats a pixel or two across are squares (a circle that small looks the same and costs
-    // more); one path per colour: free seats by tier, then sold, then the fan's own.
-    this.tiny = r * view.scale * dpr < 2;
+    // Only the seats in sight; seats a few pixels across are squares (a circle that small looks
+    // the same and costs more); one path per colour: free seats by tier, then sold, then the
+    // fan's own.
+    const [left, top] = [-view.x / view.scale - r, -view.y / view.scale - r];
+    const [right, bottom] = [left + width / view.scale + 2 * r, top + height / view.scale + 2 * r];
+    const { x, y } = this.seats;
+    const inSight: number[] = [];
+    for (let i = 0; i < this.seats.ids.length; i++)
+      if (x[i] >= left && x[i] <= right && y[i] >= top && y[i] <= bottom) inSight.push(i);
+    this.tiny = r * view.scale * dpr < 3;
     for (let t = 0; t < this.seats.tiers.length; t++) {
       ctx.beginPath();
-      for (let i = 0; i < this.seats.ids.length; i++)
-        if (this.shown[i] === Shown.Free && this.seats.tier[i] === t) this.dot(ctx, i, r);
+      for (const i of inSight) if (this.shown[i] === Shown.Free && this.seats.tier[i] === t) this.dot(ctx, i, r);
       ctx.fillStyle = TIER_COLOURS[t % TIER_COLOURS.length];
       ctx.fill();
     }
     ctx.fillStyle = SOLD;
     const s = r * 0.9;
-    for (let i = 0; i < this.seats.ids.length; i++)
-      if (this.shown[i] === Shown.Sold) ctx.fillRect(this.seats.x[i] - s / 2, this.seats.y[i] - s / 2, s, s);
-    for (let i = 0; i < this.seats.ids.length; i++) if (this.shown[i] === Shown.Mine) this.mine(ctx, i, r);
+    for (const i of inSight) if (this.shown[i] === Shown.Sold) ctx.fillRect(x[i] - s / 2, y[i] - s / 2, s, s);
+    for (const i of inSight) if (this.shown[i] === Shown.Mine) this.mine(ctx, i, r);
   }
 
   private tiny = false;
@@ -286,10 +336,14 @@ export class Painter {
   }
 }
 
-/** The view that shows the whole chart in a canvas of `width` × `height` pixels. */
-export function whole(width: number, height: number, size = 10_000): View {
-  const scale = Math.min(width, height) / size;
-  return { scale, x: (width - size * scale) / 2, y: (height - size * scale) / 2 };
+/** The view that shows all of `area` (chart units) in a canvas of `width` × `height` pixels. */
+export function whole(width: number, height: number, area: ReturnType<typeof bounds>): View {
+  const scale = Math.min(width / area.width, height / area.height);
+  return {
+    scale,
+    x: (width - area.width * scale) / 2 - area.x * scale,
+    y: (height - area.height * scale) / 2 - area.y * scale,
+  };
 }
 
 /** `view` zoomed by `factor` about the canvas point (px, py), within sensible bounds. */
