@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test sim sim-soak web fuzz-api drill-bots drill-shards kill-shard start-shard bench-shards up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-trace bench-fanout
+.PHONY: demo test sim sim-soak web fuzz-api drill-bots drill-shards kill-shard start-shard bench-shards up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-trace bench-fanout bench-chart
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
@@ -149,6 +149,10 @@ bench-fanout:
 
 bench-reads:
 	./scripts/bench-reads.sh
+
+# The venue chart at 50,000 seats in Chromium: first draw, frames at 1,000 changes a second.
+bench-chart:
+	./scripts/bench-chart.sh
 
 bench-queue:
 	./scripts/bench-queue.sh
