@@ -112,6 +112,13 @@ try {
     await openShow(phone, "perf-phone");
     await phone.waitForFunction(() => (window.__chart?.draws ?? 0) >= 1);
     await phone.locator(".chart").screenshot({ path: `${SCREENSHOTS}/chart-arena-phone.png` });
+    await phone.getByTestId("venue-chart").focus();
+    for (let i = 0; i < 3; i++) {
+      const before = await phone.evaluate(() => window.__chart.view().scale);
+      await phone.keyboard.press("+");
+      await phone.waitForFunction(([s]) => window.__chart.view().scale > s, [before]);
+    }
+    await phone.locator(".chart").screenshot({ path: `${SCREENSHOTS}/chart-arena-phone-zoomed.png` });
   }
   console.log(JSON.stringify(out));
   const failed = [];

@@ -1,6 +1,6 @@
 // The venue chart in Chromium: a venue without a chart draws from the generated one and a venue
 // with its own draws from that (seats where the chart puts them, coloured by price tier); a fan
-// zooms and pans by keyboard, picks a seat on the chart and holds it, sees where a best-available
+// zooms and pans by keyboard (and by a pinch on a phone), picks a seat on the chart and holds it, sees where a best-available
 // hold landed, and sees a seat another fan bought turn sold; axe finds no serious violation.
 import { BASE, EVENT, accessible, launch, newPage, openShow, token } from "./common.mjs";
 
@@ -105,9 +105,21 @@ try {
   const phone = await newPage(await browser.newContext({ viewport: { width: 390, height: 844 }, hasTouch: true }), "phone");
   await openShow(phone, "chart-phone");
   await until(phone, "the chart draws on a phone", () => (window.__chart?.draws ?? 0) >= 1);
-  await phone.getByTestId("venue-chart").focus();
-  for (let i = 0; i < 3; i++) await phone.keyboard.press("+");
-  await until(phone, "+ zooms in on a phone", () => window.__chart.view().scale > 0);
+  // Two fingers spread apart on the chart zoom it in (touch events, as a phone sends them).
+  const box = await phone.getByTestId("venue-chart").boundingBox();
+  const [cx, cy] = [box.x + box.width / 2, box.y + box.height / 2];
+  const before = await phone.evaluate(() => window.__chart.view().scale);
+  const cdp = await phone.context().newCDPSession(phone);
+  const touch = (type, d) =>
+    cdp.send("Input.dispatchTouchEvent", {
+      type,
+      touchPoints: type === "touchEnd" ? [] : [{ x: cx - d, y: cy, id: 1 }, { x: cx + d, y: cy, id: 2 }],
+    });
+  await touch("touchStart", 20);
+  for (const d of [30, 45, 60, 80]) await touch("touchMove", d);
+  await touch("touchEnd", 0);
+  await until(phone, "a pinch zooms in", ([s]) => window.__chart.view().scale > s * 1.5, [before]);
+  console.log(`pinch: scale ${before.toFixed(4)} -> ${(await phone.evaluate(() => window.__chart.view().scale)).toFixed(4)}`);
 } finally {
   await browser.close();
 }
