@@ -144,14 +144,15 @@ impl Fan {
         self.post(&path, request, 201, With::default()).await
     }
 
+    /// A GET of `path` under the fan's token.
+    fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        self.api.http.get(self.url(path)).bearer_auth(&self.token)
+    }
+
     /// A join challenge for this fan.
     pub(crate) async fn challenge(&self, event: &str) -> anyhow::Result<Challenge> {
-        let url = self.url(&format!("/v1/events/{event}/waiting-room/challenge"));
         let res = self
-            .api
-            .http
-            .get(url)
-            .bearer_auth(&self.token)
+            .get(&format!("/v1/events/{event}/waiting-room/challenge"))
             .send()
             .await?;
         Ok(res.error_for_status()?.json().await?)
@@ -159,12 +160,8 @@ impl Fan {
 
     /// Where the fan stands in the line (`None`: no readable answer).
     pub(crate) async fn standing(&self, event: &str, queue_token: &str) -> Option<Standing> {
-        let url = self.url(&format!("/v1/events/{event}/waiting-room"));
         let res = self
-            .api
-            .http
-            .get(url)
-            .bearer_auth(&self.token)
+            .get(&format!("/v1/events/{event}/waiting-room"))
             .header("X-Onsale-Queue-Token", queue_token)
             .send()
             .await
@@ -258,14 +255,7 @@ impl Fan {
 
     /// The fan's order as the orders projection has it (`None`: not there, or not readable).
     pub(crate) async fn order_view(&self, order_id: &str) -> anyhow::Result<Option<OrderResponse>> {
-        let url = self.url(&format!("/v1/orders/{order_id}"));
-        let res = self
-            .api
-            .http
-            .get(url)
-            .bearer_auth(&self.token)
-            .send()
-            .await?;
+        let res = self.get(&format!("/v1/orders/{order_id}")).send().await?;
         if res.status().as_u16() != 200 {
             return Ok(None);
         }

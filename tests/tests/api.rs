@@ -512,28 +512,13 @@ async fn a_venue_keeps_a_chart_that_draws_its_layout_and_refuses_one_that_does_n
         }
         body
     };
-    let (status, euro) = app
-        .post("/v1/events", &admin, event(json!("EUR")), None)
-        .await;
-    assert_eq!(status, 201, "{euro}");
-    let (_, page) = app
-        .get(
-            &format!("/v1/events/{}", euro["eventId"].as_str().expect("id")),
-            "",
-        )
-        .await;
-    assert_eq!(page["currency"], "EUR");
-    let (status, dollar) = app
-        .post("/v1/events", &admin, event(json!(null)), None)
-        .await;
-    assert_eq!(status, 201, "{dollar}");
-    let (_, page) = app
-        .get(
-            &format!("/v1/events/{}", dollar["eventId"].as_str().expect("id")),
-            "",
-        )
-        .await;
-    assert_eq!(page["currency"], "USD");
+    for (asked, named) in [(json!("EUR"), "EUR"), (json!(null), "USD")] {
+        let (status, created) = app.post("/v1/events", &admin, event(asked), None).await;
+        assert_eq!(status, 201, "{created}");
+        let id = created["eventId"].as_str().expect("id");
+        let (_, page) = app.get(&format!("/v1/events/{id}"), "").await;
+        assert_eq!(page["currency"], named);
+    }
     for bad in ["euro", "eu", "EURO", "€"] {
         let (status, refused) = app
             .post("/v1/events", &admin, event(json!(bad)), None)
