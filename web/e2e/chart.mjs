@@ -59,10 +59,10 @@ try {
   // Pick a seat on the chart and hold it.
   await clickSeat(page, "S1-R1-2");
   await page.getByTestId("picked").filter({ hasText: "S1-R1-2" }).waitFor();
-  if ((await shown(page, "S1-R1-2")) !== "mine") throw new Error("a picked seat is not drawn as yours");
+  await until(page, "a picked seat is drawn as yours", () => window.__chart.shown("S1-R1-2") === "mine");
   await page.getByRole("button", { name: "Hold 1 picked seat" }).click();
   await page.getByTestId("held-seats").filter({ hasText: "S1-R1-2" }).waitFor();
-  if ((await shown(page, "S1-R1-2")) !== "mine") throw new Error("a held seat is not drawn as yours");
+  await until(page, "a held seat is drawn as yours", () => window.__chart.shown("S1-R1-2") === "mine");
 
   // Another fan buys a seat: it turns sold on the chart.
   const other = await token("chart-other");
@@ -97,14 +97,19 @@ try {
   if (process.env.SCREENSHOTS) await page.locator(".chart").screenshot({ path: `${process.env.SCREENSHOTS}/chart-floor.png` });
   await page.getByRole("button", { name: "Best available", exact: true }).click();
   const landed = (await page.getByTestId("held-seats").textContent()).split(", ");
-  for (const id of landed) if ((await shown(page, id)) !== "mine") throw new Error(`best available landed on ${id}, not drawn as yours`);
+  await until(page, `best available's seats (${landed}) drawn as yours`, (ids) => ids.every((id) => window.__chart.shown(id) === "mine"), landed);
   console.log(`best available landed on ${landed.join(", ")}, drawn as yours`);
   await accessible(page, "the given chart");
 
-  // The phone: the whole venue, then zoomed into a section.
+  // The phone: the venue's own chart with its floor, then the generated one, pinched.
   const phone = await newPage(await browser.newContext({ viewport: { width: 390, height: 844 }, hasTouch: true }), "phone");
   await openShow(phone, "chart-phone");
-  await until(phone, "the chart draws on a phone", () => (window.__chart?.draws ?? 0) >= 1);
+  await phone.goto(`${BASE}/#/events/${GIVEN}`);
+  await until(phone, "the given chart draws on a phone", () => window.__chart?.shown("A-1-1") === "free");
+  if (process.env.SCREENSHOTS) await phone.locator(".chart").screenshot({ path: `${process.env.SCREENSHOTS}/chart-floor-phone.png` });
+  await phone.goto(`${BASE}/#/events/${EVENT}`);
+  await phone.getByTestId("map-live").filter({ hasText: "grpc-web" }).waitFor();
+  await until(phone, "the generated chart draws on a phone", () => window.__chart?.shown("S1-R1-1") != null);
   // Two fingers spread apart on the chart zoom it in (touch events, as a phone sends them).
   const box = await phone.getByTestId("venue-chart").boundingBox();
   const [cx, cy] = [box.x + box.width / 2, box.y + box.height / 2];
