@@ -7,6 +7,8 @@
 //! agreeing, at most one charge per order. It exits non-zero on any unexpected answer or
 //! broken invariant.
 
+mod run;
+
 use std::time::Duration;
 
 use onsale_server::Part;
@@ -33,39 +35,27 @@ async fn the_demo_runs_an_on_sale_through_the_whole_process_and_its_checks_pass(
         .await
         .expect("the admitter");
     let processor = path.sim_url.clone();
-    let out = tokio::time::timeout(
+    let stdout = run::loadgen(
+        &[
+            "demo",
+            "--base",
+            &path.rp.app.base,
+            "--database-url",
+            &db.url,
+            "--processor",
+            &processor,
+            "--fans",
+            "40",
+            "--concurrency",
+            "8",
+            "--ga-floor",
+            "50",
+            "--join-challenge-bits",
+            "4",
+        ],
         Duration::from_secs(300),
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_onsale-loadgen"))
-            .args([
-                "demo",
-                "--base",
-                &path.rp.app.base,
-                "--database-url",
-                &db.url,
-                "--processor",
-                &processor,
-                "--fans",
-                "40",
-                "--concurrency",
-                "8",
-                "--ga-floor",
-                "50",
-                "--join-challenge-bits",
-                "4",
-            ])
-            .env("ONSALE_DEV_MODE", "1")
-            .env("ONSALE_JWT_SECRET", onsale_tests::SECRET)
-            .output(),
     )
-    .await
-    .expect("the demo ends")
-    .expect("loadgen runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    .await;
     println!("{stdout}");
     for line in [
         "unexpected answers        0",

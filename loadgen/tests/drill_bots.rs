@@ -12,6 +12,8 @@
 //! benchmark's to measure, and a timed bound of 2x + 150 ms failed on a busy machine with the
 //! storm's p99 at 242 ms).
 
+mod run;
+
 use std::time::Duration;
 
 use onsale_server::Part;
@@ -44,38 +46,26 @@ async fn bots_cannot_stall_an_on_sale_short() {
     )
     .await
     .expect("the service");
-    let out = tokio::time::timeout(
+    let stdout = run::loadgen(
+        &[
+            "drill-bots",
+            "--base",
+            &app.base,
+            "--fans",
+            "16",
+            "--bots",
+            "2",
+            "--loops",
+            "6",
+            "--seconds",
+            "5",
+            "--card-testing",
+            "false",
+            "--json",
+        ],
         Duration::from_secs(120),
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_onsale-loadgen"))
-            .args([
-                "drill-bots",
-                "--base",
-                &app.base,
-                "--fans",
-                "16",
-                "--bots",
-                "2",
-                "--loops",
-                "6",
-                "--seconds",
-                "5",
-                "--card-testing",
-                "false",
-                "--json",
-            ])
-            .env("ONSALE_DEV_MODE", "1")
-            .env("ONSALE_JWT_SECRET", onsale_tests::SECRET)
-            .output(),
     )
-    .await
-    .expect("the drill ends")
-    .expect("loadgen runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    .await;
     let r: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).expect("a report");
     println!("{r:#}");
     let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
