@@ -63,7 +63,10 @@ try {
           window.__deliver({ seq, seats: batch });
         }, 10);
       });
-      await new Promise((r) => setTimeout(r, 500));
+      // Until every delivered delta was repainted (or 2 s passed: the check below says which).
+      const settled = performance.now();
+      while (repainted.length < delivered.size && performance.now() - settled < 2_000)
+        await new Promise((r) => requestAnimationFrame(r));
       running = false;
       const q = (xs, p) => {
         const s = [...xs].sort((a, b) => a - b);
