@@ -47,7 +47,10 @@ export function VenueChart({ venue, seats, map, prices, currency, mine, onPick, 
   const canvas = useRef<HTMLCanvasElement>(null);
   const grid = useMemo(() => new Grid(seats), [seats]);
   const shown = useMemo(() => new Uint8Array(seats.ids.length), [seats]);
-  const [size, setSize] = useState({ width: 800, height: 600 });
+  // Unknown until the canvas's box is measured: nothing is drawn before (a first draw at a guessed
+  // size would be thrown away, and the whole-venue view would change under a fan's fingers).
+  const [measured, setSize] = useState<{ width: number; height: number } | null>(null);
+  const size = measured ?? { width: 800, height: 600 };
   const [view, setView] = useState<View | null>(null);
   const [hover, setHover] = useState<number>(-1);
   const painter = useRef<Painter | null>(null);
@@ -60,7 +63,7 @@ export function VenueChart({ venue, seats, map, prices, currency, mine, onPick, 
     const observer = new ResizeObserver(() => {
       const width = c.clientWidth;
       const height = Math.min(Math.round(width / 1.5), Math.round(window.innerHeight * 0.8));
-      setSize((s) => (s.width === width && s.height === height ? s : { width, height }));
+      setSize((s) => (s && s.width === width && s.height === height ? s : { width, height }));
     });
     observer.observe(c);
     return () => observer.disconnect();
@@ -68,11 +71,20 @@ export function VenueChart({ venue, seats, map, prices, currency, mine, onPick, 
   const area = useMemo(() => bounds(venue.chart), [venue]);
   const fit = useMemo(() => whole(size.width, size.height, area), [size, area]);
   const current = view ?? fit;
+  // The view as the last event left it: events that come faster than renders (a pinch moves two
+  // fingers at once) build on each other instead of on the view of the last render.
+  const live = useRef<View>(current);
+  live.current = current;
+  const goTo = (next: View) => {
+    live.current = next;
+    setView(next);
+  };
 
   const statusOf = (i: number): Shown => (mine.has(seats.ids[i]) ? Shown.Mine : sold[i] ? Shown.Sold : Shown.Free);
 
   // A whole draw when the view, the size or the venue changes.
   useEffect(() => {
+    if (!measured) return;
     for (let i = 0; i < shown.length; i++) shown[i] = statusOf(i);
     painter.current ??= new Painter(canvas.current!, venue, seats, shown, floorLabel);
     painter.current.draw(current, size.width, size.height, dpr);
@@ -97,7 +109,7 @@ export function VenueChart({ venue, seats, map, prices, currency, mine, onPick, 
       return i === undefined || !v ? null : [v.scale * seats.x[i] + v.x, v.scale * seats.y[i] + v.y];
     };
     performance.mark("chart-drawn");
-  }, [current, size, seats]);
+  }, [current, measured, seats]);
 
   // Updates: only the seats they changed are looked at and repainted (every seat after a new
   // snapshot, or when more updates came than the map keeps).
@@ -152,7 +164,10 @@ export function VenueChart({ venue, seats, map, prices, currency, mine, onPick, 
     const r = canvas.current!.getBoundingClientRect();
     return [e.clientX - r.left, e.clientY - r.top];
   }
-  const toChart = ([px, py]: [number, number]) => [(px - current.x) / current.scale, (py - current.y) / current.scale];
+  const toChart = ([px, py]: [number, number]) => {
+    const v = live.current;
+    return [(px - v.x) / v.scale, (py - v.y) / v.scale];
+  };
   const min = fit.scale;
   const max = fit.scale * 40;
 
@@ -177,9 +192,10 @@ export function VenueChart({ venue, seats, map, prices, currency, mine, onPick, 
       const other = a === before ? b : a;
       const was = Math.hypot(before[0] - other[0], before[1] - other[1]);
       const is = Math.hypot(p[0] - other[0], p[1] - other[1]);
-      if (was > 0) setView(zoomed(current, is / was, (p[0] + other[0]) / 2, (p[1] + other[1]) / 2, min, max));
+      if (was > 0) goTo(zoomed(live.current, is / was, (p[0] + other[0]) / 2, (p[1] + other[1]) / 2, min, max));
     } else {
-      setView({ ...current, x: current.x + p[0] - before[0], y: current.y + p[1] - before[1] });
+      const v = live.current;
+      goTo({ ...v, x: v.x + p[0] - before[0], y: v.y + p[1] - before[1] });
     }
     moved.current += Math.hypot(p[0] - before[0], p[1] - before[1]);
     pointers.current.set(e.pointerId, p);
@@ -195,24 +211,25 @@ export function VenueChart({ venue, seats, map, prices, currency, mine, onPick, 
   function wheel(e: WheelEvent) {
     e.preventDefault();
     const [px, py] = at(e);
-    setView(zoomed(current, Math.exp(-e.deltaY / 500), px, py, min, max));
+    goTo(zoomed(live.current, Math.exp(-e.deltaY / 500), px, py, min, max));
   }
   function key(e: KeyboardEvent) {
     const step = 60;
+    const v = live.current;
     const centre = [size.width / 2, size.height / 2] as const;
     const next: Record<string, () => View> = {
-      "+": () => zoomed(current, 1.5, ...centre, min, max),
-      "=": () => zoomed(current, 1.5, ...centre, min, max),
-      "-": () => zoomed(current, 1 / 1.5, ...centre, min, max),
+      "+": () => zoomed(v, 1.5, ...centre, min, max),
+      "=": () => zoomed(v, 1.5, ...centre, min, max),
+      "-": () => zoomed(v, 1 / 1.5, ...centre, min, max),
       "0": () => fit,
-      ArrowLeft: () => ({ ...current, x: current.x + step }),
-      ArrowRight: () => ({ ...current, x: current.x - step }),
-      ArrowUp: () => ({ ...current, y: current.y + step }),
-      ArrowDown: () => ({ ...current, y: current.y - step }),
+      ArrowLeft: () => ({ ...v, x: v.x + step }),
+      ArrowRight: () => ({ ...v, x: v.x - step }),
+      ArrowUp: () => ({ ...v, y: v.y + step }),
+      ArrowDown: () => ({ ...v, y: v.y - step }),
     };
     if (next[e.key]) {
       e.preventDefault();
-      setView(next[e.key]());
+      goTo(next[e.key]());
     }
   }
   useEffect(() => {
@@ -246,7 +263,7 @@ export function VenueChart({ venue, seats, map, prices, currency, mine, onPick, 
         role="img"
         aria-label="The venue's chart: the stage and every seat. Zoom with + and -, move with the arrow keys, 0 shows it whole; the section list below picks seats by keyboard."
         data-testid="venue-chart"
-        style={{ height: `${size.height}px` }}
+        style={measured ? { height: `${measured.height}px` } : undefined}
         onPointerDown={down}
         onPointerMove={move}
         onPointerUp={up}
