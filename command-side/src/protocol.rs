@@ -29,6 +29,9 @@ pub enum CommandError {
     /// The show is moving to another shard (docs/adr/022): the retry finds it there.
     #[error("the show is moving to another shard")]
     Moving,
+    /// The show's write cluster records another region as its writer (docs/adr/024).
+    #[error("writes for the show are taken in region {region}")]
+    OtherRegion { region: String },
     #[error("internal error: {0}")]
     Internal(String),
 }

@@ -18,6 +18,7 @@ pub mod ids;
 pub mod layout;
 #[cfg(feature = "planted-bugs")]
 pub mod plant;
+pub mod region;
 pub mod show;
 pub mod transitions;
 pub mod venue;

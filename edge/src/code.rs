@@ -87,6 +87,9 @@ pub enum ErrorCode {
     ShuttingDown,
     /// The show is moving to another shard.
     ShowMoving,
+    /// Writes are taken in another region (`writeRegion` names it): this one is a standby,
+    /// or the show's write cluster records another region as its writer.
+    OtherRegion,
     /// A store or a part this request needs is unreachable.
     Unavailable,
     /// The waiting room's store is unreachable.

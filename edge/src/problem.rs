@@ -72,6 +72,25 @@ impl ApiError {
         )
     }
 
+    /// Writes go to region `writer` (unknown: `None`), not this one (docs/adr/024): 503 with
+    /// `Retry-After`, never a guess and never a write here.
+    pub fn other_region(writer: Option<&str>) -> Self {
+        let detail = match writer {
+            Some(w) => format!("writes are taken in region {w}, not this one; send it there"),
+            None => "this region takes no writes now; retry shortly".to_owned(),
+        };
+        let e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::OtherRegion,
+            detail,
+        )
+        .retry_after(5);
+        match writer {
+            Some(w) => e.with("writeRegion", serde_json::json!(w)),
+            None => e,
+        }
+    }
+
     pub fn forbidden(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, ErrorCode::Forbidden, detail)
     }

@@ -13,6 +13,7 @@ mod copy;
 mod memory;
 pub mod moving;
 mod pg;
+pub mod region;
 pub mod scan;
 pub mod shards;
 
@@ -20,7 +21,7 @@ use chrono::{DateTime, Utc};
 use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId};
 
 pub use memory::MemoryEventLog;
-pub use pg::{log_row, migrate, Past, PgEventLog, Until, FOLD_YIELD_EVERY};
+pub use pg::{latest_migration, log_row, migrate, Past, PgEventLog, Until, FOLD_YIELD_EVERY};
 pub use shards::{Directory, MemoryDirectory, PgDirectory, ShardId, ShardedLog};
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -51,8 +52,13 @@ pub struct Node {
 /// Who decides a show: this node, under an epoch every append carries, or another live node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
-    Owned { epoch: i64 },
+    Owned {
+        epoch: i64,
+    },
     Elsewhere(Node),
+    /// The cluster records another region as the writer (docs/adr/024): no node of this
+    /// region may own a show there.
+    OtherRegion(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

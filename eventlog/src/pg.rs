@@ -34,6 +34,16 @@ pub async fn migrate(pool: &PgPool) -> anyhow::Result<()> {
         .context("apply the migrations")
 }
 
+/// The version of the last migration this build carries: what a standby's schema (the writer
+/// region's, replicated) must have reached for this build to read it.
+pub fn latest_migration() -> i64 {
+    sqlx::migrate!("../migrations")
+        .iter()
+        .map(|m| m.version)
+        .max()
+        .unwrap_or(0)
+}
+
 /// The hash of each show's last appended event, as this process appended it: the next
 /// append chains from it without reading it back.
 type ChainHeads = Arc<Mutex<HashMap<ShowId, (i64, [u8; 32])>>>;
@@ -42,6 +52,9 @@ type ChainHeads = Arc<Mutex<HashMap<ShowId, (i64, [u8; 32])>>>;
 pub struct PgEventLog {
     pool: PgPool,
     heads: ChainHeads,
+    /// The region this process writes in: a claim is refused on a cluster that records
+    /// another region as the writer (docs/adr/024).
+    region: Option<String>,
 }
 
 impl PgEventLog {
@@ -49,7 +62,14 @@ impl PgEventLog {
         Self {
             pool,
             heads: Arc::default(),
+            region: None,
         }
+    }
+
+    /// Claims go through only where `region` writes (or no region is recorded yet).
+    pub fn in_region(mut self, region: &onsale_domain::region::RegionName) -> Self {
+        self.region = Some(region.as_str().to_owned());
+        self
     }
 
     /// The pool this log's statements go through: its shard's, for the rest of a show's
@@ -593,14 +613,25 @@ impl EventLog for PgEventLog {
         let id = show.to_string();
         for _ in 0..3 {
             // Look first: asking about a show a live node owns locks nothing.
-            let owner: Option<(uuid::Uuid, Option<String>, bool)> = sqlx::query_as(
-                "SELECT o.node_id, n.addr, COALESCE(n.alive_until > now(), false)
-                   FROM show_owners o LEFT JOIN nodes n ON n.node_id = o.node_id
-                  WHERE o.show_id = $1",
-            )
-            .bind(&id)
-            .fetch_optional(&self.pool)
-            .await?;
+            let (owner, writer): (Option<(uuid::Uuid, Option<String>, bool)>, Option<String>) = {
+                let row: (Option<uuid::Uuid>, Option<String>, bool, Option<String>) =
+                    sqlx::query_as(
+                        "SELECT o.node_id, n.addr, COALESCE(n.alive_until > now(), false),
+                            (SELECT region FROM regions WHERE writer)
+                       FROM (SELECT 1) one
+                       LEFT JOIN show_owners o ON o.show_id = $1
+                       LEFT JOIN nodes n ON n.node_id = o.node_id",
+                    )
+                    .bind(&id)
+                    .fetch_one(&self.pool)
+                    .await?;
+                (row.0.map(|o| (o, row.1, row.2)), row.3)
+            };
+            if let (Some(me), Some(writer)) = (&self.region, writer) {
+                if *me != writer {
+                    return Ok(Claim::OtherRegion(writer));
+                }
+            }
             if let Some((owner, addr, true)) = &owner {
                 if *owner != node.id {
                     return Ok(Claim::Elsewhere(Node {
@@ -615,7 +646,9 @@ impl EventLog for PgEventLog {
                    VALUES ($2, $3, now() + make_interval(secs => $4::double precision))
                    ON CONFLICT (node_id) DO UPDATE SET addr = EXCLUDED.addr, alive_until = EXCLUDED.alive_until)
                  INSERT INTO show_owners (show_id, node_id, epoch)
-                 VALUES ($1, $2, nextval('show_owner_epochs'))
+                 SELECT $1, $2, nextval('show_owner_epochs')
+                  WHERE $5::text IS NULL
+                     OR NOT EXISTS (SELECT 1 FROM regions WHERE writer AND region <> $5)
                  ON CONFLICT (show_id) DO UPDATE
                    SET node_id = EXCLUDED.node_id, epoch = EXCLUDED.epoch, claimed_at = now()
                  WHERE show_owners.node_id = EXCLUDED.node_id
@@ -627,6 +660,7 @@ impl EventLog for PgEventLog {
             .bind(node.id)
             .bind(&node.addr)
             .bind(ttl.as_secs_f64())
+            .bind(&self.region)
             .fetch_optional(&self.pool)
             .await?;
             if let Some(epoch) = epoch {

@@ -75,11 +75,19 @@ pub trait Directory: Send + Sync + fmt::Debug {
 #[derive(Debug, Clone)]
 pub struct PgDirectory {
     pool: PgPool,
+    /// The region that schedules shows here: each new show's write region (docs/adr/024).
+    region: Option<String>,
 }
 
 impl PgDirectory {
     pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+        Self { pool, region: None }
+    }
+
+    /// Shows placed from now on are written in `region`.
+    pub fn in_region(mut self, region: &onsale_domain::region::RegionName) -> Self {
+        self.region = Some(region.as_str().to_owned());
+        self
     }
 
     /// The show lives on `shard` from now on (a move, once its copy there is verified).
@@ -118,12 +126,13 @@ impl Directory for PgDirectory {
     async fn place(&self, show: ShowId, shard: ShardId) -> Result<ShardId> {
         // A show placed already keeps its shard: the no-op update returns it.
         let placed: i16 = sqlx::query_scalar(
-            "INSERT INTO show_shards (show_id, shard) VALUES ($1, $2)
+            "INSERT INTO show_shards (show_id, shard, region) VALUES ($1, $2, $3)
              ON CONFLICT (show_id) DO UPDATE SET shard = show_shards.shard
              RETURNING shard",
         )
         .bind(show.to_string())
         .bind(i16::try_from(shard.0).unwrap_or(i16::MAX))
+        .bind(&self.region)
         .fetch_one(&self.pool)
         .await?;
         shard_of_row(placed)

@@ -157,6 +157,17 @@ impl Hub {
         let shutdown = self.shutdown.clone();
         while let Some(result) = shutdown.run_until_cancelled(self.listen_once()).await {
             if let Err(e) = result {
+                let standby = e.downcast_ref::<sqlx::Error>().is_some_and(|e| {
+                    e.as_database_error()
+                        .and_then(|d| d.code())
+                        .is_some_and(|c| c == "25006")
+                });
+                if standby {
+                    // A standby region's database takes no LISTEN (docs/adr/024): its deltas
+                    // come from the poll, as the writer's projection replicates them.
+                    tracing::info!("the database is a standby: deltas come from the poll");
+                    return;
+                }
                 tracing::warn!(error = %e, "seat-map listener lost; reconnecting");
             }
             if shutdown

@@ -14,6 +14,7 @@
 
 pub mod cors;
 pub mod http;
+pub mod region;
 mod settings;
 pub mod supervise;
 pub mod web;
@@ -134,6 +135,10 @@ pub struct Server {
     /// The listeners and the owners (and their appends): waited for at shutdown.
     tracker: TaskTracker,
     parts: Mutex<HashMap<Part, Vec<supervise::Supervised>>>,
+    /// Whether this process writes in its region (docs/adr/024).
+    mode: onsale_domain::region::Mode,
+    /// Cancelled when the region's role changed under the process (or at shutdown).
+    role_changed: CancellationToken,
 }
 
 impl Drop for Server {
@@ -351,14 +356,21 @@ impl onsale_query::snapshots::Schedules for PublicSchedules {
 struct ShardPools {
     first: [PgPool; 4],
     rest: Vec<[PgPool; 4]>,
+    /// The process's region: its claims go through only where it writes.
+    region: onsale_domain::region::RegionName,
 }
 
 impl ShardPools {
-    fn open(db: &onsale_eventlog::DatabaseSettings, main: [&PgPool; 4]) -> anyhow::Result<Self> {
+    fn open(
+        db: &onsale_eventlog::DatabaseSettings,
+        main: [&PgPool; 4],
+        region: &onsale_domain::region::RegionName,
+    ) -> anyhow::Result<Self> {
         if db.shard_urls.is_empty() {
             return Ok(Self {
                 first: main.map(PgPool::clone),
                 rest: Vec::new(),
+                region: region.clone(),
             });
         }
         let mut shards = db.shards().into_iter().map(|shard| {
@@ -373,6 +385,7 @@ impl ShardPools {
         Ok(Self {
             first,
             rest: shards.collect::<anyhow::Result<_>>()?,
+            region: region.clone(),
         })
     }
 
@@ -387,7 +400,7 @@ impl ShardPools {
     /// Every shard's log through its pool of workload `w`, placed by `directory`.
     fn log(&self, w: usize, directory: &Arc<dyn Directory>) -> ShardedLog {
         let log = |pools: &[PgPool; 4]| -> Arc<dyn EventLog> {
-            Arc::new(PgEventLog::new(pools[w].clone()))
+            Arc::new(PgEventLog::new(pools[w].clone()).in_region(&self.region))
         };
         self.rest.iter().fold(
             ShardedLog::new(log(&self.first), directory.clone()),
@@ -397,7 +410,9 @@ impl ShardPools {
 
     /// [`ShardPools::log`], each shard's log as PostgreSQL's (for what only it can read).
     fn pg_log(&self, w: usize, directory: &Arc<dyn Directory>) -> ShardedLog<PgEventLog> {
-        let log = |pools: &[PgPool; 4]| Arc::new(PgEventLog::new(pools[w].clone()));
+        let log = |pools: &[PgPool; 4]| {
+            Arc::new(PgEventLog::new(pools[w].clone()).in_region(&self.region))
+        };
         self.rest.iter().fold(
             ShardedLog::new(log(&self.first), directory.clone()),
             |sharded, pools| sharded.and(log(pools)),
@@ -431,9 +446,15 @@ impl Server {
             );
         }
         let db = &settings.database;
+        // A writer migrates; a standby region's process (its databases replay the writer's)
+        // writes nothing and runs only the API, serving reads (docs/adr/024).
+        let mode = region::settle(db, &settings.region).await?;
+        let standby = matches!(mode, onsale_domain::region::Mode::Standby { .. });
+        if standby {
+            tracing::warn!(region = %settings.region, ?mode, "a standby region: reads only, writes answered 503 OTHER_REGION");
+        }
         // Appends get a pool of their own: a burst of seat-map misses, SSE resumes or payment
         // rounds must not take the connections the owners' appends are waiting for.
-        db.migrate().await?;
         let append_pool = db.pool(db.pool_size, false)?;
         let pool = db.pool(db.pool_size, true)?;
         // Each workload its own bounded share (issue 29): reads anyone may send without a token
@@ -448,8 +469,13 @@ impl Server {
         let tracker = TaskTracker::new();
         // Shows sharded over write clusters (docs/adr/021): each shard's log reached through a
         // pool per workload, like the main database's; the directory in the main database.
-        let directory: Arc<dyn Directory> = Arc::new(PgDirectory::new(pool.clone()));
-        let shards = ShardPools::open(db, [&append_pool, &pool, &public_pool, &vault_pool])?;
+        let directory: Arc<dyn Directory> =
+            Arc::new(PgDirectory::new(pool.clone()).in_region(&settings.region));
+        let shards = ShardPools::open(
+            db,
+            [&append_pool, &pool, &public_pool, &vault_pool],
+            &settings.region,
+        )?;
         let shows = Shows::sharded(
             Arc::new(shards.log(0, &directory)),
             clock,
@@ -480,10 +506,24 @@ impl Server {
             grpc: None,
             internal: None,
             operator: None,
+            role_changed: shutdown.child_token(),
             shutdown,
             tracker,
             parts: Mutex::default(),
+            mode,
         };
+        server.tracker.spawn(region::watch(
+            server.pool.clone(),
+            server.settings.region.clone(),
+            server.mode.clone(),
+            server.role_changed.clone(),
+        ));
+        // A standby runs the API alone: every other part writes.
+        let parts: Vec<Part> = parts
+            .iter()
+            .copied()
+            .filter(|p| !standby || *p == Part::Api)
+            .collect();
         if parts.contains(&Part::Api) {
             server.serve_api().await?;
         }
@@ -493,7 +533,7 @@ impl Server {
             server.serve_metrics(&listen).await?;
         }
         for part in parts {
-            server.start(*part).await?;
+            server.start(part).await?;
         }
         Ok(server)
     }
@@ -522,6 +562,11 @@ impl Server {
         &self.settings
     }
 
+    /// Whether this process writes in its region, as it found at start.
+    pub fn mode(&self) -> &onsale_domain::region::Mode {
+        &self.mode
+    }
+
     /// Every shard's database, found by show: where each show's payments, refunds and tickets
     /// live (through the pools of background work).
     pub fn stores(&self) -> &Arc<ShardedLog<PgEventLog>> {
@@ -541,10 +586,16 @@ impl Server {
         let public_catalog = self
             .catalog
             .reading_from(self.public_log.clone(), self.public_pool.clone());
+        // A standby region runs no relay: its read path has no slot to watch.
+        let relayed = if matches!(self.mode, onsale_domain::region::Mode::Standby { .. }) {
+            &[][..]
+        } else {
+            &self.shard_pools[..]
+        };
         let query = QueryState::start(
             self.public_pool.clone(),
             (1u16..)
-                .zip(&self.shard_pools)
+                .zip(relayed)
                 .map(|(shard, pool)| {
                     (
                         pool.clone(),
@@ -635,6 +686,22 @@ impl Server {
             ))
             .layer(axum::middleware::from_fn(http::traced))
             .layer(tower_http::trace::TraceLayer::new_for_http());
+        // A standby's writes are refused before anything else looks at them; every answer
+        // names the region that served it.
+        let router = match &self.mode {
+            onsale_domain::region::Mode::Standby { writer } => {
+                router.layer(axum::middleware::from_fn_with_state(
+                    Arc::new(writer.as_ref().map(ToString::to_string)),
+                    region::standby_gate,
+                ))
+            }
+            onsale_domain::region::Mode::Writer { .. } => router,
+        };
+        let region_header = tower_http::set_header::SetResponseHeaderLayer::overriding(
+            axum::http::HeaderName::from_static(region::REGION_HEADER),
+            axum::http::HeaderValue::from_str(s.region.as_str())?,
+        );
+        let router = router.layer(region_header.clone());
         // Outermost: a browser's preflight is answered before anything else looks at it. In
         // development mode the fan app this listener serves may call gRPC-web on the other.
         let cors = s.cors.layer(s.auth.dev_mode, http.local_addr()?)?;
@@ -648,7 +715,8 @@ impl Server {
             .layer(axum::middleware::from_fn_with_state(
                 Duration::from_millis(s.limits.request_timeout_ms),
                 limits::deadline,
-            ));
+            ))
+            .layer(region_header);
         let (router, grpc_router) = match cors {
             Some(cors) => (router.layer(cors.clone()), grpc_router.layer(cors)),
             None => (router, grpc_router),
@@ -659,7 +727,10 @@ impl Server {
         // the public one (signed requests, checked before their body is read).
         let internal = bind(&s.owners.cluster.internal_listen).await?;
         self.internal = Some(internal.local_addr()?);
-        self.shows.advertise(&internal.local_addr()?.to_string());
+        // A standby registers nowhere (its databases take no write): nothing is forwarded to it.
+        if !matches!(self.mode, onsale_domain::region::Mode::Standby { .. }) {
+            self.shows.advertise(&internal.local_addr()?.to_string());
+        }
         let internal_router = onsale_command::cluster::router(self.shows.clone())
             .layer(axum::middleware::from_fn_with_state(
                 Duration::from_millis(s.limits.request_timeout_ms),
@@ -809,15 +880,27 @@ impl Server {
         }
     }
 
-    /// Runs until SIGTERM or Ctrl-C, then shuts down.
-    pub async fn run_until_signal(self) -> anyhow::Result<()> {
+    /// A process's life in its region: built with `parts`, run until SIGTERM or Ctrl-C, and
+    /// built again whenever its region's role changes under it (a standby promoted starts its
+    /// writer parts; a writer whose databases now follow another region's stands by).
+    pub async fn run_in_region(settings: Settings, parts: &[Part]) -> anyhow::Result<()> {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .context("install the SIGTERM handler")?;
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = tokio::signal::ctrl_c() => tracing::info!("Ctrl-C: shutting down"),
+        loop {
+            let server = Self::build(settings.clone(), parts).await?;
+            let changed = server.role_changed.clone();
+            tokio::select! {
+                _ = term.recv() => {
+                    tracing::info!("SIGTERM: shutting down");
+                    return server.shutdown().await;
+                }
+                _ = tokio::signal::ctrl_c() => {
+                    tracing::info!("Ctrl-C: shutting down");
+                    return server.shutdown().await;
+                }
+                _ = changed.cancelled() => server.shutdown().await?,
+            }
         }
-        self.shutdown().await
     }
 }
 

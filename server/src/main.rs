@@ -139,6 +139,11 @@ enum Command {
         #[command(subcommand)]
         command: ShardCommand,
     },
+    /// Regions (docs/adr/024): which one writes.
+    Region {
+        #[command(subcommand)]
+        command: RegionCommand,
+    },
     /// The auditors' checks of the log.
     Audit {
         #[command(subcommand)]
@@ -188,6 +193,34 @@ enum ShardCommand {
 }
 
 #[derive(Debug, Subcommand)]
+enum RegionCommand {
+    /// Make this region (its databases: DATABASE_URL and ONSALE_SHARD_URLS, standbys of the
+    /// writer region's) the writer under the next epoch. Refused while any old writer's
+    /// cluster still answers as a primary, or a standby has not replayed what it received
+    /// (waited for up to --wait-secs). Shards are promoted first, the main database last;
+    /// every claim and lease of the old region is void. Its processes notice within a second
+    /// and start again as writers. Runs as the schema's owner; run it again to finish one that
+    /// stopped part way.
+    Promote {
+        #[command(flatten)]
+        database: DatabaseSettings,
+        /// The region to promote (this one).
+        #[arg(long, env = "ONSALE_REGION")]
+        region: onsale_domain::region::RegionName,
+        #[arg(long, default_value_t = 30)]
+        wait_secs: u64,
+    },
+    /// Check that this region's databases may be rewound onto the writer at --writer-url and
+    /// follow it (a writer of a later epoch than this region records); exits non-zero if not.
+    FollowCheck {
+        #[command(flatten)]
+        database: DatabaseSettings,
+        #[arg(long)]
+        writer_url: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum AuditCommand {
     /// Recompute the log's hash chains (every aggregate, or one show) and name the first row
     /// that was changed, removed or inserted after the fact; exits non-zero if one was.
@@ -210,10 +243,7 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(settings) => {
             let _tracing = onsale_telemetry::init_tracing("onsale-serve");
-            Server::build(settings, &Part::SERVE)
-                .await?
-                .run_until_signal()
-                .await
+            Server::run_in_region(settings, &Part::SERVE).await
         }
         Command::Relay {
             settings,
@@ -236,10 +266,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Relay { settings, .. } => {
             let _tracing = onsale_telemetry::init_tracing("onsale-relay");
-            Server::build(settings, &[Part::Relay])
-                .await?
-                .run_until_signal()
-                .await
+            Server::run_in_region(settings, &[Part::Relay]).await
         }
         Command::Project { settings, rebuild } => {
             let _tracing = onsale_telemetry::init_tracing("onsale-project");
@@ -249,10 +276,7 @@ async fn main() -> anyhow::Result<()> {
                 onsale_projections::reset_all(&pool).await?;
                 tracing::info!("read models deleted; rebuilding from zero");
             }
-            Server::build(settings, &Part::PROJECT)
-                .await?
-                .run_until_signal()
-                .await
+            Server::run_in_region(settings, &Part::PROJECT).await
         }
         Command::Reconcile { settings, day } => {
             let server = Server::build(settings, &[]).await?;
@@ -436,6 +460,37 @@ async fn main() -> anyhow::Result<()> {
         } => {
             let moved = onsale_server::move_show(&database, show.parse()?, to).await?;
             println!("{}", serde_json::to_string(&moved)?);
+            Ok(())
+        }
+        Command::Region {
+            command:
+                RegionCommand::Promote {
+                    database,
+                    region,
+                    wait_secs,
+                },
+        } => {
+            let promoted = onsale_server::region::promote(
+                &database,
+                &region,
+                std::time::Duration::from_secs(wait_secs),
+            )
+            .await?;
+            println!("{}", serde_json::to_string(&promoted)?);
+            Ok(())
+        }
+        Command::Region {
+            command:
+                RegionCommand::FollowCheck {
+                    database,
+                    writer_url,
+                },
+        } => {
+            let writer = onsale_server::region::follow_check(&database, &writer_url).await?;
+            println!(
+                "ok: may follow region {} (epoch {})",
+                writer.region, writer.epoch
+            );
             Ok(())
         }
         Command::Audit {

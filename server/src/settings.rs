@@ -56,6 +56,11 @@ pub struct Settings {
     /// the public listener for this one.
     #[arg(long, env = "ONSALE_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
+    /// The region this process runs in (docs/adr/024): it writes only while its main database
+    /// is a primary recording this region as the writer; otherwise it serves reads and answers
+    /// writes `503 OTHER_REGION` naming the writer.
+    #[arg(long, env = "ONSALE_REGION", default_value = "a")]
+    pub region: onsale_domain::region::RegionName,
     /// On SIGTERM or Ctrl-C, how long in-flight work may take to finish before the process
     /// gives up on it.
     #[arg(long, env = "ONSALE_SHUTDOWN_TIMEOUT_SECS", default_value_t = 10)]

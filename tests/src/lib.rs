@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 pub mod ha;
 pub mod payments;
 pub mod read_path;
+pub mod regions;
 pub mod waiting_room;
 
 pub const SECRET: &str = "onsale-test-secret";

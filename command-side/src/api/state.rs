@@ -72,6 +72,7 @@ impl From<CommandError> for ApiError {
                 ErrorCode::ShowMoving,
                 "this show is moving to another database shard; retry shortly",
             ),
+            CommandError::OtherRegion { region } => Self::other_region(Some(&region)),
             CommandError::Internal(m) => {
                 tracing::error!(error = %m, "internal error");
                 Self::new(

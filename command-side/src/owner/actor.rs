@@ -308,6 +308,7 @@ impl Owner {
                     self.shard = None;
                     return Err(CommandError::Moving);
                 }
+                Ok(Claim::OtherRegion(region)) => return Err(CommandError::OtherRegion { region }),
                 Ok(Claim::Elsewhere(other)) => {
                     self.registry.owned_elsewhere(self.show_id, other);
                     self.moved = true;
