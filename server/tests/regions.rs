@@ -3,7 +3,8 @@
 //! and refuses every write naming a; a promotion is refused while a's cluster answers as a
 //! primary and goes through once a is cut off; b's process starts again as the writer and
 //! sells; every hold a acknowledged is in b's log; a, brought back as the primary it was, can
-//! acknowledge nothing, and once it rejoins as b's standby its process stands by.
+//! acknowledge nothing, and once it rejoins as b's standby its process stands by. A payment
+//! a left unresolved when it went dark is settled by b against the same card processor, once.
 
 use std::time::Duration;
 
@@ -16,23 +17,36 @@ use tokio::process::Child;
 const BIN: &str = env!("CARGO_BIN_EXE_onsale");
 
 /// `onsale serve` of `region` on its own ports (HTTP `base`, gRPC `base + 1`, internal
-/// `base + 2`).
-fn serve(regions: &Regions, region: &str, base: u16) -> Child {
-    onsale_process(
-        BIN,
-        &regions.db(region),
-        &["serve"],
+/// `base + 2`), its card processor at `processor`.
+fn serve(regions: &Regions, region: &str, base: u16, processor: &str) -> Child {
+    process(
+        regions,
+        region,
+        "serve",
         &[
-            ("ONSALE_REGION", region.to_owned()),
             ("ONSALE_LISTEN", format!("127.0.0.1:{base}")),
             ("ONSALE_GRPC_LISTEN", format!("127.0.0.1:{}", base + 1)),
             ("ONSALE_INTERNAL_LISTEN", format!("127.0.0.1:{}", base + 2)),
-            ("ONSALE_PROCESSOR_URL", "http://127.0.0.1:9".to_owned()),
+            ("ONSALE_PROCESSOR_URL", processor.to_owned()),
+            ("ONSALE_CHARGE_TIMEOUT_MS", "500".to_owned()),
+            ("ONSALE_PAYMENT_POLL_MS", "100".to_owned()),
             // A commit that waits for a standby that no longer follows is answered 503 soon.
             ("ONSALE_COMMIT_TIMEOUT_MS", "1500".to_owned()),
             ("ONSALE_REQUEST_TIMEOUT_MS", "2500".to_owned()),
         ],
     )
+}
+
+/// `onsale COMMAND` (serve, relay, project) of `region`: each region publishes into a topic
+/// of its own, as each has a Kafka cluster of its own.
+fn process(regions: &Regions, region: &str, command: &str, env: &[(&str, String)]) -> Child {
+    let mut env = env.to_vec();
+    env.push(("ONSALE_REGION", region.to_owned()));
+    env.push((
+        "ONSALE_EVENTS_TOPIC",
+        format!("onsale.events.{}.{region}", regions.name),
+    ));
+    onsale_process(BIN, &regions.db(region), &[command], &env)
 }
 
 /// A hold of one seat, answered with its status, its body and its `Onsale-Region` header.
@@ -77,8 +91,8 @@ async fn a_standby_region_reads_refuses_writes_takes_over_when_promoted_and_fenc
 {
     let regions = Regions::start().await.expect("two regions");
     let base = free_ports(&[0, 1, 2, 10, 11, 12]);
-    let _a = serve(&regions, "a", base);
-    let mut b = serve(&regions, "b", base + 10);
+    let _a = serve(&regions, "a", base, "http://127.0.0.1:9");
+    let mut b = serve(&regions, "b", base + 10, "http://127.0.0.1:9");
     let api_a = Api::new(&format!("http://127.0.0.1:{base}"));
     let api_b = Api::new(&format!("http://127.0.0.1:{}", base + 10));
     api_a.serving().await;
@@ -201,4 +215,92 @@ async fn a_standby_region_reads_refuses_writes_takes_over_when_promoted_and_fenc
     let (status, body, _) = hold(&api_b, &show, "eve", "S1-R1-4").await;
     assert_eq!(status, 201, "{body}");
     b.kill().await.expect("b stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payment_left_unresolved_by_the_region_that_went_dark_is_settled_once_in_the_promoted_one(
+) {
+    let regions = Regions::start().await.expect("two regions");
+    // One card processor for both regions, as a real one is: it records the charge and then
+    // takes a minute to answer, so region a never learns how its charge went.
+    let sim = onsale_processor_sim::Sim::new(onsale_processor_sim::Settings {
+        respond_delay_ms: 60_000,
+        settle_ms: 200,
+        webhook_url: None,
+        ..onsale_processor_sim::Settings::default()
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let processor = format!("http://{}", listener.local_addr().expect("addr"));
+    let server = sim.clone();
+    let _sim = tokio::spawn(async move {
+        let _ = server.run(listener, std::future::pending()).await;
+    });
+    let base = free_ports(&[0, 1, 2, 10, 11, 12]);
+    let mut a = vec![serve(&regions, "a", base, &processor)];
+    let _b = [
+        serve(&regions, "b", base + 10, &processor),
+        process(&regions, "b", "relay", &[]),
+        process(&regions, "b", "project", &[]),
+    ];
+    a.push(process(&regions, "a", "relay", &[]));
+    a.push(process(&regions, "a", "project", &[]));
+    let api_a = Api::new(&format!("http://127.0.0.1:{base}"));
+    let api_b = Api::new(&format!("http://127.0.0.1:{}", base + 10));
+    api_a.serving().await;
+    api_b.serving().await;
+
+    let show = api_a.on_sale_event(1, 1, 10, Some(3600)).await;
+    let fan = api_a.fan("ann");
+    let (status, held, _) = hold(&api_a, &show, "ann", "S1-R1-1").await;
+    assert_eq!(status, 201, "{held}");
+    let (status, order) = api_a.order(&held["holdId"], &fan, "order-1").await;
+    assert_eq!(status, 202, "{order}");
+    let order_id = order["orderId"].as_str().expect("an order id").to_owned();
+    // Region a's worker sent the charge; the processor made it; no answer came back.
+    wait_for("a charge at the processor", Duration::from_secs(30), || {
+        let sim = sim.clone();
+        async move { sim.ledger().charges().count() == 1 }
+    })
+    .await;
+
+    // Region a goes dark with the payment unresolved; b is promoted; the processor answers
+    // promptly again.
+    regions.stop("a", true).await.expect("a stops");
+    drop(a);
+    ok(&regions
+        .onsale(BIN, "b", &["region", "promote", "--region", "b"])
+        .await);
+    sim.update(|s| s.respond_delay_ms = 0);
+
+    // b's worker asks the processor under the same idempotency key and settles the order.
+    let path = format!("/v1/orders/{order_id}");
+    wait_for("the order confirmed in b", Duration::from_secs(60), || {
+        let (api_b, path, fan) = (api_b.clone(), path.clone(), fan.clone());
+        async move {
+            // b's process starts again as the writer meanwhile: refused connections are waited.
+            let res = api_b
+                .http
+                .get(format!("{}{path}", api_b.base))
+                .bearer_auth(fan)
+                .send()
+                .await;
+            match res {
+                Ok(r) if r.status() == 200 => r
+                    .json::<Value>()
+                    .await
+                    .is_ok_and(|o| o["status"] == "CONFIRMED"),
+                _ => false,
+            }
+        }
+    })
+    .await;
+    // Charged once, whichever region asked.
+    let charges = sim.ledger().captures_per_reference();
+    assert_eq!(
+        charges.values().copied().collect::<Vec<_>>(),
+        vec![1],
+        "{charges:?}"
+    );
 }
