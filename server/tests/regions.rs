@@ -102,6 +102,10 @@ async fn a_standby_region_reads_refuses_writes_takes_over_when_promoted_and_fenc
     let show = api_a.on_sale_event(1, 1, 10, Some(3600)).await;
     let (status, first, region) = hold(&api_a, &show, "ann", "S1-R1-1").await;
     assert_eq!((status, region.as_str()), (201, "a"), "{first}");
+    // And a hold of a second show that lapses during the outage (its expiry is absolute).
+    let brief = api_a.on_sale_event(1, 1, 10, Some(1)).await;
+    let (status, lapsing, _) = hold(&api_a, &brief, "ann", "S1-R1-1").await;
+    assert_eq!(status, 201, "{lapsing}");
 
     // Region b reads a's show from its copy, and refuses a write naming a.
     let (status, page) = api_b
@@ -151,6 +155,9 @@ async fn a_standby_region_reads_refuses_writes_takes_over_when_promoted_and_fenc
         log.contains(first["holdId"].as_str().expect("a hold id")),
         "{log}"
     );
+    // The hold that lapsed while a was dark is gone in b: its seat sells, no fresh TTL.
+    let (status, retaken, _) = hold(&api_b, &brief, "bob", "S1-R1-1").await;
+    assert_eq!(status, 201, "a lapsed hold outlived the failover: {retaken}");
 
     // Region a comes back as the primary it was (its process never stopped): its writes wait
     // for a standby that no longer follows it, and none is acknowledged.
