@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test sim sim-soak web fuzz-api drill-bots drill-shards kill-shard start-shard bench-shards up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-trace bench-fanout bench-chart
+.PHONY: demo test sim sim-soak web fuzz-api drill-bots drill-shards kill-shard start-shard bench-shards up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-trace bench-fanout bench-chart fail-region promote-region rejoin-region drill-region
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
@@ -41,6 +41,10 @@ fuzz-api:
 # `make up SHARDS=2`: the shows' logs, ownership and snapshots on two PostgreSQL clusters of
 # their own (:54341, :54342), each show placed on one when it is scheduled; the directory and
 # the read models on :54329; a relay per shard into the one topic (docs/adr/021).
+# `make up REGIONS=2`: region b beside region a (docs/adr/024): b's PostgreSQL clusters are
+# synchronous standbys of a's through Toxiproxy (REGION_DELAY_MS, 5, each way), its own Kafka
+# (MirrorMaker 2 copies a's topic), Redis and processes, reads on :8081, writes refused naming
+# a; the region router on :8070 sends requests to whichever region writes.
 # `make up TRACING=1`: Zipkin on :9411 (http://127.0.0.1:9411/zipkin), every process sending
 # it the spans of TRACE_SAMPLE (0.1) of the requests (docs/adr/019).
 BROKERS ?= 1
@@ -49,8 +53,30 @@ NODES ?= 1
 SHARDS ?= 1
 TRACING ?= 0
 TRACE_SAMPLE ?= 0.1
+REGIONS ?= 1
+REGION_DELAY_MS ?= 5
 up:
-	BROKERS=$(BROKERS) HA=$(HA) NODES=$(NODES) SHARDS=$(SHARDS) TRACING=$(TRACING) TRACE_SAMPLE=$(TRACE_SAMPLE) ./scripts/stack.sh up
+	BROKERS=$(BROKERS) HA=$(HA) NODES=$(NODES) SHARDS=$(SHARDS) TRACING=$(TRACING) TRACE_SAMPLE=$(TRACE_SAMPLE) REGIONS=$(REGIONS) REGION_DELAY_MS=$(REGION_DELAY_MS) ./scripts/stack.sh up
+
+# Regions on `make up REGIONS=2` (docs/adr/024), named a and b: `make fail-region R=a` (its
+# processes, PostgreSQL and Kafka stopped as if its machines died), `make promote-region R=b`
+# (`onsale region promote`: refused while the old writer answers as a primary), `make
+# rejoin-region R=a` (rewound onto the writer and following it; its processes stand by).
+R ?= a
+fail-region:
+	SHARDS=$(SHARDS) REGIONS=2 ./scripts/stack.sh fail-region $(R)
+
+promote-region:
+	SHARDS=$(SHARDS) REGIONS=2 ./scripts/stack.sh promote-region $(R)
+
+rejoin-region:
+	SHARDS=$(SHARDS) REGIONS=2 ./scripts/stack.sh rejoin-region $(R)
+
+# An on-sale in region a through the region router, a cut off at a random moment, b promoted,
+# the sale going on in b, a back as b's standby; the report: every acknowledged hold and order
+# in b's log, sold twice, charged twice, the write gap, a's attempts after it came back.
+drill-region:
+	SHARDS=$(SHARDS) ./scripts/drill-region.sh
 
 # The operator's drills on `make up NODES=3`: SIGKILL node N (its shows answer from another node
 # within seconds), SIGSTOP it (paused: another node takes its shows; SIGCONT with cont-node and

@@ -66,8 +66,10 @@ pub async fn recorded_writer(pool: &PgPool) -> anyhow::Result<Option<Writer>> {
 /// deployment starts in. Run as the schema's owner, after the migrations.
 pub async fn record_first_writer(owner: &PgPool, me: &RegionName) -> anyhow::Result<()> {
     sqlx::query(
+        // Processes starting together race here: the first insert wins, the others do nothing.
         "INSERT INTO regions (region, writer, epoch)
-         SELECT $1, true, 1 WHERE NOT EXISTS (SELECT 1 FROM regions)",
+         SELECT $1, true, 1 WHERE NOT EXISTS (SELECT 1 FROM regions)
+         ON CONFLICT DO NOTHING",
     )
     .bind(me.as_str())
     .execute(owner)

@@ -15,6 +15,7 @@ mod fanout;
 mod join;
 mod queue;
 mod reads;
+mod region;
 mod replay;
 mod search;
 mod shards;
@@ -89,6 +90,32 @@ enum Command {
         /// many bits (0: neither); every simulated fan is verified and solves it.
         #[arg(long, default_value_t = 0)]
         join_challenge_bits: u8,
+    },
+    /// The region drill (`make drill-region`): fans buy through the region router, `--cut`
+    /// cuts region a off and promotes b at a random moment, `--rejoin` brings a back as b's
+    /// standby; every acknowledged hold and order is then looked up in b's log.
+    DrillRegion {
+        /// The region router.
+        #[arg(long, default_value = "http://127.0.0.1:8070")]
+        base: String,
+        /// Region a's own address.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        region_a: String,
+        /// Region b's main database.
+        #[arg(long)]
+        database_url: String,
+        #[arg(long, default_value = "http://127.0.0.1:8090")]
+        processor: String,
+        #[arg(long, default_value_t = 64)]
+        fans: usize,
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        #[arg(long)]
+        cut: String,
+        #[arg(long)]
+        rejoin: String,
+        #[command(flatten)]
+        auth: AuthSettings,
     },
     /// Create the benchmark show over HTTP and write fan tokens for wrk.
     Setup {
@@ -275,6 +302,31 @@ async fn main() -> anyhow::Result<()> {
                     join_challenge_bits,
                 },
             )
+            .await
+        }
+        Command::DrillRegion {
+            base,
+            region_a,
+            database_url,
+            processor,
+            fans,
+            seconds,
+            cut,
+            rejoin,
+            auth,
+        } => {
+            let auth = auth.secured()?;
+            region::run(region::Plan {
+                base,
+                region_a,
+                database_url,
+                processor,
+                secret: auth.jwt_secret.expose_secret().to_owned(),
+                fans,
+                seconds,
+                cut,
+                rejoin,
+            })
             .await
         }
         Command::Setup {

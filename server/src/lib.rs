@@ -663,6 +663,16 @@ impl Server {
         let http = bind(&s.listen).await?;
         let grpc = bind(&s.grpc_listen).await?;
         router = router.merge(s.web.routes(&s.auth, grpc.local_addr()?)?);
+        // Whether this process's region writes (`writer` or `standby`): what a router in front
+        // of the regions checks.
+        let role = match self.mode {
+            onsale_domain::region::Mode::Writer { .. } => "writer",
+            onsale_domain::region::Mode::Standby { .. } => "standby",
+        };
+        router = router.route(
+            "/writerz",
+            axum::routing::get(move || std::future::ready(role)),
+        );
         let mut rates = RateLimits::new(&s.limits, verifier);
         if let Some(url) = &s.waiting_room.redis_url {
             // Budgets shared by every node: N nodes allow the rate, not N times it.
@@ -898,7 +908,12 @@ impl Server {
                     tracing::info!("Ctrl-C: shutting down");
                     return server.shutdown().await;
                 }
-                _ = changed.cancelled() => server.shutdown().await?,
+                _ = changed.cancelled() => {
+                    // Whatever did not stop within the bound was aborted: build it again anyway.
+                    if let Err(e) = server.shutdown().await {
+                        tracing::warn!(error = %e, "stopping for the region's new role");
+                    }
+                }
             }
         }
     }
