@@ -70,8 +70,8 @@ fn op() -> impl Strategy<Value = Op> {
 
 impl World {
     fn new(sync: bool) -> Self {
-        let a: RegionName = "a".parse().unwrap();
-        let b: RegionName = "b".parse().unwrap();
+        let a: RegionName = "a".parse().expect("a region");
+        let b: RegionName = "b".parse().expect("a region");
         let first = Writer {
             region: a.clone(),
             epoch: 1,
@@ -295,17 +295,18 @@ proptest! {
 fn asynchronous_commit_across_regions_loses_what_the_cut_left_unsent() {
     // Written and acknowledged in A, the link cut before it streamed, B promoted: B writes
     // without it. This is the RPO an asynchronous deployment accepts.
-    let e = run(false, &[Op::Write(0), Op::Cut, Op::Stop(0), Op::Promote(1)]).unwrap_err();
+    let e = run(false, &[Op::Write(0), Op::Cut, Op::Stop(0), Op::Promote(1)])
+        .expect_err("the model finds the loss");
     assert!(
         e.contains("acknowledged and region b writes without it"),
         "{e}"
     );
     // And A, cut off but running, goes on acknowledging beside B: two writers.
-    let e = run(false, &[Op::Cut, Op::Promote(1)]).unwrap_err();
+    let e = run(false, &[Op::Cut, Op::Promote(1)]).expect_err("the model finds the loss");
     assert!(e.contains("two regions can acknowledge"), "{e}");
     // The same with synchronous commit: the write is not acknowledged (it waits for B), and A
     // acknowledges nothing once B no longer follows it.
-    run(true, &[Op::Write(0), Op::Cut, Op::Stop(0), Op::Promote(1)]).unwrap();
+    run(true, &[Op::Write(0), Op::Cut, Op::Stop(0), Op::Promote(1)]).expect("nothing broken");
     run(
         true,
         &[
@@ -316,14 +317,14 @@ fn asynchronous_commit_across_regions_loses_what_the_cut_left_unsent() {
             Op::Write(0),
         ],
     )
-    .unwrap();
+    .expect("nothing broken");
 }
 
 #[test]
 fn a_promotion_is_refused_while_the_old_writer_answers_as_a_primary() {
-    let me: RegionName = "b".parse().unwrap();
+    let me: RegionName = "b".parse().expect("a region");
     let writer = Writer {
-        region: "a".parse().unwrap(),
+        region: "a".parse().expect("a region"),
         epoch: 3,
     };
     let standby = |upstream| ClusterFacts {
@@ -337,7 +338,7 @@ fn a_promotion_is_refused_while_the_old_writer_answers_as_a_primary() {
         decide(&me, Some(&writer), &[standby(Upstream::Primary)]),
         Err(onsale_domain::region::Refusal::OldWriterAlive { .. })
     ));
-    let p = decide(&me, Some(&writer), &[standby(Upstream::Unreachable)]).unwrap();
+    let p = decide(&me, Some(&writer), &[standby(Upstream::Unreachable)]).expect("nothing broken");
     assert_eq!((p.promote, p.epoch), (vec![0], 4));
     // Shards first, the main database (the writer row's cluster) last.
     let shard = ClusterFacts {
@@ -349,7 +350,7 @@ fn a_promotion_is_refused_while_the_old_writer_answers_as_a_primary() {
         Some(&writer),
         &[standby(Upstream::Unreachable), shard.clone()],
     )
-    .unwrap();
+    .expect("nothing broken");
     assert_eq!(p.promote, vec![1, 0]);
     // Not replayed yet, or never streamed: refused.
     let behind = ClusterFacts {
@@ -371,7 +372,7 @@ fn a_promotion_is_refused_while_the_old_writer_answers_as_a_primary() {
 
 #[test]
 fn lsns_read_and_print_as_postgresql_writes_them() {
-    let l: Lsn = "16/B374D848".parse().unwrap();
+    let l: Lsn = "16/B374D848".parse().expect("nothing broken");
     assert_eq!(l.0, 0x16_B374_D848);
     assert_eq!(l.to_string(), "16/B374D848");
     assert!("16B374D848".parse::<Lsn>().is_err());

@@ -51,7 +51,13 @@ struct Acks {
 
 /// One write sent until it is answered for good: a 503 or no answer is retried after
 /// `Retry-After` (at most a second) under the same idempotency key, for up to a minute.
-async fn send(http: &reqwest::Client, url: &str, token: &str, body: &Value, acks: &Mutex<Acks>) -> Option<(u16, Value)> {
+async fn send(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    body: &Value,
+    acks: &Mutex<Acks>,
+) -> Option<(u16, Value)> {
     let key = uuid::Uuid::new_v4().to_string();
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(60) {
@@ -86,7 +92,14 @@ async fn send(http: &reqwest::Client, url: &str, token: &str, body: &Value, acks
 
 /// One fan until the sale ends: a hold of two seats (the best available), then three times in
 /// four an order paid with a card that captures.
-async fn fan(plan: &Plan, http: &reqwest::Client, show: &str, n: usize, until: Instant, acks: &Mutex<Acks>) {
+async fn fan(
+    plan: &Plan,
+    http: &reqwest::Client,
+    show: &str,
+    n: usize,
+    until: Instant,
+    acks: &Mutex<Acks>,
+) {
     let mut bought = 0;
     while Instant::now() < until {
         // An account per purchase: one account's seat cap would stop a fan after a few.
@@ -99,7 +112,8 @@ async fn fan(plan: &Plan, http: &reqwest::Client, show: &str, n: usize, until: I
         )
         .unwrap_or_default();
         let url = format!("{}/v1/events/{show}/holds", plan.base);
-        let Some((201, hold)) = send(http, &url, &token, &json!({"quantity": 2}), acks).await else {
+        let Some((201, hold)) = send(http, &url, &token, &json!({"quantity": 2}), acks).await
+        else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
@@ -125,18 +139,32 @@ async fn fan(plan: &Plan, http: &reqwest::Client, show: &str, n: usize, until: I
 
 pub(crate) async fn run(plan: Plan) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
-    let show = crate::create_show(&http, &plan.base, &plan.secret, &crate::venue::venue_body(), 120, false)
-        .await
-        .context("open the show in region a")?;
-    println!("region drill: show {show}, {} fans for {} s through {}", plan.fans, plan.seconds, plan.base);
+    let show = crate::create_show(
+        &http,
+        &plan.base,
+        &plan.secret,
+        &crate::venue::venue_body(),
+        120,
+        false,
+    )
+    .await
+    .context("open the show in region a")?;
+    println!(
+        "region drill: show {show}, {} fans for {} s through {}",
+        plan.fans, plan.seconds, plan.base
+    );
     let started = Instant::now();
     let until = started + Duration::from_secs(plan.seconds);
-    let cut_after = Duration::from_secs_f64(plan.seconds as f64 * rand::rng().random_range(0.2..0.6));
+    let cut_after =
+        Duration::from_secs_f64(plan.seconds as f64 * rand::rng().random_range(0.2..0.6));
     let acks = Mutex::new(Acks::default());
     let cut = async {
         tokio::time::sleep(cut_after).await;
         let at = Instant::now();
-        let out = tokio::process::Command::new("sh").args(["-c", &plan.cut]).output().await;
+        let out = tokio::process::Command::new("sh")
+            .args(["-c", &plan.cut])
+            .output()
+            .await;
         let done = Instant::now();
         match out {
             Ok(o) => println!(
@@ -151,15 +179,25 @@ pub(crate) async fn run(plan: Plan) -> anyhow::Result<()> {
         }
         (at, done)
     };
-    let fans = futures::future::join_all((0..plan.fans).map(|n| fan(&plan, &http, &show, n, until, &acks)));
+    let fans = futures::future::join_all(
+        (0..plan.fans).map(|n| fan(&plan, &http, &show, n, until, &acks)),
+    );
     let ((cut_at, promoted_at), _) = tokio::join!(cut, fans);
     let acks = acks.into_inner().unwrap_or_default();
 
     // Region a comes back as b's standby; its own address is sent writes.
-    let out = tokio::process::Command::new("sh").args(["-c", &plan.rejoin]).output().await?;
-    println!("[drill] `{}`: {}", plan.rejoin, String::from_utf8_lossy(&out.stdout).trim());
+    let out = tokio::process::Command::new("sh")
+        .args(["-c", &plan.rejoin])
+        .output()
+        .await?;
+    println!(
+        "[drill] `{}`: {}",
+        plan.rejoin,
+        String::from_utf8_lossy(&out.stdout).trim()
+    );
     let mut from_a: HashMap<u16, u64> = HashMap::new();
-    let token = onsale_edge::auth::mint(&plan.secret, "late-fan", onsale_edge::auth::Role::Fan, 600)?;
+    let token =
+        onsale_edge::auth::mint(&plan.secret, "late-fan", onsale_edge::auth::Role::Fan, 600)?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while from_a.values().sum::<u64>() < 20 && Instant::now() < deadline {
         let r = http
@@ -177,13 +215,19 @@ pub(crate) async fn run(plan: Plan) -> anyhow::Result<()> {
     }
 
     // The checks, in b: every payment resolved, the log against what was acknowledged.
-    let pool = sqlx::PgPool::connect(&plan.database_url).await.context("region b's database")?;
+    let pool = sqlx::PgPool::connect(&plan.database_url)
+        .await
+        .context("region b's database")?;
     let log = PgEventLog::new(pool);
     let show_id: ShowId = show.parse()?;
     let resolve_by = Instant::now() + Duration::from_secs(180);
     let replayed = loop {
         let r = log.replay(show_id).await?;
-        let pending = r.show.orders().filter(|(_, o)| o.state == OrderState::PendingPayment).count();
+        let pending = r
+            .show
+            .orders()
+            .filter(|(_, o)| o.state == OrderState::PendingPayment)
+            .count();
         if pending == 0 || Instant::now() > resolve_by {
             break r;
         }
@@ -211,13 +255,22 @@ pub(crate) async fn run(plan: Plan) -> anyhow::Result<()> {
     // The longest stretch without an acknowledged write from the cut on (writes in flight in
     // a may still be acknowledged just after the cut began).
     let mut gap = Duration::ZERO;
-    let mut prev = at.iter().rev().find(|t| **t <= cut_at).copied().unwrap_or(cut_at);
+    let mut prev = at
+        .iter()
+        .rev()
+        .find(|t| **t <= cut_at)
+        .copied()
+        .unwrap_or(cut_at);
     for t in at.iter().filter(|t| **t > cut_at) {
         gap = gap.max(*t - prev);
         prev = *t;
     }
     let first_after = at.iter().find(|t| **t > promoted_at).copied();
-    let a_acknowledged: u64 = from_a.iter().filter(|(s, _)| (200..300).contains(*s)).map(|(_, n)| n).sum();
+    let a_acknowledged: u64 = from_a
+        .iter()
+        .filter(|(s, _)| (200..300).contains(*s))
+        .map(|(_, n)| n)
+        .sum();
 
     println!("\n== region drill ==");
     println!(
@@ -256,8 +309,17 @@ pub(crate) async fn run(plan: Plan) -> anyhow::Result<()> {
         lost_holds.is_empty() && lost_orders.is_empty(),
         "acknowledged writes lost: {lost_holds:?} {lost_orders:?}"
     );
-    anyhow::ensure!(sold_twice == 0 && charged_twice == 0, "sold or charged twice");
-    anyhow::ensure!(a_acknowledged == 0, "the old region acknowledged writes after it came back");
-    anyhow::ensure!(first_after.is_some(), "no write was acknowledged after the promotion");
+    anyhow::ensure!(
+        sold_twice == 0 && charged_twice == 0,
+        "sold or charged twice"
+    );
+    anyhow::ensure!(
+        a_acknowledged == 0,
+        "the old region acknowledged writes after it came back"
+    );
+    anyhow::ensure!(
+        first_after.is_some(),
+        "no write was acknowledged after the promotion"
+    );
     Ok(())
 }

@@ -157,7 +157,10 @@ async fn a_standby_region_reads_refuses_writes_takes_over_when_promoted_and_fenc
     );
     // The hold that lapsed while a was dark is gone in b: its seat sells, no fresh TTL.
     let (status, retaken, _) = hold(&api_b, &brief, "bob", "S1-R1-1").await;
-    assert_eq!(status, 201, "a lapsed hold outlived the failover: {retaken}");
+    assert_eq!(
+        status, 201,
+        "a lapsed hold outlived the failover: {retaken}"
+    );
 
     // Region a comes back as the primary it was (its process never stopped): its writes wait
     // for a standby that no longer follows it, and none is acknowledged.
