@@ -1000,12 +1000,13 @@ shard_start() {
 }
 
 # Starts one onsale process in the background: NAME ARGS...
-# Runs a command with ONSALE_SHARD_URLS set to $1 only when that lists shards: set but empty, it
-# would name one shard at an empty address.
+# Becomes the command (exec: in a background subshell `$!` is then the command's own pid), with
+# ONSALE_SHARD_URLS set to $1 only when that lists shards: set but empty, it would name one
+# shard at an empty address.
 with_shards() {
   local urls=$1
   shift
-  if [ -n "$urls" ]; then ONSALE_SHARD_URLS=$urls "$@"; else env -u ONSALE_SHARD_URLS "$@"; fi
+  if [ -n "$urls" ]; then ONSALE_SHARD_URLS=$urls exec "$@"; else exec env -u ONSALE_SHARD_URLS "$@"; fi
 }
 
 start_onsale() {
@@ -1406,7 +1407,7 @@ promote_region() {
   fi
   # The copy of the old writer's topic ends: the promoted region publishes its own.
   mirror_down
-  DATABASE_URL=$url with_shards "$shards" "$ROOT/target/release/onsale" region promote --region "$region"
+  (DATABASE_URL=$url with_shards "$shards" "$ROOT/target/release/onsale" region promote --region "$region")
 }
 
 # The dark region comes back as the standby of the region that writes now: each cluster
