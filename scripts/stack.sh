@@ -249,16 +249,22 @@ pg_down() {
 # Apache Kafka from Maven Central: the jars of kafka/broker/pom.xml, resolved once into the
 # cache (keyed by the pom, so a version bump resolves again). Prints the directory of jars.
 broker_lib() {
-  local pom=$ROOT/kafka/broker/pom.xml key lib
+  maven_lib kafka "$ROOT/kafka/broker/pom.xml" "Apache Kafka"
+}
+
+# The runtime jars of POM (and their dependencies) resolved from Maven Central once into the
+# cache, keyed by the pom (a version bump resolves again). Prints the directory of jars.
+maven_lib() {
+  local name=$1 pom=$2 what=$3 key lib
   key=$(sha256sum "$pom" | cut -c1-12)
-  lib=$CACHE/kafka-$key/lib
+  lib=$CACHE/$name-$key/lib
   if [ ! -f "$lib/.complete" ]; then
     ensure_java
-    echo "resolving Apache Kafka from Maven Central into $lib" >&2
+    echo "resolving $what from Maven Central into $lib" >&2
     rm -rf "$lib"
     mkdir -p "$CACHE"
     mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
-      -DoutputDirectory="$lib" >"$CACHE/maven.log" 2>&1 || { cat "$CACHE/maven.log" >&2; return 1; }
+      -DoutputDirectory="$lib" >"$CACHE/maven-$name.log" 2>&1 || { cat "$CACHE/maven-$name.log" >&2; return 1; }
     touch "$lib/.complete"
   fi
   echo "$lib"
@@ -1177,19 +1183,7 @@ toxiproxy_bin() {
 
 # MirrorMaker 2's jars (kafka/mirror/pom.xml) resolved once into the cache; prints their dir.
 mirror_lib() {
-  local pom=$ROOT/kafka/mirror/pom.xml key lib
-  key=$(sha256sum "$pom" | cut -c1-12)
-  lib=$CACHE/mirror-$key/lib
-  if [ ! -f "$lib/.complete" ]; then
-    ensure_java
-    echo "resolving MirrorMaker 2 from Maven Central into $lib" >&2
-    rm -rf "$lib"
-    mkdir -p "$CACHE"
-    mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
-      -DoutputDirectory="$lib" >"$CACHE/maven-mirror.log" 2>&1 || { cat "$CACHE/maven-mirror.log" >&2; return 1; }
-    touch "$lib/.complete"
-  fi
-  echo "$lib"
+  maven_lib mirror "$ROOT/kafka/mirror/pom.xml" "MirrorMaker 2"
 }
 
 # The clusters of a region, one `name:port` a line: its main database, then each shard.

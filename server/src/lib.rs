@@ -701,7 +701,7 @@ impl Server {
         let router = match &self.mode {
             onsale_domain::region::Mode::Standby { writer } => {
                 router.layer(axum::middleware::from_fn_with_state(
-                    Arc::new(writer.as_ref().map(ToString::to_string)),
+                    Arc::new(region::Refer::new(&s.region, writer.as_ref())),
                     region::standby_gate,
                 ))
             }

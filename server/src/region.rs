@@ -127,10 +127,29 @@ pub async fn watch(pool: PgPool, me: RegionName, now: Mode, changed: Cancellatio
     }
 }
 
-/// Before a standby's API: reads pass, every write is answered `503 OTHER_REGION` naming the
-/// writer (the development sign-in writes nothing and passes).
+/// Where a standby's process sends writes: to another region, or nowhere it knows (its own
+/// region writes, but this process reaches a standby of its database: a misconfigured node
+/// or one left on a demoted primary).
+#[derive(Debug, Clone)]
+pub enum Refer {
+    Region(String),
+    Nowhere,
+}
+
+impl Refer {
+    pub fn new(me: &RegionName, writer: Option<&RegionName>) -> Self {
+        match writer {
+            Some(w) if w != me => Self::Region(w.to_string()),
+            _ => Self::Nowhere,
+        }
+    }
+}
+
+/// Before a standby's API: reads pass, every write is refused with 503 and `Retry-After`:
+/// `OTHER_REGION` naming the writer region, or `UNAVAILABLE` when the writer is this
+/// process's own region (the development sign-in writes nothing and passes).
 pub async fn standby_gate(
-    axum::extract::State(writer): axum::extract::State<Arc<Option<String>>>,
+    axum::extract::State(refer): axum::extract::State<Arc<Refer>>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
@@ -139,7 +158,15 @@ pub async fn standby_gate(
     if reads || req.uri().path() == "/v1/dev/token" {
         return next.run(req).await;
     }
-    ApiError::other_region(writer.as_deref()).into_response()
+    match &*refer {
+        Refer::Region(w) => ApiError::other_region(Some(w)),
+        Refer::Nowhere => ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            onsale_edge::ErrorCode::Unavailable,
+            "this process's database is a read-only standby; retry shortly",
+        ),
+    }
+    .into_response()
 }
 
 /// What `onsale region promote` did.

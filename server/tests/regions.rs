@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use onsale_eventlog::{Claim, EventLog, Node, PgEventLog};
 use onsale_tests::regions::Regions;
-use onsale_tests::{free_ports, onsale_process, wait_for, Api};
+use onsale_tests::{free_ports, onsale_process, succeeded, wait_for, Api};
 use serde_json::{json, Value};
 use tokio::process::Child;
 
@@ -77,15 +77,6 @@ async fn hold(api: &Api, show: &str, fan: &str, seat: &str) -> (u16, Value, Stri
     }
 }
 
-fn ok(out: &std::process::Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_region_reads_refuses_writes_takes_over_when_promoted_and_fences_the_old_writer()
 {
@@ -134,9 +125,11 @@ async fn a_standby_region_reads_refuses_writes_takes_over_when_promoted_and_fenc
 
     // Region a goes dark; b is promoted under the next epoch.
     regions.stop("a", true).await.expect("a stops");
-    let out = ok(&regions
-        .onsale(BIN, "b", &["region", "promote", "--region", "b"])
-        .await);
+    let out = succeeded(
+        &regions
+            .onsale(BIN, "b", &["region", "promote", "--region", "b"])
+            .await,
+    );
     let promoted: Value = serde_json::from_str(out.trim()).expect("a report");
     assert_eq!(promoted["epoch"], 2, "{promoted}");
 
@@ -150,7 +143,7 @@ async fn a_standby_region_reads_refuses_writes_takes_over_when_promoted_and_fenc
     .await;
     let (status, taken, _) = hold(&api_b, &show, "cat", "S1-R1-1").await;
     assert_eq!(status, 409, "a's acknowledged hold lost in b: {taken}");
-    let log = ok(&regions.onsale(BIN, "b", &["log", "--show", &show]).await);
+    let log = succeeded(&regions.onsale(BIN, "b", &["log", "--show", &show]).await);
     assert!(
         log.contains(first["holdId"].as_str().expect("a hold id")),
         "{log}"
@@ -180,13 +173,15 @@ async fn a_standby_region_reads_refuses_writes_takes_over_when_promoted_and_fenc
         .await;
     assert!(!out.status.success(), "b would follow the old writer");
     let b_url = regions.db("b").url;
-    ok(&regions
-        .onsale(
-            BIN,
-            "a",
-            &["region", "follow-check", "--writer-url", &b_url],
-        )
-        .await);
+    succeeded(
+        &regions
+            .onsale(
+                BIN,
+                "a",
+                &["region", "follow-check", "--writer-url", &b_url],
+            )
+            .await,
+    );
     regions.rejoin("a", "b").await.expect("a rejoins");
     wait_for("a stands by, naming b", Duration::from_secs(30), || {
         let api_a = api_a.clone();
@@ -198,7 +193,7 @@ async fn a_standby_region_reads_refuses_writes_takes_over_when_promoted_and_fenc
     })
     .await;
     // What a decided while it was cut off is gone with its timeline: b's log has no hold of dan.
-    let log = ok(&regions.onsale(BIN, "b", &["log", "--show", &show]).await);
+    let log = succeeded(&regions.onsale(BIN, "b", &["log", "--show", &show]).await);
     assert!(!log.contains("\"dan\""), "{log}");
 
     // And a node of region a that reaches b's cluster cannot claim a show there.
@@ -279,9 +274,11 @@ async fn a_payment_left_unresolved_by_the_region_that_went_dark_is_settled_once_
     // promptly again.
     regions.stop("a", true).await.expect("a stops");
     drop(a);
-    ok(&regions
-        .onsale(BIN, "b", &["region", "promote", "--region", "b"])
-        .await);
+    succeeded(
+        &regions
+            .onsale(BIN, "b", &["region", "promote", "--region", "b"])
+            .await,
+    );
     sim.update(|s| s.respond_delay_ms = 0);
 
     // b's worker asks the processor under the same idempotency key and settles the order.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use onsale_domain::SystemClock;
-use onsale_tests::{settings, TestApp, TestDb};
+use onsale_tests::{settings, succeeded, TestApp, TestDb};
 use serde_json::{json, Value};
 
 fn onsale(main: &TestDb, shards: &str, args: &[&str]) -> std::process::Output {
@@ -17,15 +17,6 @@ fn onsale(main: &TestDb, shards: &str, args: &[&str]) -> std::process::Output {
         .env_remove("ONSALE_PSEUDONYM_KEY")
         .output()
         .expect("onsale runs")
-}
-
-fn ok(out: std::process::Output) -> String {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,16 +45,16 @@ async fn audit_export_and_replay_read_every_shard() {
     let shards = format!("{},{}", one.url, two.url);
 
     // Two venues (on shard 1) and two shows: 2 + 2 schedules + 3 holds, every chain intact.
-    let out = ok(onsale(&main, &shards, &["audit", "verify"]));
+    let out = succeeded(&onsale(&main, &shards, &["audit", "verify"]));
     assert!(out.contains("ok: 7 events of 4 aggregates"), "{out}");
-    let out = ok(onsale(&main, &shards, &["audit", "verify", "--show", &b]));
+    let out = succeeded(&onsale(&main, &shards, &["audit", "verify", "--show", &b]));
     assert!(out.contains("ok: 3 events of 1 aggregates"), "{out}");
 
     // The export holds both shows' events, whatever shard each is on.
     let dir = tempfile::tempdir().expect("dir");
     let out_dir = dir.path().join("export");
     let out_arg = out_dir.to_string_lossy().into_owned();
-    ok(onsale(
+    succeeded(&onsale(
         &main,
         &shards,
         &[
@@ -85,8 +76,12 @@ async fn audit_export_and_replay_read_every_shard() {
     );
 
     // The map as it is, rebuilt from shard 2's log.
-    let map: Value = serde_json::from_str(&ok(onsale(&main, &shards, &["replay", "--show", &b])))
-        .expect("a map");
+    let map: Value = serde_json::from_str(&succeeded(&onsale(
+        &main,
+        &shards,
+        &["replay", "--show", &b],
+    )))
+    .expect("a map");
     assert_eq!(map["sections"][0]["held"], 2, "{map}");
 
     // A superuser edits a row of shard 2's show: named, with its shard.

@@ -298,6 +298,17 @@ pub fn onsale_process(
     cmd.spawn().expect("onsale starts")
 }
 
+/// What a command the test ran printed, once it exited successfully (else the test fails with
+/// what it printed on stderr).
+pub fn succeeded(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Waits until `check` holds, failing the test past `within`; answers how long it took.
 pub async fn wait_for<F: std::future::Future<Output = bool>>(
     what: &str,

@@ -328,15 +328,28 @@ async fn a_promotion_under_a_burst_of_holds_loses_no_acknowledged_hold_and_the_o
         "read-only: {write:?}"
     );
     // An onsale process configured with the old primary's address gets errors, not
-    // acknowledgements: it does not even start (its migrations are refused).
+    // acknowledgements: it finds its database a standby and stands by (docs/adr/024), every
+    // write refused with 503.
     let mut s = settings(&db);
     s.database.database_url = cluster.on_node(&db.url, old);
-    let stale = TestApp::start(s, &[Part::Api], Arc::new(SystemClock)).await;
-    let err = format!(
-        "{:#}",
-        stale.expect_err("no process serves writes from a standby")
+    let stale = TestApp::start(s, &[Part::Api], Arc::new(SystemClock))
+        .await
+        .expect("a process on a standby starts, standing by");
+    assert!(
+        matches!(
+            stale.server.mode(),
+            onsale_domain::region::Mode::Standby { .. }
+        ),
+        "no process serves writes from a standby"
     );
-    assert!(err.contains("read-only"), "{err}");
+    let (status, refused) = stale
+        .hold(&event, &stale.fan("late"), json!({"quantity": 1}), None)
+        .await;
+    assert_eq!(
+        (status, &refused["code"]),
+        (503, &json!("UNAVAILABLE")),
+        "{refused}"
+    );
     let still: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE aggregate_id = $1")
         .bind(&event)
         .fetch_one(&rp.pool)
