@@ -1282,9 +1282,16 @@ PROPS
   echo $! >"$dir/mirror.pid"
 }
 
+# Stops the mirror: a graceful stop waits on a's cluster, which may be dark, so after 5 s it is
+# killed.
 mirror_down() {
-  local f=$STACK_DIR/region-b/mirror.pid
-  if [ -f "$f" ]; then kill "$(cat "$f")" 2>/dev/null || true; rm -f "$f"; fi
+  local f=$STACK_DIR/region-b/mirror.pid pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 25); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$f"
 }
 
 # Region b's shard URLs (as ONSALE_SHARD_URLS lists them).
