@@ -1391,7 +1391,6 @@ fail_region() {
   if [ "$region" = a ]; then
     local i
     for i in $(seq 1 "$BROKERS"); do broker_kill "$STACK_DIR" "$i" >/dev/null 2>&1 || true; done
-    mirror_down
   else
     broker_kill "$STACK_DIR/region-b" 1 >/dev/null 2>&1 || true
   fi
@@ -1406,9 +1405,9 @@ promote_region() {
   else
     url="postgres://onsale@127.0.0.1:$REGION_B_PG_PORT/onsale" shards=$(region_b_shard_urls)
   fi
+  (DATABASE_URL=$url with_shards "$shards" "$ROOT/target/release/onsale" region promote --region "$region")
   # The copy of the old writer's topic ends: the promoted region publishes its own.
   mirror_down
-  (DATABASE_URL=$url with_shards "$shards" "$ROOT/target/release/onsale" region promote --region "$region")
 }
 
 # The dark region comes back as the standby of the region that writes now: each cluster
