@@ -1283,13 +1283,15 @@ PROPS
 }
 
 # Stops the mirror: a graceful stop waits on a's cluster, which may be dark, so after 5 s it is
-# killed.
+# killed (at once with `now`: a promotion has nothing left for it to copy).
 mirror_down() {
   local f=$STACK_DIR/region-b/mirror.pid pid
   [ -f "$f" ] || return 0
   pid=$(cat "$f")
-  kill "$pid" 2>/dev/null || true
-  for _ in $(seq 1 25); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  if [ "${1:-}" != now ]; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 25); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  fi
   kill -9 "$pid" 2>/dev/null || true
   rm -f "$f"
 }
@@ -1407,7 +1409,7 @@ promote_region() {
   fi
   (DATABASE_URL=$url with_shards "$shards" "$ROOT/target/release/onsale" region promote --region "$region")
   # The copy of the old writer's topic ends: the promoted region publishes its own.
-  mirror_down
+  mirror_down now
 }
 
 # The dark region comes back as the standby of the region that writes now: each cluster
