@@ -367,6 +367,15 @@ impl DatabaseSettings {
             .connect_lazy_with(options))
     }
 
+    /// These settings as the schema's owner (the login role, no `SET ROLE`): for what the
+    /// processes' role may not do (moving a show, recording and promoting a writer region).
+    pub fn as_owner(&self) -> Self {
+        DatabaseSettings {
+            database_role: String::new(),
+            ..self.clone()
+        }
+    }
+
     /// The write clusters, in order (shard 1 first), each as settings of its own: these
     /// settings alone when no shard is listed.
     pub fn shards(&self) -> Vec<DatabaseSettings> {

@@ -926,10 +926,7 @@ pub async fn move_show(
     show: ShowId,
     to: u16,
 ) -> anyhow::Result<onsale_eventlog::moving::Moved> {
-    let owner = onsale_eventlog::DatabaseSettings {
-        database_role: String::new(),
-        ..settings.clone()
-    };
+    let owner = settings.as_owner();
     let shards = owner
         .shards()
         .iter()

@@ -18,14 +18,6 @@ use tokio_util::sync::CancellationToken;
 /// The header every answer names the serving region in.
 pub const REGION_HEADER: &str = "onsale-region";
 
-/// The schema's owner's settings (no `SET ROLE`): the first writer's row, promotions.
-fn owner(db: &DatabaseSettings) -> DatabaseSettings {
-    DatabaseSettings {
-        database_role: String::new(),
-        ..db.clone()
-    }
-}
-
 /// The main database and each shard, once each, the main database first.
 fn clusters(db: &DatabaseSettings) -> Vec<(String, DatabaseSettings)> {
     let mut all = vec![("main".to_owned(), db.clone())];
@@ -44,7 +36,7 @@ fn clusters(db: &DatabaseSettings) -> Vec<(String, DatabaseSettings)> {
 /// applies the migrations and, on a deployment's first start, records its region as the
 /// writer on every cluster.
 pub async fn settle(db: &DatabaseSettings, me: &RegionName) -> anyhow::Result<Mode> {
-    let owner = owner(db);
+    let owner = db.as_owner();
     let main = owner.pool(1, true)?;
     let mut waited = Instant::now();
     let mode = loop {
@@ -261,7 +253,7 @@ pub async fn promote(
     wait: Duration,
 ) -> anyhow::Result<Promoted> {
     let started = Instant::now();
-    let owner = owner(db);
+    let owner = db.as_owner();
     let pools = clusters(&owner)
         .into_iter()
         .map(|(name, c)| anyhow::Ok((name, c.pool(2, true)?)))
@@ -326,11 +318,11 @@ pub async fn promote(
 /// the writer at `writer_url` and follow it (`onsale_domain::region::may_follow`): the writer
 /// must be a primary recording a later epoch than this region's main database does.
 pub async fn follow_check(db: &DatabaseSettings, writer_url: &str) -> anyhow::Result<Writer> {
-    let ours = store::recorded_writer(&owner(db).pool(1, true)?).await?;
+    let ours = store::recorded_writer(&db.as_owner().pool(1, true)?).await?;
     let theirs_db = DatabaseSettings {
         database_url: writer_url.to_owned(),
         shard_urls: Vec::new(),
-        ..owner(db)
+        ..db.as_owner()
     };
     let pool = theirs_db.pool(1, true)?;
     let s = store::state(&pool).await.context("reach the writer")?;

@@ -183,20 +183,14 @@ async fn three_nodes_behind_the_router_lose_one_mid_sale_and_lose_nothing() {
         free_ports(&[1, 2, 3]),
     );
     // The card simulator, its webhooks to the router.
-    let sim = onsale_processor_sim::Sim::new(onsale_processor_sim::Settings {
+    let (sim, sim_url, _sim) = onsale_tests::payments::serve_sim(onsale_processor_sim::Settings {
         hang_ms: 1_500,
         settle_ms: 1_000,
         webhook_jitter_ms: 200,
         ..onsale_processor_sim::Settings::default()
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let sim_url = format!("http://{}", listener.local_addr().expect("addr"));
-    let server = sim.clone();
-    let _sim = tokio::spawn(async move {
-        let _ = server.run(listener, std::future::pending()).await;
-    });
+    })
+    .await
+    .expect("the card processor");
     let mut nodes: Vec<Child> = (1..=3)
         .map(|i| node(&db, http_base + i, grpc_base + i, None, Some(&sim_url)))
         .collect();

@@ -228,20 +228,15 @@ async fn a_payment_left_unresolved_by_the_region_that_went_dark_is_settled_once_
     let regions = Regions::start().await.expect("two regions");
     // One card processor for both regions, as a real one is: it records the charge and then
     // takes a minute to answer, so region a never learns how its charge went.
-    let sim = onsale_processor_sim::Sim::new(onsale_processor_sim::Settings {
-        respond_delay_ms: 60_000,
-        settle_ms: 200,
-        webhook_url: None,
-        ..onsale_processor_sim::Settings::default()
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    let (sim, processor, _sim) =
+        onsale_tests::payments::serve_sim(onsale_processor_sim::Settings {
+            respond_delay_ms: 60_000,
+            settle_ms: 200,
+            webhook_url: None,
+            ..onsale_processor_sim::Settings::default()
+        })
         .await
-        .expect("bind");
-    let processor = format!("http://{}", listener.local_addr().expect("addr"));
-    let server = sim.clone();
-    let _sim = tokio::spawn(async move {
-        let _ = server.run(listener, std::future::pending()).await;
-    });
+        .expect("the card processor");
     let base = free_ports(&[0, 1, 2, 10, 11, 12]);
     let mut a = vec![serve(&regions, "a", base, &processor)];
     let _b = [

@@ -15,6 +15,19 @@ use tokio::task::JoinHandle;
 use crate::read_path::{shared_brokers, ReadPath};
 use crate::TestDb;
 
+/// The card-processor simulator with `settings`, serving on a port of its own until the
+/// returned task is aborted: the simulator, its base URL and the task.
+pub async fn serve_sim(settings: Settings) -> anyhow::Result<(Sim, String, JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let sim = Sim::new(settings);
+    let server = sim.clone();
+    let task = tokio::spawn(async move {
+        let _ = server.run(listener, std::future::pending()).await;
+    });
+    Ok((sim, url, task))
+}
+
 #[derive(Debug)]
 pub struct PaymentPath {
     /// The read path with the payment worker and the payment consumers.
@@ -40,18 +53,13 @@ impl PaymentPath {
         tweak: impl FnOnce(&mut PaymentsConfig),
     ) -> anyhow::Result<(TestDb, Self)> {
         let db = TestDb::new().await?;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let sim_url = format!("http://{}", listener.local_addr()?);
-        let sim = Sim::new(Settings {
+        let (sim, sim_url, sim_task) = serve_sim(Settings {
             hang_ms: 1_500,
             settle_ms: 1_000,
             webhook_jitter_ms: 200,
             ..Settings::default()
-        });
-        let server = sim.clone();
-        let sim_task = tokio::spawn(async move {
-            let _ = server.run(listener, std::future::pending()).await;
-        });
+        })
+        .await?;
         let rp = ReadPath::spawn_parts(
             &db,
             &shared_brokers()?,
