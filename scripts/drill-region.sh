@@ -15,10 +15,13 @@ trap '"$STACK" down' EXIT
 export REGIONS=2 SHARDS=${SHARDS:-1}
 "$STACK" up
 (cd "$ROOT" && cargo build --release -q -p onsale-loadgen)
+# Region b's databases: its main one and, with SHARDS=2, its shards (where the shows' logs are).
+shards=$("$STACK" region-b-shard-urls)
+export DATABASE_URL="postgres://onsale@127.0.0.1:${ONSALE_REGION_B_PG_PORT:-54529}/onsale"
+if [ -n "$shards" ]; then export ONSALE_SHARD_URLS=$shards; else unset ONSALE_SHARD_URLS; fi
 "$ROOT/target/release/onsale-loadgen" drill-region \
   --base "http://${ONSALE_REGION_LISTEN:-127.0.0.1:8070}" \
   --region-a "http://${ONSALE_LISTEN:-127.0.0.1:8080}" \
-  --database-url "postgres://onsale@127.0.0.1:${ONSALE_REGION_B_PG_PORT:-54529}/onsale" \
   --fans "${DRILL_FANS:-64}" --seconds "${DRILL_SECONDS:-60}" \
   --cut "$STACK fail-region a && $STACK promote-region b" \
   --rejoin "$STACK rejoin-region a"

@@ -1505,6 +1505,7 @@ case "${1:-}" in
   promote-region) promote_region "${2:?which region}" ;;
   rejoin-region) rejoin_region "${2:?which region}" ;;
   toxiproxy-tools) toxiproxy_bin ;;
+  region-b-shard-urls) region_b_shard_urls ;;
   broker-up) broker_up "$2" "$3" "${4:-1}" ;;
   broker-start) broker_start "$2" "$3" "${4:-}" ;;
   broker-wait) broker_wait "$2" "$3" ;;

@@ -101,9 +101,9 @@ enum Command {
         /// Region a's own address.
         #[arg(long, default_value = "http://127.0.0.1:8080")]
         region_a: String,
-        /// Region b's main database.
-        #[arg(long)]
-        database_url: String,
+        /// Region b's databases (DATABASE_URL and ONSALE_SHARD_URLS).
+        #[command(flatten)]
+        database: DatabaseSettings,
         #[arg(long, default_value = "http://127.0.0.1:8090")]
         processor: String,
         #[arg(long, default_value_t = 64)]
@@ -307,7 +307,7 @@ async fn main() -> anyhow::Result<()> {
         Command::DrillRegion {
             base,
             region_a,
-            database_url,
+            database,
             processor,
             fans,
             seconds,
@@ -319,7 +319,7 @@ async fn main() -> anyhow::Result<()> {
             region::run(region::Plan {
                 base,
                 region_a,
-                database_url,
+                database,
                 processor,
                 secret: auth.jwt_secret.expose_secret().to_owned(),
                 fans,
@@ -610,19 +610,7 @@ async fn bench_command(
     // The pools and the owners as `onsale serve` builds them: one log, or with `--shard-url`
     // every shard's, each show placed through the directory in the main database.
     database.migrate().await?;
-    let pools = database
-        .shards()
-        .iter()
-        .map(|shard| shard.pool(database.pool_size, false))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let directory: Arc<dyn onsale_eventlog::Directory> =
-        Arc::new(onsale_eventlog::PgDirectory::new(database.pool(2, true)?));
-    let log_of =
-        |pool: &sqlx::PgPool| -> Arc<dyn EventLog> { Arc::new(PgEventLog::new(pool.clone())) };
-    let log = pools.iter().skip(1).fold(
-        onsale_eventlog::ShardedLog::new(log_of(&pools[0]), directory),
-        |log, pool| log.and(log_of(pool)),
-    );
+    let (pools, log) = sharded_log(database)?;
     let shows = Shows::sharded(
         Arc::new(log),
         Arc::new(SystemClock),
@@ -712,4 +700,25 @@ async fn bench_command(
         })
     );
     Ok(())
+}
+
+/// Every shard's pool and log of `database` (one, or each of `--shard-url`), each show found
+/// through the directory in the main database, as `onsale serve` reaches them.
+pub(crate) fn sharded_log(
+    database: &DatabaseSettings,
+) -> anyhow::Result<(Vec<sqlx::PgPool>, onsale_eventlog::ShardedLog)> {
+    let pools = database
+        .shards()
+        .iter()
+        .map(|shard| shard.pool(database.pool_size, false))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let directory: Arc<dyn onsale_eventlog::Directory> =
+        Arc::new(onsale_eventlog::PgDirectory::new(database.pool(2, true)?));
+    let log_of =
+        |pool: &sqlx::PgPool| -> Arc<dyn EventLog> { Arc::new(PgEventLog::new(pool.clone())) };
+    let log = pools.iter().skip(1).fold(
+        onsale_eventlog::ShardedLog::new(log_of(&pools[0]), directory),
+        |log, pool| log.and(log_of(pool)),
+    );
+    Ok((pools, log))
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use onsale_domain::transitions::OrderState;
 use onsale_domain::ShowId;
-use onsale_eventlog::{EventLog, PgEventLog};
+use onsale_eventlog::EventLog;
 use rand::Rng;
 use serde_json::{json, Value};
 
@@ -26,9 +26,9 @@ pub(crate) struct Plan {
     pub base: String,
     /// Region a's own address, written to directly once it came back.
     pub region_a: String,
-    /// Region b's main database (a standby of a's until the promotion): where the log is
-    /// checked afterwards.
-    pub database_url: String,
+    /// Region b's databases (standbys of a's until the promotion): where the log is checked
+    /// afterwards, each show on its shard.
+    pub database: onsale_eventlog::DatabaseSettings,
     pub processor: String,
     pub secret: String,
     pub fans: usize,
@@ -215,10 +215,7 @@ pub(crate) async fn run(plan: Plan) -> anyhow::Result<()> {
     }
 
     // The checks, in b: every payment resolved, the log against what was acknowledged.
-    let pool = sqlx::PgPool::connect(&plan.database_url)
-        .await
-        .context("region b's database")?;
-    let log = PgEventLog::new(pool);
+    let (_, log) = crate::sharded_log(&plan.database).context("region b's databases")?;
     let show_id: ShowId = show.parse()?;
     let resolve_by = Instant::now() + Duration::from_secs(180);
     let replayed = loop {
