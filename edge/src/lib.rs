@@ -16,7 +16,7 @@ pub mod problem;
 pub use auth::{AuthSettings, Caller, Role};
 pub use code::ErrorCode;
 pub use docs::EventStatus;
-pub use problem::{ApiError, Problem};
+pub use problem::{ApiError, Problem, ProblemMembers};
 
 /// `axum::Json` whose rejections are problem+json.
 #[derive(Debug, axum::extract::FromRequest)]

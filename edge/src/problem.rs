@@ -7,13 +7,12 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use onsale_domain::ShowError;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
 use utoipa::ToSchema;
 
 use crate::ErrorCode;
 
 /// RFC 7807 problem details with a machine-readable code; some codes carry more members
-/// (`lostSeatIds`, `limit`, `orderId`, ...), listed with the operation that answers them.
+/// ([`ProblemMembers`]), listed with the operation that answers them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Problem {
     /// `https://onsale.dev/problems/<code in lower case>`
@@ -27,8 +26,37 @@ pub struct Problem {
     pub detail: String,
     /// The members particular to the code.
     #[serde(flatten)]
-    #[schema(ignore)]
-    pub extra: Map<String, Value>,
+    pub members: ProblemMembers,
+}
+
+/// The members some codes add to a problem; each is absent unless its code says it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProblemMembers {
+    /// `SEAT_UNAVAILABLE`: the asked seats another hold or order has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_seat_ids: Option<Vec<String>>,
+    /// `UNKNOWN_SEAT`: the asked seats the show does not have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown_seat_ids: Option<Vec<String>>,
+    /// `HOLD_ORDERED`: the order the hold already became.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order_id: Option<String>,
+    /// `HOLD_LIMIT` and `PAYMENT_ATTEMPTS_EXCEEDED`: the limit reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// `HOLD_LIMIT`: the seats the account already holds or bought for the show.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub already_claimed: Option<u32>,
+    /// `TICKET_USED`: the ticket scanned at the gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket_id: Option<String>,
+    /// `TICKET_USED`: that ticket's seat.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seat_id: Option<String>,
+    /// `OTHER_REGION`: the region that takes writes now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_region: Option<String>,
 }
 
 /// A failure on its way to the caller.
@@ -37,7 +65,7 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: ErrorCode,
     pub detail: String,
-    pub extra: Map<String, Value>,
+    pub members: ProblemMembers,
     /// `Retry-After` (seconds) on a 429 or 503; a 503 without one says 1.
     pub retry_after_secs: Option<u64>,
 }
@@ -48,7 +76,7 @@ impl ApiError {
             status,
             code,
             detail: detail.into(),
-            extra: Map::new(),
+            members: ProblemMembers::default(),
             retry_after_secs: None,
         }
     }
@@ -59,8 +87,9 @@ impl ApiError {
         self
     }
 
-    pub fn with(mut self, key: &str, value: Value) -> Self {
-        self.extra.insert(key.to_owned(), value);
+    /// The same error with the members its code carries.
+    pub fn with(mut self, members: ProblemMembers) -> Self {
+        self.members = members;
         self
     }
 
@@ -85,10 +114,10 @@ impl ApiError {
             detail,
         )
         .retry_after(5);
-        match writer {
-            Some(w) => e.with("writeRegion", serde_json::json!(w)),
-            None => e,
-        }
+        e.with(ProblemMembers {
+            write_region: writer.map(str::to_owned),
+            ..ProblemMembers::default()
+        })
     }
 
     pub fn forbidden(detail: impl Into<String>) -> Self {
@@ -106,7 +135,7 @@ impl ApiError {
             status: self.status.as_u16(),
             code: self.code,
             detail: self.detail.clone(),
-            extra: self.extra.clone(),
+            members: self.members.clone(),
         }
     }
 
@@ -168,18 +197,33 @@ impl From<ShowError> for ApiError {
             | ShowError::InvalidTransition { .. } => StatusCode::CONFLICT,
         };
         let err = ApiError::new(status, ErrorCode::from(&e), e.to_string());
+        let none = ProblemMembers::default();
         match e {
-            ShowError::SeatUnavailable { lost } => err.with("lostSeatIds", json!(lost)),
-            ShowError::UnknownSeat(ids) => err.with("unknownSeatIds", json!(ids)),
-            ShowError::HoldOrdered(order) => err.with("orderId", json!(order.to_string())),
-            ShowError::HoldLimit { limit, already } => err
-                .with("limit", json!(limit))
-                .with("alreadyClaimed", json!(already)),
+            ShowError::SeatUnavailable { lost } => err.with(ProblemMembers {
+                lost_seat_ids: Some(lost),
+                ..none
+            }),
+            ShowError::UnknownSeat(ids) => err.with(ProblemMembers {
+                unknown_seat_ids: Some(ids),
+                ..none
+            }),
+            ShowError::HoldOrdered(order) => err.with(ProblemMembers {
+                order_id: Some(order.to_string()),
+                ..none
+            }),
+            ShowError::HoldLimit { limit, already } => err.with(ProblemMembers {
+                limit: Some(limit),
+                already_claimed: Some(already),
+                ..none
+            }),
             ShowError::PaymentAttemptsExceeded {
                 limit,
                 retry_after_secs,
             } => err
-                .with("limit", json!(limit))
+                .with(ProblemMembers {
+                    limit: Some(limit),
+                    ..none
+                })
                 .retry_after(retry_after_secs),
             _ => err,
         }
@@ -287,6 +331,11 @@ mod tests {
         assert_eq!(body["code"], "HOLD_LIMIT");
         assert_eq!(body["limit"], 6);
         assert_eq!(body["alreadyClaimed"], 4);
+        assert_eq!(
+            body.as_object().map(|o| o.len()),
+            Some(7),
+            "the other codes' members are absent, not null: {body}"
+        );
         let back: Problem = serde_json::from_value(body).expect("parses back");
         assert_eq!(back, e.problem());
     }

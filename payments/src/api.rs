@@ -16,8 +16,8 @@ use onsale_command::Shows;
 use onsale_domain::{OrderId, OrderStatus, ShowCommand, ShowError, ShowId};
 use onsale_edge::auth::Verifier;
 use onsale_edge::auth::{Caller, Role};
-use onsale_edge::ApiError;
 use onsale_edge::ApiJson;
+use onsale_edge::{ApiError, ProblemMembers};
 use onsale_processor_api::signature;
 
 use crate::client::{Processor, WebhookRejection};
@@ -384,8 +384,11 @@ async fn cancel_order(
                 ErrorCode::TicketUsed,
                 "a ticket of this order was already scanned at the gate; an admin must review the cancellation",
             )
-            .with("ticketId", serde_json::json!(ticket_id))
-            .with("seatId", serde_json::json!(seat_id)));
+            .with(ProblemMembers {
+                ticket_id: Some(ticket_id.to_string()),
+                seat_id: Some(seat_id.to_string()),
+                ..ProblemMembers::default()
+            }));
         }
     }
     state

@@ -21,7 +21,7 @@ export type ErrorCode = components["schemas"]["ErrorCode"];
 
 /** An RFC 7807 problem as the API answers it (the document's `Problem`), with the members some
  * codes carry; any member may be missing from an answer that is not the API's. */
-export type Problem = Partial<components["schemas"]["Problem"]> & { lostSeatIds?: string[] };
+export type Problem = Partial<components["schemas"]["Problem"]>;
 
 /** A fan's words for the codes a fan may meet; the others say what the server said. */
 const WORDS: Partial<Record<ErrorCode, string>> = {
