@@ -65,7 +65,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: ErrorCode,
     pub detail: String,
-    pub members: ProblemMembers,
+    /// The members particular to the code (boxed: most errors carry none).
+    pub members: Option<Box<ProblemMembers>>,
     /// `Retry-After` (seconds) on a 429 or 503; a 503 without one says 1.
     pub retry_after_secs: Option<u64>,
 }
@@ -76,7 +77,7 @@ impl ApiError {
             status,
             code,
             detail: detail.into(),
-            members: ProblemMembers::default(),
+            members: None,
             retry_after_secs: None,
         }
     }
@@ -89,7 +90,7 @@ impl ApiError {
 
     /// The same error with the members its code carries.
     pub fn with(mut self, members: ProblemMembers) -> Self {
-        self.members = members;
+        self.members = Some(Box::new(members));
         self
     }
 
@@ -135,7 +136,7 @@ impl ApiError {
             status: self.status.as_u16(),
             code: self.code,
             detail: self.detail.clone(),
-            members: self.members.clone(),
+            members: self.members.as_deref().cloned().unwrap_or_default(),
         }
     }
 

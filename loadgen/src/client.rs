@@ -23,7 +23,7 @@ use serde::Serialize;
 #[derive(Debug)]
 pub(crate) enum Reply<T> {
     Done(T),
-    Refused(u16, Option<Problem>),
+    Refused(u16, Option<Box<Problem>>),
 }
 
 impl<T> Reply<T> {

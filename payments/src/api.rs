@@ -184,7 +184,7 @@ async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: B
     match seen {
         Ok(true) => {
             metrics::counter!(onsale_telemetry::metrics::WEBHOOKS_DUPLICATE_TOTAL).increment(1);
-            return (StatusCode::OK, Json(serde_json::json!({"duplicate": true}))).into_response();
+            return (StatusCode::OK, Json(WebhookAck::DUPLICATE)).into_response();
         }
         Ok(false) => {}
         Err(e) => return db_unavailable(e).into_response(),
@@ -224,7 +224,25 @@ async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: B
         return db_unavailable(e).into_response();
     }
     metrics::counter!(onsale_telemetry::metrics::WEBHOOKS_APPLIED_TOTAL).increment(1);
-    (StatusCode::OK, Json(serde_json::json!({"applied": true}))).into_response()
+    (StatusCode::OK, Json(WebhookAck::APPLIED)).into_response()
+}
+
+/// A webhook delivery's acknowledgement (200): applied now, or a delivery seen before.
+#[derive(Debug, Serialize)]
+struct WebhookAck {
+    applied: bool,
+    duplicate: bool,
+}
+
+impl WebhookAck {
+    const APPLIED: Self = Self {
+        applied: true,
+        duplicate: false,
+    };
+    const DUPLICATE: Self = Self {
+        applied: false,
+        duplicate: true,
+    };
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -5,7 +5,7 @@
 
 use cqrs_es::DomainEvent;
 use onsale_domain::{AccountId, Show, ShowEvent, ShowId};
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgConnection;
 
 use crate::fold::EventCtx;
@@ -24,7 +24,40 @@ struct Rows {
     committed_at: Vec<Option<chrono::DateTime<chrono::Utc>>>,
     lsn: Vec<Option<String>>,
     actor: Vec<Option<String>>,
-    detail: Vec<Option<Value>>,
+    detail: Vec<Option<sqlx::types::Json<Detail>>>,
+}
+
+/// What else an event said that an auditor asks about: a hold's expiry, an order's total, a
+/// failure's code and reason, a late capture, a refund's id. The entry's `detail` document;
+/// each member is absent unless its event says it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+#[schema(as = HistoryDetail)]
+pub struct Detail {
+    /// SeatsHeld: when the hold lapses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// SeatsHeld: the seats were the show's best available, not picked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_available: Option<bool>,
+    /// OrderPlaced: the order's total in the show's currency's minor units.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_cents: Option<i64>,
+    /// PaymentFailed: the failure's code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// PaymentFailed, PaymentAmbiguous, MakeGoodOwed: why, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// OrderReinstated, MakeGoodOwed: a capture settled after the order had failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late: Option<bool>,
+    /// MakeGoodOwed: the order's seats somebody else has now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taken_seat_ids: Option<Vec<String>>,
+    /// OrderRefunded: the refund's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refund_id: Option<String>,
 }
 
 /// Who did it (an account, or the part of onsale or the processor that decided it) and what
@@ -32,26 +65,50 @@ struct Rows {
 fn actor_and_detail(
     event: &ShowEvent,
     account: Option<&AccountId>,
-) -> (Option<String>, Option<Value>) {
+) -> (Option<String>, Option<Detail>) {
     let actor = event.actor(account).map(|a| a.to_string());
+    let none = Detail::default();
     let detail = match event {
         ShowEvent::SeatsHeld {
             expires_at,
             best_available,
             ..
-        } => Some(json!({ "expiresAt": expires_at, "bestAvailable": best_available })),
-        ShowEvent::OrderPlaced { total_cents, .. } => Some(json!({ "totalCents": total_cents })),
-        ShowEvent::PaymentFailed { code, reason, .. } => {
-            Some(json!({ "code": code.as_str(), "reason": reason }))
-        }
-        ShowEvent::PaymentAmbiguous { reason, .. } => Some(json!({ "reason": reason })),
-        ShowEvent::OrderReinstated { .. } => Some(json!({ "late": true })),
+        } => Some(Detail {
+            expires_at: Some(*expires_at),
+            best_available: Some(*best_available),
+            ..none
+        }),
+        ShowEvent::OrderPlaced { total_cents, .. } => Some(Detail {
+            total_cents: Some(*total_cents),
+            ..none
+        }),
+        ShowEvent::PaymentFailed { code, reason, .. } => Some(Detail {
+            code: Some(code.as_str().to_owned()),
+            reason: Some(reason.clone()),
+            ..none
+        }),
+        ShowEvent::PaymentAmbiguous { reason, .. } => Some(Detail {
+            reason: Some(reason.clone()),
+            ..none
+        }),
+        ShowEvent::OrderReinstated { .. } => Some(Detail {
+            late: Some(true),
+            ..none
+        }),
         ShowEvent::MakeGoodOwed {
             taken_seat_ids,
             reason,
             ..
-        } => Some(json!({ "late": true, "takenSeatIds": taken_seat_ids, "reason": reason })),
-        ShowEvent::OrderRefunded { refund_id, .. } => Some(json!({ "refundId": refund_id })),
+        } => Some(Detail {
+            late: Some(true),
+            taken_seat_ids: Some(taken_seat_ids.iter().map(ToString::to_string).collect()),
+            reason: Some(reason.clone()),
+            ..none
+        }),
+        ShowEvent::OrderRefunded { refund_id, .. } => Some(Detail {
+            refund_id: Some(refund_id.clone()),
+            ..none
+        }),
         ShowEvent::ShowScheduled { .. }
         | ShowEvent::HoldReleased { .. }
         | ShowEvent::HoldExpired { .. }
@@ -88,6 +145,7 @@ impl Projection for SeatHistory {
                     .map(|o| o.account.clone())
             });
         let (actor, detail) = actor_and_detail(event, account.as_ref());
+        let detail = detail.map(sqlx::types::Json);
         // A late capture's make-good and a refund move no seat, but belong to the history of
         // the order's seats.
         let seats: Vec<u32> = if ctx.touched.is_empty() {

@@ -343,7 +343,10 @@ impl pb::audit_server::Audit for Grpc {
                     lsn: e.lsn.unwrap_or_default(),
                     actor: e.actor.unwrap_or_default(),
                     ticket_id: e.ticket_id.map(|t| t.to_string()).unwrap_or_default(),
-                    detail_json: e.detail.map(|d| d.to_string()).unwrap_or_default(),
+                    detail_json: e
+                        .detail
+                        .and_then(|d| serde_json::to_string(&d).ok())
+                        .unwrap_or_default(),
                 })
                 .collect(),
             next_cursor: h.next_cursor.unwrap_or_default(),

@@ -306,6 +306,19 @@ pub async fn past_map(
     }
 }
 
+/// The stream's `resync` event: fetch the snapshot and resume from its `seq`.
+#[derive(Serialize)]
+struct Resync {
+    seq: i64,
+    reason: &'static str,
+}
+
+/// The stream's `closing` event: this process is shutting down.
+#[derive(Serialize)]
+struct Closing {
+    reason: &'static str,
+}
+
 /// Server-sent deltas: `id:` is the delta `seq`, `event: delta` or `event: resync`;
 /// `Last-Event-ID` resumes.
 #[utoipa::path(get, path = "/v1/events/{id}/updates", params(("id" = String, Path), SectionQuery),
@@ -361,11 +374,15 @@ async fn updates(
                 .data(d.body(&seats)),
             Update::Resync { seq, reason } => Event::default()
                 .event("resync")
-                .data(serde_json::json!({ "seq": seq, "reason": reason }).to_string()),
+                .json_data(Resync { seq, reason })
+                .unwrap_or_else(|_| Event::default().event("resync")),
             Update::Closing => Event::default()
                 .event("closing")
                 .retry(jitter)
-                .data(serde_json::json!({ "reason": "the server is shutting down; reconnect with Last-Event-ID" }).to_string()),
+                .json_data(Closing {
+                    reason: "the server is shutting down; reconnect with Last-Event-ID",
+                })
+                .unwrap_or_else(|_| Event::default().event("closing")),
         })
     });
     Ok(
@@ -585,8 +602,8 @@ pub struct HistoryEntry {
     pub actor: Option<String>,
     pub ticket_id: Option<uuid::Uuid>,
     /// What else the event said: a failure's reason, a refund's id, a hold's expiry...
-    #[schema(value_type = Option<Object>)]
-    pub detail: Option<serde_json::Value>,
+    #[schema(value_type = Option<onsale_projections::history::Detail>)]
+    pub detail: Option<sqlx::types::Json<onsale_projections::history::Detail>>,
     #[serde(skip)]
     pub src: i32,
 }
