@@ -137,6 +137,10 @@ pub enum Upstream {
     Primary,
 }
 
+/// How long a standby's received and replayed positions must stand still before the gap
+/// between them is taken for a torn last record ([`ClusterFacts::replay_at_rest`]).
+pub const REPLAY_AT_REST: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// One of the promoting region's clusters (its main database or a shard), as probed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterFacts {
@@ -148,6 +152,13 @@ pub struct ClusterFacts {
     pub received: Option<Lsn>,
     /// The last position replayed (standbys only).
     pub replayed: Option<Lsn>,
+    /// Neither position moved over the last [`REPLAY_AT_REST`]: what was received and not
+    /// replayed is a record the old writer never finished sending (it died mid-record), which
+    /// no replay will ever complete. It holds no acknowledged commit: a synchronous commit is
+    /// acknowledged only once this standby flushed the whole commit record, and a complete
+    /// record is replayed without waiting for anything (and by the promotion itself, which
+    /// replays every complete record received before it ends recovery).
+    pub replay_at_rest: bool,
     /// Its upstream, the old writer's cluster.
     pub upstream: Upstream,
 }
@@ -207,7 +218,7 @@ pub fn decide(
             });
         }
         match (c.received, c.replayed) {
-            (Some(received), Some(replayed)) if replayed < received => {
+            (Some(received), Some(replayed)) if replayed < received && !c.replay_at_rest => {
                 return Err(Refusal::NotReplayed {
                     cluster: c.name.clone(),
                     received,

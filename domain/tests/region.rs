@@ -197,6 +197,8 @@ impl World {
                     in_recovery: c.role == Role::Standby,
                     received: Some(Lsn(c.log.len() as u64)),
                     replayed: Some(Lsn(c.replayed as u64)),
+                    // The model's log holds whole records only: a gap is replay still to do.
+                    replay_at_rest: false,
                     upstream,
                 }];
                 if let Ok(p) = decide(&c.name, c.writer.as_ref(), &facts) {
@@ -332,6 +334,7 @@ fn a_promotion_is_refused_while_the_old_writer_answers_as_a_primary() {
         in_recovery: true,
         received: Some(Lsn(100)),
         replayed: Some(Lsn(100)),
+        replay_at_rest: false,
         upstream,
     };
     assert!(matches!(
@@ -357,12 +360,26 @@ fn a_promotion_is_refused_while_the_old_writer_answers_as_a_primary() {
         replayed: Some(Lsn(90)),
         ..shard.clone()
     };
-    assert!(decide(
-        &me,
-        Some(&writer),
-        &[standby(Upstream::Unreachable), behind]
-    )
-    .is_err());
+    assert!(matches!(
+        decide(
+            &me,
+            Some(&writer),
+            &[standby(Upstream::Unreachable), behind.clone()]
+        ),
+        Err(onsale_domain::region::Refusal::NotReplayed { .. })
+    ));
+    // The same gap with both positions at rest: the old writer died mid-record (the drill
+    // met it: received 0/7390000, replayed to 0/738FFC0 for good); the promotion goes on.
+    let torn = ClusterFacts {
+        replay_at_rest: true,
+        ..behind
+    };
+    assert_eq!(
+        decide(&me, Some(&writer), &[standby(Upstream::Unreachable), torn])
+            .expect("a torn last record holds no acknowledged write")
+            .promote,
+        vec![1, 0]
+    );
     let never = ClusterFacts {
         received: None,
         ..shard

@@ -244,7 +244,8 @@ fn conninfo(s: &str) -> Vec<(String, String)> {
 
 /// `onsale region promote`: makes region `me` (whose databases `db` names) the writer, if
 /// `onsale_domain::region::decide` finds it safe: the old writer's clusters do not answer as
-/// primaries, and each standby replayed what it received (waited for up to `wait`). Then
+/// primaries, and each standby replayed what it received (waited for up to `wait`; a gap that
+/// stands still for `region::REPLAY_AT_REST` is a torn last record and does not hold it). Then
 /// every shard, and the main database last, is promoted and takes over under the next
 /// epoch. Running it again finishes a promotion that stopped part way.
 pub async fn promote(
@@ -258,17 +259,30 @@ pub async fn promote(
         .into_iter()
         .map(|(name, c)| anyhow::Ok((name, c.pool(2, true)?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    // Each cluster's (received, replayed) and since when it has stood still.
+    type Still = Option<(Option<Lsn>, Option<Lsn>, Instant)>;
+    let mut still: Vec<Still> = vec![None; pools.len()];
     let decision = loop {
         let mut facts = Vec::new();
-        for (name, pool) in &pools {
+        for (i, (name, pool)) in pools.iter().enumerate() {
             let s = store::state(pool)
                 .await
                 .with_context(|| format!("{name} of region {me} does not answer"))?;
+            let since = match still[i] {
+                Some((received, replayed, since))
+                    if received == s.received && replayed == s.replayed =>
+                {
+                    since
+                }
+                _ => Instant::now(),
+            };
+            still[i] = Some((s.received, s.replayed, since));
             facts.push(ClusterFacts {
                 name: name.clone(),
                 in_recovery: s.in_recovery,
                 received: s.received,
                 replayed: s.replayed,
+                replay_at_rest: since.elapsed() >= region::REPLAY_AT_REST,
                 upstream: if s.in_recovery {
                     probe_upstream(pool).await?
                 } else {
