@@ -7,6 +7,7 @@ use std::time::Duration;
 use onsale_edge::auth::Role;
 use onsale_payments::tickets;
 use onsale_tests::payments::PaymentPath;
+use onsale_tests::wait_for;
 use serde_json::{json, Value};
 
 /// Every order of `orders` is captured at most once (the simulator's books).
@@ -144,13 +145,12 @@ async fn every_payment_token_resolves_end_to_end() {
     assert_eq!(captures.get(&decline), None);
     assert_eq!(captures.get(&slow_fail), None);
     at_most_one_capture(&p);
-    for _ in 0..50 {
-        if p.open_payments().await == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(p.open_payments().await, 0, "every payment is closed");
+    wait_for(
+        "every payment is closed",
+        Duration::from_secs(5),
+        || async { p.open_payments().await == 0 },
+    )
+    .await;
     // No card token in the log (so none on the topic, in snapshots or exports): the tokens
     // waited in payment_tokens, moved into their payments, and were forgotten at the close.
     let in_log: i64 = sqlx::query_scalar(
@@ -213,12 +213,12 @@ async fn a_worker_killed_between_charge_and_record_charges_once() {
     });
     let event = p.rp.show_on_map(1, 1, 5).await;
     let order = p.buy(&event, "ann", &["S1-R1-1"], "tok_ok").await;
-    for _ in 0..100 {
-        if p.captures().contains_key(&order) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for(
+        "the processor records the charge",
+        Duration::from_secs(5),
+        || async { p.captures().contains_key(&order) },
+    )
+    .await;
     assert_eq!(
         p.captures().get(&order),
         Some(&1),
@@ -271,13 +271,12 @@ async fn duplicate_forged_and_out_of_order_webhooks_change_nothing() {
     p.order_with_tickets(&order, "ann", "CONFIRMED", 2, 20)
         .await;
     // Every delivery of the one charge event (the original and its 3 duplicates) answered.
-    for _ in 0..200 {
-        if p.sim.delivered() >= 4 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(p.sim.delivered() >= 4, "{} deliveries", p.sim.delivered());
+    wait_for(
+        "every delivery of the charge event answered",
+        Duration::from_secs(10),
+        || async { p.sim.delivered() >= 4 },
+    )
+    .await;
     let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries")
         .fetch_one(&p.rp.pool)
         .await
@@ -449,13 +448,15 @@ async fn late_settlement_reinstates_a_free_seat_and_refunds_with_a_make_good_whe
     let cat = p.buy(&event, "cat", &["S1-R1-1"], "tok_ok").await;
     p.order_becomes(&cat, "cat", "CONFIRMED", 20).await;
     // The processor settles both "failed" charges after all (no webhook says so).
-    for _ in 0..50 {
-        let c = p.captures();
-        if c.contains_key(&resold) && c.contains_key(&free) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for(
+        "the processor settles both charges",
+        Duration::from_secs(5),
+        || async {
+            let c = p.captures();
+            c.contains_key(&resold) && c.contains_key(&free)
+        },
+    )
+    .await;
     let processor = p
         .config
         .processor(Duration::from_secs(5))
@@ -487,16 +488,18 @@ async fn late_settlement_reinstates_a_free_seat_and_refunds_with_a_make_good_whe
     assert_eq!(ann["makeGood"], true);
     p.order_becomes(&cat, "cat", "CONFIRMED", 1).await;
     let bob = p.order_becomes(&free, "bob", "CONFIRMED", 20).await;
-    for _ in 0..50 {
-        let (_, b) =
-            p.rp.app
-                .get(&format!("/v1/orders/{free}"), &p.rp.app.fan("bob"))
-                .await;
-        if b["tickets"].as_array().map(Vec::len) == Some(1) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for(
+        "bob's reinstated order has its ticket",
+        Duration::from_secs(5),
+        || async {
+            let (_, b) =
+                p.rp.app
+                    .get(&format!("/v1/orders/{free}"), &p.rp.app.fan("bob"))
+                    .await;
+            b["tickets"].as_array().map(Vec::len) == Some(1)
+        },
+    )
+    .await;
     let ledger = p.sim.ledger();
     assert_eq!(
         ledger.refunds().filter(|r| r.reference == resold).count(),
@@ -724,19 +727,17 @@ async fn the_invariant_monitor_alarms_on_a_seat_confirmed_twice() {
     let event = p.rp.show_on_map(1, 1, 5).await;
     let order = p.buy(&event, "ann", &["S1-R1-1"], "tok_ok").await;
     p.order_becomes(&order, "ann", "CONFIRMED", 20).await;
-    let mut clean = false;
-    for _ in 0..50 {
-        if onsale_payments::monitor::check(&p.rp.pool, p.rp.app.server.stores())
-            .await
-            .expect("check")
-            .is_empty()
-        {
-            clean = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(clean, "a healthy show has no violation");
+    wait_for(
+        "a healthy show has no violation",
+        Duration::from_secs(5),
+        || async {
+            onsale_payments::monitor::check(&p.rp.pool, p.rp.app.server.stores())
+                .await
+                .expect("check")
+                .is_empty()
+        },
+    )
+    .await;
     // Plant a second confirmed order for the same seat, as a bug elsewhere would.
     sqlx::query(
         "INSERT INTO orders_view (order_id, show_id, hold_id, account_id, status, seat_ids, total_cents,

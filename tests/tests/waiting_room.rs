@@ -452,15 +452,12 @@ async fn admission_pauses_when_the_hold_path_fails_resumes_after_and_extends_the
     let (status, body) = room.enter(&event, "fan0", &admission).await;
     assert_eq!(status, 200, "the pause extended the grace window: {body}");
     // Admission resumes by itself once the store answers.
-    let mut resumed = false;
-    for _ in 0..100 {
-        if room.get_int(&event, "admitted").await > before {
-            resumed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(resumed, "admission resumed after the store came back");
+    onsale_tests::wait_for(
+        "admission resumed after the store came back",
+        Duration::from_secs(10),
+        || async { room.get_int(&event, "admitted").await > before },
+    )
+    .await;
 }
 
 #[tokio::test]
