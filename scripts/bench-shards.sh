@@ -31,7 +31,7 @@ trap cleanup EXIT
 PG_MAX_CONNECTIONS=400 "$ROOT/scripts/stack.sh" pg-up "$DIR/main" "$BASE"
 PG_MAX_CONNECTIONS=400 "$ROOT/scripts/stack.sh" pg-up "$DIR/s1" "$((BASE + 1))"
 PG_MAX_CONNECTIONS=400 "$ROOT/scripts/stack.sh" pg-up "$DIR/s2" "$((BASE + 2))"
-(cd "$ROOT" && cargo build --release -q -p onsale-loadgen)
+(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
 MAIN="postgres://onsale@127.0.0.1:$BASE/onsale"
 URLS="postgres://onsale@127.0.0.1:$((BASE + 1))/onsale,postgres://onsale@127.0.0.1:$((BASE + 2))/onsale"
 for r in $(seq 1 "$REPEAT"); do

@@ -14,7 +14,7 @@ STACK="$ROOT/scripts/stack.sh"
 trap '"$STACK" down' EXIT
 export REGIONS=2 SHARDS=${SHARDS:-1}
 "$STACK" up
-(cd "$ROOT" && cargo build --release -q -p onsale-loadgen)
+(cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
 # Region b's databases: its main one and, with SHARDS=2, its shards (where the shows' logs are).
 shards=$("$STACK" region-b-shard-urls)
 export DATABASE_URL="postgres://onsale@127.0.0.1:${ONSALE_REGION_B_PG_PORT:-54529}/onsale"

@@ -314,6 +314,12 @@ pub(crate) async fn run(plan: Plan) -> anyhow::Result<()> {
         a_acknowledged == 0,
         "the old region acknowledged writes after it came back"
     );
+    // Its refusal is what is checked: a region that answered nothing proved nothing.
+    anyhow::ensure!(
+        from_a.values().sum::<u64>() >= 20,
+        "region a answered {} of 20 writes within a minute of coming back",
+        from_a.values().sum::<u64>()
+    );
     anyhow::ensure!(
         first_after.is_some(),
         "no write was acknowledged after the promotion"

@@ -231,9 +231,9 @@ pub async fn processor_failing(shards: &ShardedLog<PgEventLog>) -> bool {
     failing >= FAILING_PAYMENTS && !resolved
 }
 
-/// The log consumers that feed payments and tickets, until `shutdown` is cancelled; abort a
-/// handle to kill one where it stands. Their positions are in the main database's `pool`; what
-/// they write goes to each show's shard.
+/// The log consumers that feed payments and tickets (one runner: one consumer, parse and fold
+/// for both), until `shutdown` is cancelled; abort the handle to kill them where they stand.
+/// Their positions are in the main database's `pool`; what they write goes to each show's shard.
 pub fn spawn_consumers(
     pool: PgPool,
     log: Arc<dyn onsale_eventlog::EventLog>,
@@ -242,22 +242,11 @@ pub fn spawn_consumers(
     runner: RunnerConfig,
     shutdown: &CancellationToken,
 ) -> Vec<JoinHandle<()>> {
-    vec![
-        tokio::spawn(
-            Runner::new(
-                pool.clone(),
-                log.clone(),
-                PaymentIntake::new(shards.clone()),
-                kafka.clone(),
-                runner.clone(),
-            )
+    vec![tokio::spawn(
+        Runner::new(pool, log, PaymentIntake::new(shards.clone()), kafka, runner)
+            .with(TicketIssuer::new(shards.clone()))
             .run(shutdown.clone().cancelled_owned()),
-        ),
-        tokio::spawn(
-            Runner::new(pool, log, TicketIssuer::new(shards.clone()), kafka, runner)
-                .run(shutdown.clone().cancelled_owned()),
-        ),
-    ]
+    )]
 }
 
 /// The payment workers, one per shard, as a task that stops after their calls in flight once

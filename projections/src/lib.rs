@@ -1,10 +1,12 @@
 //! The projections: Kafka consumers that fold the event log into read models in PostgreSQL.
 //!
-//! Each projection ([`seat_map`], [`orders`], [`history`], [`catalog`]) runs in its own [`runner::Runner`]
-//! with its own consumer and its own positions: it applies an event at most once (it skips a
-//! (show, sequence) at or below the position it stored in the same transaction as its rows), it
-//! stores its topic offsets in that transaction too (no consumer group: it reads every
-//! partition itself), and it can be rebuilt from zero ([`runner::reset`]).
+//! The four projections ([`seat_map`], [`orders`], [`history`], [`catalog`]) run in one
+//! [`runner::Runner`]: one consumer of the topic, one parse of each message and one fold of each
+//! show for all four (docs/adr/025). Each keeps its own positions: it applies an event at most
+//! once (it skips a (show, sequence) at or below the position it stored in the same
+//! transaction as its rows), it stores its topic offsets in that transaction too, and it can be
+//! rebuilt from zero on its own ([`runner::reset`]); the runner tells each the events past its
+//! own position.
 //!
 //! Kafka is the low-latency path, not the truth: a gap in a show's sequences (a broker that lost
 //! its data, a relay that re-sent out of order) is filled from the `events` table, as is a show
@@ -26,8 +28,8 @@ pub use orders::Orders;
 pub use runner::{reset, Projection, Runner, RunnerConfig};
 pub use seat_map::SeatMap;
 
-/// The four projections, each running until `shutdown` is cancelled; abort a handle to kill
-/// its projection where it stands.
+/// The four projections, in one runner until `shutdown` is cancelled; abort the handle to kill
+/// them where they stand.
 pub fn spawn_all(
     pool: sqlx::PgPool,
     log: std::sync::Arc<dyn onsale_eventlog::EventLog>,
@@ -35,42 +37,13 @@ pub fn spawn_all(
     config: RunnerConfig,
     shutdown: &tokio_util::sync::CancellationToken,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    vec![
-        tokio::spawn(
-            Runner::new(
-                pool.clone(),
-                log.clone(),
-                SeatMap::default(),
-                kafka.clone(),
-                config.clone(),
-            )
+    vec![tokio::spawn(
+        Runner::new(pool, log, SeatMap::default(), kafka, config)
+            .with(Orders::default())
+            .with(SeatHistory::default())
+            .with(Catalog::default())
             .run(shutdown.clone().cancelled_owned()),
-        ),
-        tokio::spawn(
-            Runner::new(
-                pool.clone(),
-                log.clone(),
-                Orders::default(),
-                kafka.clone(),
-                config.clone(),
-            )
-            .run(shutdown.clone().cancelled_owned()),
-        ),
-        tokio::spawn(
-            Runner::new(
-                pool.clone(),
-                log.clone(),
-                SeatHistory::default(),
-                kafka.clone(),
-                config.clone(),
-            )
-            .run(shutdown.clone().cancelled_owned()),
-        ),
-        tokio::spawn(
-            Runner::new(pool, log, Catalog::default(), kafka, config)
-                .run(shutdown.clone().cancelled_owned()),
-        ),
-    ]
+    )]
 }
 
 /// Deletes all four read models and their positions: they rebuild from zero when next run.

@@ -1,8 +1,10 @@
-//! Drives one projection: consume, deduplicate, fill gaps from the table, write in one
-//! transaction with the positions, tick.
+//! Drives projections: one consumer, one parse and one fold of each show for all of them;
+//! deduplicate, fill gaps from the table, write in one transaction with each one's positions,
+//! tick.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -36,7 +38,7 @@ fn traceparent_header(m: &rdkafka::message::OwnedMessage) -> Option<String> {
 
 /// A read model folded from the log.
 pub trait Projection: Send + 'static {
-    /// Its name: the consumer group suffix and the key of its positions.
+    /// Its name: the key of its positions (and of its metrics' `projection` label).
     const NAME: &'static str;
 
     /// A show's fold was loaded from the table at the projection's stored position.
@@ -57,6 +59,33 @@ pub trait Projection: Send + 'static {
     fn reset(tx: &mut PgConnection) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
 
+type Io<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;
+
+/// A [`Projection`] as a runner drives it beside others.
+trait Member: Send {
+    fn loaded(&mut self, show_id: ShowId, show: &Show);
+    fn event(&mut self, ctx: &EventCtx<'_>);
+    fn flush<'a>(&'a mut self, tx: &'a mut PgConnection) -> Io<'a>;
+    fn tick<'a>(&'a mut self, tx: &'a mut PgConnection) -> Io<'a>;
+}
+
+impl<P: Projection> Member for P {
+    fn loaded(&mut self, show_id: ShowId, show: &Show) {
+        Projection::loaded(self, show_id, show);
+    }
+
+    fn event(&mut self, ctx: &EventCtx<'_>) {
+        Projection::event(self, ctx);
+    }
+
+    fn flush<'a>(&'a mut self, tx: &'a mut PgConnection) -> Io<'a> {
+        Box::pin(Projection::flush(self, tx))
+    }
+
+    fn tick<'a>(&'a mut self, tx: &'a mut PgConnection) -> Io<'a> {
+        Box::pin(Projection::tick(self, tx))
+    }
+}
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunnerConfig {
     /// Most messages folded into one transaction.
@@ -141,20 +170,28 @@ impl ConsumerContext for Positions {
     }
 }
 
+/// One show's fold, shared by every projection of the runner.
 struct Folded {
     show: Show,
+    /// The last event folded.
     last_sequence: i64,
-    /// Events applied since the last commit.
-    applied: i64,
+    /// Each projection's stored position (by the runner's order of them) when the fold was
+    /// loaded or last committed: a projection is told of the events past its own.
+    stored: Vec<i64>,
     /// `last_sequence` at the previous table check.
     checked_at: i64,
 }
 
-pub struct Runner<P: Projection> {
+/// Folds the log into one or more projections: one consumer of the topic, one parse of each
+/// message, one fold of each show, each projection told the events past its own position and
+/// its rows written in one transaction with every projection's positions and offsets.
+pub struct Runner {
     pool: PgPool,
     /// The event log (every shard's): gaps and stalls are filled from it.
     log: Arc<dyn EventLog>,
-    projection: P,
+    members: Vec<Box<dyn Member>>,
+    /// The projections' names, in `members`' order.
+    names: Vec<String>,
     kafka: KafkaConfig,
     config: RunnerConfig,
     shows: HashMap<ShowId, Folded>,
@@ -168,10 +205,10 @@ pub struct Runner<P: Projection> {
     traced: Vec<tracing::Span>,
 }
 
-impl<P: Projection> std::fmt::Debug for Runner<P> {
+impl std::fmt::Debug for Runner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runner")
-            .field("projection", &P::NAME)
+            .field("projections", &self.names)
             .finish_non_exhaustive()
     }
 }
@@ -196,9 +233,9 @@ pub async fn reset<P: Projection>(pool: &PgPool) -> anyhow::Result<()> {
     Ok(())
 }
 
-impl<P: Projection> Runner<P> {
-    /// A runner writing its read model on `pool`, filling gaps from `log`.
-    pub fn new(
+impl Runner {
+    /// A runner of `projection`, writing its read model on `pool`, filling gaps from `log`.
+    pub fn new<P: Projection>(
         pool: PgPool,
         log: Arc<dyn EventLog>,
         projection: P,
@@ -208,7 +245,8 @@ impl<P: Projection> Runner<P> {
         Self {
             log,
             pool,
-            projection,
+            names: vec![P::NAME.to_owned()],
+            members: vec![Box::new(projection)],
             kafka,
             config,
             shows: HashMap::new(),
@@ -217,6 +255,26 @@ impl<P: Projection> Runner<P> {
             lsn: None,
             lag: Vec::new(),
             traced: Vec::new(),
+        }
+    }
+
+    /// The same runner also folding into `projection` (its own positions, the same consumer,
+    /// parse and fold).
+    pub fn with<P: Projection>(mut self, projection: P) -> Self {
+        self.names.push(P::NAME.to_owned());
+        self.members.push(Box::new(projection));
+        self
+    }
+
+    /// The projections' names joined: the consumer group's suffix and the logs' `projection`.
+    fn label(&self) -> String {
+        self.names.join("+")
+    }
+
+    /// Counts one of the runner's happenings for each of its projections.
+    fn count(&self, metric: &'static str) {
+        for name in &self.names {
+            metrics::counter!(metric, "projection" => name.clone()).increment(1);
         }
     }
 
@@ -231,9 +289,8 @@ impl<P: Projection> Runner<P> {
                 r = self.run_once() => r,
             };
             if let Err(e) = result {
-                metrics::counter!(onsale_telemetry::metrics::PROJECTION_ERRORS_TOTAL, "projection" => P::NAME)
-                    .increment(1);
-                tracing::warn!(projection = P::NAME, error = %format!("{e:#}"), "projection failed; restarting it");
+                self.count(onsale_telemetry::metrics::PROJECTION_ERRORS_TOTAL);
+                tracing::warn!(projection = %self.label(), error = %format!("{e:#}"), "projection failed; restarting it");
                 // What was not committed is forgotten: reload from the stored positions.
                 self.shows.clear();
                 self.pending_offsets.clear();
@@ -247,14 +304,14 @@ impl<P: Projection> Runner<P> {
 
     async fn run_once(&mut self) -> anyhow::Result<()> {
         self.kafka.ensure_topic().await?;
-        // A consumer group per projection shares the partitions among its processes; the
-        // offsets stay in PostgreSQL with the rows (nothing is committed to the broker), and
-        // the per-show sequences drop what a partition moving between processes re-delivers.
+        // A consumer group per runner shares the partitions among its processes; the offsets
+        // stay in PostgreSQL with the rows (nothing is committed to the broker), and the
+        // per-show sequences drop what a partition moving between processes re-delivers.
         let mut client = self.kafka.client();
         client
             .set(
                 "group.id",
-                format!("{}.projection.{}", self.kafka.events_topic, P::NAME),
+                format!("{}.projection.{}", self.kafka.events_topic, self.label()),
             )
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
@@ -311,8 +368,8 @@ impl<P: Projection> Runner<P> {
                             Ok(None) => {}
                             Err(e) => {
                                 // Not ours to decide: the table is the truth, and a gap check fills it.
-                                metrics::counter!(onsale_telemetry::metrics::PROJECTION_BAD_MESSAGES_TOTAL, "projection" => P::NAME).increment(1);
-                                tracing::warn!(projection = P::NAME, error = %e, "unreadable message skipped");
+                                self.count(onsale_telemetry::metrics::PROJECTION_BAD_MESSAGES_TOTAL);
+                                tracing::warn!(projection = %self.label(), error = %e, "unreadable message skipped");
                             }
                         }
                     }
@@ -340,15 +397,19 @@ impl<P: Projection> Runner<P> {
         }
     }
 
-    /// Reads the stored offsets into what the rebalance callback starts partitions at.
+    /// Reads the stored offsets into what the rebalance callback starts partitions at: per
+    /// partition the lowest of the projections' (one without an offset there reads it from
+    /// the beginning; the positions drop what the others already folded).
     async fn refresh_positions(&mut self) -> anyhow::Result<()> {
         let Some(positions) = &self.positions else {
             return Ok(());
         };
         let stored: Vec<(i32, i64)> = sqlx::query_as(
-            "SELECT partition, next_offset FROM projection_offsets WHERE projection = $1 AND topic = $2",
+            "SELECT partition, min(next_offset)::bigint FROM projection_offsets
+              WHERE projection = ANY($1) AND topic = $2
+              GROUP BY partition HAVING count(*) = cardinality($1)",
         )
-        .bind(P::NAME)
+        .bind(&self.names)
         .bind(&self.kafka.events_topic)
         .fetch_all(&self.pool)
         .await?;
@@ -370,16 +431,14 @@ impl<P: Projection> Runner<P> {
                 continue;
             }
             if let Err(e) = self.catch_up_to(&log).await {
-                metrics::counter!(onsale_telemetry::metrics::PROJECTION_SHOWS_DEFERRED_TOTAL, "projection" => P::NAME)
-                    .increment(1);
-                tracing::warn!(projection = P::NAME, show = %log.show_id, error = %format!("{e:#}"),
+                self.count(onsale_telemetry::metrics::PROJECTION_SHOWS_DEFERRED_TOTAL);
+                tracing::warn!(projection = %self.label(), show = %log.show_id, error = %format!("{e:#}"),
                     "a show's log is not readable now; its events wait for the gap check");
                 unreadable.insert(log.show_id);
                 continue;
             }
             if log.sequence <= self.shows[&log.show_id].last_sequence {
-                metrics::counter!(onsale_telemetry::metrics::PROJECTION_DUPLICATES_TOTAL, "projection" => P::NAME)
-                    .increment(1);
+                self.count(onsale_telemetry::metrics::PROJECTION_DUPLICATES_TOTAL);
                 continue;
             }
             if let Some(at) = log.committed_at {
@@ -392,8 +451,10 @@ impl<P: Projection> Runner<P> {
         let now = Utc::now();
         for at in fresh {
             let lag = (now - at).num_microseconds().unwrap_or(0) as f64 / 1e6;
-            metrics::histogram!(onsale_telemetry::metrics::PROJECTION_LAG_SECONDS, "projection" => P::NAME)
-                .record(lag);
+            for name in &self.names {
+                metrics::histogram!(onsale_telemetry::metrics::PROJECTION_LAG_SECONDS, "projection" => name.clone())
+                    .record(lag);
+            }
             self.lag.push(lag);
         }
         Ok(())
@@ -405,8 +466,7 @@ impl<P: Projection> Runner<P> {
         self.ensure_loaded(log.show_id).await?;
         let last = self.shows[&log.show_id].last_sequence;
         if log.sequence > last + 1 {
-            metrics::counter!(onsale_telemetry::metrics::PROJECTION_GAP_FILLS_TOTAL, "projection" => P::NAME)
-                .increment(1);
+            self.count(onsale_telemetry::metrics::PROJECTION_GAP_FILLS_TOTAL);
             let mut after = last;
             while after < log.sequence - 1 {
                 let chunk = read_events(&self.log, log.show_id, after, log.sequence - 1).await?;
@@ -428,7 +488,7 @@ impl<P: Projection> Runner<P> {
 
     fn fold(&mut self, mut log: LogEvent) {
         if let Some(parent) = log.trace.take() {
-            let span = tracing::info_span!(target: trace::TARGET, "projection.fold", otel.kind = "consumer", projection = P::NAME, show = %log.show_id, sequence = log.sequence);
+            let span = tracing::info_span!(target: trace::TARGET, "projection.fold", otel.kind = "consumer", projection = %self.label(), show = %log.show_id, sequence = log.sequence);
             trace::follow(&span, &parent);
             log.trace = trace::traceparent(&span);
             self.traced.push(span);
@@ -441,52 +501,56 @@ impl<P: Projection> Runner<P> {
         if let Some(lsn) = log.commit_lsn {
             self.lsn = Some(self.lsn.map_or(lsn, |l| l.max(lsn)));
         }
-        let projection = &mut self.projection;
-        fold::apply(&mut folded.show, &log, |ctx| projection.event(ctx));
+        tell(&mut self.members, &folded.stored, &mut folded.show, &log);
         folded.last_sequence = log.sequence;
-        folded.applied += 1;
     }
 
     async fn commit(&mut self) -> anyhow::Result<()> {
         let mut tx = self.pool.begin().await?;
-        self.projection.flush(&mut tx).await?;
-        let (mut ids, mut seqs, mut counts) = (Vec::new(), Vec::new(), Vec::new());
+        for member in &mut self.members {
+            member.flush(&mut tx).await?;
+        }
+        // Per projection and show it moved: the new position and the one it moved from.
+        let (mut names, mut ids, mut seqs, mut from) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (id, f) in &self.shows {
-            if f.applied > 0 {
-                ids.push(id.to_string());
-                seqs.push(f.last_sequence);
-                counts.push(f.applied);
+            for (name, stored) in self.names.iter().zip(&f.stored) {
+                if f.last_sequence > *stored {
+                    names.push(name.as_str());
+                    ids.push(id.to_string());
+                    seqs.push(f.last_sequence);
+                    from.push(*stored);
+                }
             }
         }
         // Each show's position moves only from where this fold started: if another process
         // (a partition that moved, a table fill of a show another process consumes) moved it
         // meanwhile, nothing of this batch is written and the fold is reloaded.
         let moved: i64 = sqlx::query_scalar(
-            "WITH batch AS (SELECT * FROM UNNEST($2::text[], $3::bigint[], $4::bigint[]) AS u(s, q, n)),
+            "WITH batch AS (SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS u(p, s, q, f)),
              created AS (
                INSERT INTO projection_positions (projection, show_id, last_sequence, applied)
-               SELECT $1, s, q, n FROM batch WHERE q = n
+               SELECT p, s, q, q FROM batch WHERE f = 0
                ON CONFLICT (projection, show_id) DO NOTHING RETURNING 1),
              advanced AS (
-               UPDATE projection_positions p SET last_sequence = b.q, applied = p.applied + b.n
+               UPDATE projection_positions pp SET last_sequence = b.q, applied = pp.applied + (b.q - b.f)
                  FROM batch b
-                WHERE p.projection = $1 AND p.show_id = b.s AND b.q > b.n
-                  AND p.last_sequence = b.q - b.n
+                WHERE pp.projection = b.p AND pp.show_id = b.s AND b.f > 0
+                  AND pp.last_sequence = b.f
                RETURNING 1)
              SELECT (SELECT count(*) FROM created) + (SELECT count(*) FROM advanced)",
         )
-        .bind(P::NAME)
+        .bind(&names)
         .bind(&ids)
         .bind(&seqs)
-        .bind(&counts)
+        .bind(&from)
         .fetch_one(&mut *tx)
         .await?;
         if moved != ids.len() as i64 {
             tx.rollback().await?;
-            metrics::counter!(onsale_telemetry::metrics::PROJECTION_CONFLICTS_TOTAL, "projection" => P::NAME)
-                .increment(1);
+            self.count(onsale_telemetry::metrics::PROJECTION_CONFLICTS_TOTAL);
             anyhow::bail!(
-                "{} of {} shows were moved by another process since they were loaded",
+                "{} of {} positions were moved by another process since they were loaded",
                 ids.len() as i64 - moved,
                 ids.len()
             );
@@ -494,10 +558,10 @@ impl<P: Projection> Runner<P> {
         let (parts, next): (Vec<i32>, Vec<i64>) = self.pending_offsets.drain(..).unzip();
         sqlx::query(
             "INSERT INTO projection_offsets (projection, topic, partition, next_offset)
-             SELECT $1, $2, p, o FROM UNNEST($3::int[], $4::bigint[]) AS u(p, o)
+             SELECT n, $2, p, o FROM UNNEST($1::text[]) AS m(n), UNNEST($3::int[], $4::bigint[]) AS u(p, o)
              ON CONFLICT (projection, topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
         )
-        .bind(P::NAME)
+        .bind(&self.names)
         .bind(&self.kafka.events_topic)
         .bind(&parts)
         .bind(&next)
@@ -506,7 +570,8 @@ impl<P: Projection> Runner<P> {
         self.heartbeat(&mut tx).await?;
         tx.commit().await?;
         for f in self.shows.values_mut() {
-            f.applied = 0;
+            let at = f.last_sequence;
+            f.stored.iter_mut().for_each(|s| *s = (*s).max(at));
         }
         if let Some(positions) = &self.positions {
             if let Ok(mut known) = positions.next.lock() {
@@ -522,12 +587,12 @@ impl<P: Projection> Runner<P> {
         let lsn = onsale_kafka::envelope::format_lsn(self.lsn.unwrap_or(0));
         sqlx::query(
             "INSERT INTO projection_status (projection, lsn, heartbeat_at, lag_ms)
-             VALUES ($1, $2::pg_lsn, now(), $3)
+             SELECT n, $2::pg_lsn, now(), $3 FROM UNNEST($1::text[]) AS m(n)
              ON CONFLICT (projection) DO UPDATE
                SET lsn = GREATEST(projection_status.lsn, EXCLUDED.lsn),
                    heartbeat_at = now(), lag_ms = EXCLUDED.lag_ms",
         )
-        .bind(P::NAME)
+        .bind(&self.names)
         .bind(lsn)
         .bind(lag_ms as i64)
         .execute(&mut *tx)
@@ -537,30 +602,47 @@ impl<P: Projection> Runner<P> {
 
     async fn tick(&mut self) -> anyhow::Result<()> {
         let mut tx = self.pool.begin().await?;
-        self.projection.tick(&mut tx).await?;
+        for member in &mut self.members {
+            member.tick(&mut tx).await?;
+        }
         self.heartbeat(&mut tx).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Every show's stored positions, in `names`' order (0 where a projection has none).
+    async fn stored_positions(&mut self) -> anyhow::Result<HashMap<String, Vec<i64>>> {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT projection, show_id, last_sequence FROM projection_positions WHERE projection = ANY($1)",
+        )
+        .bind(&self.names)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut stored: HashMap<String, Vec<i64>> = HashMap::new();
+        for (projection, show, at) in rows {
+            if let Some(i) = self.names.iter().position(|n| *n == projection) {
+                stored
+                    .entry(show)
+                    .or_insert_with(|| vec![0; self.names.len()])[i] = at;
+            }
+        }
+        Ok(stored)
     }
 
     /// Compares every show with the table; fills a show that is behind and (unless `all`) made
     /// no progress since the last check: Kafka lost or has not delivered its events.
     pub async fn check_table(&mut self, all: bool) -> anyhow::Result<()> {
         let heads = self.log.heads().await?;
-        let stored: HashMap<String, i64> = sqlx::query_as(
-            "SELECT show_id, last_sequence FROM projection_positions WHERE projection = $1",
-        )
-        .bind(P::NAME)
-        .fetch_all(&self.pool)
-        .await?
-        .into_iter()
-        .collect();
+        let stored = self.stored_positions().await?;
         for (show_id, head) in heads {
-            let moved_elsewhere =
-                |id: &ShowId, at: i64| stored.get(&id.to_string()).is_some_and(|s| *s > at);
+            let moved_elsewhere = |id: &ShowId, at: i64| {
+                stored
+                    .get(&id.to_string())
+                    .is_some_and(|s| s.iter().any(|p| *p > at))
+            };
             let show_id: ShowId = show_id.parse()?;
-            // Another process of this projection (its partition is theirs now) moved the show
-            // since this fold was loaded: it is not stalled, and this fold is stale.
+            // Another process of these projections (its partition is theirs now) moved the
+            // show since this fold was loaded: it is not stalled, and this fold is stale.
             if self
                 .shows
                 .get(&show_id)
@@ -572,7 +654,7 @@ impl<P: Projection> Runner<P> {
             // A show whose log cannot be read now (its shard went down since the heads were
             // read) is checked again next time; the others are not held back.
             if let Err(e) = self.fill(show_id, head, all).await? {
-                tracing::warn!(projection = P::NAME, show = %show_id, error = %format!("{e:#}"),
+                tracing::warn!(projection = %self.label(), show = %show_id, error = %format!("{e:#}"),
                     "a show's log is not readable now; checked again next time");
             }
         }
@@ -597,8 +679,7 @@ impl<P: Projection> Runner<P> {
         if head > f.last_sequence && (all || stalled) {
             let from = f.last_sequence;
             if !all {
-                metrics::counter!(onsale_telemetry::metrics::PROJECTION_GAP_FILLS_TOTAL, "projection" => P::NAME)
-                    .increment(1);
+                self.count(onsale_telemetry::metrics::PROJECTION_GAP_FILLS_TOTAL);
             }
             let mut after = from;
             loop {
@@ -619,46 +700,78 @@ impl<P: Projection> Runner<P> {
         Ok(Ok(()))
     }
 
-    /// Loads a show's fold from the table up to the stored position.
+    /// Loads a show's fold from the table: up to the lowest of the projections' stored
+    /// positions, each projection told it was loaded at its own and then told the events past
+    /// it, so all of them stand at the highest.
     async fn ensure_loaded(&mut self, show_id: ShowId) -> anyhow::Result<()> {
         if self.shows.contains_key(&show_id) {
             return Ok(());
         }
-        let position: i64 = sqlx::query_scalar(
-            "SELECT last_sequence FROM projection_positions WHERE projection = $1 AND show_id = $2",
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT projection, last_sequence FROM projection_positions
+              WHERE projection = ANY($1) AND show_id = $2",
         )
-        .bind(P::NAME)
+        .bind(&self.names)
         .bind(show_id.to_string())
-        .fetch_optional(&self.pool)
-        .await?
-        .unwrap_or(0);
-        let mut show = Show::default();
-        let mut after = 0;
-        while after < position {
-            let chunk = read_events(&self.log, show_id, after, position).await?;
-            let Some(last) = chunk.last().map(|l| l.sequence) else {
-                anyhow::bail!(
-                    "{} is at {show_id}@{position} but the table ends at {after}",
-                    P::NAME
-                );
-            };
-            for log in chunk {
-                show.apply(log.event);
+        .fetch_all(&self.pool)
+        .await?;
+        let mut stored = vec![0; self.names.len()];
+        for (projection, at) in rows {
+            if let Some(i) = self.names.iter().position(|n| *n == projection) {
+                stored[i] = at;
             }
-            after = last;
         }
-        self.projection.loaded(show_id, &show);
+        let mut order: Vec<usize> = (0..stored.len()).collect();
+        order.sort_by_key(|&i| stored[i]);
+        let mut show = Show::default();
+        // Until a projection is told it was loaded it is told no event (its position: MAX).
+        let mut told = vec![i64::MAX; stored.len()];
+        let mut after = 0;
+        for i in order {
+            let position = stored[i];
+            while after < position {
+                let chunk = read_events(&self.log, show_id, after, position).await?;
+                let Some(last) = chunk.last().map(|l| l.sequence) else {
+                    anyhow::bail!(
+                        "{} is at {show_id}@{position} but the table ends at {after}",
+                        self.names[i]
+                    );
+                };
+                for log in chunk {
+                    if told.iter().all(|t| *t == i64::MAX) {
+                        show.apply(log.event);
+                    } else {
+                        tell(&mut self.members, &told, &mut show, &log);
+                    }
+                }
+                after = last;
+            }
+            self.members[i].loaded(show_id, &show);
+            told[i] = position;
+        }
         self.shows.insert(
             show_id,
             Folded {
                 show,
-                last_sequence: position,
-                applied: 0,
+                last_sequence: after,
+                stored,
                 checked_at: -1,
             },
         );
         Ok(())
     }
+}
+
+/// Applies `log` to `show` and tells it to each projection whose position (`stored`, by the
+/// runner's order) it is past.
+fn tell(members: &mut [Box<dyn Member>], stored: &[i64], show: &mut Show, log: &LogEvent) {
+    fold::apply(show, log, |ctx| {
+        for (member, at) in members.iter_mut().zip(stored) {
+            if log.sequence > *at {
+                member.event(ctx);
+            }
+        }
+    });
 }
 
 /// Events `after + 1 ..= upto` of a show from the event log, at most 5,000.

@@ -1331,3 +1331,82 @@ async fn every_seat_of_a_show_comes_as_a_bitmap_in_the_layouts_order_and_every_c
         .expect_err("refused");
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
 }
+
+/// The four projections share one consumer, one parse and one fold (docs/adr/025), each
+/// keeping its own positions: one rebuilt alone folds the show again from its first event
+/// beside the others, which apply nothing twice, and every read model ends as a rebuild of
+/// all four leaves it.
+#[tokio::test]
+async fn a_projection_rebuilt_alone_catches_up_beside_the_others_and_nothing_is_applied_twice() {
+    let (_db, mut rp) = ReadPath::on_shared_broker().await.expect("read path");
+    let event = rp.app.on_sale_event(2, 5, 10, None).await;
+    let (app, pool) = (rp.app.clone(), rp.pool.clone());
+    let hold_some = |fans: std::ops::Range<u32>| {
+        let (app, event) = (app.clone(), event.clone());
+        async move {
+            for i in fans {
+                let (status, body) = app
+                    .hold(
+                        &event,
+                        &app.fan(&format!("fan{i}")),
+                        json!({"quantity": 2}),
+                        None,
+                    )
+                    .await;
+                assert_eq!(status, 201, "{body}");
+            }
+        }
+    };
+    let at_head = |head: i64| {
+        let (pool, event) = (pool.clone(), event.clone());
+        async move {
+            onsale_tests::wait_for(
+                "every projection at the head of the log",
+                Duration::from_secs(30),
+                || async {
+                    let done: i64 = sqlx::query_scalar(
+                        "SELECT count(*) FROM projection_positions WHERE show_id = $1 AND last_sequence = $2",
+                    )
+                    .bind(&event)
+                    .bind(head)
+                    .fetch_one(&pool)
+                    .await
+                    .expect("positions");
+                    done == onsale_query::health::PROJECTIONS.len() as i64
+                },
+            )
+            .await;
+        }
+    };
+    hold_some(0..6).await;
+    let head = log_grew(&rp.pool, &event, 0, 7).await;
+    at_head(head).await;
+    rp.applied_once(&event, head).await;
+
+    // The seat history alone is deleted; the others keep their rows and positions.
+    rp.kill_projections();
+    onsale_projections::reset::<onsale_projections::SeatHistory>(&rp.pool)
+        .await
+        .expect("the history reset");
+    hold_some(6..10).await;
+    rp.start_projections().await.expect("projections");
+    let head = log_grew(&rp.pool, &event, head, 4).await;
+    at_head(head).await;
+    rp.applied_once(&event, head).await;
+    rp.seat_map_matches_replay(&event).await;
+
+    let folded = read_models(&rp.pool).await;
+    assert_eq!(
+        folded["history"].as_array().map(Vec::len),
+        Some(100 + 20),
+        "each seat's scheduling and each held seat's hold, the ones before the reset too"
+    );
+    rp.rebuild_projections().await.expect("a rebuild");
+    onsale_tests::wait_for(
+        "a rebuild of all four equals the fold",
+        Duration::from_secs(30),
+        || async { read_models(&rp.pool).await == folded },
+    )
+    .await;
+    rp.stop().await;
+}
