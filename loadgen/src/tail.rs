@@ -29,6 +29,10 @@ pub(crate) struct Tail {
     /// The points, as percentages of the maximum rate.
     #[arg(long, value_delimiter = ',', default_values_t = [50, 70, 90])]
     pub points: Vec<u32>,
+    /// Further points at these rates (holds a second), after the shares: two builds compared
+    /// at one load.
+    #[arg(long, value_delimiter = ',')]
+    pub rates: Vec<f64>,
     /// Seconds of each point.
     #[arg(long, default_value_t = 120)]
     pub seconds: u64,
@@ -208,10 +212,10 @@ pub(crate) async fn run(t: Tail, secret: &str) -> anyhow::Result<()> {
         println!("| load | target/s | answered/s | p50 ms | p99 ms | p99.9 ms | max ms | > 100 ms | > 1 s | errors |");
         println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     }
-    for share in &t.points {
-        let rate = max * f64::from(*share) / 100.0;
+    let shares = t.points.iter().map(|s| max * f64::from(*s) / 100.0);
+    for rate in shares.chain(t.rates.iter().copied()) {
         let mut p = open_loop(&load, t.connections, rate, t.seconds).await;
-        p.share_of_max = *share;
+        p.share_of_max = (100.0 * rate / max).round() as u32;
         if t.json {
             println!("{}", serde_json::to_string(&p)?);
         } else {
