@@ -1,6 +1,7 @@
 // The local stack's sign-in: `POST /v1/dev/token` mints a token (development mode only; a
 // production deployment has no such route and signs fans in with its identity provider).
 import { useState } from "preact/hooks";
+import { rest, type Problem } from "./rest";
 import { setSession, type Session } from "./session";
 
 export function SignIn() {
@@ -11,17 +12,13 @@ export function SignIn() {
   async function submit(e: Event) {
     e.preventDefault();
     setError(null);
-    const r = await fetch("/v1/dev/token", {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ sub, role, verified }),
-    });
-    const body = await r.json().catch(() => ({}));
-    if (!r.ok) {
-      setError(r.status === 404 ? "Sign-in is only for the local stack." : body.detail ?? "Sign-in failed.");
+    const { data, error: refused, response } = await rest.POST("/v1/dev/token", { body: { sub, role, verified } });
+    if (!data) {
+      const problem = refused as Problem | undefined;
+      setError(response.status === 404 ? "Sign-in is only for the local stack." : problem?.detail ?? "Sign-in failed.");
       return;
     }
-    setSession({ token: body.token, sub: body.sub, role: body.role });
+    setSession({ token: data.token, sub: data.sub, role: data.role });
   }
   return (
     <form class="card signin" onSubmit={submit} aria-labelledby="signin-title">

@@ -1,12 +1,10 @@
 // Who is signed in: a bearer token kept for the tab (sessionStorage), minted by the local
 // stack's development sign-in. A deployment puts its identity provider's token here.
 import { useEffect, useState } from "preact/hooks";
+import type { components } from "./gen/api";
 
-export interface Session {
-  token: string;
-  sub: string;
-  role: "fan" | "admin" | "scanner" | "auditor";
-}
+/** The signed-in account: what the app keeps of the development sign-in's answer. */
+export type Session = Pick<components["schemas"]["DevToken"], "token" | "sub" | "role">;
 
 const KEY = "onsale.session";
 const listeners = new Set<() => void>();

@@ -6,7 +6,7 @@
 import { useEffect, useState } from "preact/hooks";
 import type { components } from "../gen/api";
 import { inWords, rest, type Problem } from "../rest";
-import { currentSession, useSession } from "../session";
+import { useSession } from "../session";
 import { max, parse, sum, type Sample } from "./metrics";
 
 interface Point {
@@ -156,15 +156,12 @@ function AlertList() {
   useEffect(() => {
     let stop = false;
     async function poll() {
-      const r = await fetch("/v1/ops/alerts", {
-        headers: { authorization: `Bearer ${currentSession()?.token ?? ""}` },
-      }).catch(() => null);
+      const r = await rest.GET("/v1/ops/alerts").catch(() => null);
       if (stop || !r) return;
-      const body = await r.json().catch(() => ({}));
-      if (r.ok) {
-        setRules((body.rules as Rule[]).sort((a, b) => (ORDER[a.state] ?? 3) - (ORDER[b.state] ?? 3)));
+      if (r.data) {
+        setRules([...r.data.rules].sort((a, b) => (ORDER[a.state] ?? 3) - (ORDER[b.state] ?? 3)));
         setNote(null);
-      } else setNote(body.detail ?? `${r.status}`);
+      } else setNote((r.error as Problem | undefined)?.detail ?? `${r.response.status}`);
     }
     poll();
     const t = setInterval(poll, 2000);
