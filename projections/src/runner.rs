@@ -697,6 +697,15 @@ impl Runner {
                 after = last;
             }
         }
+        // A projection behind the others was told their events when the fold was loaded:
+        // written now, not whenever the next batch comes (an idle show may see none).
+        if self
+            .shows
+            .get(&show_id)
+            .is_some_and(|f| f.stored.iter().any(|s| *s < f.last_sequence))
+        {
+            self.commit().await?;
+        }
         Ok(Ok(()))
     }
 

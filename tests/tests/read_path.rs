@@ -1383,7 +1383,26 @@ async fn a_projection_rebuilt_alone_catches_up_beside_the_others_and_nothing_is_
     at_head(head).await;
     rp.applied_once(&event, head).await;
 
-    // The seat history alone is deleted; the others keep their rows and positions.
+    // The seat history alone is deleted; the others keep their rows and positions. Its
+    // offsets are set where the others stand (as separate runners of old could leave a
+    // projection: behind on a show, yet past its messages), so nothing is delivered again:
+    // with no new event it catches up all the same.
+    rp.kill_projections();
+    onsale_projections::reset::<onsale_projections::SeatHistory>(&rp.pool)
+        .await
+        .expect("the history reset");
+    sqlx::query(
+        "INSERT INTO projection_offsets (projection, topic, partition, next_offset)
+         SELECT 'seat_history', topic, partition, next_offset FROM projection_offsets
+          WHERE projection = 'seat_map'",
+    )
+    .execute(&rp.pool)
+    .await
+    .expect("the history's offsets");
+    rp.start_projections().await.expect("projections");
+    at_head(head).await;
+    rp.applied_once(&event, head).await;
+    // And again with events arriving while it catches up.
     rp.kill_projections();
     onsale_projections::reset::<onsale_projections::SeatHistory>(&rp.pool)
         .await
