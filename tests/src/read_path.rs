@@ -227,6 +227,32 @@ impl ReadPath {
         panic!("{path} never matched; last answer {} {}", last.0, last.1);
     }
 
+    /// Kills the projections and deletes projection `P`'s read model and positions alone.
+    pub async fn reset_alone<P: onsale_projections::Projection>(&mut self) -> anyhow::Result<()> {
+        self.kill_projections();
+        onsale_projections::reset::<P>(&self.pool).await
+    }
+
+    /// Waits (30 s at most) until every projection's position on `event` is `head`.
+    pub async fn at_head(&self, event: &str, head: i64) {
+        crate::wait_for(
+            "every projection at the head of the log",
+            Duration::from_secs(30),
+            || async {
+                let done: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM projection_positions WHERE show_id = $1 AND last_sequence = $2",
+                )
+                .bind(event)
+                .bind(head)
+                .fetch_one(&self.pool)
+                .await
+                .expect("positions");
+                done == onsale_query::health::PROJECTIONS.len() as i64
+            },
+        )
+        .await;
+    }
+
     /// Every projection applied each of the show's events once: positions at `head`, and as
     /// many applications as events.
     pub async fn applied_once(&self, event: &str, head: i64) {

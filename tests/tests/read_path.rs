@@ -474,20 +474,7 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
         .await
         .expect("head");
     assert!(head > 100, "the load wrote {head} events");
-    for _ in 0..300 {
-        let done: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM projection_positions WHERE show_id = $1 AND last_sequence = $2",
-        )
-        .bind(&event)
-        .bind(head)
-        .fetch_one(&rp.pool)
-        .await
-        .expect("positions");
-        if done == onsale_query::health::PROJECTIONS.len() as i64 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    rp.at_head(&event, head).await;
     // ...having applied each event exactly once.
     rp.applied_once(&event, head).await;
 
@@ -1340,7 +1327,7 @@ async fn every_seat_of_a_show_comes_as_a_bitmap_in_the_layouts_order_and_every_c
 async fn a_projection_rebuilt_alone_catches_up_beside_the_others_and_nothing_is_applied_twice() {
     let (_db, mut rp) = ReadPath::on_shared_broker().await.expect("read path");
     let event = rp.app.on_sale_event(2, 5, 10, None).await;
-    let (app, pool) = (rp.app.clone(), rp.pool.clone());
+    let app = rp.app.clone();
     let hold_some = |fans: std::ops::Range<u32>| {
         let (app, event) = (app.clone(), event.clone());
         async move {
@@ -1357,38 +1344,16 @@ async fn a_projection_rebuilt_alone_catches_up_beside_the_others_and_nothing_is_
             }
         }
     };
-    let at_head = |head: i64| {
-        let (pool, event) = (pool.clone(), event.clone());
-        async move {
-            onsale_tests::wait_for(
-                "every projection at the head of the log",
-                Duration::from_secs(30),
-                || async {
-                    let done: i64 = sqlx::query_scalar(
-                        "SELECT count(*) FROM projection_positions WHERE show_id = $1 AND last_sequence = $2",
-                    )
-                    .bind(&event)
-                    .bind(head)
-                    .fetch_one(&pool)
-                    .await
-                    .expect("positions");
-                    done == onsale_query::health::PROJECTIONS.len() as i64
-                },
-            )
-            .await;
-        }
-    };
     hold_some(0..6).await;
     let head = log_grew(&rp.pool, &event, 0, 7).await;
-    at_head(head).await;
+    rp.at_head(&event, head).await;
     rp.applied_once(&event, head).await;
 
     // The seat history alone is deleted; the others keep their rows and positions. Its
     // offsets are set where the others stand (as separate runners of old could leave a
     // projection: behind on a show, yet past its messages), so nothing is delivered again:
     // with no new event it catches up all the same.
-    rp.kill_projections();
-    onsale_projections::reset::<onsale_projections::SeatHistory>(&rp.pool)
+    rp.reset_alone::<onsale_projections::SeatHistory>()
         .await
         .expect("the history reset");
     sqlx::query(
@@ -1400,17 +1365,16 @@ async fn a_projection_rebuilt_alone_catches_up_beside_the_others_and_nothing_is_
     .await
     .expect("the history's offsets");
     rp.start_projections().await.expect("projections");
-    at_head(head).await;
+    rp.at_head(&event, head).await;
     rp.applied_once(&event, head).await;
     // And again with events arriving while it catches up.
-    rp.kill_projections();
-    onsale_projections::reset::<onsale_projections::SeatHistory>(&rp.pool)
+    rp.reset_alone::<onsale_projections::SeatHistory>()
         .await
         .expect("the history reset");
     hold_some(6..10).await;
     rp.start_projections().await.expect("projections");
     let head = log_grew(&rp.pool, &event, head, 4).await;
-    at_head(head).await;
+    rp.at_head(&event, head).await;
     rp.applied_once(&event, head).await;
     rp.seat_map_matches_replay(&event).await;
 
