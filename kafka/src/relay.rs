@@ -43,14 +43,19 @@ pub struct RelayConfig {
         default_value_t = 5_000
     )]
     pub batch: i32,
-    /// Pause between polls of an idle slot.
+    /// The least time (milliseconds) from one step's start to the next's, unless a step found
+    /// a full batch (a backlog: the next starts at once). Every peek and advance starts logical
+    /// decoding afresh, about a millisecond of PostgreSQL's CPU with nothing to decode, so a
+    /// relay stepping as fast as commits arrive spent a third of a core of the database's CPU
+    /// at a few hundred holds a second; paced, a step carries what a pace's commits wrote
+    /// (BENCHMARKS.md, "The relay, paced").
     #[arg(
-        id = "relay_idle_ms",
-        long = "relay-idle-ms",
-        env = "ONSALE_RELAY_IDLE_MS",
-        default_value_t = 10
+        id = "relay_pace_ms",
+        long = "relay-pace-ms",
+        env = "ONSALE_RELAY_PACE_MS",
+        default_value_t = 50
     )]
-    pub idle_ms: u64,
+    pub pace_ms: u64,
     /// How often a running-transactions record is forced into the WAL so the slot's restart
     /// point keeps up (0: never; PostgreSQL then writes one every 15 s).
     #[arg(
@@ -128,6 +133,25 @@ impl std::fmt::Debug for Relay {
 pub struct Step {
     pub published: usize,
     pub advanced_to: Option<u64>,
+    /// The peek returned as many changes as it may: more are waiting.
+    pub full: bool,
+}
+
+impl Step {
+    /// When the step after this one (started at `started`) may start: at once after a full
+    /// peek (a backlog), else a pace after this one started, however much it published, so
+    /// commits arriving one by one are carried a pace's worth at a time.
+    pub fn next_start(
+        &self,
+        started: tokio::time::Instant,
+        pace: Duration,
+    ) -> tokio::time::Instant {
+        if self.full {
+            started
+        } else {
+            started + pace
+        }
+    }
 }
 
 impl Relay {
@@ -357,6 +381,7 @@ impl Relay {
         let mut backoff = crate::Backoff::new(Duration::from_millis(100));
         loop {
             let bound = Duration::from_secs(self.config.step_timeout_secs.max(1));
+            let started = tokio::time::Instant::now();
             let step = tokio::select! {
                 _ = &mut shutdown => return,
                 s = tokio::time::timeout(bound, self.step()) => s.unwrap_or_else(|_| {
@@ -366,14 +391,13 @@ impl Relay {
                     ))
                 }),
             };
-            // Waits (idle, backoff, the topic's return) give way to shutdown too.
+            // Waits (the pace, backoff, the topic's return) give way to shutdown too.
             let pause = async {
                 match step {
                     Ok(s) => {
                         backoff.reset();
-                        if s.published == 0 && s.advanced_to.is_none() {
-                            tokio::time::sleep(Duration::from_millis(self.config.idle_ms)).await;
-                        }
+                        let pace = Duration::from_millis(self.config.pace_ms);
+                        tokio::time::sleep_until(s.next_start(started, pace)).await;
                     }
                     Err(e) => {
                         metrics::counter!(onsale_telemetry::metrics::RELAY_ERRORS_TOTAL)
@@ -557,6 +581,7 @@ impl Relay {
         Ok(Step {
             published,
             advanced_to: parse_lsn(&last_lsn),
+            full: rows.len() >= usize::try_from(self.config.batch).unwrap_or(usize::MAX),
         })
     }
 
@@ -698,6 +723,35 @@ mod tests {
     use super::*;
     use crate::envelope::format_lsn;
     use serde_json::json;
+
+    #[test]
+    fn a_step_waits_out_the_pace_unless_its_peek_was_full() {
+        let started = tokio::time::Instant::now();
+        let pace = Duration::from_millis(50);
+        let paced = started + pace;
+        let idle = Step::default();
+        assert_eq!(idle.next_start(started, pace), paced, "nothing found");
+        let one = Step {
+            published: 1,
+            advanced_to: Some(7),
+            full: false,
+        };
+        assert_eq!(
+            one.next_start(started, pace),
+            paced,
+            "a commit carried alone"
+        );
+        let backlog = Step {
+            published: 5_000,
+            advanced_to: Some(9),
+            full: true,
+        };
+        assert_eq!(
+            backlog.next_start(started, pace),
+            started,
+            "a backlog goes on at once"
+        );
+    }
 
     #[test]
     fn wal2json_insert_becomes_an_event_row() {
