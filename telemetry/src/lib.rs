@@ -29,10 +29,17 @@ pub fn metrics() -> Option<PrometheusHandle> {
                 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75,
                 1.0, 1.5, 2.0, 3.0, 5.0,
             ];
+            // A count, not a time: commands per group commit, up to the owners' batch (512).
+            let commands = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
             PrometheusBuilder::new()
                 .set_buckets(&buckets)
                 .ok()?
                 .set_buckets_for_metric(Matcher::Suffix("_lag_seconds".into()), &lag)
+                .ok()?
+                .set_buckets_for_metric(
+                    Matcher::Full(metrics::COMMIT_BATCH_COMMANDS.into()),
+                    &commands,
+                )
                 .ok()?
                 .idle_timeout(MetricKindMask::GAUGE, Some(metrics::SHOW_LABEL_IDLE))
                 .install_recorder()
@@ -40,4 +47,25 @@ pub fn metrics() -> Option<PrometheusHandle> {
                 .inspect(|_| metrics::describe())
         })
         .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_group_commits_size_lands_in_a_bucket_of_commands_not_of_seconds() {
+        let handle = super::metrics().expect("the recorder");
+        metrics::histogram!(super::metrics::COMMIT_BATCH_COMMANDS).record(40.0);
+        let text = handle.render();
+        let bucket = |le: &str| {
+            let name = format!("onsale_commit_batch_commands_bucket{{le=\"{le}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(name.as_str()))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        };
+        // A batch of 40 is counted between 32 and 64 (with the seconds' buckets every batch
+        // over 2.5 commands fell into +Inf alone).
+        assert_eq!(bucket("32"), Some(0), "{text}");
+        assert_eq!(bucket("64"), Some(1), "{text}");
+        assert_eq!(bucket("2.5"), None, "{text}");
+    }
 }
