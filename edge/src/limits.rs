@@ -658,7 +658,15 @@ fn is_grpc(req: &Request) -> bool {
 
 /// Middleware: requests past a rate answer 429 (gRPC: `RESOURCE_EXHAUSTED`) before their
 /// handler.
-pub async fn rate_limit(State(limits): State<RateLimits>, req: Request, next: Next) -> Response {
+///
+/// The limits come in an `Arc`: axum clones a middleware's state for every request, and
+/// cloning [`RateLimits`] itself (its limiters, its cache's channels) is a dozen atomic
+/// operations where this is one.
+pub async fn rate_limit(
+    State(limits): State<Arc<RateLimits>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let grpc = is_grpc(&req);
     // Read from the request before anything is awaited (a request is not `Sync`).
     let spend = limits.budgets(&req, grpc);

@@ -58,8 +58,31 @@ pub struct QueryConfig {
     pub ready_max_relay_lag_bytes: i64,
 }
 
-#[derive(Clone)]
-pub struct QueryState {
+/// What the read routes share (REST and gRPC). axum clones a router's state for every
+/// request, so it is one `Arc`: cloning and dropping the parts (the hub's and the snapshots'
+/// caches, pools and channels) took ~12% of `onsale serve`'s CPU on seat-map reads
+/// (BENCHMARKS.md, issue 30).
+#[derive(Clone, Debug)]
+pub struct QueryState(Arc<QueryParts>);
+
+// A part added to the handle instead of its parts would be cloned with every request again.
+const _: () = assert!(std::mem::size_of::<QueryState>() == std::mem::size_of::<usize>());
+
+impl From<QueryParts> for QueryState {
+    fn from(parts: QueryParts) -> Self {
+        Self(Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for QueryState {
+    type Target = QueryParts;
+
+    fn deref(&self) -> &QueryParts {
+        &self.0
+    }
+}
+
+pub struct QueryParts {
     pub pool: PgPool,
     /// The log of every shard (docs/adr/021): how far a show's log goes, and its past.
     pub log: Arc<onsale_eventlog::ShardedLog<onsale_eventlog::PgEventLog>>,
@@ -99,9 +122,9 @@ pub trait Tickets: Send + Sync {
 pub type TicketsFuture<'a, T> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<T>, sqlx::Error>> + Send + 'a>>;
 
-impl std::fmt::Debug for QueryState {
+impl std::fmt::Debug for QueryParts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QueryState").finish_non_exhaustive()
+        f.debug_struct("QueryParts").finish_non_exhaustive()
     }
 }
 
@@ -111,7 +134,7 @@ impl FromRef<QueryState> for Verifier {
     }
 }
 
-impl QueryState {
+impl QueryParts {
     /// A show's deltas after `after` (SSE and gRPC streams): `Ok(None)` if there is no such
     /// show; a show scheduled but not folded by the projection yet streams from seq 0.
     pub async fn subscribe(
@@ -159,7 +182,7 @@ impl QueryState {
     /// Wires the query side on `pool` (where the projections write) and starts its listener and
     /// health tasks on `tasks`; they stop, and streams end, when `shutdown` is cancelled.
     /// `shards` are each write cluster's pool and its relay's replication slot, whose lag
-    /// `/readyz` and `/metrics` report. The log is read on `pool` until [`QueryState::with_log`].
+    /// `/readyz` and `/metrics` report. The log is read on `pool` until [`QueryParts::with_log`].
     pub fn start(
         pool: PgPool,
         shards: Vec<(PgPool, String)>,

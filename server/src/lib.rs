@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use onsale_command::api::AppState;
+use onsale_command::api::{AppParts, AppState};
 use onsale_command::{Catalog, Shows};
 use onsale_domain::{Clock, ShowId, SystemClock};
 use onsale_edge::admission::BookingHealth;
@@ -33,7 +33,7 @@ use onsale_edge::limits::{self, RateLimits, StreamSlots};
 use onsale_eventlog::{Directory, EventLog, PgDirectory, PgEventLog, ShardedLog};
 use onsale_kafka::{leader, Relay};
 use onsale_payments::PaymentsState;
-use onsale_query::QueryState;
+use onsale_query::{QueryParts, QueryState};
 use onsale_waiting_room::{
     FactsFuture, JoinRules, RulesFuture, ShowFacts, ShowSchedule, WaitingRoom,
 };
@@ -592,7 +592,7 @@ impl Server {
         } else {
             &self.shard_pools[..]
         };
-        let query = QueryState::start(
+        let query: QueryState = QueryParts::start(
             self.public_pool.clone(),
             (1u16..)
                 .zip(relayed)
@@ -611,7 +611,8 @@ impl Server {
         )
         .with_log(self.public_log.clone())
         .with_schedules(Arc::new(PublicSchedules(public_catalog.clone())))
-        .with_tickets(Arc::new(PaymentTickets));
+        .with_tickets(Arc::new(PaymentTickets))
+        .into();
         let room = WaitingRoom::connect(
             s.waiting_room.clone(),
             self.admission_pool.clone(),
@@ -622,7 +623,7 @@ impl Server {
         let doc = openapi(room.is_some(), s.auth.dev_mode)?;
         let health = query.health.clone();
         let (parts, parts_live) = (self.parts_health.clone(), self.parts_health.clone());
-        let state = AppState {
+        let state = AppState::new(AppParts {
             shows: self.shows.clone(),
             catalog: self.catalog.clone(),
             public_catalog,
@@ -639,7 +640,7 @@ impl Server {
             health: self.health.clone(),
             tokens: onsale_command::TokenVault::new(self.vault.clone()),
             openapi: Arc::new(doc),
-        };
+        });
         let mut router = onsale_command::api::router(state)
             .merge(onsale_query::rest::router(query.clone()))
             .merge(onsale_payments::router(PaymentsState {
@@ -678,6 +679,7 @@ impl Server {
             // Budgets shared by every node: N nodes allow the rate, not N times it.
             rates = rates.shared(url)?;
         }
+        let rates = Arc::new(rates);
         self.prune_rate_limits(rates.clone());
         // Innermost first: every body at most 64 KiB; the rate limits; the deadline; the
         // framework's own errors as problem+json; the trace.
@@ -758,7 +760,7 @@ impl Server {
     }
 
     /// Forgets, every 10 s, the callers whose rate allowance is full again.
-    fn prune_rate_limits(&self, rates: RateLimits) {
+    fn prune_rate_limits(&self, rates: Arc<RateLimits>) {
         let stop = self.shutdown.clone();
         self.tracker.spawn(async move {
             let mut every = tokio::time::interval(Duration::from_secs(10));

@@ -21,7 +21,7 @@ pub use events::*;
 pub use holds::*;
 use ops::*;
 pub use orders::*;
-pub use state::{AppState, ReadyCheck};
+pub use state::{AppParts, AppState, ReadyCheck};
 pub use venues::*;
 
 pub fn router(state: AppState) -> Router {

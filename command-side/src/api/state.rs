@@ -21,8 +21,32 @@ use onsale_edge::{Caller, Role};
 /// the query side is served by the same process): `Err` names what is wrong.
 pub type ReadyCheck = std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
-#[derive(Clone)]
-pub struct AppState {
+/// What the command routes share. axum clones a router's state for every request (the
+/// route's service, then the handler's state), so it is one `Arc`: a clone is one increment,
+/// where cloning and dropping the parts (the catalogs' caches and their channels, a dozen
+/// `Arc`s) took ~15% of `onsale serve`'s CPU on a request that does nothing (BENCHMARKS.md,
+/// issue 30).
+#[derive(Clone, Debug)]
+pub struct AppState(std::sync::Arc<AppParts>);
+
+// A part added to the handle instead of its parts would be cloned with every request again.
+const _: () = assert!(std::mem::size_of::<AppState>() == std::mem::size_of::<usize>());
+
+impl AppState {
+    pub fn new(parts: AppParts) -> Self {
+        Self(std::sync::Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = AppParts;
+
+    fn deref(&self) -> &AppParts {
+        &self.0
+    }
+}
+
+pub struct AppParts {
     pub shows: Shows,
     /// Shows as scheduled, for the waiting-room check and the existence check before an
     /// owner (never the owners themselves).
@@ -85,9 +109,9 @@ impl From<CommandError> for ApiError {
     }
 }
 
-impl std::fmt::Debug for AppState {
+impl std::fmt::Debug for AppParts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppState")
+        f.debug_struct("AppParts")
             .field("shows", &self.shows)
             .finish_non_exhaustive()
     }
