@@ -63,15 +63,10 @@ record() { # piece json
 }
 # Before each piece: the read side has folded what the last one wrote (5 minutes at most),
 # the databases vacuumed and checkpointed, then the machine's idle load over 3 s.
+# shellcheck source=scripts/bench/read_side.sh
+. "$ROOT/scripts/bench/read_side.sh"
 quiesce() {
-  local behind
-  for _ in $(seq 1 600); do
-    behind=$(psql -tAc "SELECT count(*) FROM (SELECT aggregate_id, max(sequence) AS s FROM events GROUP BY 1) e
-      JOIN projection_positions p ON p.show_id = e.aggregate_id WHERE p.last_sequence < e.s" "$PG/onsale")
-    [ "$behind" = 0 ] && break
-    sleep 0.5
-  done
-  [ "$behind" = 0 ] || echo "the read side is still $behind show positions behind" >&2
+  read_side_folded "$PG/onsale"
   for db in onsale bench floor; do psql -qc "VACUUM ANALYZE" -c "CHECKPOINT" "$PG/$db" >/dev/null; done
   read -r _ IDLE < <(measure sleep 3)
 }

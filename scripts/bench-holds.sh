@@ -76,15 +76,10 @@ if [ "$STACK" = 1 ]; then
   # Before each layer: the stack's read side has folded the last run's events (every
   # projection and log consumer at the log's last sequence of every show, 5 minutes at most),
   # then both databases vacuumed and checkpointed.
+  # shellcheck source=scripts/bench/read_side.sh
+  . "$ROOT/scripts/bench/read_side.sh"
   quiesce() {
-    local behind
-    for _ in $(seq 1 600); do
-      behind=$(psql -tAc "SELECT count(*) FROM (SELECT aggregate_id, max(sequence) AS s FROM events GROUP BY 1) e
-        JOIN projection_positions p ON p.show_id = e.aggregate_id WHERE p.last_sequence < e.s" "$STACK_DB/onsale")
-      [ "$behind" = 0 ] && break
-      sleep 0.5
-    done
-    [ "$behind" = 0 ] || echo "the read side is still $behind show positions behind" >&2
+    read_side_folded "$STACK_DB/onsale"
     psql -qc "VACUUM ANALYZE" -c "CHECKPOINT" "$STACK_DB/onsale" >/dev/null
     psql -qc "VACUUM ANALYZE" -c "CHECKPOINT" "$DB" >/dev/null
   }
