@@ -316,11 +316,28 @@ pub async fn wait_for<F: std::future::Future<Output = bool>>(
     mut check: impl FnMut() -> F,
 ) -> std::time::Duration {
     let started = std::time::Instant::now();
-    while !check().await {
+    wait_for_value(what, within, || {
+        let holds = check();
+        async move { holds.await.then_some(()) }
+    })
+    .await;
+    started.elapsed()
+}
+
+/// Waits until `check` answers something, failing the test past `within`; answers it.
+pub async fn wait_for_value<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    within: std::time::Duration,
+    mut check: impl FnMut() -> F,
+) -> T {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
         assert!(started.elapsed() < within, "{what}: not within {within:?}");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    started.elapsed()
 }
 
 impl Api {

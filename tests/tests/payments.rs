@@ -545,17 +545,18 @@ async fn late_settlement_reinstates_a_free_seat_and_refunds_with_a_make_good_whe
 }
 
 async fn tickets_of(p: &PaymentPath, order: &str, fan: &str) -> Vec<Value> {
-    for _ in 0..100 {
-        let (_, o) =
-            p.rp.app
-                .get(&format!("/v1/orders/{order}"), &p.rp.app.fan(fan))
-                .await;
-        if let Some(t) = o["tickets"].as_array().filter(|t| !t.is_empty()) {
-            return t.clone();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no tickets for {order}");
+    onsale_tests::wait_for_value(
+        &format!("the tickets of {order}"),
+        Duration::from_secs(10),
+        || async {
+            let (_, o) =
+                p.rp.app
+                    .get(&format!("/v1/orders/{order}"), &p.rp.app.fan(fan))
+                    .await;
+            o["tickets"].as_array().filter(|t| !t.is_empty()).cloned()
+        },
+    )
+    .await
 }
 
 async fn barcode(p: &PaymentPath, ticket: &Value, fan: &str) -> (u16, Value) {

@@ -367,20 +367,21 @@ async fn commands_reach_the_seat_map_the_sse_stream_and_the_grpc_stream() {
 /// Waits (30 s at most) until `event`'s log holds `by` more events than `seen`; answers its
 /// head then.
 async fn log_grew(pool: &sqlx::PgPool, event: &str, seen: i64, by: i64) -> i64 {
-    for _ in 0..600 {
-        let head: i64 = sqlx::query_scalar(
-            "SELECT coalesce(max(sequence), 0) FROM events WHERE aggregate_id = $1",
-        )
-        .bind(event)
-        .fetch_one(pool)
-        .await
-        .expect("head");
-        if head >= seen + by {
-            return head;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the log of {event} did not grow by {by} events past {seen} within 30 s");
+    onsale_tests::wait_for_value(
+        &format!("the log of {event} growing by {by} events past {seen}"),
+        Duration::from_secs(30),
+        || async {
+            let head: i64 = sqlx::query_scalar(
+                "SELECT coalesce(max(sequence), 0) FROM events WHERE aggregate_id = $1",
+            )
+            .bind(event)
+            .fetch_one(pool)
+            .await
+            .expect("head");
+            (head >= seen + by).then_some(head)
+        },
+    )
+    .await
 }
 
 #[tokio::test]
