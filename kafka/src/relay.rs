@@ -56,12 +56,15 @@ pub struct RelayConfig {
     )]
     pub pace_ms: u64,
     /// How often a running-transactions record is forced into the WAL so the slot's restart
-    /// point keeps up (0: never; PostgreSQL then writes one every 15 s).
+    /// point keeps up (0: never; PostgreSQL then writes one every 15 s). Every peek and advance
+    /// decodes from the restart point, so at 1,000 ms each re-decoded ~0.5 s of WAL on average:
+    /// at ~5,500 holds/s the relay's PostgreSQL backends took 0.25 cores, at 200 ms 0.16
+    /// (50 and 100 ms: no less); idle, 0.03 and 0.04 (BENCHMARKS.md, "The relay's mark").
     #[arg(
         id = "relay_mark_ms",
         long = "relay-mark-ms",
         env = "ONSALE_RELAY_MARK_MS",
-        default_value_t = 1_000
+        default_value_t = 200
     )]
     pub mark_ms: u64,
     /// The longest a step may take before it is abandoned (with a warning naming where it
@@ -424,8 +427,8 @@ impl Relay {
     /// A peek decodes from the slot's `restart_lsn`, which only moves to a WAL record of running
     /// transactions; PostgreSQL 15 writes one every 15 s, so under load each peek would decode up
     /// to 15 s of WAL again. Creating (and dropping) a logical slot writes such a record, so
-    /// once a second the relay makes one and the next advance can move `restart_lsn` up to it
-    /// (ADR 005; PostgreSQL 16 has `pg_log_standby_snapshot()` for this).
+    /// every `mark_ms` (200) the relay makes one and the next advance can move `restart_lsn` up
+    /// to it (ADR 005; PostgreSQL 16 has `pg_log_standby_snapshot()` for this).
     ///
     /// The mark only saves work: it never stands in the way of a step. The slot is temporary
     /// (a relay killed halfway leaves nothing behind: its session's end drops it), a mark that
