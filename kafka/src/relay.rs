@@ -18,11 +18,12 @@ use onsale_eventlog::{EventLog, LogRow, PgEventLog, ScanKey};
 use onsale_telemetry::trace;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use serde_json::Value;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 
-use crate::envelope::{parse_lsn, Envelope, EventRow, Source};
+use crate::envelope::{parse_lsn, RawEnvelope, RawEventRow, Source};
 use crate::topics::KafkaConfig;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -298,17 +299,9 @@ impl Relay {
         let mut pending = Vec::with_capacity(rows.len());
         for r in rows {
             keys.push((r.aggregate_type.clone(), r.aggregate_id.clone(), r.sequence));
-            let row = EventRow {
-                payload: serde_json::from_str(&r.payload)?,
-                metadata: serde_json::from_str(&r.metadata)?,
-                aggregate_type: r.aggregate_type,
-                aggregate_id: r.aggregate_id,
-                sequence: r.sequence,
-                event_type: r.event_type,
-                event_version: r.event_version,
-            };
-            pending.push(self.publish(Envelope {
-                op: "r".into(),
+            let row = RawEventRow::try_from(r)?;
+            pending.push(self.publish(RawEnvelope {
+                op: "r",
                 before: None,
                 after: row,
                 source: self.source(lsn.clone(), lsn.clone(), None, now, true),
@@ -512,27 +505,28 @@ impl Relay {
         let mut last_lsn = None;
         let mut reached = Vec::new();
         let mut pending = Vec::new();
-        let mut tx_changes: Vec<(String, EventRow)> = Vec::new();
+        let mut tx_changes: Vec<(String, RawEventRow)> = Vec::new();
         let mut tx_id = None;
         for row in &rows {
             let lsn: String = row.try_get("lsn")?;
             let data: String = row.try_get("data")?;
-            let change: Value = serde_json::from_str(&data).context("wal2json output")?;
-            match change["action"].as_str() {
-                Some("B") => {
-                    tx_id = change["xid"].as_i64();
+            let change: Change<'_> = serde_json::from_str(&data).context("wal2json output")?;
+            match change.action {
+                "B" => {
+                    tx_id = change.xid;
                     tx_changes.clear();
                 }
-                Some("I") => tx_changes.push((lsn, event_row(&change)?)),
-                Some("C") => {
+                "I" => tx_changes.push((lsn, event_row(change.columns)?)),
+                "C" => {
                     // A commit's row carries the end of its record: a transaction ending past
                     // what the standbys flushed waits for the next step.
                     if parse_lsn(&lsn).is_none_or(|end| end > durable_at) {
                         break;
                     }
                     last_lsn = Some(lsn.clone());
-                    let ts_ms = change["timestamp"]
-                        .as_str()
+                    let ts_ms = change
+                        .timestamp
+                        .as_deref()
                         .and_then(parse_pg_time)
                         .unwrap_or_else(|| chrono::Utc::now().timestamp_millis());
                     for (change_lsn, after) in tx_changes.drain(..) {
@@ -541,8 +535,8 @@ impl Relay {
                             after.aggregate_id.clone(),
                             after.sequence,
                         ));
-                        let envelope = Envelope {
-                            op: "c".into(),
+                        let envelope = RawEnvelope {
+                            op: "c",
                             before: None,
                             after,
                             source: self.source(change_lsn, lsn.clone(), tx_id, ts_ms, false),
@@ -642,16 +636,16 @@ impl Relay {
         }
     }
 
-    async fn publish(&self, envelope: Envelope) -> anyhow::Result<()> {
+    async fn publish(&self, envelope: RawEnvelope) -> anyhow::Result<()> {
         let body = serde_json::to_vec(&envelope)?;
         // An event decided under a sampled trace: its publication is a span of that trace, and
         // the message's `traceparent` header names it to the projections (docs/adr/019).
         let span = trace::enabled()
-            .then(|| envelope.after.metadata.get(trace::TRACEPARENT)?.as_str())
+            .then(|| traceparent_of(&envelope.after.metadata))
             .flatten()
             .map(|parent| {
                 let span = tracing::info_span!(target: trace::TARGET, "relay.publish", otel.kind = "producer", show = %envelope.after.aggregate_id, sequence = envelope.after.sequence);
-                trace::follow(&span, parent);
+                trace::follow(&span, &parent);
                 span
             });
         let traceparent = span.as_ref().and_then(trace::traceparent);
@@ -695,22 +689,65 @@ fn quorum_size(names: &str) -> Option<usize> {
     Some(1)
 }
 
-/// The `events` row of a wal2json (format 2) insert.
-fn event_row(change: &Value) -> anyhow::Result<EventRow> {
-    let mut row = serde_json::Map::new();
-    for col in change["columns"]
-        .as_array()
-        .context("insert without columns")?
-    {
-        let name = col["name"].as_str().context("column without name")?;
-        let value = match (&col["value"], col["type"].as_str()) {
-            // wal2json hands json columns over as their text.
-            (Value::String(s), Some("json" | "jsonb")) => serde_json::from_str(s)?,
-            (v, _) => v.clone(),
-        };
-        row.insert(name.to_owned(), value);
+/// One row of `pg_logical_slot_peek_changes` with wal2json's format 2: a transaction's begin
+/// ("B"), an insert ("I") with its columns, or its commit ("C").
+#[derive(Deserialize)]
+struct Change<'a> {
+    #[serde(borrow)]
+    action: &'a str,
+    xid: Option<i64>,
+    timestamp: Option<String>,
+    #[serde(default, borrow)]
+    columns: Vec<Column<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Column<'a> {
+    #[serde(borrow)]
+    name: &'a str,
+    #[serde(borrow)]
+    value: &'a RawValue,
+}
+
+/// The `events` row of a wal2json (format 2) insert. wal2json hands the json columns over as
+/// their text, which goes on as it is (checked to be JSON, not parsed into a tree).
+fn event_row(columns: Vec<Column<'_>>) -> anyhow::Result<RawEventRow> {
+    let (mut aggregate_type, mut aggregate_id, mut sequence) = (None, None, None);
+    let (mut event_type, mut event_version, mut payload, mut metadata) = (None, None, None, None);
+    for col in columns {
+        let text = || serde_json::from_str::<String>(col.value.get());
+        match col.name {
+            "aggregate_type" => aggregate_type = Some(text()?),
+            "aggregate_id" => aggregate_id = Some(text()?),
+            "sequence" => sequence = Some(serde_json::from_str::<i64>(col.value.get())?),
+            "event_type" => event_type = Some(text()?),
+            "event_version" => event_version = Some(text()?),
+            "payload" => payload = Some(text()?),
+            "metadata" => metadata = Some(text()?),
+            _ => {}
+        }
     }
-    Ok(serde_json::from_value(Value::Object(row))?)
+    let missing = |name: &str| anyhow::anyhow!("an events insert without {name}");
+    Ok(RawEventRow::try_from(LogRow {
+        aggregate_type: aggregate_type.ok_or_else(|| missing("aggregate_type"))?,
+        aggregate_id: aggregate_id.ok_or_else(|| missing("aggregate_id"))?,
+        sequence: sequence.ok_or_else(|| missing("sequence"))?,
+        event_type: event_type.ok_or_else(|| missing("event_type"))?,
+        event_version: event_version.ok_or_else(|| missing("event_version"))?,
+        payload: payload.ok_or_else(|| missing("payload"))?,
+        metadata: metadata.ok_or_else(|| missing("metadata"))?,
+    })?)
+}
+
+/// The `traceparent` a row's metadata carries, if any.
+fn traceparent_of(metadata: &RawValue) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Meta {
+        traceparent: Option<String>,
+    }
+    serde_json::from_str::<Meta>(metadata.get())
+        .ok()?
+        .traceparent
 }
 
 /// wal2json's timestamps: "2026-11-29 10:11:38.123456+00".
@@ -757,17 +794,41 @@ mod tests {
 
     #[test]
     fn wal2json_insert_becomes_an_event_row() {
-        let change = json!({"action": "I", "schema": "public", "table": "events", "columns": [
+        let data = json!({"action": "I", "lsn": "0/16B3748", "schema": "public", "table": "events", "columns": [
             {"name": "aggregate_type", "type": "text", "value": "show"},
             {"name": "aggregate_id", "type": "text", "value": "s1"},
             {"name": "sequence", "type": "bigint", "value": 7},
             {"name": "event_type", "type": "text", "value": "HoldReleased"},
             {"name": "event_version", "type": "text", "value": "1"},
             {"name": "payload", "type": "json", "value": "{\"HoldReleased\":{\"hold_id\":\"h\"}}"},
-            {"name": "metadata", "type": "json", "value": "{}"}]});
-        let row = event_row(&change).expect("an insert parses");
+            {"name": "metadata", "type": "json", "value": "{\"traceparent\":\"00-ab-cd-01\"}"},
+            {"name": "xid", "type": "xid8", "value": 812},
+            {"name": "hash", "type": "bytea", "value": null}]})
+        .to_string();
+        let change: Change<'_> = serde_json::from_str(&data).expect("a change");
+        assert_eq!(change.action, "I");
+        let row = event_row(change.columns).expect("an insert parses");
         assert_eq!(row.sequence, 7);
-        assert_eq!(row.payload, json!({"HoldReleased": {"hold_id": "h"}}));
+        assert_eq!(
+            (row.aggregate_type.as_str(), row.aggregate_id.as_str()),
+            ("show", "s1")
+        );
+        assert_eq!(row.payload.get(), r#"{"HoldReleased":{"hold_id":"h"}}"#);
+        assert_eq!(
+            traceparent_of(&row.metadata).as_deref(),
+            Some("00-ab-cd-01")
+        );
+        let begin: Change<'_> =
+            serde_json::from_str(r#"{"action":"B","xid":812}"#).expect("a begin");
+        assert_eq!((begin.action, begin.xid), ("B", Some(812)));
+        let no_payload = json!({"action": "I", "columns": [
+            {"name": "aggregate_type", "type": "text", "value": "show"}]})
+        .to_string();
+        let change: Change<'_> = serde_json::from_str(&no_payload).expect("a change");
+        assert!(
+            event_row(change.columns).is_err(),
+            "an insert missing columns fails"
+        );
     }
 
     #[test]
