@@ -5,10 +5,11 @@ use cqrs_es::Aggregate;
 use onsale_domain::show::Seat;
 use onsale_domain::transitions::SeatStatus;
 use onsale_domain::{Show, ShowEvent, ShowId};
+use std::borrow::Cow;
+
 use onsale_kafka::envelope::parse_lsn;
-use onsale_kafka::Envelope;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// An event of a show, from the topic or from the events table.
 #[derive(Debug, Clone)]
@@ -28,23 +29,70 @@ pub struct LogEvent {
     pub trace: Option<String>,
 }
 
+/// What a projection reads of a message on the events topic (an [`onsale_kafka::Envelope`]),
+/// borrowed from its bytes: the payload goes from its text straight into a [`ShowEvent`], with
+/// no tree of it built in between.
+#[derive(Deserialize)]
+struct EnvelopeView<'a> {
+    #[serde(borrow)]
+    op: Cow<'a, str>,
+    #[serde(borrow)]
+    after: RowView<'a>,
+    #[serde(borrow)]
+    source: SourceView<'a>,
+}
+
+#[derive(Deserialize)]
+struct RowView<'a> {
+    #[serde(borrow)]
+    aggregate_type: Cow<'a, str>,
+    #[serde(borrow)]
+    aggregate_id: Cow<'a, str>,
+    sequence: i64,
+    #[serde(borrow)]
+    payload: &'a RawValue,
+    #[serde(borrow)]
+    metadata: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+struct SourceView<'a> {
+    #[serde(rename = "commitLsn", borrow)]
+    commit_lsn: Cow<'a, str>,
+    ts_ms: i64,
+}
+
+/// What a projection reads of an event's metadata.
+#[derive(Deserialize)]
+struct Metadata<'a> {
+    #[serde(default, borrow)]
+    at: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    traceparent: Option<Cow<'a, str>>,
+}
+
+impl Metadata<'_> {
+    fn at(&self) -> Option<DateTime<Utc>> {
+        self.at.as_deref()?.parse().ok()
+    }
+}
+
 impl LogEvent {
-    /// `None` for rows of other aggregates (venues) on the topic.
-    pub fn from_envelope(e: &Envelope) -> anyhow::Result<Option<Self>> {
+    /// A message of the events topic; `None` for rows of other aggregates (venues).
+    pub fn from_message(body: &[u8]) -> anyhow::Result<Option<Self>> {
+        let e: EnvelopeView<'_> = serde_json::from_slice(body)?;
         if e.after.aggregate_type != Show::TYPE {
             return Ok(None);
         }
-        // From the parsed tree in place: no copy of it per event.
-        let event = ShowEvent::deserialize(&e.after.payload)?;
-        let committed_at = e.commit_time();
+        let event: ShowEvent = serde_json::from_str(e.after.payload.get())?;
+        let meta: Metadata<'_> = serde_json::from_str(e.after.metadata.get())?;
+        let committed_at = DateTime::from_timestamp_millis(e.source.ts_ms);
         let live = e.op == "c";
         Ok(Some(Self {
             show_id: e.after.aggregate_id.parse()?,
             sequence: e.after.sequence,
             event,
-            at: metadata_at(&e.after.metadata)
-                .or(committed_at)
-                .unwrap_or_else(Utc::now),
+            at: meta.at().or(committed_at).unwrap_or_else(Utc::now),
             commit_lsn: live.then(|| parse_lsn(&e.source.commit_lsn)).flatten(),
             committed_at: live.then_some(committed_at).flatten(),
             trace: None,
@@ -58,30 +106,20 @@ impl LogEvent {
         payload: &str,
         metadata: &str,
     ) -> anyhow::Result<Self> {
-        let meta: Value = serde_json::from_str(metadata)?;
+        let meta: Metadata<'_> = serde_json::from_str(metadata)?;
         Ok(Self {
             show_id,
             sequence,
             event: serde_json::from_str(payload)?,
-            at: metadata_at(&meta).unwrap_or_else(Utc::now),
+            at: meta.at().unwrap_or_else(Utc::now),
             commit_lsn: None,
             committed_at: None,
             // Read from the table, not published: it continues the append's span.
             trace: onsale_telemetry::trace::enabled()
-                .then(|| {
-                    Some(
-                        meta.get(onsale_telemetry::trace::TRACEPARENT)?
-                            .as_str()?
-                            .to_owned(),
-                    )
-                })
+                .then(|| meta.traceparent.map(Cow::into_owned))
                 .flatten(),
         })
     }
-}
-
-fn metadata_at(meta: &Value) -> Option<DateTime<Utc>> {
-    meta.get("at")?.as_str()?.parse().ok()
 }
 
 /// What a projection is told about one applied event: the state after it, and each seat it
@@ -118,4 +156,108 @@ pub fn apply<R>(show: &mut Show, log: &LogEvent, f: impl FnOnce(&EventCtx<'_>) -
 pub fn status_at(show: &Show, i: u32) -> SeatStatus {
     show.seat_at(i)
         .map_or(SeatStatus::Available, |(_, s): (&str, &Seat)| s.status())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onsale_domain::HoldId;
+    use onsale_eventlog::LogRow;
+    use onsale_kafka::envelope::{RawEnvelope, RawEventRow};
+    use onsale_kafka::{Envelope, Source};
+
+    fn source(ts_ms: i64) -> Source {
+        Source {
+            connector: "onsale-relay".into(),
+            db: "onsale".into(),
+            shard: 1,
+            schema: "public".into(),
+            table: "events".into(),
+            lsn: "0/16B3748".into(),
+            commit_lsn: "0/16B3800".into(),
+            tx_id: Some(9),
+            ts_ms,
+            snapshot: "false".into(),
+        }
+    }
+
+    fn relayed(aggregate_type: &str, id: String, event: &ShowEvent, metadata: &str) -> Vec<u8> {
+        let row = LogRow {
+            aggregate_type: aggregate_type.into(),
+            aggregate_id: id,
+            sequence: 12,
+            event_type: "HoldExpired".into(),
+            event_version: "1".into(),
+            payload: serde_json::to_string(event).expect("JSON"),
+            metadata: metadata.into(),
+        };
+        serde_json::to_vec(&RawEnvelope {
+            op: "c",
+            before: None,
+            after: RawEventRow::try_from(row).expect("JSON"),
+            source: source(1_764_896_400_000),
+            ts_ms: 1_764_896_400_005,
+        })
+        .expect("JSON")
+    }
+
+    #[test]
+    fn a_message_reads_as_the_event_the_log_holds() {
+        let show = ShowId::random();
+        let event = ShowEvent::HoldExpired {
+            hold_id: HoldId::new(show),
+        };
+        let body = relayed(
+            Show::TYPE,
+            show.to_string(),
+            &event,
+            r#"{"at":"2026-12-05T01:00:00.250Z","traceparent":"00-ab-cd-01"}"#,
+        );
+        let log = LogEvent::from_message(&body)
+            .expect("parses")
+            .expect("a show's");
+        assert_eq!((log.show_id, log.sequence), (show, 12));
+        assert_eq!(
+            serde_json::to_value(&log.event).expect("JSON"),
+            serde_json::to_value(&event).expect("JSON")
+        );
+        assert_eq!(log.at.to_rfc3339(), "2026-12-05T01:00:00.250+00:00");
+        assert_eq!(log.commit_lsn, parse_lsn("0/16B3800"));
+        assert_eq!(
+            log.committed_at,
+            DateTime::from_timestamp_millis(1_764_896_400_000)
+        );
+
+        // The same message as a consumer's parsed Envelope prints it (keys sorted, a tree):
+        // read the same.
+        let envelope: Envelope = serde_json::from_slice(&body).expect("an Envelope");
+        let again = LogEvent::from_message(&serde_json::to_vec(&envelope).expect("JSON"))
+            .expect("parses")
+            .expect("a show's");
+        assert_eq!(
+            (again.show_id, again.sequence, again.at),
+            (show, 12, log.at)
+        );
+
+        // A backfill (`op: "r"`) carries no LSN; a row without `at` takes the commit time.
+        let mut backfill: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+        backfill["op"] = "r".into();
+        backfill["after"]["metadata"] = serde_json::json!({});
+        let log = LogEvent::from_message(&serde_json::to_vec(&backfill).expect("JSON"))
+            .expect("parses")
+            .expect("a show's");
+        assert_eq!((log.commit_lsn, log.committed_at), (None, None));
+        assert_eq!(
+            Some(log.at),
+            DateTime::from_timestamp_millis(1_764_896_400_000)
+        );
+
+        // Another aggregate's row is not a show's event; a broken message is an error.
+        let venue = relayed("venue", show.to_string(), &event, "{}");
+        assert!(LogEvent::from_message(&venue).expect("parses").is_none());
+        assert!(LogEvent::from_message(b"{\"op\":\"c\"}").is_err());
+        let mut bad: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+        bad["after"]["payload"] = serde_json::json!({"NoSuchEvent": {}});
+        assert!(LogEvent::from_message(&serde_json::to_vec(&bad).expect("JSON")).is_err());
+    }
 }

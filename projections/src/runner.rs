@@ -14,7 +14,7 @@ use chrono::Utc;
 use cqrs_es::Aggregate;
 use onsale_domain::{Show, ShowId};
 use onsale_eventlog::EventLog;
-use onsale_kafka::{Envelope, KafkaConfig};
+use onsale_kafka::KafkaConfig;
 use onsale_telemetry::trace;
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
@@ -358,7 +358,7 @@ impl Runner {
                             None => offsets.push((m.partition(), m.offset() + 1)),
                         }
                         let Some(body) = m.payload() else { continue };
-                        match serde_json::from_slice::<Envelope>(body).map_err(anyhow::Error::from).and_then(|e| LogEvent::from_envelope(&e)) {
+                        match LogEvent::from_message(body) {
                             Ok(Some(mut log)) => {
                                 if trace::enabled() {
                                     log.trace = traceparent_header(m);
