@@ -330,13 +330,31 @@ pub async fn wait_for_value<T, F: std::future::Future<Output = Option<T>>>(
     within: std::time::Duration,
     mut check: impl FnMut() -> F,
 ) -> T {
+    wait_until(what, within, std::time::Duration::from_millis(50), || {
+        let answer = check();
+        async move { answer.await.ok_or("nothing yet") }
+    })
+    .await
+}
+
+/// Waits until `check` answers `Ok`, asking again every `every`; past `within` the test fails
+/// with `what` and the last `Err` (what was seen instead). Answers the `Ok`.
+pub async fn wait_until<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
+    what: &str,
+    within: std::time::Duration,
+    every: std::time::Duration,
+    mut check: impl FnMut() -> F,
+) -> T {
     let started = std::time::Instant::now();
     loop {
-        if let Some(value) = check().await {
-            return value;
+        match check().await {
+            Ok(value) => return value,
+            Err(last) => assert!(
+                started.elapsed() < within,
+                "{what}: not within {within:?}; last {last}"
+            ),
         }
-        assert!(started.elapsed() < within, "{what}: not within {within:?}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        tokio::time::sleep(every).await;
     }
 }
 

@@ -160,16 +160,24 @@ impl PaymentPath {
         f: impl Fn(&Value) -> bool,
     ) -> Value {
         let t = self.rp.app.fan(fan);
-        let mut last = Value::Null;
-        for _ in 0..secs * 10 {
-            let (status, body) = self.rp.app.get(&format!("/v1/orders/{order}"), &t).await;
-            if status == 200 && f(&body) {
-                return body;
-            }
-            last = body;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("order {order} never became {what}; last {last}");
+        let (app, path, t, f) = (&self.rp.app, format!("/v1/orders/{order}"), &t, &f);
+        crate::wait_until(
+            &format!("order {order} never became {what}"),
+            Duration::from_secs(secs),
+            Duration::from_millis(100),
+            || {
+                let path = &path;
+                async move {
+                    let (status, body) = app.get(path, t).await;
+                    if status == 200 && f(&body) {
+                        Ok(body)
+                    } else {
+                        Err(body)
+                    }
+                }
+            },
+        )
+        .await
     }
 
     /// Captured charges per order, from the simulator's books (the witness).

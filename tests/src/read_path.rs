@@ -216,15 +216,21 @@ impl ReadPath {
         token: &str,
         f: impl Fn(u16, &Value) -> bool,
     ) -> Value {
-        let mut last = (0, Value::Null);
-        for _ in 0..200 {
-            last = self.app.get(path, token).await;
-            if f(last.0, &last.1) {
-                return last.1;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("{path} never matched; last answer {} {}", last.0, last.1);
+        let (app, f) = (&self.app, &f);
+        crate::wait_until(
+            &format!("{path} never matched"),
+            Duration::from_secs(20),
+            Duration::from_millis(100),
+            || async move {
+                let (status, body) = app.get(path, token).await;
+                if f(status, &body) {
+                    Ok(body)
+                } else {
+                    Err(format!("answer {status} {body}"))
+                }
+            },
+        )
+        .await
     }
 
     /// Kills the projections and deletes projection `P`'s read model and positions alone.
@@ -411,26 +417,29 @@ pub async fn read_models(pool: &sqlx::PgPool) -> Value {
 /// Waits (bounded at 90 s) until the topic read from offset 0 holds every sequence 1..=`head`
 /// of `event` (at least once; a read that fails while a cluster settles is retried).
 pub async fn topic_holds_every_event(brokers: &str, topic: &str, event: &str, head: i64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        let missing: Result<Vec<i64>, String> = topic_contents(brokers, topic)
-            .await
-            .map(|on_topic| {
-                (1..=head)
-                    .filter(|s| !on_topic.contains_key(&(event.to_owned(), *s)))
-                    .collect()
-            })
-            .map_err(|e| format!("{e:#}"));
-        if missing.as_ref().is_ok_and(Vec::is_empty) {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "events missing from the topic (of {head}): {:?}",
-            missing.map(|m| (m.len(), m.into_iter().take(5).collect::<Vec<_>>()))
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    crate::wait_until(
+        &format!("events missing from the topic (of {head})"),
+        Duration::from_secs(90),
+        Duration::from_millis(250),
+        || async move {
+            let missing: Result<Vec<i64>, String> = topic_contents(brokers, topic)
+                .await
+                .map(|on_topic| {
+                    (1..=head)
+                        .filter(|s| !on_topic.contains_key(&(event.to_owned(), *s)))
+                        .collect()
+                })
+                .map_err(|e| format!("{e:#}"));
+            match missing {
+                Ok(m) if m.is_empty() => Ok(()),
+                m => Err(format!(
+                    "{:?}",
+                    m.map(|m| (m.len(), m.into_iter().take(5).collect::<Vec<_>>()))
+                )),
+            }
+        },
+    )
+    .await
 }
 
 /// How often each (show, sequence) is on the topic, read from offset 0 of every partition to

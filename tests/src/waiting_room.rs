@@ -150,17 +150,19 @@ impl Room {
     /// Polls (every 250 ms, as a browser would) until the fan is admitted; returns the
     /// admission token.
     pub async fn admitted(&self, event: &str, fan: &str, queue_token: &str, secs: u64) -> String {
-        let mut last = Value::Null;
-        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
-        while std::time::Instant::now() < deadline {
-            let (_, v) = self.view(event, fan, queue_token).await;
-            if let Some(t) = v["admissionToken"].as_str() {
-                return t.to_owned();
-            }
-            last = v;
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        panic!("{fan} never admitted; last {last}");
+        crate::wait_until(
+            &format!("{fan} never admitted"),
+            Duration::from_secs(secs),
+            Duration::from_millis(250),
+            || async move {
+                let (_, v) = self.view(event, fan, queue_token).await;
+                match v["admissionToken"].as_str() {
+                    Some(t) => Ok(t.to_owned()),
+                    None => Err(v),
+                }
+            },
+        )
+        .await
     }
 
     pub async fn enter(&self, event: &str, fan: &str, admission: &str) -> (u16, Value) {
