@@ -35,6 +35,10 @@ impl Projection for Catalog {
         self.available.insert(show_id, count_available(show));
     }
 
+    fn unloaded(&mut self, show_id: ShowId) {
+        self.available.remove(&show_id);
+    }
+
     fn event(&mut self, ctx: &EventCtx<'_>) {
         let show = ctx.log.show_id;
         if let ShowEvent::ShowScheduled { info, layout } = &ctx.log.event {

@@ -44,6 +44,11 @@ pub trait Projection: Send + 'static {
     /// A show's fold was loaded from the table at the projection's stored position.
     fn loaded(&mut self, show_id: ShowId, show: &Show);
 
+    /// The show's fold was dropped (idle, or after an error or a rebalance): forget what is kept
+    /// of it; [`Projection::loaded`] comes again before its next event, and what was told since
+    /// the last flush is told again.
+    fn unloaded(&mut self, _show_id: ShowId) {}
+
     /// One event, applied to the show's fold.
     fn event(&mut self, ctx: &EventCtx<'_>);
 
@@ -64,6 +69,7 @@ type Io<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'a>>;
 /// A [`Projection`] as a runner drives it beside others.
 trait Member: Send {
     fn loaded(&mut self, show_id: ShowId, show: &Show);
+    fn unloaded(&mut self, show_id: ShowId);
     fn event(&mut self, ctx: &EventCtx<'_>);
     fn flush<'a>(&'a mut self, tx: &'a mut PgConnection) -> Io<'a>;
     fn tick<'a>(&'a mut self, tx: &'a mut PgConnection) -> Io<'a>;
@@ -72,6 +78,10 @@ trait Member: Send {
 impl<P: Projection> Member for P {
     fn loaded(&mut self, show_id: ShowId, show: &Show) {
         Projection::loaded(self, show_id, show);
+    }
+
+    fn unloaded(&mut self, show_id: ShowId) {
+        Projection::unloaded(self, show_id);
     }
 
     fn event(&mut self, ctx: &EventCtx<'_>) {
@@ -121,6 +131,16 @@ pub struct RunnerConfig {
         default_value_t = 3_000
     )]
     pub check_ms: u64,
+    /// A show's fold is dropped after this many seconds with no event (and loaded again from
+    /// the log when one comes): a projection process holds the shows on sale, not every show
+    /// it ever folded.
+    #[arg(
+        id = "projection_idle_secs",
+        long = "projection-idle-secs",
+        env = "ONSALE_PROJECTION_IDLE_SECS",
+        default_value_t = 300
+    )]
+    pub idle_secs: u64,
 }
 
 /// The consumer group hands partitions out; where to start reading one is the projection's
@@ -180,6 +200,8 @@ struct Folded {
     stored: Vec<i64>,
     /// `last_sequence` at the previous table check.
     checked_at: i64,
+    /// When the fold was loaded or last folded an event.
+    touched: Instant,
 }
 
 /// Folds the log into one or more projections: one consumer of the topic, one parse of each
@@ -292,7 +314,7 @@ impl Runner {
                 self.count(onsale_telemetry::metrics::PROJECTION_ERRORS_TOTAL);
                 tracing::warn!(projection = %self.label(), error = %format!("{e:#}"), "projection failed; restarting it");
                 // What was not committed is forgotten: reload from the stored positions.
-                self.shows.clear();
+                self.unload_all();
                 self.pending_offsets.clear();
                 tokio::select! {
                     _ = &mut shutdown => return,
@@ -377,7 +399,10 @@ impl Runner {
                     self.pending_offsets = offsets;
                     self.apply_batch(logs).await?;
                 }
-                _ = tick.tick() => self.tick().await?,
+                _ = tick.tick() => {
+                    self.tick().await?;
+                    self.drop_idle(Duration::from_secs(self.config.idle_secs));
+                }
                 _ = check.tick() => {
                     self.after_revocation();
                     self.check_table(false).await?;
@@ -392,7 +417,7 @@ impl Runner {
     fn after_revocation(&mut self) {
         if let Some(p) = &self.positions {
             if p.revoked.swap(false, Ordering::SeqCst) {
-                self.shows.clear();
+                self.unload_all();
             }
         }
     }
@@ -503,6 +528,7 @@ impl Runner {
         }
         tell(&mut self.members, &folded.stored, &mut folded.show, &log);
         folded.last_sequence = log.sequence;
+        folded.touched = Instant::now();
     }
 
     async fn commit(&mut self) -> anyhow::Result<()> {
@@ -600,6 +626,48 @@ impl Runner {
         Ok(())
     }
 
+    /// Drops the folds of shows with no event for `idle` whose every event is committed (and,
+    /// right after a tick, published): each is loaded from the log again when its next event
+    /// comes. Returns how many were dropped.
+    pub fn drop_idle(&mut self, idle: Duration) -> usize {
+        let idle: Vec<ShowId> = self
+            .shows
+            .iter()
+            .filter(|(_, f)| {
+                f.touched.elapsed() >= idle && f.stored.iter().all(|s| *s == f.last_sequence)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &idle {
+            self.unload(*id);
+        }
+        for name in &self.names {
+            metrics::gauge!(onsale_telemetry::metrics::PROJECTION_FOLDS, "projection" => name.clone())
+                .set(self.shows.len() as f64);
+        }
+        idle.len()
+    }
+
+    /// Forgets a show's fold, here and in every projection.
+    fn unload(&mut self, show_id: ShowId) {
+        self.shows.remove(&show_id);
+        for member in &mut self.members {
+            member.unloaded(show_id);
+        }
+    }
+
+    fn unload_all(&mut self) {
+        let ids: Vec<ShowId> = self.shows.keys().copied().collect();
+        for id in ids {
+            self.unload(id);
+        }
+    }
+
+    /// The shows whose fold is held here.
+    pub fn folds(&self) -> usize {
+        self.shows.len()
+    }
+
     async fn tick(&mut self) -> anyhow::Result<()> {
         let mut tx = self.pool.begin().await?;
         for member in &mut self.members {
@@ -641,6 +709,16 @@ impl Runner {
                     .is_some_and(|s| s.iter().any(|p| *p > at))
             };
             let show_id: ShowId = show_id.parse()?;
+            // A show not folded here whose every projection is at its head needs nothing: it
+            // is loaded when its next event comes (a projection holds the shows on sale, not
+            // every show the log ever had).
+            if !self.shows.contains_key(&show_id)
+                && stored
+                    .get(&show_id.to_string())
+                    .is_some_and(|s| s.iter().all(|p| *p >= head))
+            {
+                continue;
+            }
             // Another process of these projections (its partition is theirs now) moved the
             // show since this fold was loaded: it is not stalled, and this fold is stale.
             if self
@@ -648,7 +726,7 @@ impl Runner {
                 .get(&show_id)
                 .is_some_and(|f| moved_elsewhere(&show_id, f.last_sequence))
             {
-                self.shows.remove(&show_id);
+                self.unload(show_id);
                 continue;
             }
             // A show whose log cannot be read now (its shard went down since the heads were
@@ -765,6 +843,7 @@ impl Runner {
                 last_sequence: after,
                 stored,
                 checked_at: -1,
+                touched: Instant::now(),
             },
         );
         Ok(())

@@ -110,6 +110,10 @@ impl Projection for SeatMap {
         self.shows.insert(show_id, state);
     }
 
+    fn unloaded(&mut self, show_id: ShowId) {
+        self.shows.remove(&show_id);
+    }
+
     fn event(&mut self, ctx: &EventCtx<'_>) {
         let state = self.shows.entry(ctx.log.show_id).or_default();
         if let Some(parent) = &ctx.log.trace {

@@ -98,6 +98,8 @@ pub const PROJECTION_CONFLICTS_TOTAL: &str = "onsale_projection_conflicts_total"
 pub const PROJECTION_DUPLICATES_TOTAL: &str = "onsale_projection_duplicates_total";
 /// Projection restarts after an error, by projection.
 pub const PROJECTION_ERRORS_TOTAL: &str = "onsale_projection_errors_total";
+/// Shows whose fold a projection process holds in memory, by projection.
+pub const PROJECTION_FOLDS: &str = "onsale_projection_folds";
 /// Gaps and stalls a projection filled from the events table, by projection.
 pub const PROJECTION_GAP_FILLS_TOTAL: &str = "onsale_projection_gap_fills_total";
 /// A show's events a projection left to the gap check because its log could not be read (its
@@ -326,6 +328,10 @@ pub fn describe() {
     describe_counter!(
         PROJECTION_ERRORS_TOTAL,
         "Projection restarts after an error, by projection."
+    );
+    describe_gauge!(
+        PROJECTION_FOLDS,
+        "Shows whose fold a projection process holds in memory (idle ones are dropped), by projection."
     );
     describe_counter!(
         PROJECTION_GAP_FILLS_TOTAL,

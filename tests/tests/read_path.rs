@@ -1394,3 +1394,105 @@ async fn a_projection_rebuilt_alone_catches_up_beside_the_others_and_nothing_is_
     .await;
     rp.stop().await;
 }
+
+/// The four read models' positions on `event`, by projection.
+async fn read_model_positions(pool: &sqlx::PgPool, event: &str) -> BTreeMap<String, i64> {
+    sqlx::query_as::<_, (String, i64)>(
+        "SELECT projection, last_sequence FROM projection_positions
+          WHERE show_id = $1 AND projection = ANY($2)",
+    )
+    .bind(event)
+    .bind(["seat_map", "orders", "seat_history", "catalog"])
+    .fetch_all(pool)
+    .await
+    .expect("positions")
+    .into_iter()
+    .collect()
+}
+
+#[tokio::test]
+async fn a_projection_process_folds_the_shows_that_move_and_drops_idle_ones() {
+    let (_db, mut rp) = ReadPath::on_shared_broker().await.expect("read path");
+    let (busy, quiet) = (
+        rp.app.on_sale_event(2, 5, 10, None).await,
+        rp.app.on_sale_event(2, 5, 10, None).await,
+    );
+    let fans = std::sync::atomic::AtomicU32::new(0);
+    let app = rp.app.clone();
+    let hold = |event: &str| {
+        let fan = app.fan(&format!(
+            "fan{}",
+            fans.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let (app, event) = (app.clone(), event.to_owned());
+        async move {
+            let (status, body) = app.hold(&event, &fan, json!({"quantity": 1}), None).await;
+            assert_eq!(status, 201, "{body}");
+        }
+    };
+    hold(&busy).await;
+    hold(&quiet).await;
+    let busy_head = log_grew(&rp.pool, &busy, 0, 2).await;
+    let quiet_head = log_grew(&rp.pool, &quiet, 0, 2).await;
+    rp.at_head(&busy, busy_head).await;
+    rp.at_head(&quiet, quiet_head).await;
+    // The projections the server runs stop; a runner of the same four is driven by hand.
+    rp.kill_projections();
+    let log: std::sync::Arc<dyn onsale_eventlog::EventLog> =
+        std::sync::Arc::new(onsale_eventlog::PgEventLog::new(rp.pool.clone()));
+    let mut runner = onsale_projections::Runner::new(
+        rp.pool.clone(),
+        log,
+        onsale_projections::SeatMap::default(),
+        rp.kafka.clone(),
+        rp.runner.clone(),
+    )
+    .with(onsale_projections::Orders::default())
+    .with(onsale_projections::SeatHistory::default())
+    .with(onsale_projections::Catalog::default());
+
+    // Started over a log whose shows are all folded, it loads none of them.
+    runner.check_table(true).await.expect("a table check");
+    assert_eq!(runner.folds(), 0, "no show is behind: none is loaded");
+
+    // One show moves: that one is loaded and filled, the other stays out.
+    hold(&busy).await;
+    let busy_head = log_grew(&rp.pool, &busy, busy_head, 1).await;
+    runner.check_table(true).await.expect("a table check");
+    assert_eq!(runner.folds(), 1, "only the show that moved is loaded");
+    let at = read_model_positions(&rp.pool, &busy).await;
+    assert_eq!(at.len(), 4, "{at:?}");
+    assert!(at.values().all(|p| *p == busy_head), "{at:?} at {busy_head}");
+
+    // Idle for less than the bound it is kept; past it, dropped.
+    assert_eq!(runner.drop_idle(Duration::from_secs(3_600)), 0);
+    assert_eq!(runner.folds(), 1);
+    assert_eq!(runner.drop_idle(Duration::ZERO), 1, "the idle fold is dropped");
+    assert_eq!(runner.folds(), 0);
+
+    // Its next event loads it again from the log, and the read models go on from where they
+    // stood: each event applied once, the map and the catalog as a replay says.
+    hold(&busy).await;
+    let busy_head = log_grew(&rp.pool, &busy, busy_head, 1).await;
+    runner.check_table(true).await.expect("a table check");
+    assert_eq!(runner.folds(), 1);
+    let at = read_model_positions(&rp.pool, &busy).await;
+    assert!(at.values().all(|p| *p == busy_head), "{at:?} at {busy_head}");
+    let applied: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT projection, applied FROM projection_positions
+          WHERE show_id = $1 AND projection = ANY($2)",
+    )
+    .bind(&busy)
+    .bind(["seat_map", "orders", "seat_history", "catalog"])
+    .fetch_all(&rp.pool)
+    .await
+    .expect("applications");
+    assert!(
+        applied.iter().all(|(_, n)| *n == busy_head),
+        "{applied:?}: each of {busy_head} events applied once"
+    );
+    rp.seat_map_matches_replay(&busy).await;
+    let quiet_at = read_model_positions(&rp.pool, &quiet).await;
+    assert!(quiet_at.values().all(|p| *p == quiet_head), "{quiet_at:?}");
+    rp.stop().await;
+}
