@@ -1462,12 +1462,19 @@ async fn a_projection_process_folds_the_shows_that_move_and_drops_idle_ones() {
     assert_eq!(runner.folds(), 1, "only the show that moved is loaded");
     let at = read_model_positions(&rp.pool, &busy).await;
     assert_eq!(at.len(), 4, "{at:?}");
-    assert!(at.values().all(|p| *p == busy_head), "{at:?} at {busy_head}");
+    assert!(
+        at.values().all(|p| *p == busy_head),
+        "{at:?} at {busy_head}"
+    );
 
     // Idle for less than the bound it is kept; past it, dropped.
     assert_eq!(runner.drop_idle(Duration::from_secs(3_600)), 0);
     assert_eq!(runner.folds(), 1);
-    assert_eq!(runner.drop_idle(Duration::ZERO), 1, "the idle fold is dropped");
+    assert_eq!(
+        runner.drop_idle(Duration::ZERO),
+        1,
+        "the idle fold is dropped"
+    );
     assert_eq!(runner.folds(), 0);
 
     // Its next event loads it again from the log, and the read models go on from where they
@@ -1477,7 +1484,10 @@ async fn a_projection_process_folds_the_shows_that_move_and_drops_idle_ones() {
     runner.check_table(true).await.expect("a table check");
     assert_eq!(runner.folds(), 1);
     let at = read_model_positions(&rp.pool, &busy).await;
-    assert!(at.values().all(|p| *p == busy_head), "{at:?} at {busy_head}");
+    assert!(
+        at.values().all(|p| *p == busy_head),
+        "{at:?} at {busy_head}"
+    );
     let applied: Vec<(String, i64)> = sqlx::query_as(
         "SELECT projection, applied FROM projection_positions
           WHERE show_id = $1 AND projection = ANY($2)",
