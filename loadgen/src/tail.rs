@@ -5,6 +5,7 @@
 //! connection (coordinated omission corrected). The maximum rate is measured first in the same
 //! run (closed loop, every connection busy), then each point runs at a share of it.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -53,6 +54,8 @@ pub(crate) struct Point {
     pub granted: u64,
     pub refused: u64,
     pub errors: u64,
+    /// The errors by what they were: an HTTP status, or `timeout`, `connect`, `request`.
+    pub error_kinds: BTreeMap<String, u64>,
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub p999_ms: f64,
@@ -84,8 +87,9 @@ impl Load {
         })
     }
 
-    /// One hold of a uniformly drawn seat: 201, 409 (taken), or an error (5xx, 429, none).
-    async fn hold(&self, n: usize) -> Outcome {
+    /// One hold of a uniformly drawn seat: 201, 409 (taken), or an error (5xx, 429, none),
+    /// with what it was.
+    async fn hold(&self, n: usize) -> (Outcome, Option<String>) {
         let seat = crate::venue::seat_id(rand::random_range(0..crate::venue::SEATS));
         let sent = self
             .http
@@ -95,9 +99,12 @@ impl Load {
             .send()
             .await;
         match sent.map(|r| r.status().as_u16()) {
-            Ok(201) => Outcome::Granted,
-            Ok(409) => Outcome::Refused,
-            _ => Outcome::Error,
+            Ok(201) => (Outcome::Granted, None),
+            Ok(409) => (Outcome::Refused, None),
+            Ok(status) => (Outcome::Error, Some(status.to_string())),
+            Err(e) if e.is_timeout() => (Outcome::Error, Some("timeout".into())),
+            Err(e) if e.is_connect() => (Outcome::Error, Some("connect".into())),
+            Err(_) => (Outcome::Error, Some("request".into())),
         }
     }
 }
@@ -120,7 +127,7 @@ async fn max_rate(load: &Arc<Load>, connections: usize, seconds: u64) -> f64 {
             tokio::spawn(async move {
                 let mut n = c;
                 while Instant::now() < until {
-                    if load.hold(n).await != Outcome::Error {
+                    if load.hold(n).await.0 != Outcome::Error {
                         answered.fetch_add(1, Ordering::Relaxed);
                     }
                     n += connections;
@@ -144,6 +151,7 @@ async fn open_loop(load: &Arc<Load>, connections: usize, rate: f64, seconds: u64
         AtomicU64::new(0), // refused
         AtomicU64::new(0), // errors
     ]);
+    let kinds: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
     let free = Arc::new(Semaphore::new(connections));
     let start = tokio::time::Instant::now();
     let total = (rate * seconds as f64) as usize;
@@ -155,12 +163,24 @@ async fn open_loop(load: &Arc<Load>, connections: usize, rate: f64, seconds: u64
         let Ok(permit) = free.clone().acquire_owned().await else {
             break;
         };
-        let (load, histogram, counts) = (load.clone(), histogram.clone(), counts.clone());
+        let (load, histogram, counts, kinds) = (
+            load.clone(),
+            histogram.clone(),
+            counts.clone(),
+            kinds.clone(),
+        );
         tasks.spawn(async move {
-            let outcome = load.hold(n).await;
+            let (outcome, kind) = load.hold(n).await;
             let micros = due.elapsed().as_micros() as u64;
             drop(permit);
             counts[outcome as usize].fetch_add(1, Ordering::Relaxed);
+            if let Some(kind) = kind {
+                *kinds
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(kind)
+                    .or_default() += 1;
+            }
             let mut h = histogram.lock().unwrap_or_else(|p| p.into_inner());
             let _ = h.record(micros.max(1));
         });
@@ -172,6 +192,7 @@ async fn open_loop(load: &Arc<Load>, connections: usize, rate: f64, seconds: u64
     let h = histogram.lock().unwrap_or_else(|p| p.into_inner());
     let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     let over = |micros: u64| h.count_between(micros + 1, h.max().max(micros + 1));
+    let error_kinds = std::mem::take(&mut *kinds.lock().unwrap_or_else(|p| p.into_inner()));
     let [granted, refused, errors] = counts
         .as_ref()
         .each_ref()
@@ -183,6 +204,7 @@ async fn open_loop(load: &Arc<Load>, connections: usize, rate: f64, seconds: u64
         granted,
         refused,
         errors,
+        error_kinds,
         p50_ms: ms(0.50),
         p99_ms: ms(0.99),
         p999_ms: ms(0.999),
@@ -220,7 +242,7 @@ pub(crate) async fn run(t: Tail, secret: &str) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&p)?);
         } else {
             println!(
-                "| {}% | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} | {} |",
+                "| {}% | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} | {}{} |",
                 p.share_of_max,
                 p.target_per_sec,
                 p.answered_per_sec,
@@ -230,7 +252,17 @@ pub(crate) async fn run(t: Tail, secret: &str) -> anyhow::Result<()> {
                 p.max_ms,
                 p.over_100ms,
                 p.over_1s,
-                p.errors
+                p.errors,
+                if p.error_kinds.is_empty() {
+                    String::new()
+                } else {
+                    let kinds: Vec<String> = p
+                        .error_kinds
+                        .iter()
+                        .map(|(k, n)| format!("{k}: {n}"))
+                        .collect();
+                    format!(" ({})", kinds.join(", "))
+                }
             );
         }
     }
