@@ -1402,7 +1402,7 @@ async fn read_model_positions(pool: &sqlx::PgPool, event: &str) -> BTreeMap<Stri
           WHERE show_id = $1 AND projection = ANY($2)",
     )
     .bind(event)
-    .bind(["seat_map", "orders", "seat_history", "catalog"])
+    .bind(onsale_query::health::PROJECTIONS)
     .fetch_all(pool)
     .await
     .expect("positions")
@@ -1493,7 +1493,7 @@ async fn a_projection_process_folds_the_shows_that_move_and_drops_idle_ones() {
           WHERE show_id = $1 AND projection = ANY($2)",
     )
     .bind(&busy)
-    .bind(["seat_map", "orders", "seat_history", "catalog"])
+    .bind(onsale_query::health::PROJECTIONS)
     .fetch_all(&rp.pool)
     .await
     .expect("applications");
