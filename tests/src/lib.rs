@@ -338,7 +338,10 @@ pub async fn wait_for_value<T, F: std::future::Future<Output = Option<T>>>(
 }
 
 /// Waits until `check` answers `Ok`, asking again every `every`; past `within` the test fails
-/// with `what` and the last `Err` (what was seen instead). Answers the `Ok`.
+/// with `what` and the last `Err` (what was seen instead). Answers the `Ok`. A check that does
+/// not answer at all (a request the other side never replies to) is bounded too: it may run
+/// until the bound (and a second past it, so a check started just before the bound can finish),
+/// then the test fails saying so, instead of hanging the run.
 pub async fn wait_until<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
     what: &str,
     within: std::time::Duration,
@@ -347,12 +350,14 @@ pub async fn wait_until<T, E: std::fmt::Display, F: std::future::Future<Output =
 ) -> T {
     let started = std::time::Instant::now();
     loop {
-        match check().await {
-            Ok(value) => return value,
-            Err(last) => assert!(
+        let left = within.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left.max(std::time::Duration::from_secs(1)), check()).await {
+            Ok(Ok(value)) => return value,
+            Ok(Err(last)) => assert!(
                 started.elapsed() < within,
                 "{what}: not within {within:?}; last {last}"
             ),
+            Err(_) => panic!("{what}: not within {within:?}; the last check did not answer"),
         }
         tokio::time::sleep(every).await;
     }
@@ -371,10 +376,17 @@ impl Api {
         .await;
     }
 
+    /// A client that gives up on a connection after 10 s and on a response that sends nothing
+    /// for 60 s (an SSE stream sends a comment every 15 s), so a server that stops answering
+    /// fails the test instead of hanging the run.
     pub fn new(base: &str) -> Self {
         Self {
             base: base.to_owned(),
-            http: reqwest::Client::new(),
+            http: reqwest::Client::builder()
+                .connect_timeout(std::time::Duration::from_secs(10))
+                .read_timeout(std::time::Duration::from_secs(60))
+                .build()
+                .expect("an HTTP client builds"),
         }
     }
 
