@@ -168,6 +168,12 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
     /// Every event from zero, ignoring snapshots: the reference a snapshot is checked against.
     async fn replay(&self, show: ShowId) -> Result<LoadedShow>;
 
+    /// The show as it stood at `upto`: its newest snapshot taken at or before `upto` (or zero),
+    /// then the events after it up to `upto`. What a projection resumes from at its stored
+    /// position without reading the show's whole history. A log that ends before `upto` gives
+    /// the show at its end (the caller compares the version).
+    async fn load_upto(&self, show: ShowId, upto: i64) -> Result<LoadedShow>;
+
     /// A show's events in order, as stored: what analysts and auditors replay.
     async fn events(&self, show: ShowId) -> Result<Vec<StoredEvent>> {
         let id = show.to_string();

@@ -124,8 +124,8 @@ impl MemoryEventLog {
         self.lock().appends
     }
 
-    /// `start` with the show's events after it applied.
-    fn fold(&self, id: &str, start: (Show, i64)) -> Result<LoadedShow> {
+    /// `start` with the show's events after it, up to `upto`, applied.
+    fn fold(&self, id: &str, start: (Show, i64), upto: i64) -> Result<LoadedShow> {
         let after = start.1;
         let mut fold = Fold::new(id, start);
         if let Some(rows) = self
@@ -133,7 +133,10 @@ impl MemoryEventLog {
             .rows
             .get(&(Show::TYPE.to_owned(), id.to_owned()))
         {
-            for r in rows.iter().filter(|r| r.sequence > after) {
+            for r in rows
+                .iter()
+                .filter(|r| r.sequence > after && r.sequence <= upto)
+            {
                 fold.push(r.sequence, &r.payload)?;
             }
         }
@@ -222,12 +225,24 @@ impl EventLog for MemoryEventLog {
             .get(&id)
             .and_then(|s| s.last().cloned());
         let start = start_from(&id, snapshot)?;
-        self.fold(&id, start)
+        self.fold(&id, start, i64::MAX)
     }
 
     async fn replay(&self, show: ShowId) -> Result<LoadedShow> {
         let id = show.to_string();
-        self.fold(&id, (Show::default(), 0))
+        self.fold(&id, (Show::default(), 0), i64::MAX)
+    }
+
+    async fn load_upto(&self, show: ShowId, upto: i64) -> Result<LoadedShow> {
+        let id = show.to_string();
+        let snapshot = self.lock().snapshots.get(&id).and_then(|s| {
+            s.iter()
+                .filter(|(seq, _)| *seq <= upto)
+                .max_by_key(|(seq, _)| *seq)
+                .cloned()
+        });
+        let start = start_from(&id, snapshot)?;
+        self.fold(&id, start, upto)
     }
 
     async fn read_range(
@@ -464,6 +479,44 @@ mod tests {
         assert_eq!(sequences, [1, 2, 3]);
         assert!(events.iter().all(|e| e.event_type == "HoldReleased"));
         assert_eq!(log.heads().await.expect("heads"), [(show.to_string(), 3)]);
+    }
+
+    #[tokio::test]
+    async fn a_load_up_to_a_sequence_starts_at_the_newest_snapshot_not_past_it() {
+        let log = MemoryEventLog::default();
+        let show = ShowId::random();
+        let five: Vec<ShowEvent> = (0..5)
+            .map(|_| ShowEvent::HoldReleased {
+                hold_id: HoldId::new(show),
+            })
+            .collect();
+        let node = Node {
+            id: uuid::Uuid::new_v4(),
+            addr: String::new(),
+        };
+        let ttl = std::time::Duration::from_secs(5);
+        let Claim::Owned { epoch } = log.claim(show, &node, ttl).await.expect("claim") else {
+            panic!("a free show is claimed");
+        };
+        log.append(show, epoch, 0, Utc::now(), &five, &[])
+            .await
+            .expect("appended");
+        let empty = Show::default().snapshot_copy().to_json().expect("json");
+        for at in [2, 4] {
+            log.save_snapshot(show, at, &empty).await.expect("snapshot");
+        }
+        let from = |upto| {
+            let log = log.clone();
+            async move {
+                let l = log.load_upto(show, upto).await.expect("loaded");
+                (l.snapshot_version, l.version)
+            }
+        };
+        assert_eq!(from(1).await, (0, 1), "before every snapshot: from zero");
+        assert_eq!(from(3).await, (2, 3));
+        assert_eq!(from(4).await, (4, 4));
+        assert_eq!(from(5).await, (4, 5));
+        assert_eq!(from(9).await, (4, 5), "the log ends at 5");
     }
 
     #[tokio::test]

@@ -289,19 +289,8 @@ impl PgEventLog {
         if target < 1 {
             return Ok(Past::Before);
         }
-        let snapshot: Option<(i64, String)> = sqlx::query_as(
-            "SELECT last_sequence, payload::text FROM snapshots
-              WHERE aggregate_type = $1 AND aggregate_id = $2 AND last_sequence <= $3
-              ORDER BY last_sequence DESC LIMIT 1",
-        )
-        .bind(Show::TYPE)
-        .bind(&id)
-        .bind(target)
-        .fetch_optional(&self.pool)
-        .await?;
-        let start = start_from(&id, snapshot)?;
-        let snapshot_version = start.1;
-        let loaded = self.fold(show, start, target).await?;
+        let loaded = self.load_upto(show, target).await?;
+        let snapshot_version = loaded.snapshot_version;
         if loaded.version != target {
             return Err(StoreError::Corrupt(format!(
                 "{id}: rebuilt to {} of {target}",
@@ -438,6 +427,22 @@ impl EventLog for PgEventLog {
 
     async fn replay(&self, show: ShowId) -> Result<LoadedShow> {
         self.fold(show, (Show::default(), 0), i64::MAX).await
+    }
+
+    async fn load_upto(&self, show: ShowId, upto: i64) -> Result<LoadedShow> {
+        let id = show.to_string();
+        let snapshot: Option<(i64, String)> = sqlx::query_as(
+            "SELECT last_sequence, payload::text FROM snapshots
+              WHERE aggregate_type = $1 AND aggregate_id = $2 AND last_sequence <= $3
+              ORDER BY last_sequence DESC LIMIT 1",
+        )
+        .bind(Show::TYPE)
+        .bind(&id)
+        .bind(upto)
+        .fetch_optional(&self.pool)
+        .await?;
+        let start = start_from(&id, snapshot)?;
+        self.fold(show, start, upto).await
     }
 
     async fn read_range(

@@ -440,6 +440,18 @@ impl<L: EventLog + ?Sized> EventLog for ShardedLog<L> {
         self.of(show).await?.replay(show).await
     }
 
+    /// Like [`read_range`](EventLog::read_range), a load that finds nothing of a known show
+    /// asks the directory again: the show may have moved.
+    async fn load_upto(&self, show: ShowId, upto: i64) -> Result<LoadedShow> {
+        let loaded = self.of(show).await?.load_upto(show, upto).await?;
+        if loaded.version == 0 && upto > 0 {
+            if let Some(moved) = self.recheck(show).await? {
+                return moved.load_upto(show, upto).await;
+            }
+        }
+        Ok(loaded)
+    }
+
     /// A read from the start that finds nothing on a known show's shard asks the directory
     /// again: the show may have moved since this process learned where it was.
     async fn read_range(

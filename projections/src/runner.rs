@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::Utc;
-use cqrs_es::Aggregate;
 use onsale_domain::{Show, ShowId};
 use onsale_eventlog::EventLog;
 use onsale_kafka::KafkaConfig;
@@ -225,6 +224,8 @@ pub struct Runner {
     lag: Vec<f64>,
     /// The spans of the traced events folded since the last commit: they end with it.
     traced: Vec<tracing::Span>,
+    /// Events read from the log to load folds (after a snapshot, up to the stored positions).
+    loaded_events: u64,
 }
 
 impl std::fmt::Debug for Runner {
@@ -277,6 +278,7 @@ impl Runner {
             lsn: None,
             lag: Vec::new(),
             traced: Vec::new(),
+            loaded_events: 0,
         }
     }
 
@@ -668,6 +670,21 @@ impl Runner {
         self.shows.len()
     }
 
+    /// Events read from the log so far to load folds: those after each show's snapshot up to
+    /// its projections' stored positions (not the events folded into the read models).
+    pub fn loaded_events(&self) -> u64 {
+        self.loaded_events
+    }
+
+    fn note_loaded_events(&mut self, n: i64) {
+        let n = u64::try_from(n).unwrap_or(0);
+        self.loaded_events += n;
+        for name in &self.names {
+            metrics::counter!(onsale_telemetry::metrics::PROJECTION_LOAD_EVENTS_TOTAL, "projection" => name.clone())
+                .increment(n);
+        }
+    }
+
     async fn tick(&mut self) -> anyhow::Result<()> {
         let mut tx = self.pool.begin().await?;
         for member in &mut self.members {
@@ -810,10 +827,25 @@ impl Runner {
         }
         let mut order: Vec<usize> = (0..stored.len()).collect();
         order.sort_by_key(|&i| stored[i]);
+        // The show as it stood at the lowest position, from its newest snapshot at or before
+        // it (the owner writes them): a show woken after its fold was dropped, or loaded again
+        // after a restart or a rebalance in the middle of an on-sale, reads the events since
+        // that snapshot, not its whole history (ADR 025 decision 7).
+        let lowest = stored.iter().copied().min().unwrap_or(0);
         let mut show = Show::default();
+        if lowest > 0 {
+            let loaded = self.log.load_upto(show_id, lowest).await?;
+            anyhow::ensure!(
+                loaded.version == lowest,
+                "{show_id} is folded to {lowest} but the table ends at {}",
+                loaded.version
+            );
+            self.note_loaded_events(lowest - loaded.snapshot_version);
+            show = loaded.show;
+        }
         // Until a projection is told it was loaded it is told no event (its position: MAX).
         let mut told = vec![i64::MAX; stored.len()];
-        let mut after = 0;
+        let mut after = lowest;
         for i in order {
             let position = stored[i];
             while after < position {
@@ -824,12 +856,10 @@ impl Runner {
                         self.names[i]
                     );
                 };
+                self.note_loaded_events(chunk.len() as i64);
+                // Past the lowest position, at least one projection was told it was loaded.
                 for log in chunk {
-                    if told.iter().all(|t| *t == i64::MAX) {
-                        show.apply(log.event);
-                    } else {
-                        tell(&mut self.members, &told, &mut show, &log);
-                    }
+                    tell(&mut self.members, &told, &mut show, &log);
                 }
                 after = last;
             }

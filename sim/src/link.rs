@@ -194,6 +194,11 @@ impl EventLog for Link {
         self.store.replay(show).await
     }
 
+    async fn load_upto(&self, show: ShowId, upto: i64) -> Result<LoadedShow> {
+        self.reachable().await;
+        self.store.load_upto(show, upto).await
+    }
+
     async fn read_range(
         &self,
         show: &str,

@@ -100,6 +100,9 @@ pub const PROJECTION_DUPLICATES_TOTAL: &str = "onsale_projection_duplicates_tota
 pub const PROJECTION_ERRORS_TOTAL: &str = "onsale_projection_errors_total";
 /// Shows whose fold a projection process holds in memory, by projection.
 pub const PROJECTION_FOLDS: &str = "onsale_projection_folds";
+/// Events a projection read from the log to load shows' folds (after each show's snapshot, up
+/// to its stored positions), by projection.
+pub const PROJECTION_LOAD_EVENTS_TOTAL: &str = "onsale_projection_load_events_total";
 /// Gaps and stalls a projection filled from the events table, by projection.
 pub const PROJECTION_GAP_FILLS_TOTAL: &str = "onsale_projection_gap_fills_total";
 /// A show's events a projection left to the gap check because its log could not be read (its
@@ -332,6 +335,10 @@ pub fn describe() {
     describe_gauge!(
         PROJECTION_FOLDS,
         "Shows whose fold a projection process holds in memory (idle ones are dropped), by projection."
+    );
+    describe_counter!(
+        PROJECTION_LOAD_EVENTS_TOTAL,
+        "Events a projection read from the log to load shows' folds (after each show's snapshot), by projection."
     );
     describe_counter!(
         PROJECTION_GAP_FILLS_TOTAL,

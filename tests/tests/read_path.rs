@@ -1506,3 +1506,85 @@ async fn a_projection_process_folds_the_shows_that_move_and_drops_idle_ones() {
     assert!(quiet_at.values().all(|p| *p == quiet_head), "{quiet_at:?}");
     rp.stop().await;
 }
+
+#[tokio::test]
+async fn a_projection_loads_a_show_from_its_snapshot_at_its_position_not_from_zero() {
+    use onsale_eventlog::EventLog;
+    let (_db, mut rp) = ReadPath::on_shared_broker().await.expect("read path");
+    let event = rp.app.on_sale_event(2, 5, 10, None).await;
+    let show: onsale_domain::ShowId = event.parse().expect("show id");
+    let fans = std::sync::atomic::AtomicU32::new(0);
+    let app = rp.app.clone();
+    let holds = |n: u32| {
+        let (app, event) = (app.clone(), event.clone());
+        let first = fans.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        async move {
+            for f in first..first + n {
+                let fan = app.fan(&format!("fan{f}"));
+                let (status, body) = app.hold(&event, &fan, json!({"quantity": 1}), None).await;
+                assert_eq!(status, 201, "{body}");
+            }
+        }
+    };
+    holds(6).await;
+    let folded = log_grew(&rp.pool, &event, 0, 7).await;
+    rp.at_head(&event, folded).await;
+    rp.kill_projections();
+    let log = onsale_eventlog::PgEventLog::new(rp.pool.clone());
+    // Snapshots as the owner writes them: one at the projections' position, and one past it
+    // (a state they have not reached: loading from it would skip events).
+    let snapshot = |log: &onsale_eventlog::PgEventLog| {
+        let log = log.clone();
+        async move {
+            let now = log.replay(show).await.expect("a replay");
+            let json = now.show.snapshot_copy().to_json().expect("a snapshot");
+            log.save_snapshot(show, now.version, &json)
+                .await
+                .expect("a snapshot saved");
+            now.version
+        }
+    };
+    assert_eq!(snapshot(&log).await, folded);
+    holds(3).await;
+    let past = log_grew(&rp.pool, &event, folded, 3).await;
+    assert_eq!(snapshot(&log).await, past);
+    holds(2).await;
+    let head = log_grew(&rp.pool, &event, past, 2).await;
+
+    let mut runner = onsale_projections::Runner::new(
+        rp.pool.clone(),
+        std::sync::Arc::new(log),
+        onsale_projections::SeatMap::default(),
+        rp.kafka.clone(),
+        rp.runner.clone(),
+    )
+    .with(onsale_projections::Orders::default())
+    .with(onsale_projections::SeatHistory::default())
+    .with(onsale_projections::Catalog::default());
+    runner.check_table(true).await.expect("a table check");
+    assert_eq!(
+        runner.loaded_events(),
+        0,
+        "the fold starts from the snapshot at the projections' position ({folded}), reading none of the events before it"
+    );
+    // From there every read model goes on to the head, each event applied once, the map as a
+    // replay says.
+    let at = read_model_positions(&rp.pool, &event).await;
+    assert_eq!(at.len(), 4, "{at:?}");
+    assert!(at.values().all(|p| *p == head), "{at:?} at {head}");
+    let applied: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT projection, applied FROM projection_positions
+          WHERE show_id = $1 AND projection = ANY($2)",
+    )
+    .bind(&event)
+    .bind(onsale_query::health::PROJECTIONS)
+    .fetch_all(&rp.pool)
+    .await
+    .expect("applications");
+    assert!(
+        applied.iter().all(|(_, n)| *n == head),
+        "{applied:?}: each of {head} events applied once"
+    );
+    rp.seat_map_matches_replay(&event).await;
+    rp.stop().await;
+}
