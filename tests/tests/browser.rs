@@ -330,11 +330,12 @@ async fn the_venue_chart_draws_a_generated_and_a_given_layout_picks_and_holds_an
     rp.stop().await;
 }
 
-/// The chart at scale (issue 34's goals, figures in BENCHMARKS.md): a 50,000-seat show drawn
-/// whole within 300 ms of its snapshot, then 1,000 seat changes a second with every frame on
-/// time (p95) and every change repainted within 500 ms of its arrival.
+/// The chart at scale: a 50,000-seat show drawn whole after its snapshot, then 1,000 seat
+/// changes a second, every delta repainted and every changed seat shown sold, the draw, the
+/// frames (p95) and the repaints within bounds ten times issue 34's goals (what `make
+/// bench-chart` measures against the goals themselves, figures in BENCHMARKS.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_50000_seat_chart_draws_within_300_ms_and_keeps_its_frames_at_1000_seat_changes_a_second()
+async fn a_50000_seat_chart_draws_and_repaints_every_delta_at_1000_seat_changes_a_second()
 {
     let db = TestDb::new().await.expect("db");
     let web = PathBuf::from(env("ONSALE_TEST_WEB_DIR"));
