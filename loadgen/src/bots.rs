@@ -534,16 +534,17 @@ pub(crate) async fn drill(d: BotsDrill, secret: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Folds `rounds` rounds of each bot loop into one show of the arena (one round a second, a
-/// bot at its account's pace) and prints what the show remembers (holds, orders, keys) and its
-/// snapshot's size as the rounds go: flat once the loops' allowances are reached.
-pub(crate) fn memory(rounds: u32) -> anyhow::Result<()> {
-    use cqrs_es::Aggregate;
-    use onsale_domain::show::Show;
-    use onsale_domain::{
-        AccountId, HoldId, Idempotency, IdempotencyKey, OrderId, PaymentFailure, ShowCommand,
-        ShowId, ShowInfo, VenueId, VenueLayout,
-    };
+/// A show of the arena scheduled in the domain alone, on sale since a second before `now`
+/// (10-minute holds): what the in-domain benchmarks fold commands into. Answers its id, the
+/// show and `now`.
+pub(crate) fn arena_show(
+    name: &str,
+) -> anyhow::Result<(
+    onsale_domain::ShowId,
+    onsale_domain::show::Show,
+    chrono::DateTime<chrono::Utc>,
+)> {
+    use onsale_domain::{ShowId, ShowInfo, VenueId, VenueLayout};
     let show_id = ShowId::random();
     let layout: VenueLayout =
         serde_json::from_value(crate::venue::venue_body()["sections"].clone())
@@ -555,7 +556,7 @@ pub(crate) fn memory(rounds: u32) -> anyhow::Result<()> {
         venue_id: VenueId::random(),
         venue_name: "Onsale Arena".into(),
         city: "Oslo".into(),
-        name: "Bots".into(),
+        name: name.into(),
         performer: "The Crowd".into(),
         starts_at: start + chrono::Duration::days(60),
         on_sale_at: start - chrono::Duration::seconds(1),
@@ -565,7 +566,23 @@ pub(crate) fn memory(rounds: u32) -> anyhow::Result<()> {
         hold_ttl_seconds: 600,
         policy: Default::default(),
     };
-    let mut show = Show::as_scheduled(info, layout);
+    Ok((
+        show_id,
+        onsale_domain::show::Show::as_scheduled(info, layout),
+        start,
+    ))
+}
+
+/// Folds `rounds` rounds of each bot loop into one show of the arena (one round a second, a
+/// bot at its account's pace) and prints what the show remembers (holds, orders, keys) and its
+/// snapshot's size as the rounds go: flat once the loops' allowances are reached.
+pub(crate) fn memory(rounds: u32) -> anyhow::Result<()> {
+    use cqrs_es::Aggregate;
+    use onsale_domain::show::Show;
+    use onsale_domain::{
+        AccountId, HoldId, Idempotency, IdempotencyKey, OrderId, PaymentFailure, ShowCommand,
+    };
+    let (show_id, mut show, start) = arena_show("Bots")?;
     let run = |show: &mut Show, c: ShowCommand, now| -> bool {
         match show.decide(c, now) {
             Ok(events) => {

@@ -13,6 +13,7 @@ mod demo;
 mod drill;
 mod fanout;
 mod join;
+mod owner;
 mod queue;
 mod reads;
 mod region;
@@ -244,6 +245,16 @@ enum Command {
         #[arg(long, default_value_t = 100_000)]
         rounds: u32,
     },
+    /// The owner's worst command as a show's memory grows, and a snapshot's copy (`make
+    /// bench-owner`): keyed 1-seat holds of new fans folded in the domain, each timed.
+    BenchOwner {
+        /// Holds made in all.
+        #[arg(long, default_value_t = 400_000)]
+        holds: u32,
+        /// A row (and a snapshot's copy) every this many holds.
+        #[arg(long, default_value_t = 50_000)]
+        report_every: u32,
+    },
     /// The hold path's tail (`make bench-tail`): the maximum rate (closed loop), then holds at
     /// shares of it sent at a constant arrival rate, latency from when each was due.
     BenchTail {
@@ -371,6 +382,10 @@ async fn main() -> anyhow::Result<()> {
             bots::flood(flood, auth.jwt_secret.expose_secret()).await
         }
         Command::BotMemory { rounds } => bots::memory(rounds),
+        Command::BenchOwner {
+            holds,
+            report_every,
+        } => owner::bench(holds, report_every),
         Command::BenchTail { tail, auth } => {
             let auth = auth.secured()?;
             tail::run(tail, auth.jwt_secret.expose_secret()).await
