@@ -554,6 +554,29 @@ proptest! {
         );
     }
 
+    /// The owner copies the show for a snapshot and serializes the copy later, off its task,
+    /// while it goes on deciding: the copy shares the show's holds, orders and keys (ADR 026),
+    /// and whatever the show does meanwhile, the copy serializes to the state it was taken at.
+    #[test]
+    fn a_snapshot_copy_keeps_the_state_it_was_taken_at_while_the_show_moves_on(
+        before in prop::collection::vec(op(), 1..80),
+        after in prop::collection::vec(op(), 1..80),
+    ) {
+        let mut world = World::new();
+        for op in before {
+            world.step(op);
+        }
+        let at_copy = serde_json::to_value(&world.show).expect("json");
+        let copy = world.show.snapshot_copy();
+        for op in after {
+            world.step(op);
+        }
+        let copied: serde_json::Value =
+            serde_json::from_str(&copy.to_json().expect("the copy serializes")).expect("json");
+        prop_assert_eq!(copied, at_copy);
+        world.step(Op::Snapshot);
+    }
+
     #[test]
     fn events_round_trip_through_json(ops in prop::collection::vec(op(), 1..60)) {
         let mut world = World::new();

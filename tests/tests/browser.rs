@@ -335,8 +335,7 @@ async fn the_venue_chart_draws_a_generated_and_a_given_layout_picks_and_holds_an
 /// frames (p95) and the repaints within bounds ten times issue 34's goals (what `make
 /// bench-chart` measures against the goals themselves, figures in BENCHMARKS.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_50000_seat_chart_draws_and_repaints_every_delta_at_1000_seat_changes_a_second()
-{
+async fn a_50000_seat_chart_draws_and_repaints_every_delta_at_1000_seat_changes_a_second() {
     let db = TestDb::new().await.expect("db");
     let web = PathBuf::from(env("ONSALE_TEST_WEB_DIR"));
     let rp = ReadPath::spawn_parts(

@@ -382,7 +382,7 @@ impl Aggregate for Show {
 
 /// Adds `item` to `account`'s list, cloning the account id only for its first item (a log
 /// replay applies millions of events: a clone per event is measurable).
-fn push_to<T>(map: &mut HashMap<AccountId, Vec<T>>, account: &AccountId, item: T) {
+fn push_to<T: Clone>(map: &mut imbl::HashMap<AccountId, Vec<T>>, account: &AccountId, item: T) {
     match map.get_mut(account) {
         Some(items) => items.push(item),
         None => {

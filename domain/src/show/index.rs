@@ -27,16 +27,18 @@ pub(super) struct Index {
     /// seats of lapsed holds as free without looking at each, and skips a row whose holds are
     /// all live in one lookup (on a filling show or a busy floor, most rows are like that).
     pub(super) row_holds: Vec<BTreeMap<DateTime<Utc>, u32>>,
+    // The maps by account grow with every new fan of an on-sale: persistent maps, so that none
+    // rehashes a whole table on the owner's task as it grows (ADR 026).
     /// Per account, its active holds (ended ones are dropped as they end).
-    pub(super) account_holds: HashMap<AccountId, Vec<HoldId>>,
-    pub(super) account_orders: HashMap<AccountId, Vec<OrderId>>,
+    pub(super) account_holds: imbl::HashMap<AccountId, Vec<HoldId>>,
+    pub(super) account_orders: imbl::HashMap<AccountId, Vec<OrderId>>,
     pub(super) expiry: BTreeSet<(DateTime<Utc>, HoldId)>,
     /// Per account, its finished holds made without a key (oldest id first: ids sort by
     /// creation), at most [`FINISHED_HOLDS_KEPT_PER_ACCOUNT`].
-    pub(super) account_finished: HashMap<AccountId, BTreeSet<HoldId>>,
+    pub(super) account_finished: imbl::HashMap<AccountId, BTreeSet<HoldId>>,
     /// Per account, its finished holds made under a key (oldest first), at most
     /// [`KEYED_FINISHED_HOLDS_KEPT_PER_ACCOUNT`].
-    pub(super) account_keyed_finished: HashMap<AccountId, BTreeSet<HoldId>>,
+    pub(super) account_keyed_finished: imbl::HashMap<AccountId, BTreeSet<HoldId>>,
     /// Every remembered idempotency key by when it was used, oldest first.
     pub(super) key_ages: BTreeSet<(DateTime<Utc>, AccountId, IdempotencyKey)>,
 }

@@ -148,9 +148,12 @@ pub struct Show {
     info: Option<ShowInfo>,
     layout: VenueLayout,
     seats: Vec<Seat>,
-    holds: HashMap<HoldId, Hold>,
-    orders: HashMap<OrderId, Order>,
-    idempotency: HashMap<(AccountId, IdempotencyKey), IdempotencyRecord>,
+    // Persistent (structurally shared) maps: a snapshot's copy shares them instead of copying
+    // every hold, order and key on the owner's task, and they never rehash a whole table as
+    // they grow (ADR 026).
+    holds: imbl::HashMap<HoldId, Hold>,
+    orders: imbl::HashMap<OrderId, Order>,
+    idempotency: imbl::HashMap<(AccountId, IdempotencyKey), IdempotencyRecord>,
     index: Index,
 }
 
@@ -167,7 +170,7 @@ pub struct ShowSnapshot {
 
 impl From<Show> for ShowSnapshot {
     fn from(s: Show) -> Self {
-        let mut idempotency: Vec<_> = s.idempotency.into_values().collect();
+        let mut idempotency: Vec<_> = s.idempotency.into_iter().map(|(_, r)| r).collect();
         idempotency.sort_by(|a, b| (&a.account, &a.key).cmp(&(&b.account, &b.key)));
         Self {
             info: s.info,
@@ -181,8 +184,10 @@ impl From<Show> for ShowSnapshot {
 }
 
 /// A show's state copied for a snapshot, without its derived index: what the owner takes on its
-/// own task (the index of a 200,000-place floor is 400,000 strings, most of a full clone's
-/// cost), serialized off it by [`SnapshotCopy::to_json`] into the same form as `Show`'s.
+/// own task, serialized off it by [`SnapshotCopy::to_json`] into the same form as `Show`'s. The
+/// holds, orders and keys are shared with the show, not copied (the owner's later changes copy
+/// the few nodes they touch), so the copy costs the seats and the layout, not the show's
+/// history (ADR 026).
 #[derive(Debug)]
 pub struct SnapshotCopy(Show);
 
