@@ -448,14 +448,8 @@ mod tests {
 
     use super::*;
 
-    #[tokio::test]
-    async fn appends_are_fenced_by_the_version_and_read_back_in_order() {
-        let log = MemoryEventLog::default();
-        let show = ShowId::random();
-        let released = |_| ShowEvent::HoldReleased {
-            hold_id: HoldId::new(show),
-        };
-        let two: Vec<ShowEvent> = (0..2).map(released).collect();
+    /// The epoch of a new node's claim of the free `show`.
+    async fn claimed(log: &MemoryEventLog, show: ShowId) -> i64 {
         let node = Node {
             id: uuid::Uuid::new_v4(),
             addr: String::new(),
@@ -464,6 +458,18 @@ mod tests {
         let Claim::Owned { epoch } = log.claim(show, &node, ttl).await.expect("claim") else {
             panic!("a free show is claimed");
         };
+        epoch
+    }
+
+    #[tokio::test]
+    async fn appends_are_fenced_by_the_version_and_read_back_in_order() {
+        let log = MemoryEventLog::default();
+        let show = ShowId::random();
+        let released = |_| ShowEvent::HoldReleased {
+            hold_id: HoldId::new(show),
+        };
+        let two: Vec<ShowEvent> = (0..2).map(released).collect();
+        let epoch = claimed(&log, show).await;
         log.append(show, epoch, 0, Utc::now(), &two, &[])
             .await
             .expect("first");
@@ -490,14 +496,7 @@ mod tests {
                 hold_id: HoldId::new(show),
             })
             .collect();
-        let node = Node {
-            id: uuid::Uuid::new_v4(),
-            addr: String::new(),
-        };
-        let ttl = std::time::Duration::from_secs(5);
-        let Claim::Owned { epoch } = log.claim(show, &node, ttl).await.expect("claim") else {
-            panic!("a free show is claimed");
-        };
+        let epoch = claimed(&log, show).await;
         log.append(show, epoch, 0, Utc::now(), &five, &[])
             .await
             .expect("appended");

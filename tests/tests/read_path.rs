@@ -1410,6 +1410,26 @@ async fn read_model_positions(pool: &sqlx::PgPool, event: &str) -> BTreeMap<Stri
     .collect()
 }
 
+/// Every read model of `event` stands at `head`, each of its events applied once.
+async fn each_event_applied_once(pool: &sqlx::PgPool, event: &str, head: i64) {
+    let at = read_model_positions(pool, event).await;
+    assert_eq!(at.len(), 4, "{at:?}");
+    assert!(at.values().all(|p| *p == head), "{at:?} at {head}");
+    let applied: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT projection, applied FROM projection_positions
+          WHERE show_id = $1 AND projection = ANY($2)",
+    )
+    .bind(event)
+    .bind(onsale_query::health::PROJECTIONS)
+    .fetch_all(pool)
+    .await
+    .expect("applications");
+    assert!(
+        applied.iter().all(|(_, n)| *n == head),
+        "{applied:?}: each of {head} events applied once"
+    );
+}
+
 #[tokio::test]
 async fn a_projection_process_folds_the_shows_that_move_and_drops_idle_ones() {
     let (_db, mut rp) = ReadPath::on_shared_broker().await.expect("read path");
@@ -1483,24 +1503,7 @@ async fn a_projection_process_folds_the_shows_that_move_and_drops_idle_ones() {
     let busy_head = log_grew(&rp.pool, &busy, busy_head, 1).await;
     runner.check_table(true).await.expect("a table check");
     assert_eq!(runner.folds(), 1);
-    let at = read_model_positions(&rp.pool, &busy).await;
-    assert!(
-        at.values().all(|p| *p == busy_head),
-        "{at:?} at {busy_head}"
-    );
-    let applied: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT projection, applied FROM projection_positions
-          WHERE show_id = $1 AND projection = ANY($2)",
-    )
-    .bind(&busy)
-    .bind(onsale_query::health::PROJECTIONS)
-    .fetch_all(&rp.pool)
-    .await
-    .expect("applications");
-    assert!(
-        applied.iter().all(|(_, n)| *n == busy_head),
-        "{applied:?}: each of {busy_head} events applied once"
-    );
+    each_event_applied_once(&rp.pool, &busy, busy_head).await;
     rp.seat_map_matches_replay(&busy).await;
     let quiet_at = read_model_positions(&rp.pool, &quiet).await;
     assert!(quiet_at.values().all(|p| *p == quiet_head), "{quiet_at:?}");
@@ -1569,22 +1572,7 @@ async fn a_projection_loads_a_show_from_its_snapshot_at_its_position_not_from_ze
     );
     // From there every read model goes on to the head, each event applied once, the map as a
     // replay says.
-    let at = read_model_positions(&rp.pool, &event).await;
-    assert_eq!(at.len(), 4, "{at:?}");
-    assert!(at.values().all(|p| *p == head), "{at:?} at {head}");
-    let applied: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT projection, applied FROM projection_positions
-          WHERE show_id = $1 AND projection = ANY($2)",
-    )
-    .bind(&event)
-    .bind(onsale_query::health::PROJECTIONS)
-    .fetch_all(&rp.pool)
-    .await
-    .expect("applications");
-    assert!(
-        applied.iter().all(|(_, n)| *n == head),
-        "{applied:?}: each of {head} events applied once"
-    );
+    each_event_applied_once(&rp.pool, &event, head).await;
     rp.seat_map_matches_replay(&event).await;
     rp.stop().await;
 }
