@@ -28,6 +28,19 @@ pub use orders::Orders;
 pub use runner::{reset, Projection, Runner, RunnerConfig};
 pub use seat_map::SeatMap;
 
+/// One runner of the four read models (the seat map, orders, the seat history, the catalog).
+pub fn read_models(
+    pool: sqlx::PgPool,
+    log: std::sync::Arc<dyn onsale_eventlog::EventLog>,
+    kafka: onsale_kafka::KafkaConfig,
+    config: RunnerConfig,
+) -> Runner {
+    Runner::new(pool, log, SeatMap::default(), kafka, config)
+        .with(Orders::default())
+        .with(SeatHistory::default())
+        .with(Catalog::default())
+}
+
 /// The four projections, in one runner until `shutdown` is cancelled; abort the handle to kill
 /// them where they stand.
 pub fn spawn_all(
@@ -38,11 +51,7 @@ pub fn spawn_all(
     shutdown: &tokio_util::sync::CancellationToken,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     vec![tokio::spawn(
-        Runner::new(pool, log, SeatMap::default(), kafka, config)
-            .with(Orders::default())
-            .with(SeatHistory::default())
-            .with(Catalog::default())
-            .run(shutdown.clone().cancelled_owned()),
+        read_models(pool, log, kafka, config).run(shutdown.clone().cancelled_owned()),
     )]
 }
 

@@ -1412,21 +1412,20 @@ async fn read_model_positions(pool: &sqlx::PgPool, event: &str) -> BTreeMap<Stri
 
 /// Every read model of `event` stands at `head`, each of its events applied once.
 async fn each_event_applied_once(pool: &sqlx::PgPool, event: &str, head: i64) {
-    let at = read_model_positions(pool, event).await;
-    assert_eq!(at.len(), 4, "{at:?}");
-    assert!(at.values().all(|p| *p == head), "{at:?} at {head}");
-    let applied: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT projection, applied FROM projection_positions
+    let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT projection, last_sequence, applied FROM projection_positions
           WHERE show_id = $1 AND projection = ANY($2)",
     )
     .bind(event)
     .bind(onsale_query::health::PROJECTIONS)
     .fetch_all(pool)
     .await
-    .expect("applications");
+    .expect("positions");
+    assert_eq!(rows.len(), 4, "{rows:?}");
     assert!(
-        applied.iter().all(|(_, n)| *n == head),
-        "{applied:?}: each of {head} events applied once"
+        rows.iter()
+            .all(|(_, at, applied)| *at == head && *applied == head),
+        "{rows:?}: (projection, position, events applied) at {head}, each event applied once"
     );
 }
 
@@ -1460,16 +1459,8 @@ async fn a_projection_process_folds_the_shows_that_move_and_drops_idle_ones() {
     rp.kill_projections();
     let log: std::sync::Arc<dyn onsale_eventlog::EventLog> =
         std::sync::Arc::new(onsale_eventlog::PgEventLog::new(rp.pool.clone()));
-    let mut runner = onsale_projections::Runner::new(
-        rp.pool.clone(),
-        log,
-        onsale_projections::SeatMap::default(),
-        rp.kafka.clone(),
-        rp.runner.clone(),
-    )
-    .with(onsale_projections::Orders::default())
-    .with(onsale_projections::SeatHistory::default())
-    .with(onsale_projections::Catalog::default());
+    let mut runner =
+        onsale_projections::read_models(rp.pool.clone(), log, rp.kafka.clone(), rp.runner.clone());
 
     // Started over a log whose shows are all folded, it loads none of them.
     runner.check_table(true).await.expect("a table check");
@@ -1554,16 +1545,12 @@ async fn a_projection_loads_a_show_from_its_snapshot_at_its_position_not_from_ze
     holds(2).await;
     let head = log_grew(&rp.pool, &event, past, 2).await;
 
-    let mut runner = onsale_projections::Runner::new(
+    let mut runner = onsale_projections::read_models(
         rp.pool.clone(),
         std::sync::Arc::new(log),
-        onsale_projections::SeatMap::default(),
         rp.kafka.clone(),
         rp.runner.clone(),
-    )
-    .with(onsale_projections::Orders::default())
-    .with(onsale_projections::SeatHistory::default())
-    .with(onsale_projections::Catalog::default());
+    );
     runner.check_table(true).await.expect("a table check");
     assert_eq!(
         runner.loaded_events(),
