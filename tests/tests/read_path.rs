@@ -492,15 +492,22 @@ async fn no_event_is_lost_or_applied_twice_across_relay_broker_and_projection_re
     // ...and a rebuild from zero.
     let before = read_models(&rp.pool).await;
     rp.rebuild_projections().await.expect("a rebuild");
-    let mut after = Value::Null;
-    for _ in 0..300 {
-        after = read_models(&rp.pool).await;
-        if after == before {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(after, before, "a rebuild from zero differs");
+    onsale_tests::wait_until(
+        "a rebuild from zero equal to the read models before it",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async {
+            let after = read_models(&rp.pool).await;
+            if after == before {
+                Ok(())
+            } else {
+                Err(format!(
+                    "a rebuild from zero differs: {after} against {before}"
+                ))
+            }
+        },
+    )
+    .await;
     rp.stop().await;
 }
 
@@ -930,21 +937,27 @@ async fn the_relay_loses_nothing_across_a_postgresql_restart() {
         async move {
             let fan = app.fan(&format!("f{i}"));
             // An outage answers 503: the fan retries until the hold is committed.
-            for _ in 0..100 {
-                let (status, _) = app
-                    .hold(
-                        &event,
-                        &fan,
-                        json!({"seatIds": [format!("S1-R1-{i}")]}),
-                        None,
-                    )
-                    .await;
-                if status == 201 {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            panic!("hold {i} never committed");
+            onsale_tests::wait_until(
+                &format!("hold {i} committed"),
+                Duration::from_secs(10),
+                Duration::from_millis(100),
+                || async {
+                    let (status, body) = app
+                        .hold(
+                            &event,
+                            &fan,
+                            json!({"seatIds": [format!("S1-R1-{i}")]}),
+                            None,
+                        )
+                        .await;
+                    if status == 201 {
+                        Ok(())
+                    } else {
+                        Err(format!("{status} {body}"))
+                    }
+                },
+            )
+            .await;
         }
     };
     for i in 1..=5 {
@@ -1410,25 +1423,6 @@ async fn read_model_positions(pool: &sqlx::PgPool, event: &str) -> BTreeMap<Stri
     .collect()
 }
 
-/// Every read model of `event` stands at `head`, each of its events applied once.
-async fn each_event_applied_once(pool: &sqlx::PgPool, event: &str, head: i64) {
-    let rows: Vec<(String, i64, i64)> = sqlx::query_as(
-        "SELECT projection, last_sequence, applied FROM projection_positions
-          WHERE show_id = $1 AND projection = ANY($2)",
-    )
-    .bind(event)
-    .bind(onsale_query::health::PROJECTIONS)
-    .fetch_all(pool)
-    .await
-    .expect("positions");
-    assert_eq!(rows.len(), 4, "{rows:?}");
-    assert!(
-        rows.iter()
-            .all(|(_, at, applied)| *at == head && *applied == head),
-        "{rows:?}: (projection, position, events applied) at {head}, each event applied once"
-    );
-}
-
 #[tokio::test]
 async fn a_projection_process_folds_the_shows_that_move_and_drops_idle_ones() {
     let (_db, mut rp) = ReadPath::on_shared_broker().await.expect("read path");
@@ -1494,7 +1488,7 @@ async fn a_projection_process_folds_the_shows_that_move_and_drops_idle_ones() {
     let busy_head = log_grew(&rp.pool, &busy, busy_head, 1).await;
     runner.check_table(true).await.expect("a table check");
     assert_eq!(runner.folds(), 1);
-    each_event_applied_once(&rp.pool, &busy, busy_head).await;
+    rp.applied_once(&busy, busy_head).await;
     rp.seat_map_matches_replay(&busy).await;
     let quiet_at = read_model_positions(&rp.pool, &quiet).await;
     assert!(quiet_at.values().all(|p| *p == quiet_head), "{quiet_at:?}");
@@ -1559,7 +1553,7 @@ async fn a_projection_loads_a_show_from_its_snapshot_at_its_position_not_from_ze
     );
     // From there every read model goes on to the head, each event applied once, the map as a
     // replay says.
-    each_event_applied_once(&rp.pool, &event, head).await;
+    rp.applied_once(&event, head).await;
     rp.seat_map_matches_replay(&event).await;
     rp.stop().await;
 }
