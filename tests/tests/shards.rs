@@ -392,15 +392,29 @@ async fn a_show_moves_to_another_shard_while_it_sells() {
     })
     .await;
     rp.applied_once(&event, head).await;
-    // Holds go on being answered from the new shard.
-    let (status, hold) = api
-        .hold(
-            &event,
-            &api.fan("late"),
-            json!({"seatIds": ["S1-R1-1"]}),
-            None,
-        )
-        .await;
+    // Holds go on being answered from the new shard (a node that has not yet seen the move
+    // end answers 503 SHOW_MOVING with Retry-After, and the fan retries).
+    let (status, hold) = onsale_tests::wait_until(
+        "a hold answered from the new shard",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async {
+            let (status, hold) = api
+                .hold(
+                    &event,
+                    &api.fan("late"),
+                    json!({"seatIds": ["S1-R1-1"]}),
+                    None,
+                )
+                .await;
+            if status == 503 && hold["code"] == "SHOW_MOVING" {
+                Err(format!("{status} {hold}"))
+            } else {
+                Ok((status, hold))
+            }
+        },
+    )
+    .await;
     assert_eq!(status, 409, "{hold}");
     rp.stop().await;
 }
