@@ -17,6 +17,38 @@ use secrecy::ExposeSecret;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The variable mimalloc reads its purge delay from (milliseconds; -1: never purge).
+const PURGE_DELAY: &str = "MIMALLOC_PURGE_DELAY";
+
+/// The process keeps the memory it has freed instead of giving it back to the kernel a second
+/// after (mimalloc's purge delay -1 instead of 1,000 ms), unless `MIMALLOC_PURGE_DELAY` is set.
+/// Purged pages come back as page faults, each zeroed by the kernel: at 4,500 holds/s on the
+/// `make up` stack `onsale serve` spent ~5% of its CPU in those faults, and its hold p99 was
+/// 297 ms against 128 ms without the purge (medians of 8 and 7 alternating rounds; docs/adr/027,
+/// BENCHMARKS.md). The price: the process stays at its high-water mark.
+///
+/// mimalloc reads its options from the environment before `main`, and setting one from Rust
+/// would take `unsafe` (forbidden here), so the process starts itself again, same pid, same
+/// arguments, with the variable set; if it cannot, it goes on with mimalloc's default.
+fn keep_freed_memory() {
+    use std::os::unix::process::CommandExt;
+    if std::env::var_os(PURGE_DELAY).is_some() {
+        return;
+    }
+    let mut args = std::env::args_os();
+    let (Ok(exe), Some(arg0)) = (std::env::current_exe(), args.next()) else {
+        return;
+    };
+    let err = std::process::Command::new(exe)
+        .arg0(arg0)
+        .args(args)
+        .env(PURGE_DELAY, "-1")
+        .exec();
+    eprintln!(
+        "onsale: could not start again with {PURGE_DELAY}=-1 ({err}); freed memory is purged"
+    );
+}
+
 #[derive(Debug, Parser)]
 #[command(name = "onsale", about = "Reserved-seat ticketing backend")]
 struct Cli {
@@ -238,8 +270,15 @@ fn parse_role(s: &str) -> Result<Role, String> {
         .map_err(|_| format!("unknown role {s}"))
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    keep_freed_memory();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(settings) => {
             let _tracing = onsale_telemetry::init_tracing("onsale-serve");

@@ -206,3 +206,46 @@ async fn sigterm_during_a_burst_of_holds_loses_no_answer_and_exits_zero() {
     );
     assert!(answered_201 >= 300);
 }
+
+/// The allocator's setting as the process runs with it: `MIMALLOC_PURGE_DELAY` in its
+/// environment (mimalloc reads it there at start).
+fn purge_delay_of(child: &tokio::process::Child) -> Option<String> {
+    let pid = child.id().expect("running");
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).expect("its environment");
+    environ
+        .split(|b| *b == 0)
+        .filter_map(|kv| std::str::from_utf8(kv).ok())
+        .find_map(|kv| kv.strip_prefix("MIMALLOC_PURGE_DELAY="))
+        .map(str::to_owned)
+}
+
+/// docs/adr/027: a process keeps the memory it freed (it starts itself again, same pid, with
+/// mimalloc's purge off) unless the operator chose a purge delay, which it keeps.
+#[tokio::test]
+async fn a_process_keeps_the_memory_it_frees_unless_the_operator_set_a_purge_delay() {
+    assert!(
+        std::env::var_os("MIMALLOC_PURGE_DELAY").is_none(),
+        "the test needs an environment without MIMALLOC_PURGE_DELAY"
+    );
+    let db = TestDb::new().await.expect("db");
+    for (given, runs_with) in [(None, "-1"), (Some("500"), "500")] {
+        let port = free_port();
+        let mut env = vec![
+            ("ONSALE_LISTEN", format!("127.0.0.1:{port}")),
+            ("ONSALE_GRPC_LISTEN", format!("127.0.0.1:{}", free_port())),
+            ("ONSALE_PROCESSOR_URL", "http://127.0.0.1:9".to_owned()),
+        ];
+        if let Some(delay) = given {
+            env.push(("MIMALLOC_PURGE_DELAY", delay.to_owned()));
+        }
+        let child = onsale_process(env!("CARGO_BIN_EXE_onsale"), &db, &["serve"], &env);
+        Api::new(&format!("http://127.0.0.1:{port}"))
+            .serving()
+            .await;
+        assert_eq!(
+            purge_delay_of(&child).as_deref(),
+            Some(runs_with),
+            "given {given:?}"
+        );
+    }
+}
