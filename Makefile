@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test sim sim-soak web fuzz-api drill-bots drill-shards kill-shard start-shard bench-shards up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-owner bench-floor bench-trace bench-fanout bench-chart fail-region promote-region rejoin-region drill-region
+.PHONY: demo test sim sim-soak web fuzz-api drill-bots drill-shards kill-shard start-shard bench-shards up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-ab bench-owner bench-floor bench-trace bench-fanout bench-chart fail-region promote-region rejoin-region drill-region
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
@@ -157,6 +157,11 @@ bench-holds:
 
 bench-tail:
 	./scripts/bench-tail.sh
+
+# Two builds or settings of the service alternated on one `make up` stack at one open-loop rate
+# (issue 30): AB_A / AB_B (environment on top), AB_A_BIN / AB_B_BIN, AB_RATE, AB_ROUNDS.
+bench-ab:
+	./scripts/bench-ab.sh
 
 # The owner's worst command as one show's memory grows, and the copy a snapshot takes on the
 # owner's task, in the domain alone (issue 30; ADR 003).

@@ -23,9 +23,9 @@ const PURGE_DELAY: &str = "MIMALLOC_PURGE_DELAY";
 /// The process keeps the memory it has freed instead of giving it back to the kernel a second
 /// after (mimalloc's purge delay -1 instead of 1,000 ms), unless `MIMALLOC_PURGE_DELAY` is set.
 /// Purged pages come back as page faults, each zeroed by the kernel: at 4,500 holds/s on the
-/// `make up` stack `onsale serve` spent ~5% of its CPU in those faults, and its hold p99 was
-/// 297 ms against 128 ms without the purge (medians of 8 and 7 alternating rounds; docs/adr/027,
-/// BENCHMARKS.md). The price: the process stays at its high-water mark.
+/// `make up` stack `onsale serve` spent ~5% of its CPU in those faults; without the purge a
+/// third fewer holds took over 100 ms (docs/adr/027, BENCHMARKS.md). The price: the process
+/// stays at its high-water mark.
 ///
 /// mimalloc reads its options from the environment before `main`, and setting one from Rust
 /// would take `unsafe` (forbidden here), so the process starts itself again, same pid, same
