@@ -226,6 +226,58 @@ pub struct Runner {
     traced: Vec<tracing::Span>,
     /// Events read from the log to load folds (after a snapshot, up to the stored positions).
     loaded_events: u64,
+    /// Folds being read from the log off the runner's task.
+    loads: Loads,
+}
+
+/// A show's fold as read from the log by a load task: each projection's stored position (by
+/// the runner's order) and the show as it stood at the lowest of them.
+#[derive(Debug)]
+struct Loaded {
+    stored: Vec<i64>,
+    lowest: i64,
+    show: Show,
+    /// Events read after the snapshot to reach `lowest`.
+    events: i64,
+}
+
+/// What a load task answers: the runner's generation it was started in, the show, its fold.
+type LoadDone = (u64, ShowId, anyhow::Result<Loaded>);
+
+/// Loads of folds in flight. A show's fold is read from the log (its newest snapshot at or
+/// before its position, and the events after it: seconds for a big show) in a task of its
+/// own, so every other show's events go on being folded meanwhile; the show's own events wait
+/// in the table and are filled from it once the fold is in (ADR 025 decision 8).
+struct Loads {
+    pending: HashSet<ShowId>,
+    /// Bumped when the runner forgets its folds: a load started before answers a stale fold.
+    generation: u64,
+    done_tx: tokio::sync::mpsc::UnboundedSender<LoadDone>,
+    done_rx: tokio::sync::mpsc::UnboundedReceiver<LoadDone>,
+    /// At most [`LOADS_AT_ONCE`] loads read at a time (a restart finds many shows behind).
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+/// How many folds are read from the log at once.
+const LOADS_AT_ONCE: usize = 2;
+
+impl Loads {
+    fn new() -> Self {
+        let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+        Self {
+            pending: HashSet::new(),
+            generation: 0,
+            done_tx,
+            done_rx,
+            permits: Arc::new(tokio::sync::Semaphore::new(LOADS_AT_ONCE)),
+        }
+    }
+
+    /// Every load in flight answers a fold nobody wants any more.
+    fn forget(&mut self) {
+        self.generation += 1;
+        self.pending.clear();
+    }
 }
 
 impl std::fmt::Debug for Runner {
@@ -279,6 +331,7 @@ impl Runner {
             lag: Vec::new(),
             traced: Vec::new(),
             loaded_events: 0,
+            loads: Loads::new(),
         }
     }
 
@@ -410,6 +463,10 @@ impl Runner {
                     self.check_table(false).await?;
                     self.refresh_positions().await?;
                 }
+                Some((generation, show_id, loaded)) = self.loads.done_rx.recv() => {
+                    self.after_revocation();
+                    self.finish_load(generation, show_id, loaded).await?;
+                }
             }
         }
     }
@@ -457,6 +514,11 @@ impl Runner {
             if unreadable.contains(&log.show_id) {
                 continue;
             }
+            // A show whose fold is being read waits: its events are filled from the table
+            // once the fold is in (the table is the truth; the offsets may move past them).
+            if !self.loaded_or_loading(log.show_id) {
+                continue;
+            }
             if let Err(e) = self.catch_up_to(&log).await {
                 self.count(onsale_telemetry::metrics::PROJECTION_SHOWS_DEFERRED_TOTAL);
                 tracing::warn!(projection = %self.label(), show = %log.show_id, error = %format!("{e:#}"),
@@ -487,10 +549,9 @@ impl Runner {
         Ok(())
     }
 
-    /// Loads the show's fold and fills it from the log up to just before `log` (events the
-    /// topic skipped, or that were deferred); nothing to do for a duplicate.
+    /// Fills the show's fold from the log up to just before `log` (events the topic skipped,
+    /// or that were deferred); nothing to do for a duplicate.
     async fn catch_up_to(&mut self, log: &LogEvent) -> anyhow::Result<()> {
-        self.ensure_loaded(log.show_id).await?;
         let last = self.shows[&log.show_id].last_sequence;
         if log.sequence > last + 1 {
             self.count(onsale_telemetry::metrics::PROJECTION_GAP_FILLS_TOTAL);
@@ -659,6 +720,7 @@ impl Runner {
     }
 
     fn unload_all(&mut self) {
+        self.loads.forget();
         let ids: Vec<ShowId> = self.shows.keys().copied().collect();
         for id in ids {
             self.unload(id);
@@ -765,8 +827,9 @@ impl Runner {
         head: i64,
         all: bool,
     ) -> anyhow::Result<anyhow::Result<()>> {
-        if let Err(e) = self.ensure_loaded(show_id).await {
-            return Ok(Err(e));
+        if !self.loaded_or_loading(show_id) {
+            // Filled once its fold is in.
+            return Ok(Ok(()));
         }
         let f = self.shows.get_mut(&show_id).expect("loaded");
         let stalled = f.last_sequence == f.checked_at;
@@ -804,45 +867,80 @@ impl Runner {
         Ok(Ok(()))
     }
 
-    /// Loads a show's fold from the table: up to the lowest of the projections' stored
-    /// positions, each projection told it was loaded at its own and then told the events past
-    /// it, so all of them stand at the highest.
-    async fn ensure_loaded(&mut self, show_id: ShowId) -> anyhow::Result<()> {
+    /// Whether the show's fold is here; if not, its load is started (unless it is under way).
+    fn loaded_or_loading(&mut self, show_id: ShowId) -> bool {
         if self.shows.contains_key(&show_id) {
+            return true;
+        }
+        if self.loads.pending.insert(show_id) {
+            let (pool, log, names) = (self.pool.clone(), self.log.clone(), self.names.clone());
+            let (done, permits) = (self.loads.done_tx.clone(), self.loads.permits.clone());
+            let generation = self.loads.generation;
+            tokio::spawn(async move {
+                let loaded = match permits.acquire_owned().await {
+                    Ok(_permit) => read_fold(&pool, &log, &names, show_id).await,
+                    Err(e) => Err(e.into()),
+                };
+                // The runner may be gone (shut down): nobody waits for the fold then.
+                let _ = done.send((generation, show_id, loaded));
+            });
+        }
+        false
+    }
+
+    /// Waits for every load in flight and takes each fold in, filled from the table up to its
+    /// show's head: what [`Runner::run`] does as each one comes back.
+    pub async fn finish_loads(&mut self) -> anyhow::Result<()> {
+        while !self.loads.pending.is_empty() {
+            let Some((generation, show_id, loaded)) = self.loads.done_rx.recv().await else {
+                anyhow::bail!("the load tasks are gone");
+            };
+            self.finish_load(generation, show_id, loaded).await?;
+        }
+        Ok(())
+    }
+
+    /// Takes in a fold a load task read, unless the runner forgot its folds since it started:
+    /// each projection told it was loaded at its own position and then told the events past
+    /// it, so all of them stand at the highest; then filled from the table to the show's head
+    /// (the events that came while it loaded). A show whose log could not be read is loaded
+    /// again when its next event comes. The error: a commit that failed.
+    async fn finish_load(
+        &mut self,
+        generation: u64,
+        show_id: ShowId,
+        loaded: anyhow::Result<Loaded>,
+    ) -> anyhow::Result<()> {
+        if generation != self.loads.generation || !self.loads.pending.remove(&show_id) {
             return Ok(());
         }
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT projection, last_sequence FROM projection_positions
-              WHERE projection = ANY($1) AND show_id = $2",
-        )
-        .bind(&self.names)
-        .bind(show_id.to_string())
-        .fetch_all(&self.pool)
-        .await?;
-        let mut stored = vec![0; self.names.len()];
-        for (projection, at) in rows {
-            if let Some(i) = self.names.iter().position(|n| *n == projection) {
-                stored[i] = at;
-            }
+        let taken = match loaded {
+            Ok(loaded) => self.take_in(show_id, loaded).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = taken {
+            self.count(onsale_telemetry::metrics::PROJECTION_SHOWS_DEFERRED_TOTAL);
+            tracing::warn!(projection = %self.label(), show = %show_id, error = %format!("{e:#}"),
+                "a show's log is not readable now; loaded again when its next event comes");
+            return Ok(());
         }
+        if let Err(e) = self.fill(show_id, i64::MAX, true).await? {
+            tracing::warn!(projection = %self.label(), show = %show_id, error = %format!("{e:#}"),
+                "a show's log is not readable now; checked again next time");
+        }
+        Ok(())
+    }
+
+    async fn take_in(&mut self, show_id: ShowId, loaded: Loaded) -> anyhow::Result<()> {
+        let Loaded {
+            stored,
+            lowest,
+            mut show,
+            events,
+        } = loaded;
+        self.note_loaded_events(events);
         let mut order: Vec<usize> = (0..stored.len()).collect();
         order.sort_by_key(|&i| stored[i]);
-        // The show as it stood at the lowest position, from its newest snapshot at or before
-        // it (the owner writes them): a show woken after its fold was dropped, or loaded again
-        // after a restart or a rebalance in the middle of an on-sale, reads the events since
-        // that snapshot, not its whole history (ADR 025 decision 7).
-        let lowest = stored.iter().copied().min().unwrap_or(0);
-        let mut show = Show::default();
-        if lowest > 0 {
-            let loaded = self.log.load_upto(show_id, lowest).await?;
-            anyhow::ensure!(
-                loaded.version == lowest,
-                "{show_id} is folded to {lowest} but the table ends at {}",
-                loaded.version
-            );
-            self.note_loaded_events(lowest - loaded.snapshot_version);
-            show = loaded.show;
-        }
         // Until a projection is told it was loaded it is told no event (its position: MAX).
         let mut told = vec![i64::MAX; stored.len()];
         let mut after = lowest;
@@ -878,6 +976,51 @@ impl Runner {
         );
         Ok(())
     }
+}
+
+/// Reads a show's fold from the log up to the lowest of the projections' stored positions
+/// (`names`' order), from its newest snapshot at or before it (the owner writes them): a show
+/// woken after its fold was dropped, or loaded again after a restart or a rebalance in the
+/// middle of an on-sale, reads the events since that snapshot, not its whole history (ADR 025
+/// decision 7).
+async fn read_fold(
+    pool: &PgPool,
+    log: &Arc<dyn EventLog>,
+    names: &[String],
+    show_id: ShowId,
+) -> anyhow::Result<Loaded> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT projection, last_sequence FROM projection_positions
+          WHERE projection = ANY($1) AND show_id = $2",
+    )
+    .bind(names)
+    .bind(show_id.to_string())
+    .fetch_all(pool)
+    .await?;
+    let mut stored = vec![0; names.len()];
+    for (projection, at) in rows {
+        if let Some(i) = names.iter().position(|n| *n == projection) {
+            stored[i] = at;
+        }
+    }
+    let lowest = stored.iter().copied().min().unwrap_or(0);
+    let (mut show, mut events) = (Show::default(), 0);
+    if lowest > 0 {
+        let loaded = log.load_upto(show_id, lowest).await?;
+        anyhow::ensure!(
+            loaded.version == lowest,
+            "{show_id} is folded to {lowest} but the table ends at {}",
+            loaded.version
+        );
+        events = lowest - loaded.snapshot_version;
+        show = loaded.show;
+    }
+    Ok(Loaded {
+        stored,
+        lowest,
+        show,
+        events,
+    })
 }
 
 /// Applies `log` to `show` and tells it to each projection whose position (`stored`, by the

@@ -12,6 +12,7 @@ use onsale_edge::auth::{mint, mint_verified, Role};
 use onsale_server::{Part, Server, Settings};
 use serde_json::{json, Value};
 
+pub mod gated_log;
 pub mod ha;
 pub mod payments;
 pub mod read_path;

@@ -1458,12 +1458,14 @@ async fn a_projection_process_folds_the_shows_that_move_and_drops_idle_ones() {
 
     // Started over a log whose shows are all folded, it loads none of them.
     runner.check_table(true).await.expect("a table check");
+    runner.finish_loads().await.expect("the folds loaded");
     assert_eq!(runner.folds(), 0, "no show is behind: none is loaded");
 
     // One show moves: that one is loaded and filled, the other stays out.
     hold(&busy).await;
     let busy_head = log_grew(&rp.pool, &busy, busy_head, 1).await;
     runner.check_table(true).await.expect("a table check");
+    runner.finish_loads().await.expect("the folds loaded");
     assert_eq!(runner.folds(), 1, "only the show that moved is loaded");
     let at = read_model_positions(&rp.pool, &busy).await;
     assert_eq!(at.len(), 4, "{at:?}");
@@ -1487,11 +1489,80 @@ async fn a_projection_process_folds_the_shows_that_move_and_drops_idle_ones() {
     hold(&busy).await;
     let busy_head = log_grew(&rp.pool, &busy, busy_head, 1).await;
     runner.check_table(true).await.expect("a table check");
+    runner.finish_loads().await.expect("the folds loaded");
     assert_eq!(runner.folds(), 1);
     rp.applied_once(&busy, busy_head).await;
     rp.seat_map_matches_replay(&busy).await;
     let quiet_at = read_model_positions(&rp.pool, &quiet).await;
     assert!(quiet_at.values().all(|p| *p == quiet_head), "{quiet_at:?}");
+    rp.stop().await;
+}
+
+/// ADR 025 decision 8: a show whose fold takes long to read (a big show woken after its fold
+/// was dropped, or loaded again after a restart) does not hold back the other shows' read
+/// models; its own events are filled from the table once the fold is in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_show_whose_fold_loads_slowly_holds_back_no_other_show() {
+    let (_db, mut rp) = ReadPath::on_shared_broker().await.expect("read path");
+    let slow = rp.app.on_sale_event(2, 5, 10, None).await;
+    let other = rp.app.on_sale_event(2, 5, 10, None).await;
+    let app = rp.app.clone();
+    let hold = |event: &str, fan: &str| {
+        let (app, event, fan) = (app.clone(), event.to_owned(), app.fan(fan));
+        async move {
+            let (status, body) = app.hold(&event, &fan, json!({"quantity": 1}), None).await;
+            assert_eq!(status, 201, "{body}");
+        }
+    };
+    hold(&slow, "s0").await;
+    hold(&other, "o0").await;
+    let slow_head = log_grew(&rp.pool, &slow, 0, 2).await;
+    let other_head = log_grew(&rp.pool, &other, 0, 2).await;
+    rp.at_head(&slow, slow_head).await;
+    rp.at_head(&other, other_head).await;
+    // The slow show moves while no projection runs: the runner that starts next must load its
+    // fold, and that load is held at a gate.
+    rp.kill_projections();
+    hold(&slow, "s1").await;
+    let slow_head = log_grew(&rp.pool, &slow, slow_head, 1).await;
+    let pg: std::sync::Arc<dyn onsale_eventlog::EventLog> =
+        std::sync::Arc::new(onsale_eventlog::PgEventLog::new(rp.pool.clone()));
+    let gated = onsale_tests::gated_log::GatedLog::new(pg, slow.parse().expect("show id"));
+    let runner = onsale_projections::read_models(
+        rp.pool.clone(),
+        std::sync::Arc::new(gated.clone()),
+        rp.kafka.clone(),
+        rp.runner.clone(),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(runner.run(async move {
+        let _ = stopped.await;
+    }));
+
+    // While the slow show's load waits, the other show's events are folded.
+    onsale_tests::wait_for(
+        "the runner loads the slow show",
+        Duration::from_secs(30),
+        || async { gated.holding() },
+    )
+    .await;
+    hold(&other, "o1").await;
+    let other_head = log_grew(&rp.pool, &other, other_head, 1).await;
+    rp.at_head(&other, other_head).await;
+    let slow_at = read_model_positions(&rp.pool, &slow).await;
+    assert!(
+        slow_at.values().all(|p| *p < slow_head),
+        "the slow show's fold was held, yet {slow_at:?} reached {slow_head}"
+    );
+
+    // Once its fold is in, the slow show catches up from the table: each event applied once.
+    gated.open();
+    rp.at_head(&slow, slow_head).await;
+    rp.applied_once(&slow, slow_head).await;
+    rp.applied_once(&other, other_head).await;
+    rp.seat_map_matches_replay(&slow).await;
+    let _ = stop.send(());
+    running.await.expect("the runner stops");
     rp.stop().await;
 }
 
@@ -1546,6 +1617,7 @@ async fn a_projection_loads_a_show_from_its_snapshot_at_its_position_not_from_ze
         rp.runner.clone(),
     );
     runner.check_table(true).await.expect("a table check");
+    runner.finish_loads().await.expect("the folds loaded");
     assert_eq!(
         runner.loaded_events(),
         0,
