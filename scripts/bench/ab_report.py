@@ -37,7 +37,7 @@ def main(d):
             rss_mb = int(f.read().strip() or 0) / 1024
         rows.append((side, int(rnd), p, cpu, rss_mb))
     cols = ["p50_ms", "p99_ms", "p999_ms", "max_ms", "over_100ms", "over_1s", "errors"]
-    parts = ["serve", "pg <- serve", "relay", "project", "total"]
+    parts = ["serve", "pg <- serve", "relay", "pg <- relay", "project", "pg <- project", "total"]
     print("| side | round | answered/s | p50 ms | p99 ms | p99.9 ms | max ms | > 100 ms | > 1 s "
           "| errors | " + " | ".join(f"{c}, cores" for c in parts) + " | serve RSS MB |")
     print("|---|---:|" + "---:|" * (len(cols) + 1 + len(parts) + 1))
