@@ -27,7 +27,7 @@ pub(crate) struct Tail {
     /// Seconds of the closed-loop run that measures the maximum rate.
     #[arg(long, default_value_t = 30)]
     pub max_seconds: u64,
-    /// The points, as percentages of the maximum rate.
+    /// The points, as percentages of the maximum rate (`0`: none, only `--rates`).
     #[arg(long, value_delimiter = ',', default_values_t = [50, 70, 90])]
     pub points: Vec<u32>,
     /// Further points at these rates (holds a second), after the shares: two builds compared
@@ -234,7 +234,11 @@ pub(crate) async fn run(t: Tail, secret: &str) -> anyhow::Result<()> {
         println!("| load | target/s | answered/s | p50 ms | p99 ms | p99.9 ms | max ms | > 100 ms | > 1 s | errors |");
         println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     }
-    let shares = t.points.iter().map(|s| max * f64::from(*s) / 100.0);
+    let shares = t
+        .points
+        .iter()
+        .filter(|s| **s > 0)
+        .map(|s| max * f64::from(*s) / 100.0);
     for rate in shares.chain(t.rates.iter().copied()) {
         let mut p = open_loop(&load, t.connections, rate, t.seconds).await;
         p.share_of_max = (100.0 * rate / max).round() as u32;
