@@ -160,24 +160,25 @@ async fn one_hold_is_traced_from_the_request_to_the_seat_map_delta_and_nothing_e
 
     // Every span of the traced hold, in one tree under the caller's span (exported in batches
     // every 500 ms by each process).
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let trace = loop {
-        let trace = spans(&http, &zipkin_url, &trace_id).await;
-        let has = |(service, name): &(&str, &str)| {
-            trace
-                .iter()
-                .any(|s| s["name"] == *name && s["localEndpoint"]["serviceName"] == *service)
-        };
-        if HOLD_SPANS.iter().all(has) {
-            break trace;
-        }
-        let missing: Vec<_> = HOLD_SPANS.iter().filter(|s| !has(s)).collect();
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the hold's trace lacks {missing:?} after 60 s: {trace:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let trace = onsale_tests::wait_until(
+        "the hold's trace holds every span",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || async {
+            let trace = spans(&http, &zipkin_url, &trace_id).await;
+            let has = |(service, name): &(&str, &str)| {
+                trace
+                    .iter()
+                    .any(|s| s["name"] == *name && s["localEndpoint"]["serviceName"] == *service)
+            };
+            if HOLD_SPANS.iter().all(has) {
+                return Ok(trace);
+            }
+            let missing: Vec<_> = HOLD_SPANS.iter().filter(|s| !has(s)).collect();
+            Err(format!("it lacks {missing:?}: {trace:#?}"))
+        },
+    )
+    .await;
     let ids: Vec<&str> = trace.iter().filter_map(|s| s["id"].as_str()).collect();
     for s in &trace {
         assert_eq!(s["traceId"], trace_id.as_str(), "{s}");

@@ -263,23 +263,26 @@ async fn show_partition_leader(brokers: &str, topic: &str) -> (i32, i32) {
 
 /// Waits until the relay has put something on the topic.
 async fn first_published(rp: &ReadPath, brokers: &str, event: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        // A read may fail while the topic is being created: retried.
-        let seen = topic_contents(brokers, &rp.kafka.events_topic).await;
-        if seen
-            .as_ref()
-            .is_ok_and(|seen| seen.keys().any(|(show, _)| show == event))
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "nothing was published in 60 s: {:?}",
-            seen.map(|s| s.len()).map_err(|e| format!("{e:#}"))
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    onsale_tests::wait_until(
+        "something published",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || async {
+            // A read may fail while the topic is being created: retried.
+            let seen = topic_contents(brokers, &rp.kafka.events_topic).await;
+            if seen
+                .as_ref()
+                .is_ok_and(|seen| seen.keys().any(|(show, _)| show == event))
+            {
+                return Ok(());
+            }
+            Err(format!(
+                "{:?}",
+                seen.map(|s| s.len()).map_err(|e| format!("{e:#}"))
+            ))
+        },
+    )
+    .await;
 }
 
 async fn leader_killed_under_load(cluster: &KafkaCluster) {

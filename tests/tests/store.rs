@@ -18,18 +18,19 @@ async fn hold_with_retries(
     key: &str,
 ) -> (u16, serde_json::Value) {
     // A 503 is the store away for a moment (the test kills it): asked again, within a bound.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let (status, answer) = app.hold(event, token, body.clone(), Some(key)).await;
-        if status != 503 {
-            return (status, answer);
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "holds answered 503 for 30 s: {answer}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    onsale_tests::wait_until(
+        "a hold answered other than 503",
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        || async {
+            let (status, answer) = app.hold(event, token, body.clone(), Some(key)).await;
+            if status == 503 {
+                return Err(format!("503 {answer}"));
+            }
+            Ok((status, answer))
+        },
+    )
+    .await
 }
 
 /// One fan's hold on one seat, without an Idempotency-Key.
