@@ -35,8 +35,12 @@ def processes():
 
 
 def name_of(args):
-    if "target/release/onsale " in args:
-        return args.split()[1]
+    words = args.split()
+    # The service's processes by their subcommand, whatever the binary's path (bench-ab runs
+    # copies of other builds: AB_A_BIN, AB_B_BIN).
+    base = os.path.basename(words[0]) if words else ""
+    if len(words) > 1 and base.startswith("onsale") and base not in ("onsale-loadgen", "onsale-processor-sim"):
+        return words[1]
     if "kafka.Kafka" in args:
         return "kafka"
     if "redis-server" in args:
