@@ -108,6 +108,11 @@ pub fn slot_of(slot: &str, shard: u16) -> String {
 
 pub struct Relay {
     pool: PgPool,
+    /// One connection of its own for the slot's peeks and advances: each decoding call drops
+    /// its backend's catalog caches (PostgreSQL's `InvalidateSystemCaches`, before decoding and
+    /// after), so a statement run next on that backend is planned again and its relations'
+    /// descriptors rebuilt. The relay's other statements stay on backends that keep theirs.
+    decoding: PgPool,
     /// The event log on the same database: what a backfill republishes.
     log: PgEventLog,
     producer: FutureProducer,
@@ -190,9 +195,13 @@ impl Relay {
         let db: String = sqlx::query_scalar("SELECT current_database()")
             .fetch_one(&pool)
             .await?;
+        let decoding = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy_with((*pool.connect_options()).clone());
         Ok(Self {
             log: PgEventLog::new(pool.clone()),
             pool,
+            decoding,
             producer,
             kafka,
             config,
@@ -499,7 +508,7 @@ impl Relay {
         .bind(&self.config.slot)
         .bind(self.config.batch)
         .bind(&durable)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.decoding)
         .await
         .context("peek the slot")?;
         let mut last_lsn = None;
@@ -566,7 +575,7 @@ impl Relay {
         sqlx::query("SELECT pg_replication_slot_advance($1, $2::pg_lsn)")
             .bind(&self.config.slot)
             .bind(&last_lsn)
-            .execute(&self.pool)
+            .execute(&self.decoding)
             .await
             .context("advance the slot")?;
         metrics::counter!(onsale_telemetry::metrics::RELAY_EVENTS_TOTAL)
