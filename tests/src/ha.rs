@@ -2,7 +2,7 @@
 //! nodes under Patroni with synchronous quorum commit (`ANY 1` of two standbys, strict), etcd,
 //! and HAProxy routing to the primary; started, killed and restarted by `scripts/stack.sh`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 
@@ -85,20 +85,20 @@ impl HaCluster {
 
     /// Waits (bounded at `within`) until a node other than `old` is the primary; returns it.
     pub async fn promoted(&self, old: u16, within: Duration) -> anyhow::Result<u16> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Ok(i) = self.leader().await {
-                if i != old {
-                    return Ok(i);
+        crate::poll_until(
+            "a standby promoted",
+            within,
+            Duration::from_millis(200),
+            || async move {
+                match self.leader().await {
+                    Ok(i) if i != old => Ok(i),
+                    Ok(i) => Err(format!("node {i} still the primary")),
+                    Err(e) => Err(format!("{e:#}")),
                 }
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "no standby promoted in {within:?}; the agents said:\n{}",
-                self.agents_said(12)
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            },
+        )
+        .await
+        .map_err(|failed| anyhow::anyhow!("{failed}; the agents said:\n{}", self.agents_said(12)))
     }
 
     /// The last `lines` lines of each node's Patroni log, for a failure's message.

@@ -347,18 +347,35 @@ pub async fn wait_until<T, E: std::fmt::Display, F: std::future::Future<Output =
     what: &str,
     within: std::time::Duration,
     every: std::time::Duration,
-    mut check: impl FnMut() -> F,
+    check: impl FnMut() -> F,
 ) -> T {
+    poll_until(what, within, every, check)
+        .await
+        .unwrap_or_else(|failed| panic!("{failed}"))
+}
+
+/// [`wait_until`] for a helper that hands the failure to its caller instead of failing the
+/// test: the same bounded wait, answering `Err` with the message `wait_until` would fail with.
+pub async fn poll_until<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
+    what: &str,
+    within: std::time::Duration,
+    every: std::time::Duration,
+    mut check: impl FnMut() -> F,
+) -> Result<T, String> {
     let started = std::time::Instant::now();
     loop {
         let left = within.saturating_sub(started.elapsed());
         match tokio::time::timeout(left.max(std::time::Duration::from_secs(1)), check()).await {
-            Ok(Ok(value)) => return value,
-            Ok(Err(last)) => assert!(
-                started.elapsed() < within,
-                "{what}: not within {within:?}; last {last}"
-            ),
-            Err(_) => panic!("{what}: not within {within:?}; the last check did not answer"),
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(last)) if started.elapsed() >= within => {
+                return Err(format!("{what}: not within {within:?}; last {last}"))
+            }
+            Ok(Err(_)) => {}
+            Err(_) => {
+                return Err(format!(
+                    "{what}: not within {within:?}; the last check did not answer"
+                ))
+            }
         }
         tokio::time::sleep(every).await;
     }

@@ -512,23 +512,26 @@ pub async fn topic_contents(
 
 /// Waits (bounded at 90 s) until every projection stands at the head of each show's log.
 pub async fn projections_at_head(pool: &sqlx::PgPool) -> anyhow::Result<()> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        let behind: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM (SELECT aggregate_id, max(sequence) AS head FROM events WHERE aggregate_type = 'show' GROUP BY 1) e
-               CROSS JOIN (VALUES ('seat_map'), ('orders'), ('seat_history'), ('catalog')) AS p(name)
-               LEFT JOIN projection_positions pp ON pp.projection = p.name AND pp.show_id = e.aggregate_id
-              WHERE COALESCE(pp.last_sequence, 0) < e.head",
-        )
-        .fetch_one(pool)
-        .await?;
-        if behind == 0 {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            std::time::Instant::now() < deadline,
-            "{behind} projection positions still behind the log after 90 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::poll_until(
+        "every projection position at the head of the log",
+        Duration::from_secs(90),
+        Duration::from_millis(100),
+        || async {
+            let behind: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM (SELECT aggregate_id, max(sequence) AS head FROM events WHERE aggregate_type = 'show' GROUP BY 1) e
+                   CROSS JOIN (VALUES ('seat_map'), ('orders'), ('seat_history'), ('catalog')) AS p(name)
+                   LEFT JOIN projection_positions pp ON pp.projection = p.name AND pp.show_id = e.aggregate_id
+                  WHERE COALESCE(pp.last_sequence, 0) < e.head",
+            )
+            .fetch_one(pool)
+            .await
+            .map_err(|e| format!("{e}"))?;
+            match behind {
+                0 => Ok(()),
+                n => Err(format!("{n} projection positions still behind the log")),
+            }
+        },
+    )
+    .await
+    .map_err(anyhow::Error::msg)
 }

@@ -165,15 +165,20 @@ impl Load {
     /// Waits until `n` more holds were granted (bounded at 60 s).
     async fn until_more(&self, n: usize) {
         let target = self.granted() + n;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.granted() < target {
-            assert!(
-                Instant::now() < deadline,
-                "the load stalled at {}",
-                self.granted()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        onsale_tests::wait_until(
+            &format!("{n} more holds granted"),
+            Duration::from_secs(60),
+            Duration::from_millis(20),
+            || async {
+                let granted = self.granted();
+                if granted >= target {
+                    Ok(())
+                } else {
+                    Err(format!("the load stalled at {granted}"))
+                }
+            },
+        )
+        .await;
     }
 
     async fn finish(self) -> usize {

@@ -49,19 +49,23 @@ async fn history_with(
     // log), so the pages are compared with a whole read taken before and after them, once the
     // two agree.
     let whole = |body: Value| body["entries"].as_array().expect("entries").clone();
-    let mut full = Vec::new();
-    for _ in 0..50 {
-        let before = whole(p.rp.app.get(&path, &auditor).await.1);
-        let paged = pages(p, &path, &auditor, page).await;
-        let after = whole(p.rp.app.get(&path, &auditor).await.1);
-        if before == after {
-            assert_eq!(paged, after, "the pages of {seat}'s history");
-            full = after;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(!full.is_empty(), "{seat}'s history never held still");
+    let (paged, full) = onsale_tests::wait_until(
+        &format!("{seat}'s history held still"),
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async {
+            let before = whole(p.rp.app.get(&path, &auditor).await.1);
+            let paged = pages(p, &path, &auditor, page).await;
+            let after = whole(p.rp.app.get(&path, &auditor).await.1);
+            if before == after && !after.is_empty() {
+                Ok((paged, after))
+            } else {
+                Err(format!("{} entries, then {}", before.len(), after.len()))
+            }
+        },
+    )
+    .await;
+    assert_eq!(paged, full, "the pages of {seat}'s history");
     // Every entry says who did it; what came through the relay says where it committed.
     for e in &full {
         assert!(e["actor"].is_string(), "{e}");
