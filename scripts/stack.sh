@@ -139,7 +139,8 @@ wal_level = logical
 synchronous_commit = on
 max_connections = ${PG_MAX_CONNECTIONS:-300}
 shared_buffers = 256MB
-max_wal_senders = 10
+# Each relay streams its slot on a walsender of its own (docs/adr/028), beside the standbys.
+max_wal_senders = 40
 max_replication_slots = 200
 # Every peek of the relay's slot logs "starting logical decoding" at LOG.
 log_min_messages = warning
@@ -624,7 +625,7 @@ bootstrap:
         synchronous_commit: "on"
         max_connections: ${PG_MAX_CONNECTIONS:-300}
         shared_buffers: 256MB
-        max_wal_senders: 10
+        max_wal_senders: 20
         max_replication_slots: 200
         wal_log_hints: "on"
         hot_standby: "on"

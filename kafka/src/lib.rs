@@ -1,5 +1,5 @@
 //! The CDC relay: every committed row of the `events` table, read through a PostgreSQL logical
-//! replication slot (wal2json), published to Kafka in a Debezium-style envelope, keyed by the
+//! replication slot (streamed with pgoutput), published to Kafka in a Debezium-style envelope, keyed by the
 //! aggregate id so one show's events stay in one partition, in commit order.
 //!
 //! At least once: the slot is advanced only past transactions whose every message the broker
@@ -13,6 +13,7 @@
 pub mod backoff;
 pub mod envelope;
 pub mod leader;
+pub mod pgoutput;
 pub mod relay;
 pub mod topics;
 

@@ -1,30 +1,39 @@
-//! The relay loop: peek a batch of whole transactions from the slot, publish, wait for every
-//! acknowledgement, record the positions, then advance the slot past them.
+//! The relay loop: a replication session on the slot (`START_REPLICATION ... LOGICAL`,
+//! pgoutput, the `onsale_events` publication: inserts into `events` only) streams each
+//! committed transaction once, decoded once by PostgreSQL's walsender; the relay publishes what
+//! arrived in one go, waits for every acknowledgement, then reports the end of the last
+//! transaction published as flushed, so the slot never moves past what Kafka holds (docs/adr/028).
 //!
 //! On a replicated primary (docs/adr/010) the relay publishes only transactions a synchronous
-//! standby has flushed: PostgreSQL 15 decodes what the primary alone has written, and an event
-//! on the topic that a failover then loses would be a phantom every consumer keeps. And since
-//! PostgreSQL 15 does not carry logical slots to standbys, a promoted primary has no slot: the
-//! relay creates it and republishes from the events table every event after the positions it
-//! recorded (`relay_positions`), under a marker (`relay_gaps`) that survives a crash halfway.
+//! standby has flushed: PostgreSQL 15's walsender sends what the primary alone has flushed, and
+//! an event on the topic that a failover then loses would be a phantom every consumer keeps.
+//! Such transactions wait in the relay until the standbys have them. And since PostgreSQL 15
+//! does not carry logical slots to standbys, a promoted primary has no slot: the relay creates
+//! it and republishes from the events table every event after the positions it recorded
+//! (`relay_positions`), under a marker (`relay_gaps`) that survives a crash halfway.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use anyhow::Context;
 use futures::future::try_join_all;
+use futures::FutureExt;
 use onsale_eventlog::scan::{Mark, PastMarks};
 use onsale_eventlog::{EventLog, LogRow, PgEventLog, ScanKey};
 use onsale_telemetry::trace;
+use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent, TlsConfig};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use sqlx::postgres::PgPool;
-use sqlx::Row;
+use sqlx::postgres::{PgPool, PgSslMode};
 
-use crate::envelope::{parse_lsn, RawEnvelope, RawEventRow, Source};
+use crate::envelope::{format_lsn, parse_lsn, RawEnvelope, RawEventRow, Source};
+use crate::pgoutput::Relations;
 use crate::topics::KafkaConfig;
+
+/// The publication the slot is read through (migrations/0028): inserts into `events` only.
+pub const PUBLICATION: &str = "onsale_events";
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RelayConfig {
@@ -36,41 +45,27 @@ pub struct RelayConfig {
         default_value = "onsale_relay"
     )]
     pub slot: String,
-    /// Most changes decoded per step (whole transactions, so a step may return a few more).
+    /// Most events published in one go: the relay takes what the stream has ready, up to this.
     #[arg(
         id = "relay_batch",
         long = "relay-batch",
         env = "ONSALE_RELAY_BATCH",
         default_value_t = 5_000
     )]
-    pub batch: i32,
-    /// The least time (milliseconds) from one step's start to the next's, unless a step found
-    /// a full batch (a backlog: the next starts at once). Every peek and advance starts logical
-    /// decoding afresh, so a relay stepping as fast as commits arrive (up to a hundred steps a
-    /// second) kept 0.40 cores of the database's CPU busy at 60 holds a second, 0.14 idle;
-    /// paced, a step carries what a pace's commits wrote (BENCHMARKS.md, "The relay, paced").
+    pub batch: usize,
+    /// How long (milliseconds) the relay goes on gathering after the first transaction of a
+    /// batch arrives, unless the batch fills first: each batch pays a round trip to Kafka and
+    /// one to PostgreSQL whatever its size, so a few milliseconds carry many commits at once.
     #[arg(
-        id = "relay_pace_ms",
-        long = "relay-pace-ms",
-        env = "ONSALE_RELAY_PACE_MS",
-        default_value_t = 50
+        id = "relay_linger_ms",
+        long = "relay-linger-ms",
+        env = "ONSALE_RELAY_LINGER_MS",
+        default_value_t = 5
     )]
-    pub pace_ms: u64,
-    /// How often a running-transactions record is forced into the WAL so the slot's restart
-    /// point keeps up (0: never; PostgreSQL then writes one every 15 s). Every peek and advance
-    /// decodes from the restart point, so at 1,000 ms each re-decoded ~0.5 s of WAL on average:
-    /// at ~5,500 holds/s the relay's PostgreSQL backends took 0.25 cores, at 200 ms 0.16
-    /// (50 and 100 ms: no less); idle, 0.03 and 0.04 (BENCHMARKS.md, "The relay's mark").
-    #[arg(
-        id = "relay_mark_ms",
-        long = "relay-mark-ms",
-        env = "ONSALE_RELAY_MARK_MS",
-        default_value_t = 200
-    )]
-    pub mark_ms: u64,
+    pub linger_ms: u64,
     /// The longest a step may take before it is abandoned (with a warning naming where it
-    /// stood) and tried again; abandoning one is safe: nothing is advanced past what Kafka
-    /// acknowledged, and consumers drop what is published twice.
+    /// stood) and the session opened again; abandoning one is safe: nothing is reported flushed
+    /// past what Kafka acknowledged, and consumers drop what is published twice.
     #[arg(
         id = "relay_step_timeout_secs",
         long = "relay-step-timeout-secs",
@@ -108,21 +103,14 @@ pub fn slot_of(slot: &str, shard: u16) -> String {
 
 pub struct Relay {
     pool: PgPool,
-    /// One connection of its own for the slot's peeks and advances: each decoding call drops
-    /// its backend's catalog caches (PostgreSQL's `InvalidateSystemCaches`, before decoding and
-    /// after), so a statement run next on that backend is planned again and its relations'
-    /// descriptors rebuilt. The relay's other statements stay on backends that keep theirs.
-    decoding: PgPool,
     /// The event log on the same database: what a backfill republishes.
     log: PgEventLog,
     producer: FutureProducer,
     kafka: KafkaConfig,
     config: RelayConfig,
     db: String,
-    /// When a running-transactions record was last forced into the WAL (see [`Relay::mark`]).
-    marked: std::sync::Mutex<std::time::Instant>,
-    /// The connection marks are made on (see [`Relay::mark`]).
-    mark_conn: tokio::sync::Mutex<Option<sqlx::postgres::PgConnection>>,
+    /// The replication session's address and login: the pool's (docs/adr/028).
+    replication: ReplicationConfig,
     /// Where the current step stands, for the warning when one takes too long.
     phase: std::sync::Mutex<&'static str>,
 }
@@ -140,27 +128,61 @@ impl std::fmt::Debug for Relay {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Step {
     pub published: usize,
+    /// The end of the last transaction published: reported to PostgreSQL as flushed.
     pub advanced_to: Option<u64>,
-    /// The peek returned as many changes as it may: more are waiting.
-    pub full: bool,
+    /// Transactions received but not published yet (no synchronous standby has them).
+    pub waiting: usize,
 }
 
-impl Step {
-    /// When the step after this one (started at `started`) may start: at once after a full
-    /// peek (a backlog), else a pace after this one started, however much it published, so
-    /// commits arriving one by one are carried a pace's worth at a time.
-    pub fn next_start(
-        &self,
-        started: tokio::time::Instant,
-        pace: Duration,
-    ) -> tokio::time::Instant {
-        if self.full {
-            started
-        } else {
-            started + pace
-        }
+/// A committed transaction's events as the stream delivered them.
+#[derive(Debug)]
+struct Txn {
+    xid: u32,
+    /// The end of its commit record: the position reported flushed once it is published.
+    end: u64,
+    commit_ms: i64,
+    /// Each event with the WAL position of its insert.
+    events: Vec<(u64, RawEventRow)>,
+}
+
+/// A replication session of the relay's slot, and what it delivered that is not published
+/// yet. Dropping it ends the session (nothing unpublished was reported flushed, so the next
+/// session receives it again).
+pub struct Stream {
+    client: ReplicationClient,
+    relations: Relations,
+    /// The transaction being received: its Begin came, its Commit not yet.
+    open: Option<Txn>,
+    /// Committed transactions in commit order, not published yet.
+    ready: VecDeque<Txn>,
+    /// Events in `ready`.
+    queued: usize,
+    /// The newest position the server said it had sent everything up to, while nothing was
+    /// open or waiting: confirmed as flushed (the transactions before it were published, or
+    /// touched no table of the publication).
+    idle_at: Option<u64>,
+    /// The last sequence published per aggregate since the positions were last recorded.
+    unrecorded: HashMap<(String, String), i64>,
+    recorded_at: std::time::Instant,
+    lag_at: std::time::Instant,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream")
+            .field("ready", &self.ready.len())
+            .field("queued", &self.queued)
+            .finish_non_exhaustive()
     }
 }
+
+/// How long a step waits for the stream when nothing is ready, and how long it waits for more
+/// before asking again whether a standby has what waits for one.
+const IDLE_WAIT: Duration = Duration::from_millis(500);
+const DURABLE_RECHECK: Duration = Duration::from_millis(10);
+/// How often the relay records its positions and its lag, and tells PostgreSQL how far it is.
+const POSITIONS_EVERY: Duration = Duration::from_secs(1);
+const STATUS_EVERY: Duration = Duration::from_millis(100);
 
 impl Relay {
     /// Connects, creates the topic and the slot when missing.
@@ -195,19 +217,15 @@ impl Relay {
         let db: String = sqlx::query_scalar("SELECT current_database()")
             .fetch_one(&pool)
             .await?;
-        let decoding = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(1)
-            .connect_lazy_with((*pool.connect_options()).clone());
+        let replication = replication_config(&pool, &config.slot, &db);
         Ok(Self {
             log: PgEventLog::new(pool.clone()),
             pool,
-            decoding,
             producer,
             kafka,
             config,
             db,
-            marked: std::sync::Mutex::new(std::time::Instant::now()),
-            mark_conn: tokio::sync::Mutex::new(None),
+            replication,
             phase: std::sync::Mutex::new("idle"),
         })
     }
@@ -217,30 +235,40 @@ impl Relay {
     /// The marker is written before the slot, so a gap is filled even if the relay dies in
     /// between or halfway through. Returns how many events the gap fill published.
     pub async fn ensure_slot(&self) -> anyhow::Result<usize> {
-        // Marks were permanent slots before: one a crash left behind would pin WAL.
-        sqlx::query(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
-              WHERE slot_name = $1 AND NOT temporary AND NOT active",
-        )
-        .bind(format!("{}_mark", self.config.slot))
-        .execute(&self.pool)
-        .await
-        .context("drop a stale mark slot")?;
-        let exists: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
+        let published: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)")
+                .bind(PUBLICATION)
+                .fetch_one(&self.pool)
+                .await?;
+        anyhow::ensure!(
+            published,
+            "the publication {PUBLICATION} is missing: run the migrations (`onsale migrate`)"
+        );
+        let plugin: Option<String> = sqlx::query_scalar(
+            "SELECT plugin::text FROM pg_replication_slots WHERE slot_name = $1",
         )
         .bind(&self.config.slot)
-        .fetch_one(&self.pool)
+        .fetch_optional(&self.pool)
         .await?;
-        if !exists {
+        if plugin.as_deref() != Some("pgoutput") {
             sqlx::query("INSERT INTO relay_gaps (slot) VALUES ($1) ON CONFLICT DO NOTHING")
                 .bind(&self.config.slot)
                 .execute(&self.pool)
                 .await
                 .context("mark the gap")?;
+            if let Some(plugin) = plugin {
+                // An earlier relay's slot (wal2json): what it had published is in the
+                // positions, and the gap fill below republishes everything after them.
+                sqlx::query("SELECT pg_drop_replication_slot($1)")
+                    .bind(&self.config.slot)
+                    .execute(&self.pool)
+                    .await
+                    .with_context(|| format!("drop the {plugin} slot of an earlier relay"))?;
+                tracing::warn!(slot = %self.config.slot, %plugin, "an earlier relay's slot dropped");
+            }
             // Every transaction committing after the slot's consistent point is decoded from
             // it; every one before is in the table when the gap fill reads it below.
-            sqlx::query("SELECT pg_create_logical_replication_slot($1, 'wal2json')")
+            sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')")
                 .bind(&self.config.slot)
                 .execute(&self.pool)
                 .await
@@ -287,10 +315,16 @@ impl Relay {
             if published.is_empty() {
                 return Ok(total);
             }
-            total += published.len();
-            self.record_positions(&published).await?;
+            let n = published.len();
+            total += n;
+            let mut last: HashMap<(String, String), i64> = HashMap::new();
+            for (t, id, seq) in published {
+                let e = last.entry((t, id)).or_insert(seq);
+                *e = (*e).max(seq);
+            }
+            self.record_positions(last).await?;
             metrics::counter!(onsale_telemetry::metrics::RELAY_GAP_EVENTS_TOTAL)
-                .increment(published.len() as u64);
+                .increment(n as u64);
         }
     }
 
@@ -322,12 +356,9 @@ impl Relay {
     }
 
     /// Records, after Kafka acknowledged them, the last published sequence of each aggregate.
-    async fn record_positions(&self, published: &[ScanKey]) -> anyhow::Result<()> {
-        let mut last: HashMap<(&str, &str), i64> = HashMap::new();
-        for (t, id, seq) in published {
-            let e = last.entry((t.as_str(), id.as_str())).or_insert(*seq);
-            *e = (*e).max(*seq);
-        }
+    /// Positions may trail the topic (the stream records them once a second): a gap fill
+    /// then republishes more, never less.
+    async fn record_positions(&self, last: HashMap<(String, String), i64>) -> anyhow::Result<()> {
         if last.is_empty() {
             return Ok(());
         }
@@ -357,120 +388,73 @@ impl Relay {
     /// synchronous standbys, the one the quorum (`ANY k` or `FIRST k`) has flushed; with no
     /// synchronous replication configured, the primary's own flush. `None` while no standby of
     /// a synchronous primary is connected: nothing may be published then.
-    async fn durable_lsn(&self) -> anyhow::Result<Option<String>> {
-        let names: String =
-            sqlx::query_scalar("SELECT current_setting('synchronous_standby_names')")
-                .fetch_one(&self.pool)
-                .await?;
-        let Some(k) = quorum_size(&names) else {
-            return Ok(Some(
-                sqlx::query_scalar("SELECT pg_current_wal_flush_lsn()::text")
-                    .fetch_one(&self.pool)
-                    .await?,
-            ));
-        };
-        Ok(sqlx::query_scalar(
-            "SELECT flush_lsn::text FROM pg_stat_replication
-              WHERE sync_state IN ('sync', 'quorum') AND flush_lsn IS NOT NULL
-              ORDER BY flush_lsn DESC OFFSET $1 LIMIT 1",
+    async fn durable_lsn(&self) -> anyhow::Result<Option<u64>> {
+        // One round trip: the setting, the primary's flush and the synchronous standbys'.
+        let (names, own, standbys): (String, String, Vec<String>) = sqlx::query_as(
+            "SELECT current_setting('synchronous_standby_names'),
+                    pg_current_wal_flush_lsn()::text,
+                    ARRAY(SELECT flush_lsn::text FROM pg_stat_replication
+                           WHERE sync_state IN ('sync', 'quorum') AND flush_lsn IS NOT NULL
+                           ORDER BY flush_lsn DESC)",
         )
-        .bind(k as i64 - 1)
-        .fetch_optional(&self.pool)
-        .await?)
+        .fetch_one(&self.pool)
+        .await
+        .context("read the durable LSN")?;
+        let lsn = match quorum_size(&names) {
+            None => Some(own),
+            Some(k) => standbys.into_iter().nth(k - 1),
+        };
+        lsn.map(|l| parse_lsn(&l).context("the durable LSN"))
+            .transpose()
     }
 
-    /// Runs until `shutdown` resolves; an error (broker or database away) is retried with backoff.
+    /// Runs until `shutdown` resolves: a session at a time, each stepped until it fails (a
+    /// broker or the database away, a failover); then a backoff, the topic and the slot made
+    /// again where missing, and a new session.
     pub async fn run(&self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut backoff = crate::Backoff::new(Duration::from_millis(100));
         loop {
-            let bound = Duration::from_secs(self.config.step_timeout_secs.max(1));
-            let started = tokio::time::Instant::now();
-            let step = tokio::select! {
-                _ = &mut shutdown => return,
-                s = tokio::time::timeout(bound, self.step()) => s.unwrap_or_else(|_| {
-                    Err(anyhow::anyhow!(
-                        "the step took longer than {bound:?} ({}); abandoned",
-                        self.phase()
-                    ))
-                }),
-            };
-            // Waits (the pace, backoff, the topic's return) give way to shutdown too.
-            let pause = async {
-                match step {
-                    Ok(s) => {
+            let session = async {
+                let mut stream = self.open().await?;
+                loop {
+                    let bound = Duration::from_secs(self.config.step_timeout_secs.max(1));
+                    let step = tokio::time::timeout(bound, self.step(&mut stream))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(anyhow::anyhow!(
+                                "the step took longer than {bound:?} ({}); abandoned",
+                                self.phase()
+                            ))
+                        })?;
+                    if step.published > 0 {
                         backoff.reset();
-                        let pace = Duration::from_millis(self.config.pace_ms);
-                        tokio::time::sleep_until(s.next_start(started, pace)).await;
                     }
-                    Err(e) => {
-                        metrics::counter!(onsale_telemetry::metrics::RELAY_ERRORS_TOTAL)
-                            .increment(1);
-                        tracing::warn!(error = %format!("{e:#}"), "relay step failed; retrying");
-                        backoff.wait().await;
-                        // A broker that came back empty has no topic: make it again first.
-                        if let Err(e) = self.kafka.ensure_topic().await {
-                            tracing::warn!(error = %format!("{e:#}"), "events topic not ready");
-                        }
-                        // A promoted primary has no slot: make it and fill the gap.
-                        if let Err(e) = self.ensure_slot().await {
-                            tracing::warn!(error = %format!("{e:#}"), "replication slot not ready");
-                        }
-                    }
+                }
+            };
+            let failed: anyhow::Result<()> = tokio::select! {
+                _ = &mut shutdown => return,
+                e = session => e,
+            };
+            let Err(e) = failed else { continue };
+            // Waits (backoff, the topic's return) give way to shutdown too.
+            let recover = async {
+                metrics::counter!(onsale_telemetry::metrics::RELAY_ERRORS_TOTAL).increment(1);
+                tracing::warn!(error = %format!("{e:#}"), "relay session failed; opening another");
+                backoff.wait().await;
+                // A broker that came back empty has no topic: make it again first.
+                if let Err(e) = self.kafka.ensure_topic().await {
+                    tracing::warn!(error = %format!("{e:#}"), "events topic not ready");
+                }
+                // A promoted primary has no slot: make it and fill the gap.
+                if let Err(e) = self.ensure_slot().await {
+                    tracing::warn!(error = %format!("{e:#}"), "replication slot not ready");
                 }
             };
             tokio::select! {
                 _ = &mut shutdown => return,
-                () = pause => {}
+                () = recover => {}
             }
-        }
-    }
-
-    /// A peek decodes from the slot's `restart_lsn`, which only moves to a WAL record of running
-    /// transactions; PostgreSQL 15 writes one every 15 s, so under load each peek would decode up
-    /// to 15 s of WAL again. Creating (and dropping) a logical slot writes such a record, so
-    /// every `mark_ms` (200) the relay makes one and the next advance can move `restart_lsn` up
-    /// to it (ADR 005; PostgreSQL 16 has `pg_log_standby_snapshot()` for this).
-    ///
-    /// The mark only saves work: it never stands in the way of a step. The slot is temporary
-    /// (a relay killed halfway leaves nothing behind: its session's end drops it), a mark that
-    /// fails (another relay's mark of the same name, still being made) is skipped, and one that
-    /// waits longer than a second is abandoned.
-    async fn mark(&self) {
-        let due = self
-            .marked
-            .lock()
-            .map(|m| m.elapsed() >= Duration::from_millis(self.config.mark_ms))
-            .unwrap_or(true);
-        if !due {
-            return;
-        }
-        if let Ok(mut m) = self.marked.lock() {
-            *m = std::time::Instant::now();
-        }
-        let name = format!("{}_mark", self.config.slot);
-        // On a connection of its own, out of the pool: an abandoned mark drops it, and with it
-        // the session and any temporary slot it was making.
-        let kept = self.mark_conn.lock().await.take();
-        let mark = async {
-            let mut conn = match kept {
-                Some(c) => c,
-                None => self.pool.acquire().await?.detach(),
-            };
-            sqlx::query("SELECT pg_create_logical_replication_slot($1, 'pgoutput', true)")
-                .bind(&name)
-                .execute(&mut conn)
-                .await?;
-            sqlx::query("SELECT pg_drop_replication_slot($1)")
-                .bind(&name)
-                .execute(&mut conn)
-                .await?;
-            Ok::<_, sqlx::Error>(conn)
-        };
-        match tokio::time::timeout(Duration::from_secs(1), mark).await {
-            Ok(Ok(conn)) => *self.mark_conn.lock().await = Some(conn),
-            Ok(Err(e)) => tracing::debug!(error = %e, "WAL mark skipped"),
-            Err(_) => tracing::debug!("WAL mark abandoned after 1 s"),
         }
     }
 
@@ -484,109 +468,211 @@ impl Relay {
         self.phase.lock().map(|p| *p).unwrap_or("unknown")
     }
 
-    /// One batch: decode, publish, await every acknowledgement, advance.
-    pub async fn step(&self) -> anyhow::Result<Step> {
+    /// Opens a replication session on the slot, from where it was last confirmed.
+    pub async fn open(&self) -> anyhow::Result<Stream> {
+        let mut client = ReplicationClient::connect(self.replication.clone())
+            .await
+            .context("connect for replication")?;
+        client
+            .wait_started()
+            .await
+            .with_context(|| format!("start replication on slot {}", self.config.slot))?;
+        let now = std::time::Instant::now();
+        Ok(Stream {
+            client,
+            relations: Relations::default(),
+            open: None,
+            ready: VecDeque::new(),
+            queued: 0,
+            idle_at: None,
+            unrecorded: HashMap::new(),
+            recorded_at: now,
+            lag_at: now,
+        })
+    }
+
+    /// One batch: receive what the stream has (waiting a while when nothing is ready), publish
+    /// the transactions a synchronous standby has too, await every acknowledgement, and report
+    /// the end of the last one flushed.
+    pub async fn step(&self, s: &mut Stream) -> anyhow::Result<Step> {
         let started = std::time::Instant::now();
-        if self.config.mark_ms > 0 {
-            self.set_phase("marking the WAL");
-            self.mark().await;
-        }
-        self.set_phase("reading the durable LSN");
-        let marked_ms = started.elapsed().as_millis() as u64;
-        let Some(durable) = self.durable_lsn().await? else {
+        self.set_phase("receiving");
+        let wait = if s.ready.is_empty() {
+            IDLE_WAIT
+        } else {
+            DURABLE_RECHECK
+        };
+        self.receive(s, wait).await?;
+        let received_ms = started.elapsed().as_millis() as u64;
+        let mut step = Step::default();
+        if !s.ready.is_empty() {
+            self.set_phase("reading the durable LSN");
             // Fail closed: a synchronous primary with no standby acknowledges nothing, and the
             // relay publishes nothing.
-            return Ok(Step::default());
-        };
-        let durable_at = parse_lsn(&durable).context("the durable LSN")?;
-        self.set_phase("peeking the slot");
-        let rows = sqlx::query(
-            "SELECT lsn::text AS lsn, data FROM pg_logical_slot_peek_changes($1, $3::pg_lsn, $2,
-               'format-version', '2', 'include-lsn', '1', 'include-timestamp', '1',
-               'include-xids', '1', 'add-tables', 'public.events')",
-        )
-        .bind(&self.config.slot)
-        .bind(self.config.batch)
-        .bind(&durable)
-        .fetch_all(&self.decoding)
-        .await
-        .context("peek the slot")?;
-        let mut last_lsn = None;
-        let mut reached = Vec::new();
-        let mut pending = Vec::new();
-        let mut tx_changes: Vec<(String, RawEventRow)> = Vec::new();
-        let mut tx_id = None;
-        for row in &rows {
-            let lsn: String = row.try_get("lsn")?;
-            let data: String = row.try_get("data")?;
-            let change: Change<'_> = serde_json::from_str(&data).context("wal2json output")?;
-            match change.action {
-                "B" => {
-                    tx_id = change.xid;
-                    tx_changes.clear();
-                }
-                "I" => tx_changes.push((lsn, event_row(change.columns)?)),
-                "C" => {
-                    // A commit's row carries the end of its record: a transaction ending past
-                    // what the standbys flushed waits for the next step.
-                    if parse_lsn(&lsn).is_none_or(|end| end > durable_at) {
-                        break;
-                    }
-                    last_lsn = Some(lsn.clone());
-                    let ts_ms = change
-                        .timestamp
-                        .as_deref()
-                        .and_then(parse_pg_time)
-                        .unwrap_or_else(|| chrono::Utc::now().timestamp_millis());
-                    for (change_lsn, after) in tx_changes.drain(..) {
-                        reached.push((
-                            after.aggregate_type.clone(),
-                            after.aggregate_id.clone(),
-                            after.sequence,
-                        ));
-                        let envelope = RawEnvelope {
-                            op: "c",
-                            before: None,
-                            after,
-                            source: self.source(change_lsn, lsn.clone(), tx_id, ts_ms, false),
-                            ts_ms: chrono::Utc::now().timestamp_millis(),
-                        };
-                        pending.push(self.publish(envelope));
-                    }
-                }
-                // The events table is append-only: an update, a delete or a truncate of it
-                // is not part of the log and is not relayed.
-                _ => {}
+            let durable = self.durable_lsn().await?;
+            let n = s
+                .ready
+                .iter()
+                .take_while(|t| durable.is_some_and(|d| t.end <= d))
+                .count();
+            if n > 0 {
+                let batch: Vec<Txn> = s.ready.drain(..n).collect();
+                step = self.publish_batch(s, batch).await?;
+            }
+            step.waiting = s.ready.len();
+            tracing::debug!(
+                published = step.published,
+                waiting = step.waiting,
+                received_ms,
+                done_ms = started.elapsed().as_millis() as u64,
+                "relay step"
+            );
+        }
+        if s.ready.is_empty() && s.open.is_none() {
+            if let Some(at) = s.idle_at.take() {
+                s.client.update_applied_lsn(Lsn::from_u64(at));
             }
         }
-        let peeked_ms = started.elapsed().as_millis() as u64;
-        let Some(last_lsn) = last_lsn else {
-            tracing::debug!(%durable, rows = rows.len(), marked_ms, peeked_ms, "relay step: nothing to publish");
+        if s.recorded_at.elapsed() >= POSITIONS_EVERY {
+            self.set_phase("recording positions");
+            s.recorded_at = std::time::Instant::now();
+            self.record_positions(std::mem::take(&mut s.unrecorded))
+                .await?;
+        }
+        if s.lag_at.elapsed() >= POSITIONS_EVERY {
+            s.lag_at = std::time::Instant::now();
             self.record_lag().await;
-            return Ok(Step::default());
+        }
+        Ok(step)
+    }
+
+    /// Takes what the stream delivers: waits up to `wait` for a first message, then up to the
+    /// linger for more, until a batch is full.
+    async fn receive(&self, s: &mut Stream, wait: Duration) -> anyhow::Result<()> {
+        let Ok(first) = tokio::time::timeout(wait, s.client.recv()).await else {
+            return Ok(());
         };
-        let published = pending.len();
+        self.take(s, first)?;
+        let linger = tokio::time::Instant::now() + Duration::from_millis(self.config.linger_ms);
+        while s.queued < self.config.batch {
+            // What is already there is taken without waiting; then more until the linger ends.
+            let next = match s.client.recv().now_or_never() {
+                Some(next) => next,
+                None if s.ready.is_empty() || self.config.linger_ms == 0 => {
+                    match tokio::time::timeout_at(linger, s.client.recv()).await {
+                        Ok(next) => next,
+                        Err(_) => break,
+                    }
+                }
+                None => match tokio::time::timeout_at(linger, s.client.recv()).await {
+                    Ok(next) => next,
+                    Err(_) => break,
+                },
+            };
+            self.take(s, next)?;
+        }
+        Ok(())
+    }
+
+    /// Files one message of the stream.
+    fn take(
+        &self,
+        s: &mut Stream,
+        message: pgwire_replication::Result<Option<ReplicationEvent>>,
+    ) -> anyhow::Result<()> {
+        let event = message
+            .context("the replication stream")?
+            .ok_or_else(|| anyhow::anyhow!("the replication stream ended"))?;
+        match event {
+            ReplicationEvent::Begin {
+                xid,
+                commit_time_micros,
+                ..
+            } => {
+                s.open = Some(Txn {
+                    xid,
+                    end: 0,
+                    commit_ms: pg_time_ms(commit_time_micros),
+                    events: Vec::new(),
+                });
+            }
+            ReplicationEvent::XLogData {
+                wal_start, data, ..
+            } => {
+                let Some(row) = s.relations.read(&data, "public", "events")? else {
+                    return Ok(());
+                };
+                let txn = s.open.as_mut().context("an insert outside a transaction")?;
+                txn.events
+                    .push((wal_start.as_u64(), RawEventRow::try_from(row)?));
+            }
+            ReplicationEvent::Commit {
+                end_lsn,
+                commit_time_micros,
+                ..
+            } => {
+                let mut txn = s.open.take().context("a commit without its begin")?;
+                txn.end = end_lsn.as_u64();
+                txn.commit_ms = pg_time_ms(commit_time_micros);
+                s.idle_at = None;
+                if !txn.events.is_empty() {
+                    s.queued += txn.events.len();
+                    s.ready.push_back(txn);
+                }
+            }
+            ReplicationEvent::KeepAlive { wal_end, .. } => {
+                if s.open.is_none() && s.ready.is_empty() {
+                    s.idle_at = Some(wal_end.as_u64());
+                }
+            }
+            ReplicationEvent::Message { .. } => {}
+            ReplicationEvent::StoppedAt { .. } => {
+                anyhow::bail!("the replication stream stopped")
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes whole transactions in one go, awaits every acknowledgement, then reports the
+    /// end of the last as flushed.
+    async fn publish_batch(&self, s: &mut Stream, batch: Vec<Txn>) -> anyhow::Result<Step> {
         self.set_phase("awaiting Kafka's acknowledgements");
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut pending = Vec::with_capacity(batch.iter().map(|t| t.events.len()).sum());
+        let mut last = 0;
+        for txn in batch {
+            s.queued -= txn.events.len();
+            last = txn.end;
+            let commit_lsn = format_lsn(txn.end);
+            for (lsn, after) in txn.events {
+                let key = (after.aggregate_type.clone(), after.aggregate_id.clone());
+                let seq = s.unrecorded.entry(key).or_insert(after.sequence);
+                *seq = (*seq).max(after.sequence);
+                let envelope = RawEnvelope {
+                    op: "c",
+                    before: None,
+                    after,
+                    source: self.source(
+                        format_lsn(lsn),
+                        commit_lsn.clone(),
+                        Some(i64::from(txn.xid)),
+                        txn.commit_ms,
+                        false,
+                    ),
+                    ts_ms: now,
+                };
+                pending.push(self.publish(envelope));
+            }
+        }
+        let published = pending.len();
         try_join_all(pending).await?;
-        let acked_ms = started.elapsed().as_millis() as u64;
-        self.set_phase("recording positions");
-        self.record_positions(&reached).await?;
-        self.set_phase("advancing the slot");
-        sqlx::query("SELECT pg_replication_slot_advance($1, $2::pg_lsn)")
-            .bind(&self.config.slot)
-            .bind(&last_lsn)
-            .execute(&self.decoding)
-            .await
-            .context("advance the slot")?;
+        s.client.update_applied_lsn(Lsn::from_u64(last));
         metrics::counter!(onsale_telemetry::metrics::RELAY_EVENTS_TOTAL)
             .increment(published as u64);
-        tracing::debug!(%durable, rows = rows.len(), published, %last_lsn, marked_ms, peeked_ms, acked_ms,
-            done_ms = started.elapsed().as_millis() as u64, "relay step");
-        self.record_lag().await;
         Ok(Step {
             published,
-            advanced_to: parse_lsn(&last_lsn),
-            full: rows.len() >= usize::try_from(self.config.batch).unwrap_or(usize::MAX),
+            advanced_to: Some(last),
+            waiting: 0,
         })
     }
 
@@ -698,56 +784,6 @@ fn quorum_size(names: &str) -> Option<usize> {
     Some(1)
 }
 
-/// One row of `pg_logical_slot_peek_changes` with wal2json's format 2: a transaction's begin
-/// ("B"), an insert ("I") with its columns, or its commit ("C").
-#[derive(Deserialize)]
-struct Change<'a> {
-    #[serde(borrow)]
-    action: &'a str,
-    xid: Option<i64>,
-    timestamp: Option<String>,
-    #[serde(default, borrow)]
-    columns: Vec<Column<'a>>,
-}
-
-#[derive(Deserialize)]
-struct Column<'a> {
-    #[serde(borrow)]
-    name: &'a str,
-    #[serde(borrow)]
-    value: &'a RawValue,
-}
-
-/// The `events` row of a wal2json (format 2) insert. wal2json hands the json columns over as
-/// their text, which goes on as it is (checked to be JSON, not parsed into a tree).
-fn event_row(columns: Vec<Column<'_>>) -> anyhow::Result<RawEventRow> {
-    let (mut aggregate_type, mut aggregate_id, mut sequence) = (None, None, None);
-    let (mut event_type, mut event_version, mut payload, mut metadata) = (None, None, None, None);
-    for col in columns {
-        let text = || serde_json::from_str::<String>(col.value.get());
-        match col.name {
-            "aggregate_type" => aggregate_type = Some(text()?),
-            "aggregate_id" => aggregate_id = Some(text()?),
-            "sequence" => sequence = Some(serde_json::from_str::<i64>(col.value.get())?),
-            "event_type" => event_type = Some(text()?),
-            "event_version" => event_version = Some(text()?),
-            "payload" => payload = Some(text()?),
-            "metadata" => metadata = Some(text()?),
-            _ => {}
-        }
-    }
-    let missing = |name: &str| anyhow::anyhow!("an events insert without {name}");
-    Ok(RawEventRow::try_from(LogRow {
-        aggregate_type: aggregate_type.ok_or_else(|| missing("aggregate_type"))?,
-        aggregate_id: aggregate_id.ok_or_else(|| missing("aggregate_id"))?,
-        sequence: sequence.ok_or_else(|| missing("sequence"))?,
-        event_type: event_type.ok_or_else(|| missing("event_type"))?,
-        event_version: event_version.ok_or_else(|| missing("event_version"))?,
-        payload: payload.ok_or_else(|| missing("payload"))?,
-        metadata: metadata.ok_or_else(|| missing("metadata"))?,
-    })?)
-}
-
 /// The `traceparent` a row's metadata carries, if any.
 fn traceparent_of(metadata: &RawValue) -> Option<String> {
     #[derive(Deserialize)]
@@ -759,86 +795,53 @@ fn traceparent_of(metadata: &RawValue) -> Option<String> {
         .traceparent
 }
 
-/// wal2json's timestamps: "2026-11-29 10:11:38.123456+00".
-fn parse_pg_time(s: &str) -> Option<i64> {
-    chrono::DateTime::parse_from_str(&format!("{s}00"), "%Y-%m-%d %H:%M:%S%.f%z")
-        .ok()
-        .map(|t| t.timestamp_millis())
+/// PostgreSQL's timestamps on the stream (microseconds since 2000-01-01) as milliseconds since
+/// the Unix epoch.
+fn pg_time_ms(micros: i64) -> i64 {
+    const PG_EPOCH_MS: i64 = 946_684_800_000;
+    micros.div_euclid(1_000) + PG_EPOCH_MS
+}
+
+/// The replication session of `slot` on the database `pool` reaches: the same address, user,
+/// database and TLS mode. The password is PostgreSQL's `PGPASSWORD` (sqlx's options keep theirs
+/// to themselves): a deployment that logs in with one sets it (docs/adr/028).
+fn replication_config(pool: &PgPool, slot: &str, db: &str) -> ReplicationConfig {
+    let o = pool.connect_options();
+    let password = std::env::var("PGPASSWORD").unwrap_or_default();
+    let config = match o.get_socket() {
+        Some(dir) => ReplicationConfig::unix(
+            dir.to_string_lossy(),
+            o.get_port(),
+            o.get_username(),
+            password,
+            db,
+            slot,
+            PUBLICATION,
+        ),
+        None => ReplicationConfig::new(
+            o.get_host(),
+            o.get_username(),
+            password,
+            db,
+            slot,
+            PUBLICATION,
+        )
+        .with_port(o.get_port())
+        .with_tls(match o.get_ssl_mode() {
+            PgSslMode::Disable | PgSslMode::Allow | PgSslMode::Prefer => TlsConfig::disabled(),
+            PgSslMode::Require => TlsConfig::require(),
+            PgSslMode::VerifyCa => TlsConfig::verify_ca(None),
+            PgSslMode::VerifyFull => TlsConfig::verify_full(None),
+        }),
+    };
+    config
+        .with_status_interval(STATUS_EVERY)
+        .with_application_name(format!("onsale-relay {slot}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envelope::format_lsn;
-    use serde_json::json;
-
-    #[test]
-    fn a_step_waits_out_the_pace_unless_its_peek_was_full() {
-        let started = tokio::time::Instant::now();
-        let pace = Duration::from_millis(50);
-        let paced = started + pace;
-        let idle = Step::default();
-        assert_eq!(idle.next_start(started, pace), paced, "nothing found");
-        let one = Step {
-            published: 1,
-            advanced_to: Some(7),
-            full: false,
-        };
-        assert_eq!(
-            one.next_start(started, pace),
-            paced,
-            "a commit carried alone"
-        );
-        let backlog = Step {
-            published: 5_000,
-            advanced_to: Some(9),
-            full: true,
-        };
-        assert_eq!(
-            backlog.next_start(started, pace),
-            started,
-            "a backlog goes on at once"
-        );
-    }
-
-    #[test]
-    fn wal2json_insert_becomes_an_event_row() {
-        let data = json!({"action": "I", "lsn": "0/16B3748", "schema": "public", "table": "events", "columns": [
-            {"name": "aggregate_type", "type": "text", "value": "show"},
-            {"name": "aggregate_id", "type": "text", "value": "s1"},
-            {"name": "sequence", "type": "bigint", "value": 7},
-            {"name": "event_type", "type": "text", "value": "HoldReleased"},
-            {"name": "event_version", "type": "text", "value": "1"},
-            {"name": "payload", "type": "json", "value": "{\"HoldReleased\":{\"hold_id\":\"h\"}}"},
-            {"name": "metadata", "type": "json", "value": "{\"traceparent\":\"00-ab-cd-01\"}"},
-            {"name": "xid", "type": "xid8", "value": 812},
-            {"name": "hash", "type": "bytea", "value": null}]})
-        .to_string();
-        let change: Change<'_> = serde_json::from_str(&data).expect("a change");
-        assert_eq!(change.action, "I");
-        let row = event_row(change.columns).expect("an insert parses");
-        assert_eq!(row.sequence, 7);
-        assert_eq!(
-            (row.aggregate_type.as_str(), row.aggregate_id.as_str()),
-            ("show", "s1")
-        );
-        assert_eq!(row.payload.get(), r#"{"HoldReleased":{"hold_id":"h"}}"#);
-        assert_eq!(
-            traceparent_of(&row.metadata).as_deref(),
-            Some("00-ab-cd-01")
-        );
-        let begin: Change<'_> =
-            serde_json::from_str(r#"{"action":"B","xid":812}"#).expect("a begin");
-        assert_eq!((begin.action, begin.xid), ("B", Some(812)));
-        let no_payload = json!({"action": "I", "columns": [
-            {"name": "aggregate_type", "type": "text", "value": "show"}]})
-        .to_string();
-        let change: Change<'_> = serde_json::from_str(&no_payload).expect("a change");
-        assert!(
-            event_row(change.columns).is_err(),
-            "an insert missing columns fails"
-        );
-    }
 
     #[test]
     fn the_quorum_size_is_read_from_synchronous_standby_names() {
@@ -852,8 +855,10 @@ mod tests {
     }
 
     #[test]
-    fn commit_timestamps_parse() {
-        assert_eq!(parse_pg_time("1970-01-01 00:00:01.5+00"), Some(1500));
+    fn commit_timestamps_convert() {
+        assert_eq!(pg_time_ms(0), 946_684_800_000, "PostgreSQL's epoch");
+        assert_eq!(pg_time_ms(1_500_000), 946_684_801_500);
+        assert_eq!(pg_time_ms(-1), 946_684_799_999, "before 2000 rounds down");
         assert_eq!(format_lsn(parse_lsn("0/10").expect("parses")), "0/10");
     }
 }

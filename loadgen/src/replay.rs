@@ -260,8 +260,7 @@ async fn publish(pool: &PgPool, kafka: &KafkaConfig, total: u64) -> anyhow::Resu
         RelayConfig {
             slot: "bench_replay".into(),
             batch: 5_000,
-            pace_ms: 10,
-            mark_ms: 0,
+            linger_ms: 5,
             step_timeout_secs: 30,
             shard: 1,
         },

@@ -319,10 +319,23 @@ impl ReadPath {
             .shutdown()
             .await
             .expect("the read path shuts down in time");
-        let _ = sqlx::query("SELECT pg_drop_replication_slot($1)")
-            .bind(&slot)
-            .execute(&pool)
-            .await;
+        // The relay's walsender ends a moment after its session: the slot is dropped once
+        // nothing holds it.
+        let _ = crate::poll_until(
+            "the relay's slot dropped",
+            std::time::Duration::from_secs(10),
+            std::time::Duration::from_millis(50),
+            || async {
+                sqlx::query(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+                      WHERE slot_name = $1",
+                )
+                .bind(&slot)
+                .execute(&pool)
+                .await
+            },
+        )
+        .await;
     }
 }
 

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use onsale_domain::SystemClock;
-use onsale_kafka::{KafkaConfig, Relay, RelayConfig};
+use onsale_kafka::{KafkaConfig, Relay};
 use onsale_server::Part;
 use onsale_tests::ha::HaCluster;
 use onsale_tests::read_path::{
@@ -76,22 +76,18 @@ async fn with_both_standbys_gone_commits_fail_closed_and_resume_when_one_returns
     let ann = app.fan("ann");
     let (status, _, body) = hold_seat(&app, &event, &ann, "S1-R1-1", "h-1").await;
     assert_eq!(status, 201, "{body}");
-    // A relay of the test's own, stepped by hand (no WAL marks: making a slot waits for the
-    // transactions a missing standby holds).
+    // A relay of the test's own, stepped by hand.
     let kafka = KafkaConfig {
         brokers: shared_brokers().expect("brokers"),
         events_topic: format!("onsale.events.{}", db.name),
         partitions: 1,
         replication: 1,
     };
-    let relay_config = RelayConfig {
-        mark_ms: 0,
-        ..settings(&db).relay
-    };
-    let relay = Relay::start(db.pool().await.expect("pool"), kafka, relay_config)
+    let relay = Relay::start(db.pool().await.expect("pool"), kafka, settings(&db).relay)
         .await
         .expect("the relay");
-    while relay.step().await.expect("a step").published > 0 {}
+    let mut stream = relay.open().await.expect("a replication session");
+    while relay.step(&mut stream).await.expect("a step").published > 0 {}
 
     let primary = cluster.leader().await.expect("a primary");
     let standbys: Vec<u16> = (1..=3).filter(|i| *i != primary).collect();
@@ -114,11 +110,24 @@ async fn with_both_standbys_gone_commits_fail_closed_and_resume_when_one_returns
     assert_eq!(status, 503, "{body}");
     // The held hold is in the primary's WAL, decodable, but no standby has it: a failover now
     // would lose it, so the relay does not publish it.
-    let step = tokio::time::timeout(Duration::from_secs(10), relay.step())
+    let step = tokio::time::timeout(Duration::from_secs(10), relay.step(&mut stream))
         .await
         .expect("a step publishes nothing and does not wait for a standby")
         .expect("a step");
     assert_eq!(step.published, 0, "nothing a standby lacks is published");
+    // It reaches the relay, which keeps it back (each step waits for the stream a while).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let step = relay.step(&mut stream).await.expect("a step");
+        assert_eq!(step.published, 0, "nothing a standby lacks is published");
+        if step.waiting > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the uncommitted hold never reached the relay"
+        );
+    }
 
     // A standby returns: service resumes by itself, and the retries with the same keys are
     // answered with what committed (one hold each, not two).
@@ -144,7 +153,7 @@ async fn with_both_standbys_gone_commits_fail_closed_and_resume_when_one_returns
     let mut published = 0;
     let deadline = Instant::now() + Duration::from_secs(30);
     while published < 2 {
-        published += relay.step().await.expect("a step").published;
+        published += relay.step(&mut stream).await.expect("a step").published;
         assert!(Instant::now() < deadline, "published {published} of 2");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
