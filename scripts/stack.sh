@@ -130,7 +130,10 @@ pg_up() {
   ensure_packages
   mkdir -p "$dir"
   [ "$(id -u)" = 0 ] && chown postgres:postgres "$dir"
-  as_pg "$PG_BIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 >"$dir/initdb.log" 2>&1
+  # Text compares byte by byte (the "C" collation: memcmp and abbreviated keys instead of
+  # strcoll, 9% of the projector's backends), in the same order as C.UTF-8's code points;
+  # character classes stay UTF-8's (lower(), the search's word parsing).
+  as_pg "$PG_BIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --lc-collate=C --lc-ctype=C.UTF-8 >"$dir/initdb.log" 2>&1
   cat >>"$dir/data/postgresql.conf" <<CONF
 listen_addresses = '127.0.0.1'
 port = $port
@@ -632,6 +635,8 @@ bootstrap:
         log_min_messages: warning
   initdb:
     - encoding: UTF8
+    - lc-collate: C
+    - lc-ctype: C.UTF-8
     - auth: trust
   post_bootstrap: $dir/post-bootstrap.sh
 postgresql:

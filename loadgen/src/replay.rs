@@ -260,7 +260,7 @@ async fn publish(pool: &PgPool, kafka: &KafkaConfig, total: u64) -> anyhow::Resu
         RelayConfig {
             slot: "bench_replay".into(),
             batch: 5_000,
-            linger_ms: 5,
+            linger_ms: 25,
             step_timeout_secs: 30,
             shard: 1,
         },
