@@ -1,19 +1,31 @@
 //! The serve loop of every HTTP listener (the API, gRPC, `/metrics`), in place of
 //! `axum::serve`, which exposes none of hyper's builder: a header-read timeout (a slow client
-//! cannot hold a connection by trickling its request line), a cap on open connections, HTTP/2
-//! stream and keep-alive limits, each connection's peer address for the rate limits, and a
-//! graceful stop (no new connections; those open finish their requests).
+//! cannot hold a connection by trickling its request line), a deadline from accept to the
+//! first request and an idle deadline between requests (a client that sends nothing, half a
+//! preface, or keeps an HTTP/2 connection alive with pings but opens no stream, is let go), a
+//! cap on open connections in all and per address, HTTP/2 stream and keep-alive limits, each
+//! connection's peer address for the rate limits, and a graceful stop (no new connections;
+//! those open finish their requests).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::ConnectInfo;
+use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
@@ -21,15 +33,167 @@ use tower::ServiceExt;
 #[derive(Debug, Clone, clap::Args)]
 pub struct HttpSettings {
     /// A client must send a request's headers within this long (milliseconds) of starting
-    /// them, or of opening the connection; otherwise the connection is closed.
+    /// them, or of opening the connection (its first request, over HTTP/1 or HTTP/2);
+    /// otherwise the connection is closed.
     #[arg(long, env = "ONSALE_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000)]
     pub header_read_timeout_ms: u64,
+    /// A connection with no request under way (no open HTTP/2 stream, no streaming answer)
+    /// for this long (milliseconds) is closed; a client opens another when it needs one.
+    #[arg(long, env = "ONSALE_IDLE_TIMEOUT_MS", default_value_t = 60_000)]
+    pub idle_timeout_ms: u64,
     /// Most connections open at once per listener; a connection past it is closed at once.
     #[arg(long, env = "ONSALE_MAX_CONNECTIONS", default_value_t = 50_000)]
     pub max_connections: usize,
+    /// Most connections open at once per listener from one address (an IPv6 client's /64);
+    /// a connection past it is closed at once, so one machine cannot take the whole cap.
+    #[arg(
+        long,
+        env = "ONSALE_MAX_CONNECTIONS_PER_ADDRESS",
+        default_value_t = 2_000
+    )]
+    pub max_connections_per_address: usize,
     /// Most concurrent HTTP/2 streams (gRPC calls) on one connection.
     #[arg(long, env = "ONSALE_HTTP2_MAX_STREAMS", default_value_t = 256)]
     pub http2_max_streams: u32,
+}
+
+/// Whom a connection counts against: an IPv4 address, or an IPv6 address's /64 (what one
+/// subscriber is handed; an attacker rotates the rest freely).
+fn address_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+        },
+    }
+}
+
+/// The open connections of one listener per address.
+#[derive(Debug, Default)]
+struct PerAddress {
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One connection counted against its address until dropped.
+#[derive(Debug)]
+struct AddressSlot {
+    table: Arc<PerAddress>,
+    key: IpAddr,
+}
+
+impl PerAddress {
+    fn take(table: &Arc<Self>, ip: IpAddr, cap: usize) -> Option<AddressSlot> {
+        let key = address_key(ip);
+        let mut open = table.open.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(key).or_insert(0);
+        if *n >= cap {
+            return None;
+        }
+        *n += 1;
+        Some(AddressSlot {
+            table: table.clone(),
+            key,
+        })
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = self.table.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// What one connection is doing, for its deadlines: how many requests are under way (an
+/// answer still streaming counts), whether one ever came, and since when none is under way.
+#[derive(Debug)]
+struct Activity {
+    open: AtomicUsize,
+    seen: AtomicBool,
+    /// Milliseconds from `accepted` to when the last request finished.
+    idle_since_ms: AtomicU64,
+    accepted: Instant,
+    changed: Notify,
+}
+
+impl Activity {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            open: AtomicUsize::new(0),
+            seen: AtomicBool::new(false),
+            idle_since_ms: AtomicU64::new(0),
+            accepted: Instant::now(),
+            changed: Notify::new(),
+        })
+    }
+
+    /// A request head arrived: under way until the returned guard drops (with its answer's
+    /// body, or when the request is abandoned).
+    fn begin(self: &Arc<Self>) -> Underway {
+        self.seen.store(true, Ordering::Release);
+        self.open.fetch_add(1, Ordering::AcqRel);
+        Underway(self.clone())
+    }
+
+    /// When the connection is to be closed if nothing happens: `None` while a request is under
+    /// way.
+    fn deadline(&self, first: Duration, idle: Duration) -> Option<Instant> {
+        if self.open.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        if !self.seen.load(Ordering::Acquire) {
+            return Some(self.accepted + first);
+        }
+        let since = Duration::from_millis(self.idle_since_ms.load(Ordering::Acquire));
+        Some(self.accepted + since + idle)
+    }
+}
+
+/// A request under way on its connection.
+#[derive(Debug)]
+struct Underway(Arc<Activity>);
+
+impl Drop for Underway {
+    fn drop(&mut self) {
+        let a = &self.0;
+        let since = u64::try_from(a.accepted.elapsed().as_millis()).unwrap_or(u64::MAX);
+        a.idle_since_ms.store(since, Ordering::Release);
+        a.open.fetch_sub(1, Ordering::AcqRel);
+        // A stored permit if the watchdog is not waiting yet: it looks again either way.
+        a.changed.notify_one();
+    }
+}
+
+/// An answer's body that keeps its request under way until it is sent (or dropped).
+struct Tracked {
+    inner: axum::body::Body,
+    _underway: Underway,
+}
+
+impl HttpBody for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Serves `router` on `listener` until `stop`; then waits for the open connections to finish.
@@ -53,6 +217,9 @@ pub async fn serve(
         .keep_alive_timeout(Duration::from_secs(20));
     let builder = Arc::new(builder);
     let open = Arc::new(Semaphore::new(settings.max_connections));
+    let per_address = Arc::new(PerAddress::default());
+    let first = Duration::from_millis(settings.header_read_timeout_ms);
+    let idle = Duration::from_millis(settings.idle_timeout_ms);
     let graceful = GracefulShutdown::new();
     loop {
         let (tcp, peer) = tokio::select! {
@@ -68,7 +235,16 @@ pub async fn serve(
             },
         };
         let Ok(permit) = open.clone().try_acquire_owned() else {
-            metrics::counter!("onsale_connections_refused_total", "listener" => what).increment(1);
+            metrics::counter!("onsale_connections_refused_total", "listener" => what, "why" => "cap").increment(1);
+            drop(tcp);
+            continue;
+        };
+        let Some(slot) = PerAddress::take(
+            &per_address,
+            peer.ip(),
+            settings.max_connections_per_address,
+        ) else {
+            metrics::counter!("onsale_connections_refused_total", "listener" => what, "why" => "address").increment(1);
             drop(tcp);
             continue;
         };
@@ -76,22 +252,46 @@ pub async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!(error = %e, "TCP_NODELAY not set");
         }
-        let svc =
-            router
-                .clone()
-                .map_request(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                    req.extensions_mut().insert(ConnectInfo(peer));
-                    req
-                });
+        let activity = Activity::new();
+        let (router, underway) = (router.clone(), activity.clone());
+        let svc = tower::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(peer));
+            let guard = underway.begin();
+            let call = router.clone().oneshot(req);
+            async move {
+                let res = call.await?;
+                Ok::<_, Infallible>(res.map(|inner| {
+                    axum::body::Body::new(Tracked {
+                        inner,
+                        _underway: guard,
+                    })
+                }))
+            }
+        });
         let svc = TowerToHyperService::new(svc);
         let conn = builder
             .serve_connection_with_upgrades(TokioIo::new(tcp), svc)
             .into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
-            // A peer that went away mid-request is its own business.
-            let _ = conn.await;
+            tokio::pin!(conn);
+            loop {
+                let deadline = activity.deadline(first, idle);
+                tokio::select! {
+                    // A peer that went away mid-request is its own business.
+                    _ = &mut conn => break,
+                    () = activity.changed.notified() => {}
+                    () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                        if activity.deadline(first, idle).is_some_and(|d| d <= Instant::now()) {
+                            // Dropping the connection closes its socket.
+                            metrics::counter!("onsale_connections_idle_closed_total", "listener" => what).increment(1);
+                            break;
+                        }
+                    }
+                }
+            }
             drop(permit);
+            drop(slot);
         });
     }
     drop(listener);
@@ -126,4 +326,59 @@ pub async fn traced(
     let res = next.run(req).instrument(span.clone()).await;
     span.record("http.response.status_code", res.status().as_u16());
     res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv6_clients_count_by_their_64_and_mapped_ipv4_as_ipv4() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().expect("an address");
+        let b: IpAddr = "2001:db8:1:2:ffff:1:2:3".parse().expect("an address");
+        let other: IpAddr = "2001:db8:1:3::1".parse().expect("an address");
+        assert_eq!(address_key(a), address_key(b), "one /64");
+        assert_ne!(address_key(a), address_key(other), "another /64");
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().expect("an address");
+        let v4: IpAddr = "192.0.2.7".parse().expect("an address");
+        assert_eq!(address_key(mapped), v4);
+        assert_eq!(address_key(v4), v4);
+    }
+
+    #[test]
+    fn an_address_takes_at_most_its_cap_and_gets_places_back() {
+        let table = Arc::new(PerAddress::default());
+        let ip: IpAddr = "192.0.2.7".parse().expect("an address");
+        let other: IpAddr = "192.0.2.8".parse().expect("an address");
+        let one = PerAddress::take(&table, ip, 2).expect("first");
+        let _two = PerAddress::take(&table, ip, 2).expect("second");
+        assert!(PerAddress::take(&table, ip, 2).is_none(), "past the cap");
+        assert!(
+            PerAddress::take(&table, other, 2).is_some(),
+            "another address"
+        );
+        drop(one);
+        assert!(PerAddress::take(&table, ip, 2).is_some(), "a place back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_has_a_deadline_only_while_nothing_is_under_way() {
+        let (first, idle) = (Duration::from_secs(10), Duration::from_secs(60));
+        let a = Activity::new();
+        let accepted = a.accepted;
+        assert_eq!(
+            a.deadline(first, idle),
+            Some(accepted + first),
+            "the first request's"
+        );
+        let req = a.begin();
+        assert_eq!(a.deadline(first, idle), None, "a request under way");
+        tokio::time::advance(Duration::from_secs(5)).await;
+        drop(req);
+        assert_eq!(
+            a.deadline(first, idle),
+            Some(accepted + Duration::from_secs(5) + idle),
+            "idle from the end of the last answer"
+        );
+    }
 }

@@ -86,6 +86,97 @@ async fn connections_past_the_cap_are_closed_and_come_back_when_one_ends() {
     .await;
 }
 
+/// Connections that hold a place without asking anything (issue 53, item 1), on each of the
+/// process's listeners: one that sends nothing, one that sends half of HTTP/2's preface, and
+/// an HTTP/2 connection that completes its handshake and answers pings but opens no stream.
+/// Each is closed by the deadlines, and the per-address cap refuses the connection past it.
+#[tokio::test]
+async fn silent_connections_are_let_go_on_every_listener() {
+    let db = TestDb::new().await.expect("db");
+    let app = app_with(&db, |s| {
+        s.http.header_read_timeout_ms = 500;
+        s.http.idle_timeout_ms = 1_000;
+        s.metrics_listen = Some("127.0.0.1:0".into());
+    })
+    .await;
+    let listeners = [
+        ("REST", app.server.http_addr().expect("REST")),
+        ("gRPC", app.server.grpc_addr().expect("gRPC")),
+        ("internal", app.server.internal_addr().expect("internal")),
+        ("metrics", app.server.metrics_addr().expect("metrics")),
+    ];
+    for (what, addr) in listeners {
+        let mut silent = TcpStream::connect(addr).await.expect("connects");
+        let mut half = TcpStream::connect(addr).await.expect("connects");
+        half.write_all(b"PRI * HTTP/2.0\r\n").await.expect("writes");
+        assert!(
+            closed_within(&mut silent, Duration::from_secs(5)).await,
+            "{what}: a connection that sends nothing is closed"
+        );
+        assert!(
+            closed_within(&mut half, Duration::from_secs(5)).await,
+            "{what}: half a preface is closed"
+        );
+        // A whole HTTP/2 handshake (preface, an empty SETTINGS, the server's SETTINGS
+        // acknowledged), then nothing: no stream is ever opened.
+        let mut quiet = TcpStream::connect(addr).await.expect("connects");
+        quiet
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            .await
+            .expect("the preface");
+        quiet
+            .write_all(b"\x00\x00\x00\x04\x01\x00\x00\x00\x00")
+            .await
+            .expect("a SETTINGS acknowledgement");
+        assert!(
+            closed_within(&mut quiet, Duration::from_secs(5)).await,
+            "{what}: an HTTP/2 connection with no stream is closed"
+        );
+    }
+    // A connection that asked something and then keeps quiet is let go after the idle
+    // deadline, not before its answer.
+    let mut asked = TcpStream::connect(addr(&app)).await.expect("connects");
+    asked
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("writes");
+    let mut answer = [0u8; 12];
+    asked.read_exact(&mut answer).await.expect("an answer");
+    assert_eq!(&answer, b"HTTP/1.1 200");
+    assert!(
+        closed_within(&mut asked, Duration::from_secs(5)).await,
+        "an idle keep-alive connection is closed"
+    );
+}
+
+#[tokio::test]
+async fn one_address_cannot_take_every_connection() {
+    let db = TestDb::new().await.expect("db");
+    let app = app_with(&db, |s| s.http.max_connections_per_address = 2).await;
+    let first = TcpStream::connect(addr(&app)).await.expect("first");
+    let _second = TcpStream::connect(addr(&app)).await.expect("second");
+    let mut third = TcpStream::connect(addr(&app)).await.expect("third");
+    assert!(
+        closed_within(&mut third, Duration::from_secs(5)).await,
+        "the address's third connection is closed (the total cap is 50,000)"
+    );
+    // One of the address's connections ends: its place is free again.
+    drop(first);
+    wait_for(
+        "the address is served again",
+        Duration::from_secs(10),
+        || {
+            let http = reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .build()
+                .expect("client");
+            let url = format!("{}/healthz", app.base);
+            async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
+        },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn streams_past_the_cap_answer_503_with_retry_after() {
     // A stream needs the show's seat map: the whole read path runs here.
