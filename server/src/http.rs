@@ -39,7 +39,10 @@ pub struct HttpSettings {
     pub header_read_timeout_ms: u64,
     /// A connection with no request under way (no open HTTP/2 stream, no streaming answer)
     /// for this long (milliseconds) is closed; a client opens another when it needs one.
-    #[arg(long, env = "ONSALE_IDLE_TIMEOUT_MS", default_value_t = 60_000)]
+    /// Longer than clients keep idle connections in their pools (hyper's and reqwest's 90 s):
+    /// a client that sends on a keep-alive connection the moment the server closes it gets a
+    /// reset, so the client should be the one to let go of an idle connection.
+    #[arg(long, env = "ONSALE_IDLE_TIMEOUT_MS", default_value_t = 120_000)]
     pub idle_timeout_ms: u64,
     /// Most connections open at once per listener; a connection past it is closed at once.
     #[arg(long, env = "ONSALE_MAX_CONNECTIONS", default_value_t = 50_000)]

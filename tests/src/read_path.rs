@@ -395,9 +395,11 @@ impl PrivateCluster {
         }
     }
 
-    /// A fast shutdown and a start: every connection is cut.
-    pub fn restart(&self) -> anyhow::Result<()> {
-        stack_sh(&["pg-restart", &self.dir.to_string_lossy()])
+    /// A fast shutdown and a start: every connection is cut. Awaited, not blocking: a fast
+    /// shutdown waits for each walsender's client to confirm the WAL it was sent, and an
+    /// in-process relay on the test's runtime must run meanwhile to do so.
+    pub async fn restart(&self) -> anyhow::Result<()> {
+        stack_sh_async(&["pg-restart", &self.dir.to_string_lossy()]).await
     }
 }
 

@@ -39,6 +39,19 @@ fn addr(app: &TestApp) -> String {
     app.base.trim_start_matches("http://").to_owned()
 }
 
+/// Waits (10 s at most) until a request on a connection of its own is answered.
+async fn served_on_a_new_connection(app: &TestApp, what: &str) {
+    wait_for(what, Duration::from_secs(10), || {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("client");
+        let url = format!("{}/healthz", app.base);
+        async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_client_trickling_its_headers_is_cut_off() {
     let db = TestDb::new().await.expect("db");
@@ -71,19 +84,7 @@ async fn connections_past_the_cap_are_closed_and_come_back_when_one_ends() {
     let mut third = TcpStream::connect(addr(&app)).await.expect("third");
     assert!(closed_within(&mut third, Duration::from_secs(5)).await);
     drop(first);
-    wait_for(
-        "a connection is served again",
-        Duration::from_secs(10),
-        || {
-            let http = reqwest::Client::builder()
-                .pool_max_idle_per_host(0)
-                .build()
-                .expect("client");
-            let url = format!("{}/healthz", app.base);
-            async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
-        },
-    )
-    .await;
+    served_on_a_new_connection(&app, "a connection is served again").await;
 }
 
 /// Connections that hold a place without asking anything (issue 53, item 1), on each of the
@@ -162,19 +163,7 @@ async fn one_address_cannot_take_every_connection() {
     );
     // One of the address's connections ends: its place is free again.
     drop(first);
-    wait_for(
-        "the address is served again",
-        Duration::from_secs(10),
-        || {
-            let http = reqwest::Client::builder()
-                .pool_max_idle_per_host(0)
-                .build()
-                .expect("client");
-            let url = format!("{}/healthz", app.base);
-            async move { http.get(url).send().await.is_ok_and(|r| r.status() == 200) }
-        },
-    )
-    .await;
+    served_on_a_new_connection(&app, "the address is served again").await;
 }
 
 #[tokio::test]

@@ -970,7 +970,15 @@ async fn the_relay_loses_nothing_across_a_postgresql_restart() {
     for i in 1..=5 {
         hold(i).await;
     }
-    cluster.restart().expect("PostgreSQL restarts");
+    let restarting = std::time::Instant::now();
+    cluster.restart().await.expect("PostgreSQL restarts");
+    // Its shutdown waited for the relay's walsender, whose client (the relay) confirmed what
+    // it had been sent: not for the walsender's timeout (60 s).
+    assert!(
+        restarting.elapsed() < Duration::from_secs(30),
+        "the restart took {:?}",
+        restarting.elapsed()
+    );
     for i in 6..=10 {
         hold(i).await;
     }
