@@ -48,6 +48,11 @@ pub struct LimitSettings {
     /// How many of them one address may make at once before the rate applies.
     #[arg(long, env = "ONSALE_RATE_ADDRESS_BURST", default_value_t = 400)]
     pub rate_address_burst: u32,
+    /// An IPv6 client's address is its /64 (what one subscriber is given); the /48 around it
+    /// (what one site is given, 65,536 of them) has budgets this many times an address's, for
+    /// writes and for reads without a token, so rotating through a /48 buys little (0: none).
+    #[arg(long, env = "ONSALE_RATE_PREFIX48_FACTOR", default_value_t = 16)]
+    pub rate_prefix48_factor: u32,
     /// Reads without a bearer token (event pages, seat maps, search, SSE and gRPC reads) per
     /// second from one client address: many people behind one NAT browse anonymously, so
     /// this is an address's ceiling, not one person's pace (0: no limit).
@@ -152,6 +157,9 @@ enum Key {
     Address(IpAddr),
     AccountReads(String),
     AddressReads(IpAddr),
+    /// An IPv6 client's /48.
+    Prefix(IpAddr),
+    PrefixReads(IpAddr),
     /// Reads that found nothing.
     AccountMisses(String),
     AddressMisses(IpAddr),
@@ -165,6 +173,8 @@ impl std::fmt::Display for Key {
             Key::Address(ip) => write!(f, "w:{ip}"),
             Key::AccountReads(a) => write!(f, "ra:{a}"),
             Key::AddressReads(ip) => write!(f, "r:{ip}"),
+            Key::Prefix(ip) => write!(f, "w48:{ip}"),
+            Key::PrefixReads(ip) => write!(f, "r48:{ip}"),
             Key::AccountMisses(a) => write!(f, "ma:{a}"),
             Key::AddressMisses(ip) => write!(f, "m:{ip}"),
         }
@@ -323,6 +333,8 @@ pub struct RateLimits {
     accounts: Option<Arc<DefaultKeyedRateLimiter<String>>>,
     addresses: Option<Arc<DefaultKeyedRateLimiter<IpAddr>>>,
     reads: Option<Arc<DefaultKeyedRateLimiter<IpAddr>>>,
+    prefixes: Option<Arc<DefaultKeyedRateLimiter<IpAddr>>>,
+    prefix_reads: Option<Arc<DefaultKeyedRateLimiter<IpAddr>>>,
     account_reads: Option<Arc<DefaultKeyedRateLimiter<String>>>,
     misses: Option<Arc<DefaultKeyedRateLimiter<Key>>>,
     shared: Option<Shared>,
@@ -342,6 +354,27 @@ impl std::fmt::Debug for RateLimits {
             .field("reads", &self.reads.is_some())
             .field("shared", &self.shared.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+/// Whom an address's budgets and connections count against: an IPv4 address, or an IPv6
+/// address's /64 (what one subscriber is handed; the rest of it rotates freely). An IPv4
+/// address written as IPv6 (`::ffff:a.b.c.d`) is that IPv4 address.
+pub fn address_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
+    }
+}
+
+/// An IPv6 client's /48, whose budgets are coarser; `None` for IPv4.
+fn prefix48(ip: IpAddr) -> Option<IpAddr> {
+    match address_key(ip) {
+        IpAddr::V4(_) => None,
+        IpAddr::V6(v6) => Some(IpAddr::V6((u128::from(v6) & !((1u128 << 80) - 1)).into())),
     }
 }
 
@@ -366,6 +399,17 @@ impl RateLimits {
             accounts: keyed(s.rate_account_per_sec, s.rate_account_burst),
             addresses: keyed(s.rate_address_per_sec, s.rate_address_burst),
             reads: keyed(s.rate_read_address_per_sec, s.rate_read_address_burst),
+            prefixes: keyed(
+                s.rate_address_per_sec
+                    .saturating_mul(s.rate_prefix48_factor),
+                s.rate_address_burst.saturating_mul(s.rate_prefix48_factor),
+            ),
+            prefix_reads: keyed(
+                s.rate_read_address_per_sec
+                    .saturating_mul(s.rate_prefix48_factor),
+                s.rate_read_address_burst
+                    .saturating_mul(s.rate_prefix48_factor),
+            ),
             account_reads: keyed(s.rate_read_account_per_sec, s.rate_read_account_burst),
             misses: keyed(s.rate_misses_per_sec, s.rate_misses_burst),
             shared: None,
@@ -389,7 +433,15 @@ impl RateLimits {
     /// Forgets the keys whose allowance is full again (the maps stay as large as the callers
     /// of the last seconds). Run every few seconds.
     pub fn prune(&self) {
-        for limiter in [&self.addresses, &self.reads].into_iter().flatten() {
+        for limiter in [
+            &self.addresses,
+            &self.reads,
+            &self.prefixes,
+            &self.prefix_reads,
+        ]
+        .into_iter()
+        .flatten()
+        {
             limiter.retain_recent();
             limiter.shrink_to_fit();
         }
@@ -490,7 +542,11 @@ impl RateLimits {
             (Class::AccountRead, None) => Class::AnonymousRead,
             (class, _) => class,
         };
-        let ip = self.client(req);
+        let client = self.client(req);
+        let ip = client.map(address_key);
+        let prefix = client
+            .and_then(prefix48)
+            .filter(|_| s.rate_prefix48_factor > 0);
         let mut budgets = Vec::new();
         let misses = |key: Key, who: &'static str| {
             (s.rate_misses_per_sec > 0).then(|| Budget {
@@ -520,6 +576,19 @@ impl RateLimits {
                         burst: s.rate_address_burst.max(1),
                         who: "this address",
                     });
+                    if let Some(p) = prefix {
+                        budgets.push(Budget {
+                            key: Key::Prefix(p),
+                            per_sec: s
+                                .rate_address_per_sec
+                                .saturating_mul(s.rate_prefix48_factor),
+                            burst: s
+                                .rate_address_burst
+                                .saturating_mul(s.rate_prefix48_factor)
+                                .max(1),
+                            who: "this network (/48)",
+                        });
+                    }
                 }
             }
             Class::AccountRead => {
@@ -546,6 +615,19 @@ impl RateLimits {
                         burst: s.rate_read_address_burst.max(1),
                         who: "this address (reads without a token)",
                     });
+                    if let Some(p) = prefix {
+                        budgets.push(Budget {
+                            key: Key::PrefixReads(p),
+                            per_sec: s
+                                .rate_read_address_per_sec
+                                .saturating_mul(s.rate_prefix48_factor),
+                            burst: s
+                                .rate_read_address_burst
+                                .saturating_mul(s.rate_prefix48_factor)
+                                .max(1),
+                            who: "this network (/48, reads without a token)",
+                        });
+                    }
                 }
                 if let Some(ip) = ip {
                     missed = misses(
@@ -566,6 +648,8 @@ impl RateLimits {
                 Key::AccountReads(a) => self.account_reads.as_ref().map(|l| l.check_key(a)),
                 Key::Address(ip) => self.addresses.as_ref().map(|l| l.check_key(ip)),
                 Key::AddressReads(ip) => self.reads.as_ref().map(|l| l.check_key(ip)),
+                Key::Prefix(ip) => self.prefixes.as_ref().map(|l| l.check_key(ip)),
+                Key::PrefixReads(ip) => self.prefix_reads.as_ref().map(|l| l.check_key(ip)),
                 Key::AccountMisses(_) | Key::AddressMisses(_) => {
                     self.misses.as_ref().map(|l| l.check_key(&b.key))
                 }
@@ -776,6 +860,76 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_clients_count_by_their_64_and_mapped_ipv4_as_ipv4() {
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        assert_eq!(
+            address_key(ip("2001:db8:1:2:aaaa::1")),
+            address_key(ip("2001:db8:1:2:ffff:1:2:3")),
+            "one /64"
+        );
+        assert_ne!(
+            address_key(ip("2001:db8:1:2::1")),
+            address_key(ip("2001:db8:1:3::1"))
+        );
+        assert_eq!(address_key(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(address_key(ip("192.0.2.7")), ip("192.0.2.7"));
+        assert_eq!(
+            prefix48(ip("2001:db8:1:2:3:4:5:6")),
+            Some(ip("2001:db8:1::"))
+        );
+        assert_eq!(prefix48(ip("192.0.2.7")), None);
+    }
+
+    #[tokio::test]
+    async fn a_client_rotating_through_its_ipv6_network_meets_the_48s_budget() {
+        let settings = LimitSettings {
+            max_streams: 1,
+            request_timeout_ms: 1,
+            rate_account_per_sec: 0,
+            rate_account_burst: 0,
+            rate_address_per_sec: 0,
+            rate_address_burst: 0,
+            rate_prefix48_factor: 2,
+            rate_read_address_per_sec: 1,
+            rate_read_address_burst: 2,
+            rate_read_account_per_sec: 0,
+            rate_read_account_burst: 0,
+            rate_misses_per_sec: 0,
+            rate_misses_burst: 0,
+            trusted_proxies: Vec::new(),
+        };
+        let verifier = Verifier::new("a-secret-of-at-least-32-bytes-long", "i", "a", 60);
+        let limits = RateLimits::new(&settings, verifier);
+        let read = |peer: &str| {
+            let mut r = Request::builder()
+                .uri("/v1/events/e")
+                .body(axum::body::Body::empty())
+                .expect("a request");
+            r.extensions_mut()
+                .insert(ConnectInfo(std::net::SocketAddr::new(
+                    peer.parse().expect("ip"),
+                    1,
+                )));
+            let spend = limits.budgets(&r, false);
+            let limits = limits.clone();
+            async move { limits.check(&spend).await.is_ok() }
+        };
+        // An address's burst of two, whatever the last 64 bits say.
+        assert!(read("2001:db8:1:1::1").await);
+        assert!(read("2001:db8:1:1::2").await);
+        assert!(!read("2001:db8:1:1:ffff::9").await, "the same /64");
+        // Another /64 of the same /48 has a budget of its own, until the /48's (4) is spent.
+        assert!(read("2001:db8:1:2::1").await);
+        assert!(read("2001:db8:1:2::2").await);
+        assert!(
+            !read("2001:db8:1:3::1").await,
+            "a third /64 of the /48 meets the network's budget"
+        );
+        assert!(read("2001:db8:2::1").await, "another /48");
+        assert!(read("192.0.2.7").await, "IPv4 has no /48 budget");
+    }
+
+    #[test]
     fn forwarded_for_is_believed_only_from_a_trusted_proxy() {
         let settings = |proxies: &str| {
             let mut s = LimitSettings {
@@ -785,6 +939,7 @@ mod tests {
                 rate_account_burst: 0,
                 rate_address_per_sec: 0,
                 rate_address_burst: 0,
+                rate_prefix48_factor: 0,
                 rate_read_address_per_sec: 0,
                 rate_read_address_burst: 0,
                 rate_read_account_per_sec: 0,

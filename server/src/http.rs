@@ -23,6 +23,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use onsale_edge::limits::address_key;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
@@ -58,18 +59,6 @@ pub struct HttpSettings {
     /// Most concurrent HTTP/2 streams (gRPC calls) on one connection.
     #[arg(long, env = "ONSALE_HTTP2_MAX_STREAMS", default_value_t = 256)]
     pub http2_max_streams: u32,
-}
-
-/// Whom a connection counts against: an IPv4 address, or an IPv6 address's /64 (what one
-/// subscriber is handed; an attacker rotates the rest freely).
-fn address_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
-        },
-    }
 }
 
 /// The open connections of one listener per address.
@@ -334,19 +323,6 @@ pub async fn traced(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ipv6_clients_count_by_their_64_and_mapped_ipv4_as_ipv4() {
-        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().expect("an address");
-        let b: IpAddr = "2001:db8:1:2:ffff:1:2:3".parse().expect("an address");
-        let other: IpAddr = "2001:db8:1:3::1".parse().expect("an address");
-        assert_eq!(address_key(a), address_key(b), "one /64");
-        assert_ne!(address_key(a), address_key(other), "another /64");
-        let mapped: IpAddr = "::ffff:192.0.2.7".parse().expect("an address");
-        let v4: IpAddr = "192.0.2.7".parse().expect("an address");
-        assert_eq!(address_key(mapped), v4);
-        assert_eq!(address_key(v4), v4);
-    }
 
     #[test]
     fn an_address_takes_at_most_its_cap_and_gets_places_back() {
