@@ -46,50 +46,64 @@ async fn bots_cannot_stall_an_on_sale_short() {
     )
     .await
     .expect("the service");
-    let stdout = run::loadgen(
-        &[
-            "drill-bots",
-            "--base",
-            &app.base,
-            "--fans",
-            "16",
-            "--bots",
-            "2",
-            "--loops",
-            "6",
-            "--seconds",
-            "5",
-            "--card-testing",
-            "false",
-            "--json",
-        ],
-        Duration::from_secs(120),
-    )
-    .await;
-    let r: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).expect("a report");
-    println!("{r:#}");
-    let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
-    assert_eq!(r["fan_5xx"], 0, "{r}");
-    assert_eq!(
-        r["fan_429"], 0,
-        "fans behind the bots' address are not throttled: {r}"
-    );
-    // Debug builds of the service, the fans and the bots share two cores here, so every
-    // refusal's cost shows, and the bots flood a few thousand requests, not tens: the release
-    // drill holds the strict goals (>= 90% of calm, <= 2x calm, >= 90% of bots refused).
-    assert!(
-        f("storm_holds_per_sec") >= 0.7 * f("calm_holds_per_sec"),
-        "{r}"
-    );
-    assert!(
-        f("storm_p99_ms") < 1_000.0,
-        "the bots stalled the fans: {r}"
-    );
-    assert!(f("bot_429_share") >= 0.8, "{r}");
-    assert!(
-        r["lowest_admission_factor"]
-            .as_f64()
-            .is_none_or(|x| x >= 1.0),
-        "no admission pause: {r}"
-    );
+    // The timed bounds compare a storm with the calm before it, which means something only
+    // when the calm itself ran on a quiet machine (alone, a debug calm's p99 is 8-16 ms; while
+    // the suite's broker was still warming up it read 365-477 ms, and the admission controller
+    // rightly eased off). Up to three drills: the refusals are checked on each, the timed
+    // bounds on the first whose calm was quiet.
+    for attempt in 1..=3 {
+        let stdout = run::loadgen(
+            &[
+                "drill-bots",
+                "--base",
+                &app.base,
+                "--fans",
+                "16",
+                "--bots",
+                "2",
+                "--loops",
+                "6",
+                "--seconds",
+                "5",
+                "--card-testing",
+                "false",
+                "--json",
+            ],
+            Duration::from_secs(120),
+        )
+        .await;
+        let r: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).expect("a report");
+        println!("{r:#}");
+        let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        assert_eq!(r["fan_5xx"], 0, "{r}");
+        assert_eq!(
+            r["fan_429"], 0,
+            "fans behind the bots' address are not throttled: {r}"
+        );
+        assert!(f("bot_429_share") >= 0.8, "{r}");
+        if f("calm_p99_ms") >= 250.0 {
+            eprintln!("drill {attempt}: the calm phase ran on a busy machine; again");
+            continue;
+        }
+        // Debug builds of the service, the fans and the bots share two cores here, so every
+        // refusal's cost shows, and the bots flood a few thousand requests, not tens: the
+        // release drill holds the strict goals (>= 90% of calm, <= 2x calm, >= 90% of bots
+        // refused).
+        assert!(
+            f("storm_holds_per_sec") >= 0.7 * f("calm_holds_per_sec"),
+            "{r}"
+        );
+        assert!(
+            f("storm_p99_ms") < 1_000.0,
+            "the bots stalled the fans: {r}"
+        );
+        assert!(
+            r["lowest_admission_factor"]
+                .as_f64()
+                .is_none_or(|x| x >= 1.0),
+            "no admission pause: {r}"
+        );
+        return;
+    }
+    panic!("three drills, and the machine was busy during each calm phase: nothing timed could be compared");
 }
