@@ -28,7 +28,8 @@ pub use orders::Orders;
 pub use runner::{reset, Projection, Runner, RunnerConfig};
 pub use seat_map::SeatMap;
 
-/// One runner of the four read models (the seat map, orders, the seat history, the catalog).
+/// One runner of the four read models (the seat map, orders, the seat history, the catalog),
+/// its batches committed asynchronously ([`Runner::commit_asynchronously`]).
 pub fn read_models(
     pool: sqlx::PgPool,
     log: std::sync::Arc<dyn onsale_eventlog::EventLog>,
@@ -39,6 +40,7 @@ pub fn read_models(
         .with(Orders::default())
         .with(SeatHistory::default())
         .with(Catalog::default())
+        .commit_asynchronously()
 }
 
 /// The four projections, in one runner until `shutdown` is cancelled; abort the handle to kill

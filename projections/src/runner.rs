@@ -228,6 +228,9 @@ pub struct Runner {
     loaded_events: u64,
     /// Folds being read from the log off the runner's task.
     loads: Loads,
+    /// Batches commit without waiting for their WAL to be flushed (see
+    /// [`Runner::commit_asynchronously`]).
+    asynchronous: bool,
 }
 
 /// A show's fold as read from the log by a load task: each projection's stored position (by
@@ -332,7 +335,21 @@ impl Runner {
             traced: Vec::new(),
             loaded_events: 0,
             loads: Loads::new(),
+            asynchronous: false,
         }
+    }
+
+    /// Each batch's transaction commits without waiting for its WAL to reach the disk or a
+    /// synchronous standby (`synchronous_commit = off`, for that transaction only). For read
+    /// models alone: their rows, positions and topic offsets commit together, so a tail a
+    /// crash or a failover loses takes its offsets with it and is read from the topic again,
+    /// never skipped. The tick (the seat map's deltas, which readers are told of by sequence)
+    /// still commits synchronously, and its flush carries every batch before it: a delta a
+    /// reader has seen never goes back. Not for consumers whose writes act on the world
+    /// (payments, tickets): they keep the default.
+    pub fn commit_asynchronously(mut self) -> Self {
+        self.asynchronous = true;
+        self
     }
 
     /// The same runner also folding into `projection` (its own positions, the same consumer,
@@ -596,6 +613,11 @@ impl Runner {
 
     async fn commit(&mut self) -> anyhow::Result<()> {
         let mut tx = self.pool.begin().await?;
+        if self.asynchronous {
+            sqlx::query("SET LOCAL synchronous_commit = off")
+                .execute(&mut *tx)
+                .await?;
+        }
         for member in &mut self.members {
             member.flush(&mut tx).await?;
         }

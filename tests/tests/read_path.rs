@@ -1423,6 +1423,126 @@ async fn a_projection_rebuilt_alone_catches_up_beside_the_others_and_nothing_is_
     rp.stop().await;
 }
 
+/// The tables the read models' runner writes in each batch's transaction (rows, positions,
+/// topic offsets, status), kept or put back as a unit.
+const READ_MODEL_TABLES: [&str; 11] = [
+    "seat_map_shows",
+    "seat_map_sections",
+    "seat_map_seats",
+    "seat_map_deltas",
+    "orders_view",
+    "holds_view",
+    "seat_history",
+    "catalog_events",
+    "projection_positions",
+    "projection_offsets",
+    "projection_status",
+];
+
+/// The read models commit their batches asynchronously (`Runner::commit_asynchronously`): a
+/// crash or a failover can lose the last transactions they committed. What is left is the
+/// database as it stood at an earlier commit: the rows, the positions and the topic offsets of
+/// the lost batches gone together. Here that is made to happen exactly (the tables put back as
+/// a copy taken earlier left them, the projections killed meanwhile): the lost tail is read
+/// again and folded once, never skipped.
+#[tokio::test]
+async fn a_lost_tail_of_the_read_models_is_read_again_never_skipped() {
+    let (_db, mut rp) = ReadPath::on_shared_broker().await.expect("read path");
+    let event = rp.app.on_sale_event(2, 5, 10, None).await;
+    let app = rp.app.clone();
+    let hold_some = |fans: std::ops::Range<u32>| {
+        let (app, event) = (app.clone(), event.clone());
+        async move {
+            for i in fans {
+                let (status, body) = app
+                    .hold(
+                        &event,
+                        &app.fan(&format!("fan{i}")),
+                        json!({"quantity": 2}),
+                        None,
+                    )
+                    .await;
+                assert_eq!(status, 201, "{body}");
+            }
+        }
+    };
+    hold_some(0..4).await;
+    let kept_at = log_grew(&rp.pool, &event, 0, 5).await;
+    rp.at_head(&event, kept_at).await;
+    // The copy the crash will go back to (the payment consumers' positions are not theirs).
+    let mut kept = Vec::new();
+    for t in READ_MODEL_TABLES {
+        let rows: Option<Value> = sqlx::query_scalar(&format!("SELECT json_agg(t) FROM {t} t"))
+            .fetch_one(&rp.pool)
+            .await
+            .expect("a copy");
+        kept.push(rows.unwrap_or_else(|| json!([])));
+    }
+    hold_some(4..10).await;
+    let head = log_grew(&rp.pool, &event, kept_at, 6).await;
+    rp.at_head(&event, head).await;
+    rp.applied_once(&event, head).await;
+    let folded = read_models(&rp.pool).await;
+
+    rp.kill_projections();
+    let mut tx = rp.pool.begin().await.expect("tx");
+    for (t, rows) in READ_MODEL_TABLES.iter().zip(&kept) {
+        let scope = if t.starts_with("projection_") {
+            "WHERE projection = ANY($1)"
+        } else {
+            "WHERE cardinality($1::text[]) > 0"
+        };
+        sqlx::query(&format!("DELETE FROM {t} {scope}"))
+            .bind(onsale_query::health::PROJECTIONS)
+            .execute(&mut *tx)
+            .await
+            .expect("the tail lost");
+        // Every column but the generated ones (the catalog's search vector).
+        let columns: String = sqlx::query_scalar(
+            "SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute
+              WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = ''",
+        )
+        .bind(t)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("columns");
+        sqlx::query(&format!(
+            "INSERT INTO {t} ({columns}) SELECT {columns} FROM jsonb_populate_recordset(NULL::{t}, $2) {scope}"
+        ))
+        .bind(onsale_query::health::PROJECTIONS)
+        .bind(rows)
+        .execute(&mut *tx)
+        .await
+        .expect("the tables as they stood");
+    }
+    tx.commit().await.expect("commit");
+    assert_eq!(
+        read_model_positions(&rp.pool, &event)
+            .await
+            .into_values()
+            .max(),
+        Some(kept_at),
+        "the positions went back with the rows"
+    );
+
+    rp.start_projections().await.expect("projections");
+    rp.at_head(&event, head).await;
+    rp.applied_once(&event, head).await;
+    rp.seat_map_matches_replay(&event).await;
+    assert_eq!(
+        read_models(&rp.pool).await,
+        folded,
+        "the tail folded again, once"
+    );
+    // And what comes next is folded on top.
+    hold_some(10..12).await;
+    let head = log_grew(&rp.pool, &event, head, 2).await;
+    rp.at_head(&event, head).await;
+    rp.applied_once(&event, head).await;
+    rp.seat_map_matches_replay(&event).await;
+    rp.stop().await;
+}
+
 /// The four read models' positions on `event`, by projection.
 async fn read_model_positions(pool: &sqlx::PgPool, event: &str) -> BTreeMap<String, i64> {
     sqlx::query_as::<_, (String, i64)>(
