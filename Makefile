@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test sim sim-soak web fuzz-api drill-bots drill-shards kill-shard start-shard bench-shards up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-ab bench-owner bench-floor bench-trace bench-fanout bench-chart fail-region promote-region rejoin-region drill-region
+.PHONY: demo test sim sim-soak web fuzz-api drill-bots drill-shards kill-shard start-shard bench-shards up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-ab bench-owner bench-floor bench-cdc bench-trace bench-fanout bench-chart fail-region promote-region rejoin-region drill-region
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
@@ -171,6 +171,12 @@ bench-owner:
 # What a hold costs at the least here, piece by piece, and the ceiling that leaves (issue 30).
 bench-floor:
 	./scripts/bench-floor.sh
+
+# The relay beside Debezium's PostgreSQL connector on Kafka Connect, same table and load, one
+# run: CPU per event of each process and its PostgreSQL backends, events/s, commit-to-topic
+# latency (issue 52).
+bench-cdc:
+	./scripts/bench-cdc.sh
 
 # What a second write cluster adds: the command layer holding seats on four shows all on
 # shard 1, then spread over two shards, interleaved; holds/s and commits/s per shard.

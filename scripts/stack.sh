@@ -1192,6 +1192,27 @@ mirror_lib() {
   maven_lib mirror "$ROOT/kafka/mirror/pom.xml" "MirrorMaker 2"
 }
 
+# Kafka Connect's standalone worker (kafka/debezium/pom.xml) and Debezium's PostgreSQL
+# connector (its plugin archive, which carries its own jars), resolved once into the cache for
+# `make bench-cdc`. Prints the worker's jar directory and the plugin directory, a line each.
+DEBEZIUM_VERSION=3.6.1.Final
+debezium_tools() {
+  local lib plugins=$CACHE/debezium-$DEBEZIUM_VERSION
+  lib=$(maven_lib connect "$ROOT/kafka/debezium/pom.xml" "Kafka Connect")
+  if [ ! -f "$plugins/.complete" ]; then
+    echo "resolving Debezium's PostgreSQL connector $DEBEZIUM_VERSION from Maven Central into $plugins" >&2
+    rm -rf "$plugins"
+    mkdir -p "$plugins"
+    mvn -q -B dependency:copy -Dartifact="io.debezium:debezium-connector-postgres:$DEBEZIUM_VERSION:tar.gz:plugin" \
+      -DoutputDirectory="$plugins" >"$CACHE/maven-debezium.log" 2>&1 || { cat "$CACHE/maven-debezium.log" >&2; return 1; }
+    tar -xzf "$plugins"/*.tar.gz -C "$plugins"
+    rm "$plugins"/*.tar.gz
+    touch "$plugins/.complete"
+  fi
+  echo "$lib"
+  echo "$plugins"
+}
+
 # The clusters of a region, one `name:port` a line: its main database, then each shard.
 region_clusters() {
   local region=$1 shard
@@ -1527,6 +1548,7 @@ case "${1:-}" in
   prom-up) prom_up "$2" "$3" "$4" "${5:-1}" ;;
   prom-down) prom_down "$2" ;;
   zipkin-tools) zipkin_jar ;;
+  debezium-tools) debezium_tools ;;
   zipkin-up) zipkin_up "$2" "$3" ;;
   zipkin-down) zipkin_down "$2" ;;
   ha-tools) ensure_ha ;;
