@@ -10,10 +10,10 @@
 #            the PostgreSQL backends it is connected to (its walsender and the rest), from
 #            /proc.
 #   live     both running while pgbench inserts events at CDC_RATE a second for CDC_LIVE_SECONDS
-#            (one event a transaction, copied from the command layer's): CPU per event again,
-#            and commit-to-topic latency, the broker's append time (the broker stamps every
-#            message, log.message.timestamp.type=LogAppendTime) less the commit time each
-#            envelope carries.
+#            (one event a transaction, copied from the command layer's, on four shows): CPU per
+#            event again, and commit-to-topic latency, the broker's append time (the broker
+#            stamps every message, log.message.timestamp.type=LogAppendTime) less the commit
+#            time each envelope carries.
 # The relay publishes at its defaults (linger 25 ms); Debezium at its defaults but
 # poll.interval.ms 25 (its default 500 would add up to half a second to every latency) and
 # JsonConverter without schemas (the relay's envelope carries none). The JVM gets what Kafka's
@@ -160,13 +160,16 @@ catch_up() {
   echo "$secs $(($(proc_ticks "$pid") - p0)) $(($(backend_ticks "${bs[@]}") - b0))"
 }
 
-# pgbench's insert: each transaction appends one event to an aggregate of its own, a copy of a
-# hold the command layer wrote (kept in a table of one row, outside the publication).
+# pgbench's insert: each transaction appends one event, a copy of a hold the command layer wrote
+# (kept in a table of one row, outside the publication), to its client's show (four shows, as
+# an on-sale's events come from a few).
 psql -qc "CREATE TABLE cdc_template AS SELECT aggregate_type, event_type, event_version, payload, metadata
   FROM events WHERE event_type = 'SeatsHeld' LIMIT 1" "$PG"
 cat >"$DIR/insert.sql" <<'SQL'
+\set seq :seq + 1
 INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata)
-SELECT aggregate_type, 'cdc-' || txid_current(), 0, event_type, event_version, payload, metadata FROM cdc_template;
+SELECT aggregate_type, 'cdc-' || :run || '-' || :client_id, :seq, event_type, event_version, payload, metadata
+  FROM cdc_template;
 SQL
 
 round() {
@@ -191,7 +194,7 @@ round() {
   local rp0 dp0 rb0 db0
   rp0=$(proc_ticks "$rp"); dp0=$(proc_ticks "$dp"); rb0=$(backend_ticks "${rbs[@]}"); db0=$(backend_ticks "${dbs[@]}")
   n0=$(events)
-  pgbench -n -c 4 -j 2 -R "$RATE" -T "$LIVE" -f "$DIR/insert.sql" "$PG" >"$DIR/pgbench.out" 2>&1
+  pgbench -n -c 4 -j 2 -R "$RATE" -T "$LIVE" -D seq=0 -D run="$r" -f "$DIR/insert.sql" "$PG" >"$DIR/pgbench.out" 2>&1
   n1=$(events)
   for who in relay debezium; do cdc wait "$BROKERS" "$(topic_of "$who")" "${since[$who]}" $((n1 - n0)) 120 >/dev/null; done
   local rp1 dp1 rb1 db1
