@@ -12,7 +12,10 @@
 # projections, sweeper, monitor, Kafka and Redis all running on the same cores), pgbench on the
 # stack's own PostgreSQL (a database of its own) right after each run, once the read side has
 # caught up; 64 clients, 1-seat uniform holds unless BENCH_CLIENTS, BENCH_SEATS, BENCH_DISTS say
-# otherwise. With HA=1 the stack (and so pgbench) is on the replicated primary.
+# otherwise. With HA=1 the stack (and so pgbench) is on the replicated primary. With STACK=1 each
+# run also prints the machine's CPU per answered hold, from wrk's start until the read side has
+# folded the run (its catch-up included), and pgbench's per guarded UPDATE: the machine's busy
+# time (/proc/stat) less its idle load measured just before, over the attempts answered.
 set -euo pipefail
 # shellcheck source=scripts/local-env.sh
 . "$(dirname "${BASH_SOURCE[0]}")/local-env.sh"
@@ -82,8 +85,26 @@ if [ "$STACK" = 1 ]; then
     read_side_folded "$STACK_DB/onsale"
     psql -qc "VACUUM ANALYZE" -c "CHECKPOINT" "$STACK_DB/onsale" >/dev/null
     psql -qc "VACUUM ANALYZE" -c "CHECKPOINT" "$DB" >/dev/null
+    # The machine's idle load (busy cores) over 3 s.
+    local b0 t0
+    b0=$(busy_ticks); t0=$(date +%s.%N); sleep 3
+    IDLE=$(python3 -c "import sys; print((int(sys.argv[2]) - int(sys.argv[1])) / 100 / (float(sys.argv[4]) - float(sys.argv[3])))" \
+      "$b0" "$(busy_ticks)" "$t0" "$(date +%s.%N)")
   }
 fi
+# The machine's busy CPU time (user, nice, system, irq, softirq) in clock ticks.
+busy_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
+START_BUSY=0 START_AT=0
+started() { START_BUSY=$(busy_ticks); START_AT=$(date +%s.%N); }
+# JSON plus "cpu_us": the machine's CPU since `started`, less the idle load, per ATTEMPTS.
+with_cpu() { # json attempts
+  python3 -c 'import json,sys
+d = json.loads(sys.argv[1]); attempts = float(sys.argv[2])
+busy = (int(sys.argv[4]) - int(sys.argv[3])) / 100
+idle = float(sys.argv[7]) * (float(sys.argv[6]) - float(sys.argv[5]))
+d["cpu_us"] = (busy - idle) * 1e6 / attempts if attempts else 0
+print(json.dumps(d))' "$1" "$2" "$START_BUSY" "$(busy_ticks)" "$START_AT" "$(date +%s.%N)" "${IDLE:-0}"
+}
 
 record() { # layer clients seats dist json
   python3 -c 'import json,sys; d=json.loads(sys.argv[5]); d.update(layer=sys.argv[1], clients=int(sys.argv[2]), seats=int(sys.argv[3]), dist=sys.argv[4]); print(json.dumps(d))' "$@" >>"$RESULTS"
@@ -97,8 +118,14 @@ for clients in $CLIENTS; do
       quiesce
       start_service
       event=$("$BIN/onsale-loadgen" setup --base "http://$LISTEN" --ttl 1 --tokens 20000 --tokens-file "$DIR/tokens.txt")
+      started
       json=$(BENCH_EVENT=$event BENCH_SEATS=$seats BENCH_DIST=$dist BENCH_TOKENS=$DIR/tokens.txt \
         wrk -t2 -c"$clients" -d"${SECS}s" --timeout 10s -s "$ROOT/scripts/bench/hold.lua" "http://$LISTEN" | tail -1)
+      if [ "$STACK" = 1 ]; then
+        # Until the read side has folded every event of the run.
+        read_side_folded "$STACK_DB/onsale"
+        json=$(with_cpu "$json" "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["requests"])' "$json")")
+      fi
       record http "$clients" "$seats" "$dist" "$json"
       stop_service
       quiesce
@@ -113,10 +140,14 @@ for clients in $CLIENTS; do
       psql -qc "UPDATE seats SET status='AVAILABLE', hold_id=NULL, hold_expires=NULL, holds_won=0" "$DB" >/dev/null
       hot=0; [ "$dist" = skewed ] && hot=80
       rm -f "$DIR"/pgblog*
+      started
       pgbench -n -c "$clients" -j 2 -T "$SECS" -D hot_pct=$hot -f "$ROOT/scripts/bench/hold$seats.sql" \
         --log --log-prefix="$DIR/pgblog" "$DB" >"$DIR/pgbench.out" 2>&1 || { cat "$DIR/pgbench.out"; exit 1; }
       won=$(psql -tAc "SELECT sum(holds_won) FROM seats" "$DB")
       json=$(python3 "$ROOT/scripts/bench/pgbench_stats.py" "$DIR" "$SECS" "$won" "$seats")
+      if [ "$STACK" = 1 ]; then
+        json=$(with_cpu "$json" "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["attempts_per_s"] * float(sys.argv[2]))' "$json" "$SECS")")
+      fi
       record pgbench "$clients" "$seats" "$dist" "$json"
     done
   done
