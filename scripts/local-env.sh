@@ -9,3 +9,5 @@ export ONSALE_RATE_READ_ACCOUNT_PER_SEC=${ONSALE_RATE_READ_ACCOUNT_PER_SEC:-0}
 export ONSALE_RATE_MISSES_PER_SEC=${ONSALE_RATE_MISSES_PER_SEC:-0}
 # ... nor a cap on one address's connections (the load generators open up to 50,000).
 export ONSALE_MAX_CONNECTIONS_PER_ADDRESS=${ONSALE_MAX_CONNECTIONS_PER_ADDRESS:-1000000}
+# ... nor on one address's streams (bench-fanout's 50,000 subscribers, the demo's line).
+export ONSALE_MAX_STREAMS_PER_ADDRESS=${ONSALE_MAX_STREAMS_PER_ADDRESS:-0}

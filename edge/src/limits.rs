@@ -28,6 +28,19 @@ pub struct LimitSettings {
     /// this process; past it a new one is answered 503 with `Retry-After`.
     #[arg(long, env = "ONSALE_MAX_STREAMS", default_value_t = 20_000)]
     pub max_streams: usize,
+    /// Most waiting-room status streams open at once in this process: slots of their own, so
+    /// seat-map streams cannot take the ones fans in a line read their turn through.
+    #[arg(long, env = "ONSALE_MAX_QUEUE_STREAMS", default_value_t = 20_000)]
+    pub max_queue_streams: usize,
+    /// Most streams one client address (an IPv6 client's /64) may have open at once in this
+    /// process, of each kind; past it a new one is answered 429 `TOO_MANY_STREAMS` (0: no cap).
+    /// Many fans share an address behind a NAT, so this is a ceiling, not one fan's need.
+    #[arg(long, env = "ONSALE_MAX_STREAMS_PER_ADDRESS", default_value_t = 500)]
+    pub max_streams_per_address: usize,
+    /// Most streams one account may have open at once in this process, of each kind (a fan
+    /// with a few tabs); past it 429 `TOO_MANY_STREAMS` (0: no cap).
+    #[arg(long, env = "ONSALE_MAX_STREAMS_PER_ACCOUNT", default_value_t = 16)]
+    pub max_streams_per_account: usize,
     /// Longest a request may take to be answered (a stream: until its first byte), in
     /// milliseconds; past it: 503 `REQUEST_TIMEOUT` with `Retry-After`.
     #[arg(long, env = "ONSALE_REQUEST_TIMEOUT_MS", default_value_t = 10_000)]
@@ -91,42 +104,162 @@ fn proxy(s: &str) -> Result<IpNet, String> {
         .map_err(|_| format!("{s} is neither an address nor a CIDR block"))
 }
 
-/// A per-process cap on open streams: a stream holds a [`StreamSlot`] for as long as it runs.
+/// A per-process cap on open streams, and a cap per client address and per account within
+/// it: a stream holds a [`StreamSlot`] for as long as it runs.
 #[derive(Debug, Clone)]
 pub struct StreamSlots {
     slots: Arc<Semaphore>,
+    clients: Arc<StreamClients>,
 }
 
-/// One open stream's share of the cap: dropping it (the stream ending) frees it.
+/// The streams each client has open, against its caps (0: none).
+#[derive(Debug)]
+struct StreamClients {
+    per_address: usize,
+    per_account: usize,
+    open: std::sync::Mutex<std::collections::HashMap<StreamKey, usize>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum StreamKey {
+    Address(IpAddr),
+    Account(String),
+}
+
+impl StreamClients {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<StreamKey, usize>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One open stream's share of the caps: dropping it (the stream ending) frees it.
 #[derive(Debug)]
 pub struct StreamSlot {
     _permit: OwnedSemaphorePermit,
+    keys: Vec<StreamKey>,
+    clients: Arc<StreamClients>,
 }
 
-impl StreamSlots {
-    pub fn new(max: usize) -> Self {
-        Self {
-            slots: Arc::new(Semaphore::new(max)),
-        }
-    }
-
-    /// A slot for a new stream, or 503 `TOO_MANY_STREAMS` with `Retry-After` when all are
-    /// taken.
-    pub fn open(&self) -> Result<StreamSlot, ApiError> {
-        match self.slots.clone().try_acquire_owned() {
-            Ok(permit) => Ok(StreamSlot { _permit: permit }),
-            Err(_) => {
-                metrics::counter!(names::STREAMS_REFUSED_TOTAL).increment(1);
-                Err(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    ErrorCode::TooManyStreams,
-                    "this server has as many open streams as it serves; retry shortly",
-                )
-                .retry_after(5))
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self.clients.lock();
+        for key in self.keys.drain(..) {
+            if let std::collections::hash_map::Entry::Occupied(mut e) = open.entry(key) {
+                *e.get_mut() -= 1;
+                if *e.get() == 0 {
+                    e.remove();
+                }
             }
         }
     }
 }
+
+impl StreamSlots {
+    /// `max` streams in all, `per_address` and `per_account` of them for one client (0: no
+    /// cap).
+    pub fn new(max: usize, per_address: usize, per_account: usize) -> Self {
+        Self {
+            slots: Arc::new(Semaphore::new(max)),
+            clients: Arc::new(StreamClients {
+                per_address,
+                per_account,
+                open: std::sync::Mutex::default(),
+            }),
+        }
+    }
+
+    /// The seat-map streams' slots of `settings` (SSE and gRPC `StreamDeltas`).
+    pub fn for_seat_maps(settings: &LimitSettings) -> Self {
+        Self::new(
+            settings.max_streams,
+            settings.max_streams_per_address,
+            settings.max_streams_per_account,
+        )
+    }
+
+    /// The waiting room's status streams' slots of `settings`.
+    pub fn for_lines(settings: &LimitSettings) -> Self {
+        Self::new(
+            settings.max_queue_streams,
+            settings.max_streams_per_address,
+            settings.max_streams_per_account,
+        )
+    }
+
+    /// A slot for a new stream of a client at `address` (see [`ClientAddress`]) signed in as
+    /// `account`: 429 `TOO_MANY_STREAMS` when that account or address has as many open as it
+    /// may, 503 `TOO_MANY_STREAMS` when this process has; both with `Retry-After`.
+    pub fn open(
+        &self,
+        address: Option<IpAddr>,
+        account: Option<&str>,
+    ) -> Result<StreamSlot, ApiError> {
+        let c = &self.clients;
+        let keys: Vec<(StreamKey, usize, &'static str)> = [
+            account.map(|a| {
+                (
+                    StreamKey::Account(a.to_owned()),
+                    c.per_account,
+                    "this account",
+                )
+            }),
+            address.map(|ip| {
+                (
+                    StreamKey::Address(address_key(ip)),
+                    c.per_address,
+                    "this address",
+                )
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|(_, cap, _)| *cap > 0)
+        .collect();
+        let mut open = c.lock();
+        if let Some((_, _, who)) = keys
+            .iter()
+            .find(|(key, cap, _)| open.get(key).is_some_and(|n| n >= cap))
+        {
+            metrics::counter!(names::STREAMS_REFUSED_TOTAL, "cap" => "client").increment(1);
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorCode::TooManyStreams,
+                format!("{who} has as many streams open as it may; close one, or retry later"),
+            )
+            .retry_after(5));
+        }
+        let permit = self.slots.clone().try_acquire_owned().map_err(|_| {
+            metrics::counter!(names::STREAMS_REFUSED_TOTAL, "cap" => "process").increment(1);
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::TooManyStreams,
+                "this server has as many open streams as it serves; retry shortly",
+            )
+            .retry_after(5)
+        })?;
+        let keys: Vec<StreamKey> = keys.into_iter().map(|(key, _, _)| key).collect();
+        for key in &keys {
+            *open.entry(key.clone()).or_insert(0) += 1;
+        }
+        Ok(StreamSlot {
+            _permit: permit,
+            keys,
+            clients: self.clients.clone(),
+        })
+    }
+}
+
+/// Whether a request of `method` to `path` (a route's template will do) spends a budget, so
+/// may be answered 429: what the OpenAPI document names 429 on.
+pub fn budgeted(method: &Method, path: &str) -> bool {
+    RateLimits::class(method, path, false, false) != Class::Free
+}
+
+/// The client's address as the limits see it (the peer's, or a trusted proxy's
+/// `X-Forwarded-For`), put in each request's extensions by [`rate_limit`]: what the stream
+/// caps count against.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddress(pub IpAddr);
 
 /// The metrics this module counts.
 pub mod names {
@@ -754,6 +887,10 @@ pub async fn rate_limit(
     let grpc = is_grpc(&req);
     // Read from the request before anything is awaited (a request is not `Sync`).
     let spend = limits.budgets(&req, grpc);
+    let mut req = req;
+    if let Some(ip) = limits.client(&req) {
+        req.extensions_mut().insert(ClientAddress(ip));
+    }
     if let Err(e) = limits.check(&spend).await {
         if grpc {
             return e.into_status().into_http();
@@ -884,6 +1021,9 @@ mod tests {
     async fn a_client_rotating_through_its_ipv6_network_meets_the_48s_budget() {
         let settings = LimitSettings {
             max_streams: 1,
+            max_queue_streams: 1,
+            max_streams_per_address: 0,
+            max_streams_per_account: 0,
             request_timeout_ms: 1,
             rate_account_per_sec: 0,
             rate_account_burst: 0,
@@ -934,6 +1074,9 @@ mod tests {
         let settings = |proxies: &str| {
             let mut s = LimitSettings {
                 max_streams: 1,
+                max_queue_streams: 1,
+                max_streams_per_address: 0,
+                max_streams_per_account: 0,
                 request_timeout_ms: 1,
                 rate_account_per_sec: 0,
                 rate_account_burst: 0,
@@ -1006,13 +1149,70 @@ mod tests {
 
     #[test]
     fn a_stream_past_the_cap_is_refused_until_one_ends() {
-        let slots = StreamSlots::new(2);
-        let a = slots.open().expect("first");
-        let _b = slots.open().expect("second");
-        let e = slots.open().expect_err("third");
+        let slots = StreamSlots::new(2, 0, 0);
+        let a = slots.open(None, None).expect("first");
+        let _b = slots.open(None, None).expect("second");
+        let e = slots.open(None, None).expect_err("third");
         assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(e.retry_after_secs, Some(5));
         drop(a);
-        assert!(slots.open().is_ok(), "a slot came back");
+        assert!(slots.open(None, None).is_ok(), "a slot came back");
+    }
+
+    #[test]
+    fn one_address_or_account_takes_only_its_share_of_the_streams() {
+        let slots = StreamSlots::new(100, 3, 2);
+        let ip = |s: &str| Some(s.parse::<IpAddr>().expect("an address"));
+        // An account: two streams, then 429 wherever it comes from.
+        let a1 = slots
+            .open(ip("192.0.2.1"), Some("ann"))
+            .expect("ann's first");
+        let _a2 = slots
+            .open(ip("192.0.2.2"), Some("ann"))
+            .expect("ann's second");
+        let e = slots
+            .open(ip("192.0.2.3"), Some("ann"))
+            .expect_err("ann's third");
+        assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(e.code, ErrorCode::TooManyStreams);
+        assert_eq!(e.retry_after_secs, Some(5));
+        // An address: three streams whatever the accounts, an IPv6 client counted by its /64.
+        let _x = slots.open(ip("2001:db8:1:2::1"), None).expect("first");
+        let _y = slots
+            .open(ip("2001:db8:1:2::2"), Some("bob"))
+            .expect("second");
+        let _z = slots
+            .open(ip("2001:db8:1:2:ffff::9"), Some("cat"))
+            .expect("third");
+        let e = slots
+            .open(ip("2001:db8:1:2::77"), Some("dan"))
+            .expect_err("the /64's fourth");
+        assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
+        assert!(
+            slots.open(ip("2001:db8:1:3::1"), None).is_ok(),
+            "the next /64 is another client"
+        );
+        // A refusal took nothing: dan was not counted; ann gets a slot back when one ends.
+        assert!(slots.open(ip("198.51.100.1"), Some("dan")).is_ok());
+        drop(a1);
+        assert!(
+            slots.open(ip("198.51.100.2"), Some("ann")).is_ok(),
+            "ann's slot came back"
+        );
+        assert!(
+            slots.clients.lock().len() <= 8,
+            "closed streams leave no count behind"
+        );
+    }
+
+    #[test]
+    fn counts_of_closed_streams_are_forgotten() {
+        let slots = StreamSlots::new(10, 5, 5);
+        let ip = "203.0.113.9".parse::<IpAddr>().ok();
+        let open: Vec<_> = (0..5)
+            .map(|_| slots.open(ip, Some("eve")).expect("a slot"))
+            .collect();
+        drop(open);
+        assert!(slots.clients.lock().is_empty());
     }
 }

@@ -162,13 +162,11 @@ fn body_rules() -> Vec<(&'static str, Value)> {
     ]
 }
 
-/// Writes holds, orders, joins and scans are rate-limited (`limits::RateLimits`).
+/// The operations a budget covers (`limits::RateLimits`): the writes that reach a show, joins
+/// and scans, and every read under `/v1/`.
 fn rate_limited(method: &str, path: &str) -> bool {
-    method == "post"
-        && matches!(
-            path,
-            "/v1/events/{id}/holds" | "/v1/events/{id}/waiting-room" | "/v1/orders" | "/v1/scans"
-        )
+    axum::http::Method::from_bytes(method.to_ascii_uppercase().as_bytes())
+        .is_ok_and(|m| crate::limits::budgeted(&m, path))
 }
 
 /// Links from an operation's success to the operations that take what it made.
@@ -333,7 +331,7 @@ fn complete(method: &str, path: &str, op: &mut Value) {
     if rate_limited(method, path) {
         let r = retry_after(
             problem(
-                "Too many requests from this account or address (RATE_LIMITED, with Retry-After)",
+                "Too many requests from this account or address (RATE_LIMITED), or, for a stream, too many open from it (TOO_MANY_STREAMS); with Retry-After",
             ),
             false,
         );
@@ -415,5 +413,21 @@ mod tests {
         assert_eq!(op["parameters"][0]["schema"]["pattern"], UUID);
         assert!(op["responses"]["201"]["links"]["PlaceOrder"].is_object());
         assert!(doc["components"]["schemas"]["HoldRequest"]["oneOf"].is_array());
+    }
+
+    #[test]
+    fn every_operation_a_budget_covers_names_429_and_no_other() {
+        for (method, path, budgeted) in [
+            ("delete", "/v1/holds/{id}", true),
+            ("post", "/v1/orders/{id}/cancel", true),
+            ("post", "/v1/events/{id}/waiting-room", true),
+            ("get", "/v1/events/{id}/updates", true),
+            ("get", "/v1/events/{id}/waiting-room", true),
+            ("post", "/v1/events", false),
+            ("get", "/healthz", false),
+            ("post", "/v1/payments/webhook", false),
+        ] {
+            assert_eq!(rate_limited(method, path), budgeted, "{method} {path}");
+        }
     }
 }

@@ -6,6 +6,7 @@ use std::pin::Pin;
 use axum::http::StatusCode;
 use futures::{Stream, StreamExt};
 use onsale_edge::auth::Caller;
+use onsale_edge::limits::ClientAddress;
 use onsale_edge::ApiError;
 use onsale_proto::v1 as pb;
 use tonic::{Request, Response, Status};
@@ -170,6 +171,15 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
         &self,
         req: Request<pb::StreamDeltasRequest>,
     ) -> Result<Response<DeltaStream>, Status> {
+        let address = req
+            .extensions()
+            .get::<ClientAddress>()
+            .map(|ClientAddress(ip)| *ip);
+        let authorization = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let r = req.into_inner();
         let show = r
             .event_id
@@ -177,7 +187,10 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
             .map_err(|e| ApiError::into_status(e.into()))?;
         let after = i64::try_from(r.after_seq).map_err(|_| bad("after_seq is too large"))?;
         let wanted = seats(&r.section, r.all_seats)?;
-        let slot = self.0.streams.open().map_err(ApiError::into_status)?;
+        let slot = self
+            .0
+            .open_stream(address, authorization.as_deref())
+            .map_err(ApiError::into_status)?;
         let stream = self
             .0
             .subscribe(show, (after > 0).then_some(after))

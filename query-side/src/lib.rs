@@ -135,6 +135,21 @@ impl FromRef<QueryState> for Verifier {
 }
 
 impl QueryParts {
+    /// A seat-map stream's slot for a client at `address` with the `Authorization` header
+    /// `authorization` (a stream may be anonymous; a token that does not verify counts as
+    /// none).
+    pub fn open_stream(
+        &self,
+        address: Option<std::net::IpAddr>,
+        authorization: Option<&str>,
+    ) -> Result<onsale_edge::limits::StreamSlot, onsale_edge::ApiError> {
+        let account = authorization
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|t| self.verifier.verify(t).ok())
+            .map(|c| c.account.as_str().to_owned());
+        self.streams.open(address, account.as_deref())
+    }
+
     /// A show's deltas after `after` (SSE and gRPC streams): `Ok(None)` if there is no such
     /// show; a show scheduled but not folded by the projection yet streams from seq 0.
     pub async fn subscribe(

@@ -9,10 +9,12 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::Extension;
 use axum::{Json, Router};
 use futures::{Stream, StreamExt};
 use onsale_domain::{OrderId, ShowError, ShowId};
 use onsale_edge::auth::{Caller, Role};
+use onsale_edge::limits::ClientAddress;
 use onsale_edge::{ApiError, Problem};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
@@ -329,6 +331,7 @@ async fn updates(
     State(state): State<QueryState>,
     Path(id): Path<String>,
     Query(q): Query<SectionQuery>,
+    address: Option<Extension<ClientAddress>>,
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let show = parse_show(&id)?;
@@ -349,7 +352,12 @@ async fn updates(
                 })?,
         ),
     };
-    let slot = state.streams.open()?;
+    let slot = state.open_stream(
+        address.map(|Extension(ClientAddress(ip))| ip),
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+    )?;
     let stream = state
         .subscribe(show, after)
         .await

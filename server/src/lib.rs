@@ -582,7 +582,7 @@ impl Server {
     async fn serve_api(&mut self) -> anyhow::Result<()> {
         let s = &self.settings;
         let verifier = s.auth.verifier();
-        let streams = StreamSlots::new(s.limits.max_streams);
+        let streams = StreamSlots::for_seat_maps(&s.limits);
         let public_catalog = self
             .catalog
             .reading_from(self.public_log.clone(), self.public_pool.clone());
@@ -655,10 +655,12 @@ impl Server {
                 )),
             }));
         if let Some(room) = &room {
+            // The line's status streams on slots of their own: seat-map streams cannot take
+            // the ones fans in a line read their turn through.
             router = router.merge(onsale_waiting_room::api::router(
                 room.clone(),
                 verifier.clone(),
-                streams,
+                StreamSlots::for_lines(&s.limits),
             ));
         }
         let http = bind(&s.listen).await?;
@@ -718,7 +720,7 @@ impl Server {
         // development mode the fan app this listener serves may call gRPC-web on the other.
         let cors = s.cors.layer(s.auth.dev_mode, http.local_addr()?)?;
         // gRPC gets the same limits and deadline as REST (refusals as gRPC statuses); its
-        // streams share the stream cap.
+        // streams share the seat-map streams' caps.
         let grpc_router = onsale_query::grpc::router(query.clone())
             .layer(axum::middleware::from_fn_with_state(
                 rates,

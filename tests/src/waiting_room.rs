@@ -40,12 +40,20 @@ impl Room {
         db: &TestDb,
         tweak: impl FnOnce(&mut WaitingRoomConfig),
     ) -> anyhow::Result<Self> {
+        Self::start_with(db, |s| tweak(&mut s.waiting_room)).await
+    }
+
+    /// As [`Room::start`], with any of the app's settings changed.
+    pub async fn start_with(
+        db: &TestDb,
+        tweak: impl FnOnce(&mut onsale_server::Settings),
+    ) -> anyhow::Result<Self> {
         let url = redis_url().await?;
         let mut settings = settings(db);
         let cfg = &mut settings.waiting_room;
         cfg.redis_url = Some(url.clone());
         cfg.tick_ms = 100;
-        tweak(cfg);
+        tweak(&mut settings);
         let app = TestApp::spawn_with(settings, Arc::new(SystemClock)).await?;
         let room = app
             .server

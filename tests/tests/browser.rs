@@ -167,6 +167,45 @@ async fn an_unverified_fan_is_told_why_a_verified_one_solves_the_challenge_in_th
     rp.stop().await;
 }
 
+/// Issue 53, item 2: every waiting-room stream refused (no slot for them), the fan app asks
+/// for its standing instead and the fan still passes the line and enters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_whose_line_stream_is_refused_asks_for_her_standing_and_still_enters() {
+    let db = TestDb::new().await.expect("db");
+    let web = PathBuf::from(env("ONSALE_TEST_WEB_DIR"));
+    let redis = onsale_tests::waiting_room::redis_url()
+        .await
+        .expect("redis");
+    let rp = ReadPath::spawn_parts(
+        &db,
+        &shared_brokers().expect("brokers"),
+        |s| {
+            s.web.web_dir = Some(web);
+            s.waiting_room.redis_url = Some(redis);
+            s.waiting_room.tick_ms = 100;
+            s.limits.max_queue_streams = 0;
+        },
+        &[],
+    )
+    .await
+    .expect("the stack");
+    rp.app
+        .server
+        .start(onsale_server::Part::Admitter)
+        .await
+        .expect("the admitter");
+    let event = rp
+        .app
+        .on_sale_event_with(2, 2, 5, serde_json::json!({"waitingRoom": true}))
+        .await;
+    rp.eventually(&format!("/v1/events/{event}/seats"), "", |s, _| s == 200)
+        .await;
+    listed(&rp, &event).await;
+    let base = rp.app.base.trim_end_matches('/').to_owned();
+    run_e2e("line-polled.mjs", &[("BASE", &base), ("EVENT", &event)]).await;
+    rp.stop().await;
+}
+
 /// A Prometheus (scripts/stack.sh prom-up) scraping `target` every second with the alerting
 /// rules loaded, under the run's directory (reaped by `make test` if the test dies).
 struct Prometheus {

@@ -200,6 +200,110 @@ async fn streams_past_the_cap_answer_503_with_retry_after() {
     rp.stop().await;
 }
 
+/// Issue 53, item 2: one client cannot take every stream slot. Seat-map SSE and gRPC
+/// `StreamDeltas` count against the same per-account and per-address caps (an address is
+/// told apart here by `X-Forwarded-For` from a trusted proxy); past either a new stream is
+/// answered 429 `TOO_MANY_STREAMS` with `Retry-After`, and every other client is served.
+#[tokio::test]
+async fn one_account_or_address_opens_only_its_share_of_the_streams() {
+    let db = TestDb::new().await.expect("db");
+    let rp = ReadPath::spawn_parts(
+        &db,
+        &shared_brokers().expect("broker"),
+        |s| {
+            s.limits.max_streams = 100;
+            s.limits.max_streams_per_address = 3;
+            s.limits.max_streams_per_account = 2;
+            s.limits.trusted_proxies = vec!["127.0.0.1/32".parse().expect("a block")];
+        },
+        &[],
+    )
+    .await
+    .expect("the read path starts");
+    let event = rp.show_on_map(1, 1, 4).await;
+    let app = &rp.app;
+    let url = format!("{}/v1/events/{event}/updates", app.base);
+    let ann = app.fan("ann");
+    let open = |from: &'static str, token: Option<String>| {
+        let mut req = app.http.get(&url).header("x-forwarded-for", from);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    let refused = |res: reqwest::Response, why: &'static str| async move {
+        assert_eq!(res.status(), 429, "{why}");
+        assert_eq!(
+            res.headers().get("retry-after").map(|v| v.as_bytes()),
+            Some(&b"5"[..]),
+            "{why}"
+        );
+        let body: Value = res.json().await.expect("problem+json");
+        assert_eq!(body["code"], "TOO_MANY_STREAMS", "{why}");
+    };
+    // Ann's account: two streams, from anywhere.
+    let a1 = open("192.0.2.1", Some(ann.clone()))
+        .await
+        .expect("an answer");
+    assert_eq!(a1.status(), 200);
+    let a2 = open("192.0.2.2", Some(ann.clone()))
+        .await
+        .expect("an answer");
+    assert_eq!(a2.status(), 200);
+    refused(
+        open("192.0.2.3", Some(ann.clone()))
+            .await
+            .expect("an answer"),
+        "ann's third stream",
+    )
+    .await;
+    // One address: three streams whoever opens them, then SSE and gRPC alike are refused.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let res = open("192.0.2.1", None).await.expect("an answer");
+        assert_eq!(res.status(), 200);
+        held.push(res);
+    }
+    refused(
+        open("192.0.2.1", None).await.expect("an answer"),
+        "the address's fourth stream",
+    )
+    .await;
+    let mut grpc = onsale_proto::v1::seat_maps_client::SeatMapsClient::connect(rp.grpc.clone())
+        .await
+        .expect("gRPC connects");
+    let mut req = tonic::Request::new(onsale_proto::v1::StreamDeltasRequest {
+        event_id: event.clone(),
+        section: String::new(),
+        all_seats: false,
+        after_seq: 0,
+    });
+    req.metadata_mut()
+        .insert("x-forwarded-for", "192.0.2.1".parse().expect("metadata"));
+    let status = grpc
+        .stream_deltas(req)
+        .await
+        .expect_err("the address's gRPC stream is refused too");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    // Every other client is served; a stream that ends gives its slot back.
+    let other = open("198.51.100.7", Some(app.fan("bob")))
+        .await
+        .expect("an answer");
+    assert_eq!(other.status(), 200, "another address and account");
+    drop(held);
+    wait_for(
+        "the address's slots come back",
+        Duration::from_secs(10),
+        || {
+            let req = open("192.0.2.1", None);
+            async move { req.await.is_ok_and(|r| r.status() == 200) }
+        },
+    )
+    .await;
+    drop((a1, a2));
+    rp.stop().await;
+}
+
 #[tokio::test]
 async fn holds_past_an_accounts_rate_answer_429_and_others_are_served() {
     let db = TestDb::new().await.expect("db");

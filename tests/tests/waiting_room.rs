@@ -53,6 +53,47 @@ async fn positions_are_one_per_account_in_join_order_and_bound_to_it() {
     assert_eq!(status, 403);
 }
 
+/// Issue 53, item 2: the line's status streams have slots of their own (seat-map streams
+/// cannot take them: here the seat maps have none at all), and a fan whose stream is refused
+/// still reads its standing by asking (the fan app falls back to that).
+#[tokio::test]
+async fn the_lines_streams_have_slots_of_their_own_and_a_refused_one_leaves_the_standing_readable()
+{
+    let db = TestDb::new().await.expect("db");
+    let room = Room::start_with(&db, |s| {
+        s.limits.max_streams = 0;
+        s.limits.max_queue_streams = 1;
+    })
+    .await
+    .expect("room");
+    let event = room.show(1, 2, 10, chrono::Duration::seconds(-60)).await;
+    let ann = room.join(&event, "ann").await;
+    let bob = room.join(&event, "bob").await;
+    let stream = |fan: &str, token: &str| {
+        room.app
+            .http
+            .get(format!("{}/v1/events/{event}/waiting-room", room.app.base))
+            .bearer_auth(room.app.fan(fan))
+            .header("x-onsale-queue-token", token)
+            .header("accept", "text/event-stream")
+            .send()
+    };
+    let held = stream("ann", &qt(&ann)).await.expect("an answer");
+    assert_eq!(held.status(), 200, "the line's own slot");
+    let refused = stream("bob", &qt(&bob)).await.expect("an answer");
+    assert_eq!(refused.status(), 503, "the line's one slot is taken");
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: Value = refused.json().await.expect("problem+json");
+    assert_eq!(body["code"], "TOO_MANY_STREAMS");
+    let (status, v) = room.view(&event, "bob", &qt(&bob)).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        v["position"], bob["position"],
+        "bob's standing, asked for: {v}"
+    );
+    drop(held);
+}
+
 #[tokio::test]
 async fn a_pre_queue_is_drawn_in_random_order_at_the_opening() {
     let db = TestDb::new().await.expect("db");

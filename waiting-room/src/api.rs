@@ -12,12 +12,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use chrono::{DateTime, TimeZone, Utc};
 use onsale_domain::ShowId;
 use onsale_edge::auth::Verifier;
 use onsale_edge::auth::{Caller, Role};
-use onsale_edge::limits::StreamSlots;
+use onsale_edge::limits::{ClientAddress, StreamSlots};
 use onsale_edge::ApiError;
 use onsale_edge::ApiJson;
 use rand::Rng;
@@ -636,6 +636,7 @@ async fn view(
     State(state): State<RoomState>,
     caller: Caller,
     Path(id): Path<String>,
+    address: Option<Extension<ClientAddress>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     // The header first: a request without it is refused whatever the show.
@@ -670,7 +671,10 @@ async fn view(
     if !sse {
         return Ok(Json(status(&state, show, &account).await?).into_response());
     }
-    let slot = state.streams.open()?;
+    let slot = state.streams.open(
+        address.map(|Extension(ClientAddress(ip))| ip),
+        Some(&account),
+    )?;
     let stream = futures::stream::unfold(
         (state, show, account, false),
         |(state, show, account, done)| async move {

@@ -114,28 +114,48 @@ export function WaitingRoom({ eventId, onEntered }: { eventId: string; onEntered
       try {
         const joined = await joinLine(eventId, setSolving);
         setStanding({ status: "WAITING", position: joined.position, eta: joined.eta, availability: "UNKNOWN" });
+        const url = `/v1/events/${eventId}/waiting-room`;
+        const headers = { ...auth(), "x-onsale-queue-token": joined.queueToken };
+        // Shows a standing; true once the fan is done with the line (entered, or expired).
+        const settle = async (s: Standing) => {
+          setStanding(s);
+          if (s.status === "ADMITTED" && s.admissionToken) {
+            const entry = (await post(`/v1/events/${eventId}/enter`, { admissionToken: s.admissionToken })) as Entry;
+            sessionStorage.setItem(KEY(eventId), JSON.stringify(entry));
+            onEntered(entry);
+            return true;
+          }
+          return s.status === "EXPIRED";
+        };
         for (;;) {
+          let polls = 0;
           try {
-            for await (const e of sseOver(
-              `/v1/events/${eventId}/waiting-room`,
-              { ...auth(), "x-onsale-queue-token": joined.queueToken },
-              ctl.signal,
-            )) {
-              const s = JSON.parse(e.data) as Standing;
-              setStanding(s);
-              if (s.status === "ADMITTED" && s.admissionToken) {
-                const entry = (await post(`/v1/events/${eventId}/enter`, { admissionToken: s.admissionToken })) as Entry;
-                sessionStorage.setItem(KEY(eventId), JSON.stringify(entry));
-                onEntered(entry);
-                return;
-              }
-              if (s.status === "EXPIRED") return;
+            for await (const e of sseOver(url, headers, ctl.signal)) {
+              setError(null);
+              if (await settle(JSON.parse(e.data) as Standing)) return;
             }
+            // The server ended it (it is shutting down): a new one in a second.
+            await new Promise((r) => setTimeout(r, 1000));
           } catch (e) {
             if (ctl.signal.aborted) return;
             setError(`Reconnecting to the line… (${(e as Error).message})`);
+            polls = 5;
           }
-          await new Promise((r) => setTimeout(r, 1000));
+          // The stream was refused or broke (a server with no stream slot to spare answers 503,
+          // a client with too many open 429): the standing is asked for every 2 s for a while,
+          // then the stream tried again.
+          for (let i = 0; i < polls; i++) {
+            await new Promise((r) => setTimeout(r, 2000));
+            if (ctl.signal.aborted) return;
+            try {
+              const r = await fetch(url, { headers, signal: ctl.signal });
+              if (!r.ok) continue;
+              setError(null);
+              if (await settle((await r.json()) as Standing)) return;
+            } catch {
+              if (ctl.signal.aborted) return;
+            }
+          }
         }
       } catch (e) {
         if (!ctl.signal.aborted) setRefused((e as Error).message);
