@@ -11,3 +11,6 @@ export ONSALE_RATE_MISSES_PER_SEC=${ONSALE_RATE_MISSES_PER_SEC:-0}
 export ONSALE_MAX_CONNECTIONS_PER_ADDRESS=${ONSALE_MAX_CONNECTIONS_PER_ADDRESS:-1000000}
 # ... nor on one address's streams (bench-fanout's 50,000 subscribers, the demo's line).
 export ONSALE_MAX_STREAMS_PER_ADDRESS=${ONSALE_MAX_STREAMS_PER_ADDRESS:-0}
+# The API's /metrics on its public listener too (the binary serves them only on an operator
+# listener by default): the local Prometheus, the drills and the benches read them there.
+export ONSALE_PUBLIC_METRICS=${ONSALE_PUBLIC_METRICS:-1}

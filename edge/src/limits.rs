@@ -594,11 +594,12 @@ impl RateLimits {
     fn class(method: &Method, path: &str, grpc: bool, authenticated: bool) -> Class {
         let write = match *method {
             Method::DELETE => path.starts_with("/v1/holds/"),
+            // Every POST under a show: holds, and the line's join, enter, heartbeat and leave.
             Method::POST => match (
                 path.strip_prefix("/v1/events/"),
                 path.strip_prefix("/v1/orders/"),
             ) {
-                (Some(rest), _) => rest.ends_with("/holds") || rest.ends_with("/waiting-room"),
+                (Some(rest), _) => rest.contains('/'),
                 (_, Some(rest)) => rest.ends_with("/cancel"),
                 _ => path == "/v1/orders" || path == "/v1/scans",
             },
@@ -661,9 +662,18 @@ impl RateLimits {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "));
         let class = Self::class(req.method(), req.uri().path(), grpc, bearer.is_some());
+        // An order without its Idempotency-Key is refused by its handler before any work
+        // (400 IDEMPOTENCY_KEY_REQUIRED): it spends nothing, and is told what is wrong even
+        // past a budget.
+        if class == Class::Write
+            && req.uri().path() == "/v1/orders"
+            && !req.headers().contains_key("idempotency-key")
+        {
+            return Spend::default();
+        }
         // The token is verified only when its account has a budget here (a MAC each).
         let wanted = match class {
-            Class::Write => s.rate_account_per_sec > 0,
+            Class::Write => s.rate_account_per_sec > 0 || s.rate_misses_per_sec > 0,
             Class::AccountRead => s.rate_read_account_per_sec > 0 || s.rate_misses_per_sec > 0,
             Class::AnonymousRead | Class::Free => false,
         };
@@ -693,6 +703,19 @@ impl RateLimits {
         match class {
             Class::Free => {}
             Class::Write => {
+                // A write naming what does not exist (a made-up show, hold or order) spends
+                // its caller's misses as a read does.
+                missed = match (&caller, ip) {
+                    (Some(c), _) => misses(
+                        Key::AccountMisses(c.account.as_str().to_owned()),
+                        "this account (requests naming what does not exist)",
+                    ),
+                    (None, Some(ip)) => misses(
+                        Key::AddressMisses(ip),
+                        "this address (requests naming what does not exist)",
+                    ),
+                    (None, None) => None,
+                };
                 // An unauthenticated write is refused by its handler: only its address counts.
                 if let (Some(c), true) = (&caller, s.rate_account_per_sec > 0) {
                     budgets.push(Budget {
@@ -949,6 +972,9 @@ mod tests {
         for (m, p) in [
             (Method::POST, "/v1/events/e/holds"),
             (Method::POST, "/v1/events/e/waiting-room"),
+            (Method::POST, "/v1/events/e/enter"),
+            (Method::POST, "/v1/events/e/heartbeat"),
+            (Method::POST, "/v1/events/e/leave"),
             (Method::POST, "/v1/orders"),
             (Method::POST, "/v1/scans"),
             (Method::POST, "/v1/orders/o/cancel"),
@@ -986,6 +1012,8 @@ mod tests {
             (Method::GET, "/assets/app.js"),
             (Method::POST, "/v1/webhooks/processor"),
             (Method::GET, "/v1/orders/o"),
+            (Method::POST, "/v1/events"),
+            (Method::PUT, "/v1/events/e/policy"),
         ] {
             assert_ne!(class(m.clone(), p, false, true), Class::Write, "{m} {p}");
             assert_ne!(

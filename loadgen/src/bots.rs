@@ -23,6 +23,10 @@ pub(crate) struct BotsDrill {
     /// The service's base URL.
     #[arg(long)]
     pub base: String,
+    /// Where the service's `/metrics` are read (its operators' listener, e.g.
+    /// `http://127.0.0.1:9100`); the base URL if unset (a service with `--public-metrics`).
+    #[arg(long)]
+    pub metrics_base: Option<String>,
     /// Honest fans (each a few actions a second, as a person at a seat map).
     #[arg(long, default_value_t = 32)]
     pub fans: u32,
@@ -293,8 +297,8 @@ pub(crate) async fn run(d: &BotsDrill, secret: &str) -> anyhow::Result<Report> {
     let mut tasks = Vec::new();
     // The admission factor, read from the service's metrics through the storm.
     {
-        let (http, base, stop, lowest) =
-            (http.clone(), d.base.clone(), stop.clone(), lowest.clone());
+        let base = d.metrics_base.clone().unwrap_or_else(|| d.base.clone());
+        let (http, stop, lowest) = (http.clone(), stop.clone(), lowest.clone());
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 if let Some(f) = admission_factor(&http, &base).await {

@@ -14,6 +14,7 @@
 
 pub mod cors;
 pub mod http;
+mod readiness;
 pub mod region;
 mod settings;
 pub mod supervise;
@@ -131,6 +132,9 @@ pub struct Server {
     internal: Option<SocketAddr>,
     /// The operators' listener (`/metrics`, probes), when one is set.
     operator: Option<SocketAddr>,
+    /// The API's readiness (refreshed in the background), with the API: the operators'
+    /// `/readyz` answers it too.
+    readiness: Option<readiness::Readiness>,
     shutdown: CancellationToken,
     /// The listeners and the owners (and their appends): waited for at shutdown.
     tracker: TaskTracker,
@@ -506,6 +510,7 @@ impl Server {
             grpc: None,
             internal: None,
             operator: None,
+            readiness: None,
             role_changed: shutdown.child_token(),
             shutdown,
             tracker,
@@ -527,8 +532,8 @@ impl Server {
         if parts.contains(&Part::Api) {
             server.serve_api().await?;
         }
-        // `/metrics` (and the probes) on an operator-only listener when one is set: then the
-        // API's public listener serves no `/metrics`.
+        // `/metrics` (and the probes) on an operator-only listener when one is set; the API's
+        // public listener serves `/metrics` only with `--public-metrics`.
         if let Some(listen) = server.settings.metrics_listen.clone() {
             server.serve_metrics(&listen).await?;
         }
@@ -623,15 +628,26 @@ impl Server {
         let doc = openapi(room.is_some(), s.auth.dev_mode)?;
         let health = query.health.clone();
         let (parts, parts_live) = (self.parts_health.clone(), self.parts_health.clone());
+        // `/readyz` answers from what a background refresh found: the log's ping, then the
+        // parts and the read side; a probe never touches a pool.
+        let readiness = readiness::Readiness::starting();
+        self.tracker.spawn(readiness.clone().refresh(
+            self.shows.log().clone(),
+            move || {
+                parts.ready()?;
+                health.ready()
+            },
+            self.shutdown.clone(),
+        ));
         let state = AppState::new(AppParts {
             shows: self.shows.clone(),
             catalog: self.catalog.clone(),
             public_catalog,
             verifier: verifier.clone(),
-            metrics: onsale_telemetry::metrics().filter(|_| s.metrics_listen.is_none()),
-            ready: Some(Arc::new(move || {
-                parts.ready()?;
-                health.ready()
+            metrics: onsale_telemetry::metrics().filter(|_| s.public_metrics),
+            ready: Some(Arc::new({
+                let readiness = readiness.clone();
+                move || readiness.get()
             })),
             live: Some(Arc::new(move || parts_live.live())),
             gate: room
@@ -758,6 +774,7 @@ impl Server {
         tracing::info!(http = ?self.http, grpc = ?self.grpc, "onsale serving");
         self.query = Some(query);
         self.room = room;
+        self.readiness = Some(readiness);
         Ok(())
     }
 
@@ -776,6 +793,11 @@ impl Server {
     async fn serve_metrics(&mut self, listen: &str) -> anyhow::Result<()> {
         let handle = onsale_telemetry::metrics();
         let (ready, live) = (self.parts_health.clone(), self.parts_health.clone());
+        let api = self.readiness.clone();
+        let ready = move || match &api {
+            Some(api) => api.get(),
+            None => ready.ready(),
+        };
         let probe = |r: Result<(), String>| match r {
             Ok(()) => (axum::http::StatusCode::OK, "ok".to_owned()),
             Err(why) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, why),
@@ -787,7 +809,7 @@ impl Server {
             )
             .route(
                 "/readyz",
-                axum::routing::get(move || std::future::ready(probe(ready.ready()))),
+                axum::routing::get(move || std::future::ready(probe(ready()))),
             )
             .route(
                 "/metrics",

@@ -52,10 +52,15 @@ pub struct Settings {
     #[arg(long, env = "ONSALE_GRPC_LISTEN", default_value = "127.0.0.1:50051")]
     pub grpc_listen: String,
     /// Where `/metrics`, `/healthz` and `/readyz` are served for operators: a process without
-    /// the API (relay, projections) has no other listener; with the API set, `/metrics` leaves
-    /// the public listener for this one.
+    /// the API (relay, projections) has no other listener, and the API's metrics are served
+    /// only here unless `--public-metrics`.
     #[arg(long, env = "ONSALE_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
+    /// Also serve `/metrics` on the API's public listener (a development convenience: the
+    /// local stack's scripts set it; an internet-facing listener should not tell anyone its
+    /// load, its refusals and its shows' admission).
+    #[arg(long, env = "ONSALE_PUBLIC_METRICS")]
+    pub public_metrics: bool,
     /// The region this process runs in (docs/adr/024): it writes only while its main database
     /// is a primary recording this region as the writer; otherwise it serves reads and answers
     /// writes `503 OTHER_REGION` naming the writer.

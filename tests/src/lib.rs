@@ -137,6 +137,30 @@ pub struct Api {
     pub http: reqwest::Client,
 }
 
+impl TestApp {
+    /// The operators' listener (`/metrics`, probes), e.g. `http://127.0.0.1:40123`.
+    pub fn operator_base(&self) -> String {
+        format!(
+            "http://{}",
+            self.server
+                .metrics_addr()
+                .expect("the test settings set an operators' listener")
+        )
+    }
+
+    /// The process's metrics page, from its operators' listener.
+    pub async fn metrics_page(&self) -> String {
+        self.http
+            .get(format!("{}/metrics", self.operator_base()))
+            .send()
+            .await
+            .expect("the operators' listener answers")
+            .text()
+            .await
+            .expect("text")
+    }
+}
+
 impl std::ops::Deref for TestApp {
     type Target = Api;
 
@@ -179,6 +203,9 @@ pub fn settings(db: &TestDb) -> Settings {
         "--listen",
         "127.0.0.1:0",
         "--grpc-listen",
+        "127.0.0.1:0",
+        // Metrics and probes for operators on a listener of their own, as deployed.
+        "--metrics-listen",
         "127.0.0.1:0",
         "--ready-max-silence-ms",
         "3000",

@@ -394,9 +394,7 @@ async fn the_metrics_page_describes_what_it_exports() {
         )
         .await;
     assert_eq!(status, 201);
-    let (status, page) = app.get("/metrics", "").await;
-    assert_eq!(status, 200);
-    let page = page.as_str().expect("text");
+    let page = app.metrics_page().await;
     for name in [
         onsale_telemetry::metrics::HOLD_REQUESTS_TOTAL,
         onsale_telemetry::metrics::EVENTS_COMMITTED_TOTAL,

@@ -597,8 +597,10 @@ async fn fans_behind_one_address_are_not_punished_for_the_bots_among_them() {
     );
 }
 
+/// Issue 53, item 4: the API's metrics are served on the operators' listener only, unless
+/// `--public-metrics` says otherwise; the probes answer there too.
 #[tokio::test]
-async fn metrics_can_leave_the_public_listener_for_an_operators_one() {
+async fn metrics_are_served_to_operators_only_unless_said_otherwise() {
     let db = TestDb::new().await.expect("db");
     let app = app_with(&db, &[Part::Api], |s| {
         s.metrics_listen = Some("127.0.0.1:0".into());
@@ -611,6 +613,15 @@ async fn metrics_can_leave_the_public_listener_for_an_operators_one() {
         .await
         .expect("an answer");
     assert_eq!(public.status(), 404, "no metrics on the public listener");
+    let said = app_with(&db, &[Part::Api], |s| s.public_metrics = true).await;
+    let (status, _) = said.get("/metrics", "").await;
+    assert_eq!(status, 200, "--public-metrics");
+    // Something for the page to count.
+    let event = app.on_sale_event(1, 1, 2, None).await;
+    let (status, _) = app
+        .hold(&event, &app.fan("ann"), json!({"quantity": 1}), None)
+        .await;
+    assert_eq!(status, 201);
     let operator = app.server.metrics_addr().expect("an operators' listener");
     for path in ["/metrics", "/healthz", "/readyz"] {
         let r = app
@@ -619,6 +630,30 @@ async fn metrics_can_leave_the_public_listener_for_an_operators_one() {
             .send()
             .await
             .expect("an answer");
+        // The operators' /readyz says what the public one says (the API's readiness, refreshed
+        // in the background: here not ready, as no projection runs beside the API).
+        if path == "/readyz" {
+            onsale_tests::wait_for("the operators' /readyz", Duration::from_secs(10), || {
+                let req = app.http.get(format!("http://{operator}{path}")).send();
+                async move {
+                    match req.await {
+                        Ok(r) => r.text().await.is_ok_and(|t| !t.contains("starting")),
+                        Err(_) => false,
+                    }
+                }
+            })
+            .await;
+            let operators = app
+                .http
+                .get(format!("http://{operator}{path}"))
+                .send()
+                .await
+                .expect("an answer")
+                .status();
+            let (public, _) = app.get(path, "").await;
+            assert_eq!(operators.as_u16(), public, "{path}");
+            continue;
+        }
         assert_eq!(r.status(), 200, "{path}");
         if path == "/metrics" {
             let text = r.text().await.expect("text");

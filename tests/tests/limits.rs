@@ -304,6 +304,33 @@ async fn one_account_or_address_opens_only_its_share_of_the_streams() {
     rp.stop().await;
 }
 
+/// Issue 53, item 3: an order without its Idempotency-Key is told so (400), even past its
+/// account's budget, and spends none of it.
+#[tokio::test]
+async fn an_order_without_its_idempotency_key_is_told_so_even_past_the_budget() {
+    let db = TestDb::new().await.expect("db");
+    let app = app_with(&db, |s| {
+        s.limits.rate_account_per_sec = 1;
+        s.limits.rate_account_burst = 1;
+    })
+    .await;
+    let event = app.on_sale_event(1, 1, 10, None).await;
+    let ann = app.fan("ann");
+    let (status, hold) = app
+        .hold(&event, &ann, json!({"seatIds": ["S1-R1-1"]}), None)
+        .await;
+    assert_eq!(status, 201, "{hold}");
+    let body = json!({"holdId": hold["holdId"], "paymentToken": "tok_ok"});
+    for _ in 0..3 {
+        let (status, problem) = app.post("/v1/orders", &ann, body.clone(), None).await;
+        assert_eq!(status, 400, "{problem}");
+        assert_eq!(problem["code"], "IDEMPOTENCY_KEY_REQUIRED", "{problem}");
+    }
+    // With its key the order spends the (spent) budget as before.
+    let (status, problem) = app.post("/v1/orders", &ann, body, Some("k1")).await;
+    assert_eq!(status, 429, "{problem}");
+}
+
 #[tokio::test]
 async fn holds_past_an_accounts_rate_answer_429_and_others_are_served() {
     let db = TestDb::new().await.expect("db");

@@ -157,8 +157,13 @@ async fn an_outage_answers_503_with_retry_after_and_acknowledges_nothing() {
     assert_eq!(res.headers()["retry-after"], "1");
     let problem: serde_json::Value = res.json().await.expect("json");
     assert_eq!(problem["code"], "UNAVAILABLE");
-    let (status, _) = app.get("/readyz", "").await;
-    assert_eq!(status, 503);
+    // Readiness is refreshed in the background (every 500 ms): not ready within seconds.
+    onsale_tests::wait_for(
+        "/readyz says not ready",
+        std::time::Duration::from_secs(10),
+        || async { app.get("/readyz", "").await.0 == 503 },
+    )
+    .await;
 
     db.reopen().await.expect("reopen");
     // The retry after recovery is a fresh attempt (nothing committed) and succeeds once.

@@ -94,6 +94,69 @@ async fn the_lines_streams_have_slots_of_their_own_and_a_refused_one_leaves_the_
     drop(held);
 }
 
+/// Issue 53, item 3: the line's enter, heartbeat and leave are budgeted writes, and one
+/// naming a show that does not exist spends its caller's misses: an account flooding
+/// heartbeats at made-up shows is answered 429 with `Retry-After` within its burst, and
+/// another account is served meanwhile.
+#[tokio::test]
+async fn a_flood_of_heartbeats_at_made_up_shows_is_refused_and_others_are_served() {
+    let db = TestDb::new().await.expect("db");
+    let room = Room::start_with(&db, |s| {
+        s.limits.rate_account_per_sec = 10;
+        s.limits.rate_account_burst = 20;
+        s.limits.rate_misses_per_sec = 1;
+        s.limits.rate_misses_burst = 5;
+    })
+    .await
+    .expect("room");
+    let event = room.show(1, 2, 10, chrono::Duration::seconds(-60)).await;
+    let mallory = room.app.fan("mallory");
+    let mut answers = Vec::new();
+    let mut refusal = None;
+    for _ in 0..12 {
+        let made_up = uuid::Uuid::now_v7().simple();
+        for (path, body) in [
+            ("heartbeat", json!({"sessionId": "s"})),
+            ("enter", json!({"admissionToken": "t"})),
+            ("leave", json!({"sessionId": "s"})),
+        ] {
+            let res = room
+                .app
+                .http
+                .post(format!("{}/v1/events/{made_up}/{path}", room.app.base))
+                .bearer_auth(&mallory)
+                .json(&body)
+                .send()
+                .await
+                .expect("an answer");
+            answers.push(res.status().as_u16());
+            if res.status() == 429 && refusal.is_none() {
+                let retry = res.headers().get("retry-after").cloned();
+                let body: Value = res.json().await.expect("problem+json");
+                refusal = Some((retry, body));
+            }
+        }
+    }
+    let first_refused = answers.iter().position(|s| *s == 429);
+    assert!(
+        first_refused.is_some_and(|i| i <= 6),
+        "refused past the misses' burst of 5: {answers:?}"
+    );
+    assert!(
+        answers[first_refused.unwrap_or(0)..]
+            .iter()
+            .all(|s| *s == 429),
+        "and refused from then on: {answers:?}"
+    );
+    let (retry, body) = refusal.expect("a refusal");
+    assert!(retry.is_some(), "Retry-After");
+    assert_eq!(body["code"], "RATE_LIMITED", "{body}");
+    // Another account joins and reads its place meanwhile.
+    let ann = room.join(&event, "ann").await;
+    let (status, v) = room.view(&event, "ann", &qt(&ann)).await;
+    assert_eq!(status, 200, "{v}");
+}
+
 #[tokio::test]
 async fn a_pre_queue_is_drawn_in_random_order_at_the_opening() {
     let db = TestDb::new().await.expect("db");
@@ -884,9 +947,9 @@ async fn admits_toward(room: &Room, event: &str, n: f64) {
 
 /// The admission target a show's line admits toward, as the process's /metrics says it.
 async fn target_of(room: &Room, event: &str) -> Option<f64> {
-    let (_, page) = room.app.get("/metrics", "").await;
+    let page = room.app.metrics_page().await;
     let name = onsale_telemetry::metrics::ADMISSION_TARGET;
-    page.as_str()?.lines().find_map(|l| {
+    page.lines().find_map(|l| {
         l.strip_prefix(&format!("{name}{{show=\"{event}\"}} "))
             .and_then(|v| v.trim().parse().ok())
     })
