@@ -21,7 +21,10 @@ use tower_http::set_header::SetResponseHeaderLayer;
 
 /// The routes of this module in the OpenAPI document.
 #[derive(Debug, utoipa::OpenApi)]
-#[openapi(paths(alerts), components(schemas(AlertRules, AlertRule, ActiveAlert)))]
+#[openapi(
+    paths(alerts, ops_metrics),
+    components(schemas(AlertRules, AlertRule, ActiveAlert))
+)]
 pub struct WebDoc;
 
 /// The development sign-in in the OpenAPI document (development mode only, as the route).
@@ -66,6 +69,7 @@ impl WebSettings {
         router = router.merge(
             Router::new()
                 .route("/v1/ops/alerts", get(alerts))
+                .route("/v1/ops/metrics", get(ops_metrics))
                 .with_state(Alerts {
                     auth: auth.clone(),
                     prometheus: self.prometheus_url.clone(),
@@ -285,19 +289,7 @@ pub struct AlertRules {
         (status = 404, description = "NOT_CONFIGURED: no Prometheus is configured"),
         (status = 503, description = "UNAVAILABLE: Prometheus does not answer; retry after Retry-After")))]
 async fn alerts(State(a): State<Alerts>, headers: axum::http::HeaderMap) -> Response {
-    let caller = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                ErrorCode::Unauthenticated,
-                "a bearer token is required",
-            )
-        })
-        .and_then(|t| a.auth.verifier().verify(t));
-    if let Err(e) = caller.and_then(|c| c.require(&[Role::Admin])) {
+    if let Err(e) = admin(&a, &headers) {
         return e.into_response();
     }
     let Some(base) = &a.prometheus else {
@@ -340,6 +332,44 @@ async fn alerts(State(a): State<Alerts>, headers: axum::http::HeaderMap) -> Resp
         })
         .collect();
     Json(AlertRules { rules }).into_response()
+}
+
+/// The caller is an admin (a bearer token of that role), or the refusal to answer.
+fn admin(a: &Alerts, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                ErrorCode::Unauthenticated,
+                "a bearer token is required",
+            )
+        })
+        .and_then(|t| a.auth.verifier().verify(t))
+        .and_then(|c| c.require(&[Role::Admin]))
+}
+
+/// `GET /v1/ops/metrics` (admin): this process's metrics, as its operators' `/metrics` serves
+/// them (the public listener serves no `/metrics` by default): what the ops console draws.
+#[utoipa::path(get, path = "/v1/ops/metrics", security(("bearer" = [])),
+    description = "This process's metrics in Prometheus's text format (admins): what the ops console draws. Operators scrape the operators' listener (ONSALE_METRICS_LISTEN) instead.",
+    responses((status = 200, content_type = "text/plain", body = String)))]
+async fn ops_metrics(State(a): State<Alerts>, headers: axum::http::HeaderMap) -> Response {
+    if let Err(e) = admin(&a, &headers) {
+        return e.into_response();
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("text/plain; version=0.0.4"),
+        )],
+        onsale_telemetry::metrics()
+            .map(|h| h.render())
+            .unwrap_or_default(),
+    )
+        .into_response()
 }
 
 fn unavailable(why: &str) -> Response {

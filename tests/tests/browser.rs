@@ -263,7 +263,15 @@ async fn the_ops_console_shows_a_running_load_its_firing_alerts_and_a_seats_hist
     .expect("the stack");
     let event = rp.show_on_map(2, 2, 5).await;
     let base = rp.app.base.trim_end_matches('/').to_owned();
-    let prometheus = Prometheus::start(prom_port, base.trim_start_matches("http://")).await;
+    // Prometheus scrapes the operators' listener, as deployed (the public one serves no
+    // `/metrics`); the console reads the process's metrics through `GET /v1/ops/metrics`.
+    let operator = rp
+        .app
+        .server
+        .metrics_addr()
+        .expect("an operators' listener")
+        .to_string();
+    let prometheus = Prometheus::start(prom_port, &operator).await;
     // An invariant broken behind the show's back (two live tickets for one seat), found by
     // the monitor: the console's tile goes red and Prometheus fires the alert.
     for order in ["o-planted-1", "o-planted-2"] {

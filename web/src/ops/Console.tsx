@@ -1,6 +1,6 @@
 // The ops console (`/ops`, an admin's): the on-sale as it runs, read every second from
-// `/metrics` (rates from the counters' differences), each figure with its last two minutes
-// drawn; the alarms that must stay at zero in red when they are not; which alerting rules
+// `GET /v1/ops/metrics` (the process's metrics, for admins; rates from the counters'
+// differences), each figure with its last two minutes drawn; the alarms that must stay at zero in red when they are not; which alerting rules
 // fire (asked of the Prometheus that evaluates telemetry/alerts, `GET /v1/ops/alerts`); and a
 // seat inspector (the seat's whole history, `GET /v1/events/{id}/seats/{seat}/history`).
 import { useEffect, useState } from "preact/hooks";
@@ -100,14 +100,15 @@ export function Console() {
     let stop = false;
     async function poll() {
       try {
-        const r = await fetch("/metrics");
-        const s = parse(await r.text());
+        const r = await rest.GET("/v1/ops/metrics", { parseAs: "text" });
+        if (r.error !== undefined || r.data === undefined) throw new Error(`${r.response.status}`);
+        const s = parse(r.data);
         if (!stop) {
           setPoints((p) => [...p, { at: Date.now(), s }].slice(-KEEP));
           setError(null);
         }
       } catch (e) {
-        if (!stop) setError(`/metrics: ${(e as Error).message}`);
+        if (!stop) setError(`/v1/ops/metrics: ${(e as Error).message}`);
       }
     }
     poll();
