@@ -315,6 +315,22 @@ pub enum SecretError {
     Default(&'static str),
     #[error("{0} is shorter than 32 bytes: set a random value of at least 32 bytes")]
     Short(&'static str),
+    #[error("development mode serves only this machine, but {0} is {1}: listen on loopback (127.0.0.1, ::1, localhost), or turn development mode off and set every secret")]
+    NotLoopback(&'static str, String),
+}
+
+/// Whether a listener's address (`host:port`) is on loopback: `127.0.0.0/8`, `::1`
+/// (`[::1]:port`) or `localhost`. Anything else, unspecified addresses (`0.0.0.0`, `[::]`)
+/// and names included, is not.
+pub fn on_loopback(listen: &str) -> bool {
+    let Some((host, _port)) = listen.rsplit_once(':') else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Checks one secret setting (named by its environment variable): unset, a built-in

@@ -84,6 +84,24 @@ impl Settings {
     /// development mode is on (then unset secrets take development values).
     pub fn secure(&mut self) -> Result<(), SecretError> {
         let dev = self.auth.dev_mode;
+        if dev {
+            // Development mode hands tokens for any account to whoever asks from this
+            // machine and fills unset secrets with the repository's own: only on loopback.
+            let listeners = [
+                ("ONSALE_LISTEN", Some(&self.listen)),
+                ("ONSALE_GRPC_LISTEN", Some(&self.grpc_listen)),
+                ("ONSALE_METRICS_LISTEN", self.metrics_listen.as_ref()),
+                (
+                    "ONSALE_INTERNAL_LISTEN",
+                    Some(&self.owners.cluster.internal_listen),
+                ),
+            ];
+            for (name, listen) in listeners {
+                if let Some(l) = listen.filter(|l| !onsale_edge::auth::on_loopback(l)) {
+                    return Err(SecretError::NotLoopback(name, l.clone()));
+                }
+            }
+        }
         self.auth.secure()?;
         require_secret(
             &mut self.payments.webhook_secret,
@@ -121,6 +139,46 @@ mod tests {
     use clap::CommandFactory;
 
     use super::*;
+
+    #[test]
+    fn development_mode_is_refused_off_loopback() {
+        for (flag, addr, name) in [
+            ("--listen", "0.0.0.0:8080", "ONSALE_LISTEN"),
+            ("--grpc-listen", "192.0.2.7:50051", "ONSALE_GRPC_LISTEN"),
+            ("--metrics-listen", "[::]:9100", "ONSALE_METRICS_LISTEN"),
+            (
+                "--internal-listen",
+                "10.0.0.5:7000",
+                "ONSALE_INTERNAL_LISTEN",
+            ),
+        ] {
+            let mut s = Settings::try_parse_from(["onsale", "--dev-mode", flag, addr])
+                .expect("the settings parse");
+            let e = s.secure().expect_err("refused off loopback");
+            assert!(e.to_string().contains(name), "{flag} {addr}: {e}");
+        }
+        for addr in [
+            "127.0.0.1:8080",
+            "[::1]:8080",
+            "localhost:8080",
+            "127.0.0.2:0",
+        ] {
+            let mut s = Settings::try_parse_from(["onsale", "--dev-mode", "--listen", addr])
+                .expect("the settings parse");
+            assert!(s.secure().is_ok(), "{addr} is loopback");
+        }
+        // Off development mode, any address (every secret set).
+        let mut s = Settings::try_parse_from([
+            "onsale",
+            "--listen",
+            "0.0.0.0:8080",
+            "--jwt-secret",
+            "a-secret-of-at-least-thirty-two-bytes!!",
+        ])
+        .expect("the settings parse");
+        let e = s.secure().map_err(|e| e.to_string());
+        assert!(!e.as_ref().is_err_and(|m| m.contains("loopback")), "{e:?}");
+    }
 
     #[test]
     fn every_setting_is_declared_once_with_a_name_of_its_own() {

@@ -194,11 +194,16 @@ pub struct DevToken {
 async fn dev_token(
     State(auth): State<AuthSettings>,
     peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+    headers: axum::http::HeaderMap,
     body: Result<Json<DevSignIn>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
     // Tokens for whoever asks, so only from this machine: a development stack reachable from
-    // a network must not hand out admin tokens to it.
-    if !peer.is_some_and(|p| p.0 .0.ip().is_loopback()) {
+    // a network must not hand out admin tokens to it. A proxy on this machine connects from
+    // loopback for anyone it serves: a request it forwarded (it says so) is refused too.
+    let forwarded = ["forwarded", "x-forwarded-for", "x-real-ip"]
+        .iter()
+        .any(|h| headers.contains_key(*h));
+    if forwarded || !peer.is_some_and(|p| p.0 .0.ip().is_loopback()) {
         return ApiError::new(
             StatusCode::FORBIDDEN,
             ErrorCode::DevTokenLoopbackOnly,
@@ -484,6 +489,23 @@ mod tests {
         )
         .await;
         assert_eq!(status, StatusCode::FORBIDDEN);
+        // Nor through a proxy on this machine (it connects from loopback for anyone).
+        for header in ["x-forwarded-for", "forwarded", "x-real-ip"] {
+            let mut req = Request::builder()
+                .method("POST")
+                .uri("/v1/dev/token")
+                .header("content-type", "application/json")
+                .header(header, "203.0.113.9")
+                .body(Body::from(r#"{"sub":"ann","role":"admin"}"#))
+                .expect("request");
+            req.extensions_mut().insert(axum::extract::ConnectInfo(
+                "127.0.0.1:40000"
+                    .parse::<std::net::SocketAddr>()
+                    .expect("a peer"),
+            ));
+            let r = dev.clone().oneshot(req).await.expect("answer");
+            assert_eq!(r.status(), StatusCode::FORBIDDEN, "{header}");
+        }
     }
 
     #[tokio::test]

@@ -71,6 +71,34 @@ async fn serving_a_show(db: &TestDb) -> (ReadPath, String, String) {
     (rp, event, base)
 }
 
+/// The whole stack on the shared broker with a waiting room (its admitter running, ticking
+/// every 100 ms) and the built front end; `tweak` changes its settings.
+async fn with_a_line(db: &TestDb, tweak: impl FnOnce(&mut onsale_server::Settings)) -> ReadPath {
+    let web = PathBuf::from(env("ONSALE_TEST_WEB_DIR"));
+    let redis = onsale_tests::waiting_room::redis_url()
+        .await
+        .expect("redis");
+    let rp = ReadPath::spawn_parts(
+        db,
+        &shared_brokers().expect("brokers"),
+        |s| {
+            s.web.web_dir = Some(web);
+            s.waiting_room.redis_url = Some(redis);
+            s.waiting_room.tick_ms = 100;
+            tweak(s);
+        },
+        &[],
+    )
+    .await
+    .expect("the stack");
+    rp.app
+        .server
+        .start(onsale_server::Part::Admitter)
+        .await
+        .expect("the admitter");
+    rp
+}
+
 /// Waits until the catalog projection lists the show, before a page looks for it.
 async fn listed(rp: &ReadPath, event: &str) {
     rp.eventually("/v1/events?limit=100", "", |s, v| {
@@ -127,27 +155,7 @@ async fn fans_pass_the_line_buy_two_seats_on_the_map_get_rotating_tickets_and_a_
 async fn an_unverified_fan_is_told_why_a_verified_one_solves_the_challenge_in_the_page_and_takes_floor_places_and_a_line_with_nothing_left_is_told_so(
 ) {
     let db = TestDb::new().await.expect("db");
-    let web = PathBuf::from(env("ONSALE_TEST_WEB_DIR"));
-    let redis = onsale_tests::waiting_room::redis_url()
-        .await
-        .expect("redis");
-    let rp = ReadPath::spawn_parts(
-        &db,
-        &shared_brokers().expect("brokers"),
-        |s| {
-            s.web.web_dir = Some(web);
-            s.waiting_room.redis_url = Some(redis);
-            s.waiting_room.tick_ms = 100;
-        },
-        &[],
-    )
-    .await
-    .expect("the stack");
-    rp.app
-        .server
-        .start(onsale_server::Part::Admitter)
-        .await
-        .expect("the admitter");
+    let rp = with_a_line(&db, |_| {}).await;
     // Two reserved seats and a floor of three places; verified accounts only, a 16-bit
     // challenge.
     let event = rp
@@ -172,28 +180,7 @@ async fn an_unverified_fan_is_told_why_a_verified_one_solves_the_challenge_in_th
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fan_whose_line_stream_is_refused_asks_for_her_standing_and_still_enters() {
     let db = TestDb::new().await.expect("db");
-    let web = PathBuf::from(env("ONSALE_TEST_WEB_DIR"));
-    let redis = onsale_tests::waiting_room::redis_url()
-        .await
-        .expect("redis");
-    let rp = ReadPath::spawn_parts(
-        &db,
-        &shared_brokers().expect("brokers"),
-        |s| {
-            s.web.web_dir = Some(web);
-            s.waiting_room.redis_url = Some(redis);
-            s.waiting_room.tick_ms = 100;
-            s.limits.max_queue_streams = 0;
-        },
-        &[],
-    )
-    .await
-    .expect("the stack");
-    rp.app
-        .server
-        .start(onsale_server::Part::Admitter)
-        .await
-        .expect("the admitter");
+    let rp = with_a_line(&db, |s| s.limits.max_queue_streams = 0).await;
     let event = rp
         .app
         .on_sale_event_with(2, 2, 5, serde_json::json!({"waitingRoom": true}))

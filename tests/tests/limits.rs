@@ -23,6 +23,15 @@ async fn app_with(db: &TestDb, tweak: impl FnOnce(&mut Settings)) -> TestApp {
         .expect("the API starts")
 }
 
+/// The API with each account's writes limited to one a second, `burst` at once.
+async fn one_write_a_second(db: &TestDb, burst: u32) -> TestApp {
+    app_with(db, |s| {
+        s.limits.rate_account_per_sec = 1;
+        s.limits.rate_account_burst = burst;
+    })
+    .await
+}
+
 /// Whether the server closes `tcp` (end of stream or reset) within `within`.
 async fn closed_within(tcp: &mut TcpStream, within: Duration) -> bool {
     let mut buf = [0u8; 1024];
@@ -309,11 +318,7 @@ async fn one_account_or_address_opens_only_its_share_of_the_streams() {
 #[tokio::test]
 async fn an_order_without_its_idempotency_key_is_told_so_even_past_the_budget() {
     let db = TestDb::new().await.expect("db");
-    let app = app_with(&db, |s| {
-        s.limits.rate_account_per_sec = 1;
-        s.limits.rate_account_burst = 1;
-    })
-    .await;
+    let app = one_write_a_second(&db, 1).await;
     let event = app.on_sale_event(1, 1, 10, None).await;
     let ann = app.fan("ann");
     let (status, hold) = app
@@ -334,11 +339,7 @@ async fn an_order_without_its_idempotency_key_is_told_so_even_past_the_budget() 
 #[tokio::test]
 async fn holds_past_an_accounts_rate_answer_429_and_others_are_served() {
     let db = TestDb::new().await.expect("db");
-    let app = app_with(&db, |s| {
-        s.limits.rate_account_per_sec = 1;
-        s.limits.rate_account_burst = 2;
-    })
-    .await;
+    let app = one_write_a_second(&db, 2).await;
     let event = app.on_sale_event(1, 1, 10, None).await;
     let ann = app.fan("ann");
     for seat in ["S1-R1-1", "S1-R1-2"] {

@@ -1356,24 +1356,7 @@ async fn every_seat_of_a_show_comes_as_a_bitmap_in_the_layouts_order_and_every_c
 async fn a_projection_rebuilt_alone_catches_up_beside_the_others_and_nothing_is_applied_twice() {
     let (_db, mut rp) = ReadPath::on_shared_broker().await.expect("read path");
     let event = rp.app.on_sale_event(2, 5, 10, None).await;
-    let app = rp.app.clone();
-    let hold_some = |fans: std::ops::Range<u32>| {
-        let (app, event) = (app.clone(), event.clone());
-        async move {
-            for i in fans {
-                let (status, body) = app
-                    .hold(
-                        &event,
-                        &app.fan(&format!("fan{i}")),
-                        json!({"quantity": 2}),
-                        None,
-                    )
-                    .await;
-                assert_eq!(status, 201, "{body}");
-            }
-        }
-    };
-    hold_some(0..6).await;
+    two_seats_each(&rp.app, &event, 0..6).await;
     let head = log_grew(&rp.pool, &event, 0, 7).await;
     rp.at_head(&event, head).await;
     rp.applied_once(&event, head).await;
@@ -1400,7 +1383,7 @@ async fn a_projection_rebuilt_alone_catches_up_beside_the_others_and_nothing_is_
     rp.reset_alone::<onsale_projections::SeatHistory>()
         .await
         .expect("the history reset");
-    hold_some(6..10).await;
+    two_seats_each(&rp.app, &event, 6..10).await;
     rp.start_projections().await.expect("projections");
     let head = log_grew(&rp.pool, &event, head, 4).await;
     rp.at_head(&event, head).await;
@@ -1449,24 +1432,7 @@ const READ_MODEL_TABLES: [&str; 11] = [
 async fn a_lost_tail_of_the_read_models_is_read_again_never_skipped() {
     let (_db, mut rp) = ReadPath::on_shared_broker().await.expect("read path");
     let event = rp.app.on_sale_event(2, 5, 10, None).await;
-    let app = rp.app.clone();
-    let hold_some = |fans: std::ops::Range<u32>| {
-        let (app, event) = (app.clone(), event.clone());
-        async move {
-            for i in fans {
-                let (status, body) = app
-                    .hold(
-                        &event,
-                        &app.fan(&format!("fan{i}")),
-                        json!({"quantity": 2}),
-                        None,
-                    )
-                    .await;
-                assert_eq!(status, 201, "{body}");
-            }
-        }
-    };
-    hold_some(0..4).await;
+    two_seats_each(&rp.app, &event, 0..4).await;
     let kept_at = log_grew(&rp.pool, &event, 0, 5).await;
     rp.at_head(&event, kept_at).await;
     // The copy the crash will go back to (the payment consumers' positions are not theirs).
@@ -1478,7 +1444,7 @@ async fn a_lost_tail_of_the_read_models_is_read_again_never_skipped() {
             .expect("a copy");
         kept.push(rows.unwrap_or_else(|| json!([])));
     }
-    hold_some(4..10).await;
+    two_seats_each(&rp.app, &event, 4..10).await;
     let head = log_grew(&rp.pool, &event, kept_at, 6).await;
     rp.at_head(&event, head).await;
     rp.applied_once(&event, head).await;
@@ -1535,12 +1501,27 @@ async fn a_lost_tail_of_the_read_models_is_read_again_never_skipped() {
         "the tail folded again, once"
     );
     // And what comes next is folded on top.
-    hold_some(10..12).await;
+    two_seats_each(&rp.app, &event, 10..12).await;
     let head = log_grew(&rp.pool, &event, head, 2).await;
     rp.at_head(&event, head).await;
     rp.applied_once(&event, head).await;
     rp.seat_map_matches_replay(&event).await;
     rp.stop().await;
+}
+
+/// Fans `fan{i}` for each i in `fans` hold two seats each of `event`.
+async fn two_seats_each(app: &onsale_tests::TestApp, event: &str, fans: std::ops::Range<u32>) {
+    for i in fans {
+        let (status, body) = app
+            .hold(
+                event,
+                &app.fan(&format!("fan{i}")),
+                json!({"quantity": 2}),
+                None,
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
 }
 
 /// The four read models' positions on `event`, by projection.
