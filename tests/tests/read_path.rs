@@ -1509,6 +1509,91 @@ async fn a_lost_tail_of_the_read_models_is_read_again_never_skipped() {
     rp.stop().await;
 }
 
+/// A seat's change committed by a projection that died before its next delta (or by another
+/// process, before a partition moved) is published once a projection loads the show again:
+/// nothing finds pending seats but the projection that set them and, after a load, one look
+/// at every seat of the show (migration 0029).
+#[tokio::test]
+async fn a_change_left_unpublished_by_a_projection_that_died_is_published_after_a_load() {
+    let (_db, mut rp) = ReadPath::on_shared_broker().await.expect("read path");
+    let event = rp.show_on_map(1, 2, 5).await;
+    let (api, pool) = (rp.app.clone(), rp.pool.clone());
+    // A seat leaves the public map (SOLD) once ordered: a hold alone moves only the counts.
+    let buy = |fan: &'static str, seat: &'static str| {
+        let (app, event) = (api.clone(), event.clone());
+        async move {
+            let token = app.fan(fan);
+            let (status, hold) = app
+                .hold(&event, &token, json!({"seatIds": [seat]}), None)
+                .await;
+            assert_eq!(status, 201, "{hold}");
+            let (status, order) = app
+                .post(
+                    "/v1/orders",
+                    &token,
+                    json!({"holdId": hold["holdId"], "paymentToken": "tok_ok"}),
+                    Some(&format!("buy-{fan}")),
+                )
+                .await;
+            assert_eq!(status, 202, "{order}");
+        }
+    };
+    let in_a_delta_after = |seat: &'static str, after: i64| {
+        let (pool, event) = (pool.clone(), event.clone());
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM seat_map_deltas WHERE show_id = $1 AND seq > $2
+                   AND body->'seats' @> jsonb_build_array(jsonb_build_object('seatId', $3::text))",
+            )
+            .bind(&event)
+            .bind(after)
+            .bind(seat)
+            .fetch_one(&pool)
+            .await
+            .expect("deltas")
+                > 0
+        }
+    };
+    buy("ann", "S1-R1-1").await;
+    onsale_tests::wait_for("ann's seat in a delta", Duration::from_secs(20), || {
+        in_a_delta_after("S1-R1-1", 0)
+    })
+    .await;
+    rp.kill_projections();
+    // As a batch that committed before its delta left it: changed, pending.
+    sqlx::query(
+        "UPDATE seat_map_seats SET delta_seq = NULL WHERE show_id = $1 AND seat_id = 'S1-R1-1'",
+    )
+    .bind(&event)
+    .execute(&rp.pool)
+    .await
+    .expect("pending again");
+    let before: i64 = sqlx::query_scalar("SELECT seq FROM seat_map_shows WHERE show_id = $1")
+        .bind(&event)
+        .fetch_one(&rp.pool)
+        .await
+        .expect("the map's seq");
+    rp.start_projections().await.expect("projections");
+    buy("bob", "S1-R1-2").await;
+    onsale_tests::wait_for(
+        "bob's seat and the seat left pending, each in a delta",
+        Duration::from_secs(20),
+        || async {
+            in_a_delta_after("S1-R1-2", before).await && in_a_delta_after("S1-R1-1", before).await
+        },
+    )
+    .await;
+    let pending: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM seat_map_seats WHERE show_id = $1 AND delta_seq IS NULL",
+    )
+    .bind(&event)
+    .fetch_one(&rp.pool)
+    .await
+    .expect("pending seats");
+    assert_eq!(pending, 0, "nothing left pending");
+    rp.stop().await;
+}
+
 /// Fans `fan{i}` for each i in `fans` hold two seats each of `event`.
 async fn two_seats_each(app: &onsale_tests::TestApp, event: &str, fans: std::ops::Range<u32>) {
     for i in fans {
