@@ -59,7 +59,7 @@ pub struct Settings {
     /// Also serve `/metrics` on the API's public listener (a development convenience: the
     /// local stack's scripts set it; an internet-facing listener should not tell anyone its
     /// load, its refusals and its shows' admission).
-    #[arg(long, env = "ONSALE_PUBLIC_METRICS")]
+    #[arg(long, env = "ONSALE_PUBLIC_METRICS", default_value_t = false, value_parser = clap::builder::BoolishValueParser::new())]
     pub public_metrics: bool,
     /// The region this process runs in (docs/adr/024): it writes only while its main database
     /// is a primary recording this region as the writer; otherwise it serves reads and answers
@@ -184,6 +184,7 @@ mod tests {
     fn every_setting_is_declared_once_with_a_name_of_its_own() {
         Only::command().debug_assert();
         let mut s = Settings::try_parse_from(["onsale", "--dev-mode"]).expect("the defaults parse");
+        assert!(!s.public_metrics, "metrics only for operators by default");
         assert_eq!(s.shutdown_timeout_secs, 10);
         s.secure().expect("development mode fills the secrets in");
         assert!(
