@@ -54,12 +54,6 @@ struct MapState {
     seat_names: HashMap<u32, String>,
     /// Something may be pending a delta.
     pending: bool,
-    /// The seats this process set pending (written, not yet in a delta) since its last delta:
-    /// the next delta publishes these, by key.
-    unpublished: BTreeSet<u32>,
-    /// Loaded from the table: rows another process (or this one before it restarted) wrote
-    /// may be pending too, so the next delta looks at every seat of the show once.
-    scan: bool,
     /// The newest commit LSN folded in since the last flush.
     lsn: Option<u64>,
     /// The sampled traces of the events pending a delta (at most [`TRACES_PER_DELTA`]).
@@ -110,7 +104,6 @@ impl Projection for SeatMap {
     fn loaded(&mut self, show_id: ShowId, show: &Show) {
         let mut state = MapState {
             pending: true,
-            scan: true,
             ..MapState::default()
         };
         state.recount(show);
@@ -175,7 +168,6 @@ impl Projection for SeatMap {
                     sections.push(state.sections[s].0.clone());
                     ords.push((seat - state.sections[s].1.start) as i32);
                     statuses.push(status);
-                    state.unpublished.insert(seat);
                 }
                 sqlx::query(
                     "UPDATE seat_map_seats AS m SET status = u.st, delta_seq = NULL
@@ -231,19 +223,7 @@ impl Projection for SeatMap {
                 })
                 .collect();
             let traces: Vec<String> = spans.iter().filter_map(trace::traceparent).collect();
-            let seats = if std::mem::take(&mut state.scan) {
-                Pending::Unknown
-            } else {
-                let (mut sections, mut ords) = (Vec::new(), Vec::new());
-                for &seat in &state.unpublished {
-                    let s = state.section_of(seat);
-                    sections.push(state.sections[s].0.clone());
-                    ords.push((seat - state.sections[s].1.start) as i32);
-                }
-                Pending::These { sections, ords }
-            };
-            state.unpublished.clear();
-            if let Some(seq) = publish_delta(tx, *show_id, &traces, seats).await? {
+            if let Some(seq) = publish_delta(tx, *show_id, &traces).await? {
                 metrics::counter!(onsale_telemetry::metrics::SEAT_MAP_DELTAS_TOTAL).increment(1);
                 tracing::debug!(%show_id, seq, "delta published");
             }
@@ -386,22 +366,10 @@ pub struct Changes {
 }
 
 /// Turns the show's pending rows into the next delta; `None` when nothing was pending.
-/// The seats a delta publishes.
-enum Pending {
-    /// Every seat of the show still pending (a scan of its rows: after a load).
-    Unknown,
-    /// These (section, ord) keys: the ones this process set pending since its last delta.
-    These {
-        sections: Vec<String>,
-        ords: Vec<i32>,
-    },
-}
-
 async fn publish_delta(
     tx: &mut PgConnection,
     show_id: ShowId,
     traces: &[String],
-    pending: Pending,
 ) -> anyhow::Result<Option<i64>> {
     let row: Option<(i64, String)> = sqlx::query_as(
         "SELECT seq + 1, lsn::text FROM seat_map_shows WHERE show_id = $1 FOR UPDATE",
@@ -421,36 +389,14 @@ async fn publish_delta(
     .bind(seq)
     .fetch_all(&mut *tx)
     .await?;
-    // No index finds a show's pending seats (an index on them made every seat's change and
-    // every delta a second write of the row's index entries, and kept the row off its page's
-    // HOT chain): this process knows which it set pending, and looks at every seat of the
-    // show only once after loading it.
-    let seats: Vec<(String, String, String)> =
-        match pending {
-            Pending::Unknown => sqlx::query_as(
-                "UPDATE seat_map_seats SET delta_seq = $2 WHERE show_id = $1 AND delta_seq IS NULL
-                 RETURNING seat_id, section, status",
-            )
-            .bind(show_id.to_string())
-            .bind(seq)
-            .fetch_all(&mut *tx)
-            .await?,
-            Pending::These { sections, ords } => {
-                sqlx::query_as(
-                    "UPDATE seat_map_seats AS m SET delta_seq = $2
-                   FROM UNNEST($3::text[], $4::int[]) AS u(sec, ord)
-                  WHERE m.show_id = $1 AND m.section = u.sec AND m.ord = u.ord
-                    AND m.delta_seq IS NULL
-                 RETURNING m.seat_id, m.section, m.status",
-                )
-                .bind(show_id.to_string())
-                .bind(seq)
-                .bind(&sections)
-                .bind(&ords)
-                .fetch_all(&mut *tx)
-                .await?
-            }
-        };
+    let seats: Vec<(String, String, String)> = sqlx::query_as(
+        "UPDATE seat_map_seats SET delta_seq = $2 WHERE show_id = $1 AND delta_seq IS NULL
+         RETURNING seat_id, section, status",
+    )
+    .bind(show_id.to_string())
+    .bind(seq)
+    .fetch_all(&mut *tx)
+    .await?;
     if sections.is_empty() && seats.is_empty() {
         return Ok(None);
     }

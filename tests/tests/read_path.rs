@@ -1511,8 +1511,9 @@ async fn a_lost_tail_of_the_read_models_is_read_again_never_skipped() {
 
 /// A seat's change committed by a projection that died before its next delta (or by another
 /// process, before a partition moved) is published once a projection loads the show again:
-/// nothing finds pending seats but the projection that set them and, after a load, one look
-/// at every seat of the show (migration 0029).
+/// what is pending is found in the table, not only in the memory of the process that wrote
+/// it (a design keeping the pending seats in memory must look at the table after every load;
+/// BENCHMARKS.md, "Pending seats without their index").
 #[tokio::test]
 async fn a_change_left_unpublished_by_a_projection_that_died_is_published_after_a_load() {
     let (_db, mut rp) = ReadPath::on_shared_broker().await.expect("read path");
