@@ -72,3 +72,44 @@ fn a_development_or_short_secret_is_refused_outside_development_mode() {
         "is shorter than 32 bytes",
     );
 }
+
+/// The local scripts' environment (scripts/local-env.sh: what `make up`, the demo, the drills
+/// and the benches run the processes with) is one the binary takes: a value it refuses (as
+/// `ONSALE_PUBLIC_METRICS=1` once was) would stop `make up` while every other test passes.
+/// With it, `onsale serve` gets past its settings and its secrets and fails on the database
+/// only (nothing listens there).
+#[test]
+fn the_local_scripts_environment_is_one_the_binary_takes() {
+    let script = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scripts/local-env.sh"
+    ))
+    .expect("scripts/local-env.sh");
+    // `export NAME=${NAME:-VALUE}`: the value the scripts give NAME unless it is set.
+    let defaults: Vec<(String, String)> = script
+        .lines()
+        .filter_map(|l| l.strip_prefix("export "))
+        .filter_map(|l| {
+            let (name, rest) = l.split_once('=')?;
+            let value = rest
+                .strip_prefix(&format!("${{{name}:-"))?
+                .strip_suffix('}')?;
+            Some((name.to_owned(), value.to_owned()))
+        })
+        .collect();
+    assert!(
+        defaults.len() >= 8 && defaults.iter().any(|(n, _)| n == "ONSALE_DEV_MODE"),
+        "the defaults read: {defaults:?}"
+    );
+    let envs: Vec<(&str, &str)> = defaults
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    let out = serve(&envs);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "onsale started: {err}");
+    assert_ne!(out.status.code(), Some(2), "a usage error: {err}");
+    for refusal in ["invalid value", "is not set", "is shorter", "loopback"] {
+        assert!(!err.contains(refusal), "refused before the database: {err}");
+    }
+}
