@@ -150,12 +150,12 @@ async fn with_both_standbys_gone_commits_fail_closed_and_resume_when_one_returns
     let (status, _, bob_hold) = hold_seat(&app, &event, &bob, "S1-R1-3", "b-1").await;
     assert_eq!(status, 201, "{bob_hold}");
     // Replicated now: the relay publishes them.
+    // Each step waits for the stream itself (up to its idle wait): no pause between them.
     let mut published = 0;
     let deadline = Instant::now() + Duration::from_secs(30);
     while published < 2 {
         published += relay.step(&mut stream).await.expect("a step").published;
         assert!(Instant::now() < deadline, "published {published} of 2");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let show = app.replay(&event).await.show;
     assert_eq!(show.holds().count(), 3, "h-1, h-2 and b-1, once each");
@@ -250,13 +250,9 @@ async fn a_promotion_under_a_burst_of_holds_loses_no_acknowledged_hold_and_the_o
     let count = || acked.lock().expect("lock").len();
     let wait_for = |n: usize, what: &'static str| {
         let count = &count;
-        async move {
-            let deadline = Instant::now() + Duration::from_secs(90);
-            while count() < n {
-                assert!(Instant::now() < deadline, "{what}: {} holds", count());
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
+        onsale_tests::wait_for(what, Duration::from_secs(90), move || {
+            std::future::ready(count() >= n)
+        })
     };
     wait_for(50, "the burst started").await;
 

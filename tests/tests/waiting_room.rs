@@ -753,15 +753,15 @@ async fn redis_away_falls_back_to_a_slow_pace_not_an_open_gate_and_recovers() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("redis-server");
-    let mut position = Value::Null;
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let j = room.join(&event, "bob").await;
-        if j["position"].is_i64() {
-            position = j["position"].clone();
-            break;
-        }
-    }
+    let position = onsale_tests::wait_for_value(
+        "bob's join given a position once Redis answers",
+        Duration::from_secs(10),
+        || async {
+            let j = room.join(&event, "bob").await;
+            j["position"].is_i64().then(|| j["position"].clone())
+        },
+    )
+    .await;
     let _ = redis.kill();
     let _ = redis.wait();
     assert!(position.is_i64(), "a position once Redis answers");
