@@ -13,6 +13,7 @@ use onsale_domain::{
     SectionLayout, ShowCommand, ShowError, ShowId, ShowInfo, SystemClock, VenueId, VenueLayout,
 };
 use onsale_eventlog::{EventLog, MemoryDirectory, MemoryEventLog, ShardedLog};
+use onsale_telemetry::supervise::{Loops, PartsHealth};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -55,8 +56,7 @@ fn process_with(log: &MemoryEventLog, config: OwnerConfig) -> Process {
         Arc::new(log.clone()),
         Arc::new(SystemClock),
         config,
-        stop.clone(),
-        tasks.clone(),
+        &Loops::new(PartsHealth::default(), stop.clone(), tasks.clone()),
     );
     Process { shows, stop, tasks }
 }
@@ -423,8 +423,7 @@ async fn a_commit_held_past_the_bound_is_unavailable_and_its_retry_finds_it() {
             commit_timeout: Duration::from_millis(200),
             ..config()
         },
-        stop.clone(),
-        tasks.clone(),
+        &Loops::new(PartsHealth::default(), stop.clone(), tasks.clone()),
     );
     let show = on_sale(&shows).await;
     log.hold_appends().await;
@@ -536,8 +535,7 @@ async fn a_shard_cut_off_stops_only_its_own_owners() {
         Arc::new(log),
         Arc::new(SystemClock),
         config_with_ttl(Duration::from_millis(500)),
-        CancellationToken::new(),
-        TaskTracker::new(),
+        &Loops::alone(CancellationToken::new()),
     );
     let (first, second) = (ShowId::random(), ShowId::random());
     let placed =

@@ -43,7 +43,6 @@ use rand::Rng;
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 #[derive(Debug, Parser)]
 #[command(name = "onsale-loadgen")]
@@ -630,8 +629,7 @@ async fn bench_command(
         Arc::new(log),
         Arc::new(SystemClock),
         config,
-        CancellationToken::new(),
-        TaskTracker::new(),
+        &onsale_telemetry::supervise::Loops::alone(CancellationToken::new()),
     );
     let mut placed = Vec::new();
     for i in 0..count.max(1) {

@@ -4,9 +4,8 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use onsale_telemetry::supervise::Loops;
 use sqlx::postgres::PgPool;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::QueryConfig;
 
@@ -19,14 +18,13 @@ pub struct Health {
 }
 
 impl Health {
-    /// Checks the read path every second until `shutdown` is cancelled: the projections on
+    /// Checks the read path every second, supervised on `loops`, until their stop: the projections on
     /// `pool`, each shard's relay slot (its pool and the slot's name, docs/adr/021).
     pub fn start(
         pool: PgPool,
         shards: Vec<(PgPool, String)>,
         config: QueryConfig,
-        shutdown: CancellationToken,
-        tasks: &TaskTracker,
+        loops: &Loops,
     ) -> Self {
         let health = Self {
             verdict: Arc::new(RwLock::new(Err(
@@ -34,17 +32,22 @@ impl Health {
             ))),
         };
         let verdict = health.verdict.clone();
-        tasks.spawn(async move {
-            loop {
-                let v = check(&pool, &shards, &config)
-                    .await
-                    .unwrap_or_else(|e| Err(format!("read path unreachable: {e}")));
-                if let Ok(mut slot) = verdict.write() {
-                    *slot = v;
-                }
-                let pause = tokio::time::sleep(Duration::from_secs(1));
-                if shutdown.run_until_cancelled(pause).await.is_none() {
-                    break;
+        let shutdown = loops.stop().clone();
+        loops.spawn("read-path check", move || {
+            let (pool, shards, config) = (pool.clone(), shards.clone(), config.clone());
+            let (verdict, shutdown) = (verdict.clone(), shutdown.clone());
+            async move {
+                loop {
+                    let v = check(&pool, &shards, &config)
+                        .await
+                        .unwrap_or_else(|e| Err(format!("read path unreachable: {e}")));
+                    if let Ok(mut slot) = verdict.write() {
+                        *slot = v;
+                    }
+                    let pause = tokio::time::sleep(Duration::from_secs(1));
+                    if shutdown.run_until_cancelled(pause).await.is_none() {
+                        break;
+                    }
                 }
             }
         });

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use onsale_domain::ShowId;
+use onsale_telemetry::supervise::Loops;
 use onsale_telemetry::trace;
 
 use crate::seats::Seats;
@@ -125,19 +126,21 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// Starts the listener and the poll; they stop, and every subscription is closed with
-    /// [`Update::Closing`], when `shutdown` is cancelled.
-    pub fn start(pool: PgPool, shutdown: CancellationToken, tasks: TaskTracker) -> Self {
+    /// Starts the listener and the poll, each supervised on `loops`; they stop, and every
+    /// subscription is closed with [`Update::Closing`], at the loops' stop.
+    pub fn start(pool: PgPool, loops: &Loops) -> Self {
         let hub = Self {
             pool,
             shows: Arc::default(),
             seqs: Arc::default(),
             making: Arc::default(),
-            shutdown,
-            tasks,
+            shutdown: loops.stop().clone(),
+            tasks: loops.tracker().clone(),
         };
-        hub.tasks.spawn(hub.clone().listen());
-        hub.tasks.spawn(hub.clone().poll());
+        let listening = hub.clone();
+        loops.spawn("seat-map listener", move || listening.clone().listen());
+        let polling = hub.clone();
+        loops.spawn("seat-map poll", move || polling.clone().poll());
         hub
     }
 
@@ -164,8 +167,10 @@ impl Hub {
                 });
                 if standby {
                     // A standby region's database takes no LISTEN (docs/adr/024): its deltas
-                    // come from the poll, as the writer's projection replicates them.
+                    // come from the poll, as the writer's projection replicates them. Not an
+                    // end its supervisor should restart: it waits for shutdown.
                     tracing::info!("the database is a standby: deltas come from the poll");
+                    shutdown.cancelled().await;
                     return;
                 }
                 tracing::warn!(error = %e, "seat-map listener lost; reconnecting");

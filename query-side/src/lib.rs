@@ -23,9 +23,8 @@ use std::time::Duration;
 use axum::extract::FromRef;
 use onsale_edge::auth::Verifier;
 use onsale_edge::limits::StreamSlots;
+use onsale_telemetry::supervise::Loops;
 use sqlx::postgres::PgPool;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct QueryConfig {
@@ -194,8 +193,8 @@ impl QueryParts {
         self
     }
 
-    /// Wires the query side on `pool` (where the projections write) and starts its listener and
-    /// health tasks on `tasks`; they stop, and streams end, when `shutdown` is cancelled.
+    /// Wires the query side on `pool` (where the projections write) and starts its listener,
+    /// poll and health check on `loops`; they stop, and streams end, at the loops' stop.
     /// `shards` are each write cluster's pool and its relay's replication slot, whose lag
     /// `/readyz` and `/metrics` report. The log is read on `pool` until [`QueryParts::with_log`].
     pub fn start(
@@ -204,22 +203,15 @@ impl QueryParts {
         config: &QueryConfig,
         verifier: Verifier,
         streams: StreamSlots,
-        shutdown: &CancellationToken,
-        tasks: &TaskTracker,
+        loops: &Loops,
     ) -> Self {
-        let hub = hub::Hub::start(pool.clone(), shutdown.clone(), tasks.clone());
+        let hub = hub::Hub::start(pool.clone(), loops);
         let snapshots = snapshots::Snapshots::new(
             pool.clone(),
             hub.clone(),
             Duration::from_millis(config.seat_map_ttl_ms),
         );
-        let health = health::Health::start(
-            pool.clone(),
-            shards,
-            config.clone(),
-            shutdown.clone(),
-            tasks,
-        );
+        let health = health::Health::start(pool.clone(), shards, config.clone(), loops);
         Self {
             log: Arc::new(onsale_eventlog::ShardedLog::single(Arc::new(
                 onsale_eventlog::PgEventLog::new(pool.clone()),

@@ -17,7 +17,6 @@ pub mod http;
 mod readiness;
 pub mod region;
 mod settings;
-pub mod supervise;
 pub mod web;
 
 use std::collections::HashMap;
@@ -35,6 +34,7 @@ use onsale_eventlog::{Directory, EventLog, PgDirectory, PgEventLog, ShardedLog};
 use onsale_kafka::{leader, Relay};
 use onsale_payments::PaymentsState;
 use onsale_query::{QueryParts, QueryState};
+use onsale_telemetry::supervise::{self, Loops};
 use onsale_waiting_room::{
     FactsFuture, JoinRules, RulesFuture, ShowFacts, ShowSchedule, WaitingRoom,
 };
@@ -125,7 +125,8 @@ pub struct Server {
     /// The hold path's health, which the admitter reads.
     health: Arc<BookingHealth>,
     /// The parts whose tasks stopped and are being restarted (`/readyz`, `/healthz`).
-    parts_health: supervise::PartsHealth,
+    /// The process's background loops, supervised; their health is the parts' health too.
+    loops: Loops,
     http: Option<SocketAddr>,
     grpc: Option<SocketAddr>,
     /// Where other nodes forward commands, with the API.
@@ -430,6 +431,20 @@ async fn bind(addr: &str) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("bind {addr}"))
 }
 
+/// `Err` while the node's lease is lapsed on a shard: its owners there cannot prove the shows
+/// are still theirs and answer 503, so the node is not ready (issue 53, item 10).
+fn lease(shows: &Shows) -> Result<(), String> {
+    let lapsed = shows.lapsed_leases();
+    if lapsed.is_empty() {
+        return Ok(());
+    }
+    let shards: Vec<String> = lapsed.iter().map(ToString::to_string).collect();
+    Err(format!(
+        "this node's lease is lapsed on shard {}: its heartbeat has not been renewed",
+        shards.join(", ")
+    ))
+}
+
 impl Server {
     /// Builds and starts `parts` of a process from `settings`, with the system clock.
     pub async fn build(settings: Settings, parts: &[Part]) -> anyhow::Result<Self> {
@@ -471,6 +486,11 @@ impl Server {
         let vault_pool = db.pool(db.pool_size, true)?;
         let shutdown = CancellationToken::new();
         let tracker = TaskTracker::new();
+        let loops = Loops::new(
+            supervise::PartsHealth::default(),
+            shutdown.clone(),
+            tracker.clone(),
+        );
         // Shows sharded over write clusters (docs/adr/021): each shard's log reached through a
         // pool per workload, like the main database's; the directory in the main database.
         let directory: Arc<dyn Directory> =
@@ -484,8 +504,7 @@ impl Server {
             Arc::new(shards.log(0, &directory)),
             clock,
             settings.owners.clone(),
-            shutdown.clone(),
-            tracker.clone(),
+            &loops,
         );
         let catalog_log: Arc<dyn EventLog> = Arc::new(shards.log(1, &directory));
         let catalog = Catalog::new(catalog_log.clone()).with_projection(pool.clone());
@@ -505,7 +524,7 @@ impl Server {
             query: None,
             room: None,
             health: Arc::new(BookingHealth::default()),
-            parts_health: supervise::PartsHealth::default(),
+            loops,
             http: None,
             grpc: None,
             internal: None,
@@ -517,12 +536,23 @@ impl Server {
             parts: Mutex::default(),
             mode,
         };
-        server.tracker.spawn(region::watch(
+        let (pool, region, mode) = (
             server.pool.clone(),
             server.settings.region.clone(),
             server.mode.clone(),
-            server.role_changed.clone(),
-        ));
+        );
+        let (changed, stop) = (server.role_changed.clone(), server.shutdown.clone());
+        server.loops.spawn("region watch", move || {
+            let watched =
+                region::watch(pool.clone(), region.clone(), mode.clone(), changed.clone());
+            let stop = stop.clone();
+            // Once the role changed the process starts again as it is: until then the watch
+            // has nothing left to do, and has not died.
+            async move {
+                watched.await;
+                stop.cancelled().await;
+            }
+        });
         // A standby runs the API alone: every other part writes.
         let parts: Vec<Part> = parts
             .iter()
@@ -611,8 +641,7 @@ impl Server {
             &s.query,
             verifier.clone(),
             streams.clone(),
-            &self.shutdown,
-            &self.tracker,
+            &self.loops,
         )
         .with_log(self.public_log.clone())
         .with_schedules(Arc::new(PublicSchedules(public_catalog.clone())))
@@ -627,18 +656,26 @@ impl Server {
         .await?;
         let doc = openapi(room.is_some(), s.auth.dev_mode)?;
         let health = query.health.clone();
-        let (parts, parts_live) = (self.parts_health.clone(), self.parts_health.clone());
+        let (parts, parts_live) = (self.loops.health().clone(), self.loops.health().clone());
         // `/readyz` answers from what a background refresh found: the log's ping, then the
-        // parts and the read side; a probe never touches a pool.
+        // node's lease (a writer's), the parts and loops, and the read side; a probe never
+        // touches a pool.
         let readiness = readiness::Readiness::starting();
-        self.tracker.spawn(readiness.clone().refresh(
-            self.shows.log().clone(),
-            move || {
-                parts.ready()?;
-                health.ready()
-            },
-            self.shutdown.clone(),
-        ));
+        let (log, shows) = (self.shows.log().clone(), self.shows.clone());
+        let writes = !matches!(self.mode, onsale_domain::region::Mode::Standby { .. });
+        let check: readiness::Check = Arc::new(move || {
+            if writes {
+                lease(&shows)?;
+            }
+            parts.ready()?;
+            health.ready()
+        });
+        let (refreshing, stop) = (readiness.clone(), self.shutdown.clone());
+        self.loops.spawn("readiness", move || {
+            refreshing
+                .clone()
+                .refresh(log.clone(), check.clone(), stop.clone())
+        });
         let state = AppState::new(AppParts {
             shows: self.shows.clone(),
             catalog: self.catalog.clone(),
@@ -781,10 +818,13 @@ impl Server {
     /// Forgets, every 10 s, the callers whose rate allowance is full again.
     fn prune_rate_limits(&self, rates: Arc<RateLimits>) {
         let stop = self.shutdown.clone();
-        self.tracker.spawn(async move {
-            let mut every = tokio::time::interval(Duration::from_secs(10));
-            while stop.run_until_cancelled(every.tick()).await.is_some() {
-                rates.prune();
+        self.loops.spawn("rate-limit pruning", move || {
+            let (rates, stop) = (rates.clone(), stop.clone());
+            async move {
+                let mut every = tokio::time::interval(Duration::from_secs(10));
+                while stop.run_until_cancelled(every.tick()).await.is_some() {
+                    rates.prune();
+                }
             }
         });
     }
@@ -792,7 +832,7 @@ impl Server {
     /// `/metrics`, `/healthz` and `/readyz` of a process without the API.
     async fn serve_metrics(&mut self, listen: &str) -> anyhow::Result<()> {
         let handle = onsale_telemetry::metrics();
-        let (ready, live) = (self.parts_health.clone(), self.parts_health.clone());
+        let (ready, live) = (self.loops.health().clone(), self.loops.health().clone());
         let api = self.readiness.clone();
         let ready = move || match &api {
             Some(api) => api.get(),
@@ -855,7 +895,7 @@ impl Server {
         let handle = supervise::supervise(
             part.name(),
             first,
-            self.parts_health.clone(),
+            self.loops.health().clone(),
             self.shutdown.clone(),
             move || {
                 let ctx = ctx.clone();
@@ -864,6 +904,18 @@ impl Server {
         );
         self.lock().entry(part).or_default().push(handle);
         Ok(())
+    }
+
+    /// The background loops running under supervision in this process (a lease's heartbeat,
+    /// listeners, polls, refreshes).
+    pub fn loops(&self) -> Vec<&'static str> {
+        self.loops.names()
+    }
+
+    /// The loop `name` dies where it stands, as a panic would end it; its supervisor starts it
+    /// again (`/readyz` names it meanwhile). For drills and tests.
+    pub fn crash_loop(&self, name: &str) -> bool {
+        self.loops.crash(name)
     }
 
     /// Kills a part's tasks where they stand (no shutdown path runs), and its supervisor: a

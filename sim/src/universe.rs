@@ -17,6 +17,7 @@ use onsale_domain::{
     VenueLayout,
 };
 use onsale_eventlog::{EventLog, MemoryEventLog};
+use onsale_telemetry::supervise::{Loops, PartsHealth};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
@@ -409,8 +410,7 @@ impl Universe {
                     Arc::new(link.clone()) as Arc<dyn EventLog>,
                     clock.clone(),
                     owner_config(k),
-                    stop.clone(),
-                    tasks.clone(),
+                    &Loops::new(PartsHealth::default(), stop.clone(), tasks.clone()),
                 );
                 Node {
                     shows,

@@ -1,9 +1,12 @@
 //! Logging, traces and metrics, set up once per process: [`init_tracing`] (the log, and the
 //! spans of [`trace`] exported to Zipkin when configured), and [`metrics()`], the Prometheus
 //! recorder every crate's `metrics::counter!`/`gauge!`/`histogram!` report to, under the names
-//! (and help texts) of [`metrics`]. It knows nothing of onsale's domain.
+//! (and help texts) of [`metrics`]; and [`supervise`], under which every background loop of a
+//! process runs, restarted when it dies, the process's health naming it meanwhile. It knows
+//! nothing of onsale's domain.
 
 pub mod metrics;
+pub mod supervise;
 pub mod trace;
 mod zipkin;
 

@@ -691,6 +691,65 @@ async fn readyz_reports_a_projection_that_stopped_and_recovers_with_it() {
     rp.stop().await;
 }
 
+/// Issue 53, item 10: a node whose lease lapsed (its heartbeat cannot renew it) cannot prove
+/// its shows are still its own and answers their writes 503: `/readyz` says so until the
+/// lease is renewed.
+#[tokio::test]
+async fn readyz_says_not_ready_while_the_nodes_lease_is_lapsed() {
+    let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
+    rp.eventually("/readyz", "", |s, _| s == 200).await;
+    // The heartbeat's upsert waits behind this lock (reads of the table do not).
+    let mut blocker = rp.pool.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE nodes IN EXCLUSIVE MODE")
+        .execute(&mut *blocker)
+        .await
+        .expect("lock");
+    let body = rp.eventually("/readyz", "", |s, _| s == 503).await;
+    assert_eq!(body["code"], "NOT_READY");
+    assert!(
+        body["detail"]
+            .as_str()
+            .expect("detail")
+            .contains("lease is lapsed on shard 1"),
+        "{body}"
+    );
+    blocker.rollback().await.expect("rollback");
+    rp.eventually("/readyz", "", |s, _| s == 200).await;
+    rp.stop().await;
+}
+
+/// Issue 53, item 10: every background loop of the API process runs under a supervisor: one
+/// that dies is named by `/readyz` and started again, and the process is ready once more.
+#[tokio::test]
+async fn every_background_loop_that_dies_is_named_and_started_again() {
+    let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
+    rp.eventually("/readyz", "", |s, _| s == 200).await;
+    let loops = rp.app.server.loops();
+    for name in [
+        "node lease",
+        "region watch",
+        "seat-map listener",
+        "seat-map poll",
+        "read-path check",
+        "readiness",
+        "rate-limit pruning",
+    ] {
+        assert!(loops.contains(&name), "{name} is not supervised: {loops:?}");
+    }
+    for name in &loops {
+        assert!(rp.app.server.crash_loop(name), "{name}");
+    }
+    let body = rp
+        .eventually("/readyz", "", |s, body| {
+            let detail = body["detail"].as_str().unwrap_or_default();
+            s == 503 && loops.iter().all(|name| detail.contains(name))
+        })
+        .await;
+    assert_eq!(body["code"], "NOT_READY");
+    rp.eventually("/readyz", "", |s, _| s == 200).await;
+    rp.stop().await;
+}
+
 #[tokio::test]
 async fn a_python_client_generated_from_proto_calls_grpc_and_grpc_web() {
     let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use onsale_domain::{Clock, ShowCommand, ShowError, ShowId};
 use onsale_eventlog::{EventLog, Node, ShardId, ShardedLog};
+use onsale_telemetry::supervise::Loops;
 use onsale_telemetry::trace;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -77,22 +78,23 @@ impl Shows {
         log: Arc<dyn EventLog>,
         clock: Arc<dyn Clock>,
         config: OwnerConfig,
-        shutdown: CancellationToken,
-        tasks: TaskTracker,
+        loops: &Loops,
     ) -> Self {
         let shards = Arc::new(ShardedLog::single(log));
-        Self::sharded(shards, clock, config, shutdown, tasks)
+        Self::sharded(shards, clock, config, loops)
     }
 
     /// Owners of shows on several write clusters (docs/adr/021): each show's claim, load,
-    /// appends and snapshots go to its shard, and the node keeps a lease on each shard.
+    /// appends and snapshots go to its shard, and the node keeps a lease on each shard (its
+    /// heartbeat supervised on `loops`; owners and their appends tracked there, ended at their
+    /// stop).
     pub fn sharded(
         shards: Arc<ShardedLog>,
         clock: Arc<dyn Clock>,
         config: OwnerConfig,
-        shutdown: CancellationToken,
-        tasks: TaskTracker,
+        loops: &Loops,
     ) -> Self {
+        let (shutdown, tasks) = (loops.stop().clone(), loops.tracker().clone());
         let addr = config.cluster.advertise_addr.clone().unwrap_or_default();
         let leases = shards.shards().map(|_| AtomicU64::new(0)).collect();
         let shows = Self {
@@ -119,7 +121,8 @@ impl Shows {
                 owners_started: AtomicU64::new(0),
             }),
         };
-        tasks.spawn(shows.clone().keep_alive());
+        let beating = shows.clone();
+        loops.spawn("node lease", move || beating.clone().keep_alive());
         shows
     }
 
@@ -284,6 +287,17 @@ impl Shows {
             .lease_until
             .get(usize::from(shard.get() - 1))
             .is_some_and(|lease| now < lease.load(Ordering::Acquire))
+    }
+
+    /// The shards on which this node cannot prove, now, that no other node may have claimed
+    /// its shows: its lease there lapsed (or was never taken), so its owners there answer 503.
+    pub fn lapsed_leases(&self) -> Vec<ShardId> {
+        self.inner
+            .shards
+            .shards()
+            .map(|(shard, _)| shard)
+            .filter(|shard| !self.lease_held_on(*shard))
+            .collect()
     }
 
     /// Whether this node can prove, now, that no other node may have claimed any of its shows.

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use futures::future::select_all;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::AbortOnDropHandle;
+use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
 /// How long a restarted part must run before it counts as up again.
 pub const STABLE: Duration = Duration::from_secs(5);
@@ -157,8 +157,7 @@ where
             deaths += 1;
             let why = why(ended);
             tracing::error!(part = name, %why, deaths, ?wait, "a part of this process stopped; restarting it");
-            metrics::counter!(onsale_telemetry::metrics::PART_RESTARTS_TOTAL, "part" => name)
-                .increment(1);
+            metrics::counter!(crate::metrics::PART_RESTARTS_TOTAL, "part" => name).increment(1);
             health.died(name, why, deaths);
             tasks = loop {
                 if stop
@@ -196,6 +195,12 @@ impl Running {
             tasks.iter().map(JoinHandle::abort_handle).collect();
         tasks.into_iter().map(AbortOnDropHandle::new).collect()
     }
+
+    fn abort(&self) {
+        for t in self.0.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            t.abort();
+        }
+    }
 }
 
 /// A part under its supervisor.
@@ -214,15 +219,7 @@ impl Supervised {
     /// The part's tasks die where they stand (as a panic would end them); the supervisor sees
     /// it and starts them again. For drills and tests.
     pub fn crash(&self) {
-        for t in self
-            .running
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-        {
-            t.abort();
-        }
+        self.running.abort();
     }
 
     /// Waits for the supervisor to end (at shutdown, once the part's tasks have ended).
@@ -232,6 +229,92 @@ impl Supervised {
 
     pub fn abort_handle(&self) -> tokio::task::AbortHandle {
         self.supervisor.abort_handle()
+    }
+}
+
+/// Where a process's background loops run (a lease's heartbeat, a listener, a poll, a
+/// refresh): each under a [`supervise`] of its own, reported in `health`, ended by `stop`,
+/// its supervisor waited for by `tracker` at shutdown. A crate that runs a loop takes a
+/// `Loops` rather than spawning it, so no loop of the process dies silently (issue 53,
+/// item 10).
+#[derive(Debug, Clone)]
+pub struct Loops {
+    health: PartsHealth,
+    stop: CancellationToken,
+    tracker: TaskTracker,
+    running: Arc<Mutex<Vec<(&'static str, Running)>>>,
+}
+
+impl Loops {
+    pub fn new(health: PartsHealth, stop: CancellationToken, tracker: TaskTracker) -> Self {
+        Self {
+            health,
+            stop,
+            tracker,
+            running: Arc::default(),
+        }
+    }
+
+    /// Loops of their own, for a component run alone (a test, a benchmark): stopped by `stop`.
+    pub fn alone(stop: CancellationToken) -> Self {
+        Self::new(PartsHealth::default(), stop, TaskTracker::new())
+    }
+
+    /// Cancelled at shutdown: a loop returns once it is, and is then not restarted.
+    pub fn stop(&self) -> &CancellationToken {
+        &self.stop
+    }
+
+    /// Waited for at shutdown (the loops' supervisors, and whatever else their owner tracks).
+    pub fn tracker(&self) -> &TaskTracker {
+        &self.tracker
+    }
+
+    pub fn health(&self) -> &PartsHealth {
+        &self.health
+    }
+
+    /// Runs the loop `make` builds, as `name`, until [`Loops::stop`]; built again and
+    /// restarted (after the supervisor's backoff) whenever it ends before then.
+    pub fn spawn<F, Fut>(&self, name: &'static str, make: F)
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let first = vec![tokio::spawn(make())];
+        let sup = supervise(
+            name,
+            first,
+            self.health.clone(),
+            self.stop.clone(),
+            move || {
+                let run = make();
+                async move { Ok(vec![tokio::spawn(run)]) }
+            },
+        );
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((name, sup.running.clone()));
+        self.tracker.spawn(sup.join());
+    }
+
+    /// The names of the loops running here.
+    pub fn names(&self) -> Vec<&'static str> {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.iter().map(|(name, _)| *name).collect()
+    }
+
+    /// The loop `name` dies where it stands, as a panic would end it; its supervisor starts it
+    /// again. For drills and tests. `false` if no loop has that name.
+    pub fn crash(&self, name: &str) -> bool {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let mut found = false;
+        for (_, r) in running.iter().filter(|(n, _)| *n == name) {
+            r.abort();
+            found = true;
+        }
+        found
     }
 }
 
@@ -293,5 +376,32 @@ mod tests {
         let why = health.live().expect_err("a crash loop");
         assert!(why.contains("worker died 5 times in a row"), "{why}");
         stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_loop_that_dies_is_named_down_and_built_again_until_stop() {
+        let stop = CancellationToken::new();
+        let loops = Loops::alone(stop.clone());
+        let builds = Arc::new(AtomicU32::new(0));
+        let counted = builds.clone();
+        let until = stop.clone();
+        loops.spawn("seat-map poll", move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let until = until.clone();
+            async move { until.cancelled().await }
+        });
+        assert_eq!(loops.names(), vec!["seat-map poll"]);
+        assert!(!loops.crash("no such loop"));
+        assert!(loops.crash("seat-map poll"));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let down = loops.health().ready().expect_err("down after its death");
+        assert!(down.contains("seat-map poll is down"), "{down}");
+        tokio::time::sleep(FIRST_WAIT + STABLE).await;
+        assert_eq!(builds.load(Ordering::SeqCst), 2, "built again once");
+        assert_eq!(loops.health().ready(), Ok(()));
+        stop.cancel();
+        loops.tracker().close();
+        loops.tracker().wait().await;
+        assert_eq!(builds.load(Ordering::SeqCst), 2, "not built again at stop");
     }
 }
