@@ -400,35 +400,149 @@ impl DatabaseSettings {
 
     /// Applies the migrations to the main database and every shard listed.
     pub async fn migrate(&self) -> anyhow::Result<()> {
-        self.migrate_one().await?;
-        for shard in &self.shard_urls {
-            if *shard != self.database_url {
-                DatabaseSettings {
-                    database_url: shard.clone(),
-                    shard_urls: Vec::new(),
-                    ..self.clone()
-                }
-                .migrate_one()
-                .await?;
-            }
+        for db in self.clusters() {
+            db.migrate_one().await?;
         }
         Ok(())
+    }
+
+    /// Lets each of `logins` log in to every cluster as a process (`serve`, `relay`,
+    /// `project`): created if missing (LOGIN, REPLICATION for the relay's slot, nothing else)
+    /// and made a member of [`APP_ROLE`]. A login that exists with more (a superuser, one that
+    /// creates roles or databases, or one that can act as the schema's owner) is refused, never
+    /// altered: its rights are the operator's to take away. Run as the owner, after
+    /// [`DatabaseSettings::migrate`] (which creates the app role).
+    pub async fn admit_logins(&self, logins: &[String]) -> anyhow::Result<()> {
+        for db in self.clusters() {
+            let pool = db.owner_connection()?;
+            let admitted = admit(&pool, logins).await;
+            pool.close().await;
+            admitted?;
+        }
+        Ok(())
+    }
+
+    /// The main database and each shard that is not it: each a cluster to migrate.
+    fn clusters(&self) -> Vec<DatabaseSettings> {
+        let mut all = vec![DatabaseSettings {
+            shard_urls: Vec::new(),
+            ..self.clone()
+        }];
+        for shard in self.shards() {
+            if shard.database_url != self.database_url {
+                all.push(shard);
+            }
+        }
+        all
+    }
+
+    /// One connection as the login role, for the owner's statements.
+    fn owner_connection(&self) -> anyhow::Result<sqlx::PgPool> {
+        use anyhow::Context;
+        let options: sqlx::postgres::PgConnectOptions =
+            self.database_url.parse().context("parse DATABASE_URL")?;
+        Ok(sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(std::time::Duration::from_secs(10))
+            .connect_lazy_with(options))
     }
 
     /// Applies the migrations as the login role (the owner of the schema), on a connection
     /// of their own.
     async fn migrate_one(&self) -> anyhow::Result<()> {
-        use anyhow::Context;
-        let options: sqlx::postgres::PgConnectOptions =
-            self.database_url.parse().context("parse DATABASE_URL")?;
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(std::time::Duration::from_secs(10))
-            .connect_lazy_with(options);
+        let pool = self.owner_connection()?;
         let applied = migrate(&pool).await;
         pool.close().await;
         applied
     }
+}
+
+/// What a login may do beyond [`APP_ROLE`]'s rights, each a reason it is not a process's
+/// login; empty for one that is a member of the app role and nothing more.
+pub async fn login_beyond_the_app(pool: &sqlx::PgPool) -> anyhow::Result<Vec<String>> {
+    let (name, superuser, create_role, create_db, owner, app): (String, bool, bool, bool, bool, bool) =
+        // Asked before the schema exists too (a development stack's owner login migrates it).
+        sqlx::query_as(
+            "SELECT r.rolname::text, r.rolsuper, r.rolcreaterole, r.rolcreatedb,
+                    COALESCE((SELECT pg_has_role(session_user, t.tableowner, 'USAGE')
+                                FROM pg_tables t
+                               WHERE t.schemaname = 'public' AND t.tablename = 'events'), false),
+                    CASE WHEN EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)
+                         THEN pg_has_role(session_user, $1, 'MEMBER') ELSE false END
+               FROM pg_roles r
+              WHERE r.rolname = session_user",
+        )
+        .bind(APP_ROLE)
+        .fetch_one(pool)
+        .await?;
+    let mut beyond = Vec::new();
+    for (has, what) in [
+        (superuser, "is a superuser"),
+        (create_role, "creates roles"),
+        (create_db, "creates databases"),
+        (owner && !superuser, "can act as the schema's owner"),
+        (!app, "is not a member of onsale_app"),
+    ] {
+        if has {
+            beyond.push(format!("the login role {name} {what}"));
+        }
+    }
+    Ok(beyond)
+}
+
+async fn admit(pool: &sqlx::PgPool, logins: &[String]) -> anyhow::Result<()> {
+    use anyhow::Context;
+    for login in logins {
+        anyhow::ensure!(
+            !login.is_empty() && login.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "a login role's name is letters, digits and _: {login:?}"
+        );
+        // Roles are per cluster, and many databases of one cluster may be migrated at once
+        // (the tests): a role another created meanwhile is taken as it is.
+        sqlx::query(&format!(
+            "DO $$
+             BEGIN
+                 IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{login}') THEN
+                     CREATE ROLE \"{login}\" LOGIN REPLICATION INHERIT;
+                 END IF;
+             EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                 NULL;
+             END
+             $$"
+        ))
+        .execute(pool)
+        .await
+        .with_context(|| format!("create the login role {login}"))?;
+        let (superuser, create_role, create_db, owner): (bool, bool, bool, bool) = sqlx::query_as(
+            "SELECT r.rolsuper, r.rolcreaterole, r.rolcreatedb,
+                        pg_has_role(r.oid, t.tableowner, 'USAGE')
+                   FROM pg_roles r, pg_tables t
+                  WHERE r.rolname = $1 AND t.schemaname = 'public' AND t.tablename = 'events'",
+        )
+        .bind(login)
+        .fetch_one(pool)
+        .await?;
+        anyhow::ensure!(
+            !(superuser || create_role || create_db || owner),
+            "{login} may do more than a process should (a superuser, creates roles or \
+             databases, or acts as the schema's owner): give the processes a login of their own"
+        );
+        sqlx::query(&format!(
+            "DO $$
+             BEGIN
+                 IF NOT pg_has_role('{login}', '{APP_ROLE}', 'MEMBER') THEN
+                     GRANT {APP_ROLE} TO \"{login}\";
+                 END IF;
+             EXCEPTION WHEN unique_violation OR duplicate_object OR internal_error THEN
+                 NULL;
+             END
+             $$"
+        ))
+        .execute(pool)
+        .await
+        .with_context(|| format!("make {login} a member of {APP_ROLE}"))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

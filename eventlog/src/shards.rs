@@ -124,18 +124,25 @@ impl Directory for PgDirectory {
     }
 
     async fn place(&self, show: ShowId, shard: ShardId) -> Result<ShardId> {
-        // A show placed already keeps its shard: the no-op update returns it.
-        let placed: i16 = sqlx::query_scalar(
+        // A show placed already keeps its shard, read once the insert found it (a concurrent
+        // placement's insert is waited for by the conflict, then seen). No UPDATE: the
+        // processes' role may place a show, never repoint one (a move is the owner's job).
+        let inserted: Option<i16> = sqlx::query_scalar(
             "INSERT INTO show_shards (show_id, shard, region) VALUES ($1, $2, $3)
-             ON CONFLICT (show_id) DO UPDATE SET shard = show_shards.shard
+             ON CONFLICT (show_id) DO NOTHING
              RETURNING shard",
         )
         .bind(show.to_string())
         .bind(i16::try_from(shard.0).unwrap_or(i16::MAX))
         .bind(&self.region)
-        .fetch_one(&self.pool)
+        .fetch_optional(&self.pool)
         .await?;
-        shard_of_row(placed)
+        match inserted {
+            Some(placed) => shard_of_row(placed),
+            None => self.lookup(show).await?.ok_or_else(|| {
+                StoreError::Unavailable(format!("{show} was placed and is gone from the directory"))
+            }),
+        }
     }
 
     async fn counts(&self) -> Result<HashMap<ShardId, i64>> {

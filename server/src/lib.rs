@@ -16,6 +16,7 @@ pub mod cors;
 pub mod http;
 mod readiness;
 pub mod region;
+pub use region::migrate;
 mod settings;
 pub mod web;
 
@@ -431,6 +432,40 @@ async fn bind(addr: &str) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("bind {addr}"))
 }
 
+/// Before a process starts: its login checked ([`login`]), then whether it writes in its
+/// region, once the schema is at this build's version (`region::settle`).
+pub async fn settle(settings: &Settings) -> anyhow::Result<onsale_domain::region::Mode> {
+    let db = &settings.database;
+    if !login(db, settings.auth.dev_mode).await? {
+        // Development only: a local stack logged in as the schema's owner migrates itself,
+        // as `onsale migrate` would.
+        region::migrate(db, &settings.region, &[]).await?;
+    }
+    region::settle(db, &settings.region).await
+}
+
+/// A process logs in as a member of the app role and nothing more (issue 53, item 6): with
+/// the owner's or a superuser's login, `RESET ROLE` would undo its `SET ROLE` and let it
+/// switch off the log's triggers, move shows, promote regions. Refused outside development
+/// mode; warned about in it. `Ok(true)` for a login with the app role's rights alone.
+async fn login(db: &onsale_eventlog::DatabaseSettings, dev_mode: bool) -> anyhow::Result<bool> {
+    let pool = db.as_owner().pool(1, true)?;
+    let beyond = onsale_eventlog::login_beyond_the_app(&pool).await;
+    pool.close().await;
+    let beyond = beyond.context("read what the login role may do")?;
+    if beyond.is_empty() {
+        return Ok(true);
+    }
+    let why = beyond.join("; ");
+    anyhow::ensure!(
+        dev_mode,
+        "{why}: a process logs in as a role that is a member of onsale_app and nothing more \
+         (`onsale migrate --login-role NAME` makes one; docs/security.md)"
+    );
+    tracing::warn!(%why, "DEVELOPMENT MODE: a process logged in with more than the app role's rights");
+    Ok(false)
+}
+
 /// `Err` while the node's lease is lapsed on a shard: its owners there cannot prove the shows
 /// are still theirs and answer 503, so the node is not ready (issue 53, item 10).
 fn lease(shows: &Shows) -> Result<(), String> {
@@ -465,9 +500,9 @@ impl Server {
             );
         }
         let db = &settings.database;
-        // A writer migrates; a standby region's process (its databases replay the writer's)
-        // writes nothing and runs only the API, serving reads (docs/adr/024).
-        let mode = region::settle(db, &settings.region).await?;
+        // Once `onsale migrate` has run: a standby region's process (its databases replay the
+        // writer's) writes nothing and runs only the API, serving reads (docs/adr/024).
+        let mode = settle(&settings).await?;
         let standby = matches!(mode, onsale_domain::region::Mode::Standby { .. });
         if standby {
             tracing::warn!(region = %settings.region, ?mode, "a standby region: reads only, writes answered 503 OTHER_REGION");

@@ -80,6 +80,21 @@ enum Command {
         #[arg(long)]
         rebuild: bool,
     },
+    /// The operator's job, with the schema owner's login (issue 53, item 6): apply the
+    /// migrations to the main database and every shard, admit the processes' logins (each a
+    /// member of onsale_app and nothing more; created if missing), and on a deployment's first
+    /// run record this region as the writer. `serve`, `relay` and `project` never migrate:
+    /// they wait for this. Run it before each upgrade's processes start; on a standby region
+    /// it does nothing (its databases replay the writer's).
+    Migrate {
+        #[command(flatten)]
+        database: DatabaseSettings,
+        #[arg(long, env = "ONSALE_REGION", default_value = "a")]
+        region: onsale_domain::region::RegionName,
+        /// A role `serve`, `relay` or `project` logs in as (repeat, or comma-separated).
+        #[arg(long = "login-role", env = "ONSALE_LOGIN_ROLES", value_delimiter = ',')]
+        login_roles: Vec<String>,
+    },
     /// Print the OpenAPI document the REST API serves at `/openapi.json` (the front end's
     /// client is generated from it).
     Openapi {
@@ -290,7 +305,6 @@ async fn run() -> anyhow::Result<()> {
             show,
         } => {
             let _tracing = onsale_telemetry::init_tracing("onsale-relay");
-            settings.database.migrate().await?;
             // Every shard's log (docs/adr/021), each under its own shard's LSNs.
             let mut n = 0;
             for (shard, db) in (1u16..).zip(settings.database.shards()) {
@@ -303,6 +317,21 @@ async fn run() -> anyhow::Result<()> {
             println!("republished {n} events");
             Ok(())
         }
+        Command::Migrate {
+            database,
+            region,
+            login_roles,
+        } => {
+            let _tracing = onsale_telemetry::init_tracing("onsale-migrate");
+            if onsale_server::migrate(&database, &region, &login_roles).await? {
+                println!("migrated; logins admitted: {}", login_roles.join(", "));
+            } else {
+                println!(
+                    "a standby region: its databases replay the writer region's schema and roles"
+                );
+            }
+            Ok(())
+        }
         Command::Relay { settings, .. } => {
             let _tracing = onsale_telemetry::init_tracing("onsale-relay");
             Server::run_in_region(settings, &[Part::Relay]).await
@@ -310,7 +339,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Project { settings, rebuild } => {
             let _tracing = onsale_telemetry::init_tracing("onsale-project");
             if rebuild {
-                settings.database.migrate().await?;
+                onsale_server::settle(&settings).await?;
                 let pool = settings.database.pool(2, true)?;
                 onsale_projections::reset_all(&pool).await?;
                 tracing::info!("read models deleted; rebuilding from zero");

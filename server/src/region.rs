@@ -31,13 +31,44 @@ fn clusters(db: &DatabaseSettings) -> Vec<(String, DatabaseSettings)> {
     all
 }
 
-/// Whether this process writes: a standby main database (or one that names another region
-/// the writer) makes it a standby, which applies no migration and writes nothing. A writer
-/// applies the migrations and, on a deployment's first start, records its region as the
-/// writer on every cluster.
-pub async fn settle(db: &DatabaseSettings, me: &RegionName) -> anyhow::Result<Mode> {
+/// What `onsale migrate` does, as the schema's owner (issue 53, item 6): the migrations on the
+/// main database and every shard, `logins` admitted as the processes' logins (members of the
+/// app role and nothing more), and on a deployment's first migration `me` recorded as the
+/// writer region on every cluster. A standby region's databases replay the writer's: nothing
+/// is done there (`Ok(false)`).
+pub async fn migrate(
+    db: &DatabaseSettings,
+    me: &RegionName,
+    logins: &[String],
+) -> anyhow::Result<bool> {
     let owner = db.as_owner();
     let main = owner.pool(1, true)?;
+    let in_recovery: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
+        .fetch_one(&main)
+        .await
+        .context("reach the main database")?;
+    main.close().await;
+    if in_recovery {
+        return Ok(false);
+    }
+    owner.migrate().await?;
+    owner.admit_logins(logins).await?;
+    for (_, cluster) in clusters(&owner) {
+        let pool = cluster.pool(1, true)?;
+        let recorded = store::record_first_writer(&pool, me).await;
+        pool.close().await;
+        recorded?;
+    }
+    Ok(true)
+}
+
+/// Whether this process writes: a standby main database (or one that names another region
+/// the writer) makes it a standby, which writes nothing. A process never migrates (its login
+/// may not): a writer waits until `onsale migrate` has brought the schema to this build's
+/// version and recorded the writer region; a standby until the writer's schema, replicated,
+/// has.
+pub async fn settle(db: &DatabaseSettings, me: &RegionName) -> anyhow::Result<Mode> {
+    let main = db.pool(1, true)?;
     let mut waited = Instant::now();
     let mode = loop {
         let in_recovery: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
@@ -45,7 +76,12 @@ pub async fn settle(db: &DatabaseSettings, me: &RegionName) -> anyhow::Result<Mo
             .await
             .context("reach the main database")?;
         let migrated: bool =
-            sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+            // A schema from before migration 0029 does not let the app role read its version:
+            // read as not migrated yet.
+            sqlx::query_scalar(
+                "SELECT to_regclass('_sqlx_migrations') IS NOT NULL
+                        AND has_table_privilege('_sqlx_migrations', 'SELECT')",
+            )
                 .fetch_one(&main)
                 .await?;
         let applied: Option<i64> = if migrated {
@@ -56,31 +92,25 @@ pub async fn settle(db: &DatabaseSettings, me: &RegionName) -> anyhow::Result<Mo
             None
         };
         let latest = onsale_eventlog::latest_migration();
-        let recorded = if applied.is_some_and(|v| v >= latest) {
+        let current = applied.is_some_and(|v| v >= latest);
+        let recorded = if current {
             store::recorded_writer(&main).await?
         } else {
             None
         };
         let mode = region::mode(me, in_recovery, recorded.as_ref());
         match &mode {
-            Mode::Writer { .. } => {
-                db.migrate().await?;
-                for (_, cluster) in clusters(&owner) {
-                    store::record_first_writer(&cluster.pool(1, true)?, me).await?;
-                }
-                // The row just recorded (or found): its epoch.
-                let w = store::recorded_writer(&main).await?;
-                break region::mode(me, false, w.as_ref());
-            }
-            // A standby reads the writer's schema as it replicates: one older than this build
-            // (the writer not started yet, or not upgraded yet) is waited for, not guessed at.
-            Mode::Standby { .. } if applied.is_some_and(|v| v >= latest) => break mode,
-            Mode::Standby { .. } => {
+            Mode::Writer { .. } if current && recorded.is_some() => break mode,
+            Mode::Standby { .. } if current => break mode,
+            // The schema older than this build (not migrated yet, or the writer region not
+            // upgraded yet), or no writer recorded: waited for, not guessed at.
+            _ => {
                 if waited.elapsed() > Duration::from_secs(10) {
                     tracing::warn!(
                         ?applied,
                         latest,
-                        "a standby waits for the writer region's schema to reach this build's"
+                        ?mode,
+                        "waiting for `onsale migrate` (the writer region's) to bring the schema to this build's version"
                     );
                     waited = Instant::now();
                 }

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use onsale_tests::{TestApp, TestDb};
 use serde_json::{json, Value};
+use sqlx::Connection;
 
 fn audit_verify(db: &TestDb, show: Option<&str>) -> std::process::Output {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_onsale"));
@@ -149,6 +150,113 @@ async fn a_row_changed_after_the_fact_is_named_by_verify_and_nobody_changes_it_b
         .expect("verify");
     let b = gap.broken.expect("a removed row is found");
     assert_eq!(b.sequence, 3, "{b}");
+    app.server.shutdown().await.expect("stops");
+}
+
+/// Issue 53, item 6: a process logs in as a member of onsale_app and nothing more, so its
+/// credentials, taken by an attacker, cannot undo its role (`RESET ROLE`), switch the log's
+/// triggers off, change or remove the log, promote a region, make themselves more, or migrate;
+/// and `onsale serve` outside development mode refuses the owner's login.
+#[tokio::test]
+async fn a_nodes_login_cannot_undo_its_role_nor_change_the_log_nor_do_the_owners_jobs() {
+    let db = TestDb::new().await.expect("db");
+    let app = TestApp::spawn(&db).await.expect("app");
+    let event = app.on_sale_event(1, 1, 4, None).await;
+    let (status, body) = app
+        .hold(
+            &event,
+            &app.fan("ann"),
+            json!({"seatIds": ["S1-R1-1"]}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "the node appends as itself: {body}");
+    let node = app.server.settings().database.clone();
+    assert_ne!(
+        node.database_url, db.url,
+        "the process logs in as the owner"
+    );
+    let mut conn = sqlx::PgConnection::connect(&node.database_url)
+        .await
+        .expect("the node's login");
+    sqlx::query("RESET ROLE")
+        .execute(&mut conn)
+        .await
+        .expect("reset role");
+    for sql in [
+        "DELETE FROM events WHERE aggregate_id = $1",
+        "UPDATE events SET payload = '{}' WHERE aggregate_id = $1",
+        "ALTER TABLE events DISABLE TRIGGER events_append_only",
+        "DROP TRIGGER events_chain ON events",
+        "SET session_replication_role = replica",
+        "SET ROLE onsale",
+        "ALTER ROLE onsale_node SUPERUSER",
+        "GRANT onsale TO onsale_node",
+        "CREATE ROLE intruder LOGIN",
+        "INSERT INTO regions (region, writer, epoch) VALUES ('x', true, 99)",
+        "UPDATE regions SET epoch = epoch + 1",
+        "UPDATE show_shards SET shard = 2",
+        "DELETE FROM _sqlx_migrations",
+    ] {
+        let q = sqlx::query(sql);
+        let q = if sql.contains("$1") {
+            q.bind(&event)
+        } else {
+            q
+        };
+        let err = q
+            .execute(&mut conn)
+            .await
+            .expect_err("refused to a node's login");
+        let err = err.to_string();
+        assert!(
+            ["permission denied", "must be owner", "must be superuser"]
+                .iter()
+                .any(|refused| err.contains(refused)),
+            "{sql}: {err}"
+        );
+    }
+    let migrated = onsale_server::migrate(&node, &app.server.settings().region, &[]).await;
+    assert!(migrated.is_err(), "a node's login migrated the schema");
+    // The log is as the node wrote it.
+    let out = audit_verify(&db, Some(&event));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Outside development mode the owner's login is refused, naming why, before anything runs.
+    let mut serve = tokio::process::Command::new(env!("CARGO_BIN_EXE_onsale"));
+    serve.arg("serve");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("ONSALE_") {
+            serve.env_remove(k);
+        }
+    }
+    for secret in [
+        "ONSALE_JWT_SECRET",
+        "ONSALE_WEBHOOK_SECRET",
+        "ONSALE_ADMISSION_SECRET",
+        "ONSALE_NODE_SECRET",
+    ] {
+        serve.env(secret, "0123456789abcdef0123456789abcdef-strong");
+    }
+    let refused = serve
+        .env("DATABASE_URL", &db.url)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("onsale runs");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "served with the owner's login: {err}"
+    );
+    assert!(
+        err.contains("the login role onsale is a superuser"),
+        "{err}"
+    );
     app.server.shutdown().await.expect("stops");
 }
 

@@ -21,6 +21,45 @@ pub mod waiting_room;
 
 pub const SECRET: &str = "onsale-test-secret";
 
+/// The login every process of the tests uses (issue 53, item 6): a member of `onsale_app` and
+/// nothing more, admitted by the harness's `onsale migrate` as an operator would. The tests'
+/// own connections (`TestDb::url`) stay the owner's.
+pub const NODE_LOGIN: &str = "onsale_node";
+
+/// `url` logging in as `login` instead of its own user (its password dropped: the test
+/// clusters trust loopback).
+pub fn with_login(url: &str, login: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+            let host = match authority.rfind('@') {
+                Some(at) => &rest[at + 1..],
+                None => rest,
+            };
+            format!("{scheme}://{login}@{host}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// What `onsale migrate` does, with the owner's `settings` (theirs as given), and those
+/// settings as the processes then log in: as [`NODE_LOGIN`].
+pub async fn migrated(mut settings: Settings) -> anyhow::Result<Settings> {
+    onsale_server::migrate(
+        &settings.database,
+        &settings.region,
+        &[NODE_LOGIN.to_owned()],
+    )
+    .await
+    .context("onsale migrate")?;
+    let db = &mut settings.database;
+    db.database_url = with_login(&db.database_url, NODE_LOGIN);
+    for url in &mut db.shard_urls {
+        *url = with_login(url, NODE_LOGIN);
+    }
+    Ok(settings)
+}
+
 /// A database of its own for one test.
 #[derive(Debug, Clone)]
 pub struct TestDb {
@@ -244,7 +283,7 @@ impl TestApp {
         parts: &[Part],
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Self> {
-        let server = Server::build_with_clock(settings, parts, clock).await?;
+        let server = Server::build_with_clock(migrated(settings).await?, parts, clock).await?;
         let addr = server.http_addr().context("the API part serves HTTP")?;
         Ok(Self {
             api: Api::new(&format!("http://{addr}")),
@@ -291,16 +330,32 @@ pub fn free_port() -> u16 {
 
 /// An `onsale` process (`bin`: the test's `CARGO_BIN_EXE_onsale`) on the test's database (and,
 /// for the read path, its slot and topic on the test run's broker), without Redis (shows have
-/// no waiting room), with `env` on top; killed when dropped.
+/// no waiting room), with `env` on top; killed when dropped. `onsale migrate` runs first with
+/// the owner's login, as an operator's deployment runs it; the process logs in as
+/// [`NODE_LOGIN`].
 pub fn onsale_process(
     bin: &str,
     db: &TestDb,
     args: &[&str],
     env: &[(&str, String)],
 ) -> tokio::process::Child {
+    let mut migrate = std::process::Command::new(bin);
+    migrate
+        .args(["migrate", "--login-role", NODE_LOGIN])
+        .env("DATABASE_URL", &db.url)
+        .env_remove("ONSALE_SHARD_URLS");
+    for (k, v) in env {
+        migrate.env(k, v);
+    }
+    let out = migrate.output().expect("onsale migrate runs");
+    assert!(
+        out.status.success(),
+        "onsale migrate: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut cmd = tokio::process::Command::new(bin);
     cmd.args(args)
-        .env("DATABASE_URL", &db.url)
+        .env("DATABASE_URL", with_login(&db.url, NODE_LOGIN))
         .env("ONSALE_DEV_MODE", "1")
         .env("ONSALE_RATE_ADDRESS_PER_SEC", "0")
         .env("ONSALE_RATE_READ_ADDRESS_PER_SEC", "0")
@@ -599,4 +654,29 @@ async fn send(req: reqwest::RequestBuilder) -> (u16, Value) {
         status,
         serde_json::from_str(&text).unwrap_or(Value::String(text)),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_login;
+
+    #[test]
+    fn a_url_logs_in_as_another_role_with_the_rest_kept() {
+        for (url, as_node) in [
+            (
+                "postgres://onsale@127.0.0.1:5432/t_1",
+                "postgres://onsale_node@127.0.0.1:5432/t_1",
+            ),
+            (
+                "postgres://onsale:pw@h:1/db?x=@",
+                "postgres://onsale_node@h:1/db?x=@",
+            ),
+            (
+                "postgres://127.0.0.1:5432/db",
+                "postgres://onsale_node@127.0.0.1:5432/db",
+            ),
+        ] {
+            assert_eq!(with_login(url, "onsale_node"), as_node);
+        }
+    }
 }
