@@ -69,6 +69,9 @@ REDIS_PORT=${ONSALE_REDIS_PORT:-16379}
 ZIPKIN_PORT=${ONSALE_ZIPKIN_PORT:-9411}
 PG_BIN=/usr/lib/postgresql/15/bin
 CACHE=${ONSALE_CACHE:-$HOME/.cache/onsale}
+# The login `serve`, `relay` and `project` use: a member of onsale_app and nothing more, admitted
+# by `onsale migrate` (the owner's job; `onsale` is the schema's owner here).
+NODE_LOGIN=${ONSALE_NODE_LOGIN:-onsale_node}
 # The Python gRPC tools of the tests live in a venv outside the repo.
 VENV=$CACHE/venv
 # `make up BROKERS=3`: a cluster of three.
@@ -966,12 +969,13 @@ shard_port() {
   if [ "${HA:-0}" = 1 ]; then echo $((SHARD_HA_BASE + 30 * ($1 - 1))); else echo $((SHARD_PG_BASE + $1)); fi
 }
 
-# The write clusters of `up SHARDS=n` (empty for one: the main database is the only shard).
+# The write clusters of `up SHARDS=n` (empty for one: the main database is the only shard), as
+# login $1 (the schema's owner by default; the processes' is $NODE_LOGIN).
 shard_urls() {
-  local i list=""
+  local i list="" login=${1:-onsale}
   if [ "$SHARDS" -gt 1 ]; then
     for i in $(seq 1 "$SHARDS"); do
-      list="$list${list:+,}postgres://onsale@127.0.0.1:$(shard_port "$i")/onsale"
+      list="$list${list:+,}postgres://$login@127.0.0.1:$(shard_port "$i")/onsale"
     done
   fi
   echo "$list"
@@ -1021,16 +1025,24 @@ with_shards() {
   if [ -n "$urls" ]; then ONSALE_SHARD_URLS=$urls exec "$@"; else exec env -u ONSALE_SHARD_URLS "$@"; fi
 }
 
+# The operator's job before the processes start (issue 53, item 6): the migrations on every
+# cluster, the processes' login admitted (a member of onsale_app and nothing more), the region
+# recorded as the writer; as the schema's owner.
+migrate_onsale() {
+  (DATABASE_URL="postgres://onsale@127.0.0.1:$PG_PORT/onsale" ONSALE_DEV_MODE=1 \
+    with_shards "$(shard_urls)" "$ROOT/target/release/onsale" migrate --login-role "$NODE_LOGIN") >/dev/null
+}
+
 start_onsale() {
   local name=$1
   shift
-  DATABASE_URL="postgres://onsale@127.0.0.1:$PG_PORT/onsale" \
+  DATABASE_URL="postgres://$NODE_LOGIN@127.0.0.1:$PG_PORT/onsale" \
     ONSALE_KAFKA_BROKERS="$(brokers_list)" \
     ONSALE_EVENTS_REPLICATION=$((BROKERS >= 3 ? 3 : 1)) \
     ONSALE_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/" \
     ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=$GRPC_LISTEN RUST_LOG=${RUST_LOG:-warn} \
     ONSALE_WEB_DIR="$ROOT/web/dist" ONSALE_PROMETHEUS_URL="http://127.0.0.1:$PROM_PORT" \
-    with_shards "$(shard_urls)" nohup "$ROOT/target/release/onsale" "$@" >"$STACK_DIR/$name.log" 2>&1 &
+    with_shards "$(shard_urls "$NODE_LOGIN")" nohup "$ROOT/target/release/onsale" "$@" >"$STACK_DIR/$name.log" 2>&1 &
   echo $! >"$STACK_DIR/$name.pid"
 }
 
@@ -1065,6 +1077,7 @@ up() {
     export ONSALE_TRACE_SAMPLE=${TRACE_SAMPLE:-0.1}
   fi
   (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
+  migrate_onsale
   # The fan app, served by onsale at / (npm and the generated clients: scripts/web.sh).
   ONSALE_BIN="$ROOT/target/release/onsale" "$ROOT/scripts/web.sh" >/dev/null
   # The card-processor simulator (the one simulated part), webhooks to the service.
@@ -1323,10 +1336,10 @@ mirror_down() {
   rm -f "$f"
 }
 
-# Region b's shard URLs (as ONSALE_SHARD_URLS lists them).
+# Region b's shard URLs (as ONSALE_SHARD_URLS lists them), as login $1 (the owner by default).
 region_b_shard_urls() {
   if [ "$SHARDS" -gt 1 ]; then
-    region_clusters b | tail -n +2 | sed "s|.*:|postgres://onsale@127.0.0.1:|; s|\$|/onsale|" | paste -sd,
+    region_clusters b | tail -n +2 | sed "s|.*:|postgres://${1:-onsale}@127.0.0.1:|; s|\$|/onsale|" | paste -sd,
   fi
 }
 
@@ -1334,13 +1347,13 @@ region_b_shard_urls() {
 start_region_b() {
   local name=$1
   shift
-  DATABASE_URL="postgres://onsale@127.0.0.1:$REGION_B_PG_PORT/onsale" \
+  DATABASE_URL="postgres://$NODE_LOGIN@127.0.0.1:$REGION_B_PG_PORT/onsale" \
     ONSALE_REGION=b ONSALE_KAFKA_BROKERS="127.0.0.1:$REGION_B_KAFKA_PORT" \
     ONSALE_REDIS_URL="redis://127.0.0.1:$REGION_B_REDIS_PORT/" \
     ONSALE_PROCESSOR_URL="http://$PROCESSOR_LISTEN" \
     ONSALE_LISTEN=$REGION_B_LISTEN ONSALE_GRPC_LISTEN=$REGION_B_GRPC RUST_LOG=${RUST_LOG:-warn} \
     ONSALE_WEB_DIR="$ROOT/web/dist" \
-    with_shards "$(region_b_shard_urls)" nohup "$ROOT/target/release/onsale" "$@" >"$STACK_DIR/region-b/$name.log" 2>&1 &
+    with_shards "$(region_b_shard_urls "$NODE_LOGIN")" nohup "$ROOT/target/release/onsale" "$@" >"$STACK_DIR/region-b/$name.log" 2>&1 &
   echo $! >"$STACK_DIR/region-b/$name.pid"
 }
 
