@@ -1031,6 +1031,10 @@ with_shards() {
 migrate_onsale() {
   (DATABASE_URL="postgres://onsale@127.0.0.1:$PG_PORT/onsale" ONSALE_DEV_MODE=1 \
     with_shards "$(shard_urls)" "$ROOT/target/release/onsale" migrate --login-role "$NODE_LOGIN") >/dev/null
+  # The key the jobs sign the log's checkpoints with (into $STACK_DIR/checkpoints; its public
+  # key in checkpoint.pub, for `onsale audit verify --checkpoint ... --public-key`).
+  [ -f "$STACK_DIR/checkpoint.p8" ] ||
+    "$ROOT/target/release/onsale" audit keygen --out "$STACK_DIR/checkpoint.p8" >"$STACK_DIR/checkpoint.pub" 2>/dev/null
 }
 
 start_onsale() {
@@ -1042,6 +1046,7 @@ start_onsale() {
     ONSALE_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/" \
     ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=$GRPC_LISTEN RUST_LOG=${RUST_LOG:-warn} \
     ONSALE_WEB_DIR="$ROOT/web/dist" ONSALE_PROMETHEUS_URL="http://127.0.0.1:$PROM_PORT" \
+    ONSALE_CHECKPOINT_DIR="$STACK_DIR/checkpoints" ONSALE_CHECKPOINT_KEY_FILE="$STACK_DIR/checkpoint.p8" \
     with_shards "$(shard_urls "$NODE_LOGIN")" nohup "$ROOT/target/release/onsale" "$@" >"$STACK_DIR/$name.log" 2>&1 &
   echo $! >"$STACK_DIR/$name.pid"
 }

@@ -9,6 +9,7 @@
 //! the log only keeps what was decided, in order, once.
 
 pub mod chain;
+pub mod checkpoint;
 mod copy;
 mod memory;
 pub mod moving;

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 pub mod keys {
     pub const RELAY: i64 = 0x6f6e_7361_6c65_0001;
     pub const JOBS: i64 = 0x6f6e_7361_6c65_0002;
+    pub const CHECKPOINTS: i64 = 0x6f6e_7361_6c65_0003;
 }
 
 async fn try_lock(pool: &PgPool, key: i64) -> Result<Option<PgConnection>, sqlx::Error> {

@@ -12,6 +12,7 @@
 //!
 //! This crate decides nothing itself; it only connects the crates that do.
 
+pub mod audit;
 pub mod cors;
 pub mod http;
 mod readiness;
@@ -199,7 +200,7 @@ impl PartCtx {
                     s.payments.clone(),
                 );
                 let processor = s.payments.back_office_processor()?;
-                vec![tokio::spawn(leader::lead(
+                let mut jobs = vec![tokio::spawn(leader::lead(
                     self.pool.clone(),
                     leader::keys::JOBS,
                     "jobs",
@@ -214,7 +215,30 @@ impl PartCtx {
                             term,
                         )
                     },
-                ))]
+                ))];
+                // The log's heads signed at intervals (issue 53, item 6), by one process too.
+                if let Some((dir, key)) = s.checkpoints.configured() {
+                    let (database, every) = (
+                        s.database.clone(),
+                        Duration::from_secs(s.checkpoints.every_secs),
+                    );
+                    jobs.push(tokio::spawn(leader::lead(
+                        self.pool.clone(),
+                        leader::keys::CHECKPOINTS,
+                        "checkpoints",
+                        stop.clone(),
+                        move |term| {
+                            audit::keep_checkpointing(
+                                database.clone(),
+                                dir.clone(),
+                                key.clone(),
+                                every,
+                                term,
+                            )
+                        },
+                    )));
+                }
+                jobs
             }
             Part::Admitter => match &self.room {
                 Some(room) => {

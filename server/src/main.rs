@@ -270,11 +270,40 @@ enum RegionCommand {
 #[derive(Debug, Subcommand)]
 enum AuditCommand {
     /// Recompute the log's hash chains (every aggregate, or one show) and name the first row
-    /// that was changed, removed or inserted after the fact; exits non-zero if one was.
+    /// that was changed, removed or inserted after the fact; with checkpoints, check each was
+    /// signed under --public-key and that every head it signed is still in the log with the
+    /// same hash (an owner who rewrote rows and every hash after them is caught there). Exits
+    /// non-zero if anything does not hold.
     Verify {
         #[command(flatten)]
         database: DatabaseSettings,
         /// The show (event) id; every aggregate of the log if not given.
+        #[arg(long)]
+        show: Option<String>,
+        /// A checkpoint `onsale audit checkpoint` wrote (repeat for several).
+        #[arg(long, value_name = "FILE")]
+        checkpoint: Vec<std::path::PathBuf>,
+        /// The public key (base64) the checkpoints must be signed under: the auditor's copy,
+        /// never the one a checkpoint names.
+        #[arg(long, env = "ONSALE_CHECKPOINT_PUBLIC_KEY")]
+        public_key: Option<String>,
+    },
+    /// Make a checkpoint signing key (Ed25519, PKCS#8) in FILE, readable by its owner only, and
+    /// print its public key. Keep it where the database's owner cannot reach it.
+    Keygen {
+        #[arg(long, value_name = "FILE")]
+        out: std::path::PathBuf,
+    },
+    /// Sign every aggregate's chain head (its last sequence and hash) on every shard with the
+    /// key in --key, into a checkpoint FILE kept outside the database (run it at intervals).
+    Checkpoint {
+        #[command(flatten)]
+        database: DatabaseSettings,
+        #[arg(long, env = "ONSALE_CHECKPOINT_KEY_FILE", value_name = "FILE")]
+        key: std::path::PathBuf,
+        #[arg(long, value_name = "FILE")]
+        out: std::path::PathBuf,
+        /// This show's head only.
         #[arg(long)]
         show: Option<String>,
     },
@@ -562,32 +591,65 @@ async fn run() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Audit {
-            command: AuditCommand::Verify { database, show },
+            command:
+                AuditCommand::Verify {
+                    database,
+                    show,
+                    checkpoint,
+                    public_key,
+                },
         } => {
             if let Some(show) = &show {
                 show.parse::<onsale_domain::ShowId>()?;
             }
-            // Every shard's log (docs/adr/021); a show's chain is on its shard alone.
-            let (mut events, mut aggregates) = (0, 0);
-            let shards = database.shards();
-            for (n, shard) in (1..).zip(&shards) {
-                let pool = shard.pool(2, true)?;
-                let verified =
-                    onsale_eventlog::chain::verify(&pool, show.as_deref(), 10_000).await?;
-                events += verified.events;
-                aggregates += verified.aggregates;
-                if let Some(b) = verified.broken {
-                    let on = if shards.len() > 1 {
-                        format!(" on shard {n}")
-                    } else {
-                        String::new()
-                    };
-                    anyhow::bail!(
-                        "the log was altered{on}: {b} ({events} events of {aggregates} aggregates verified before it)"
-                    );
-                }
-            }
-            println!("ok: {events} events of {aggregates} aggregates, every hash chain intact");
+            let v = onsale_server::audit::verify(
+                &database,
+                show.as_deref(),
+                &checkpoint,
+                public_key.as_deref(),
+            )
+            .await?;
+            let held = match v.heads {
+                0 => String::new(),
+                n => format!(
+                    "; {n} signed heads of {} checkpoints as signed",
+                    checkpoint.len()
+                ),
+            };
+            println!(
+                "ok: {} events of {} aggregates, every hash chain intact{held}",
+                v.events, v.aggregates
+            );
+            Ok(())
+        }
+        Command::Audit {
+            command: AuditCommand::Keygen { out },
+        } => {
+            let public = onsale_server::audit::keygen(&out)?;
+            println!("{public}");
+            eprintln!(
+                "the signing key is in {} (keep it from the database's owner); verify with --public-key {public}",
+                out.display()
+            );
+            Ok(())
+        }
+        Command::Audit {
+            command:
+                AuditCommand::Checkpoint {
+                    database,
+                    key,
+                    out,
+                    show,
+                },
+        } => {
+            let cp = onsale_server::audit::checkpoint(&database, &key, show.as_deref()).await?;
+            onsale_server::audit::write(&cp, &out)?;
+            println!(
+                "checkpoint of {} heads at {} in {}",
+                cp.heads.len(),
+                cp.taken_at,
+                out.display()
+            );
             Ok(())
         }
         Command::Openapi {

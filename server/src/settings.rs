@@ -45,6 +45,8 @@ pub struct Settings {
     pub cors: CorsSettings,
     #[command(flatten)]
     pub web: WebSettings,
+    #[command(flatten)]
+    pub checkpoints: crate::audit::CheckpointSettings,
     /// Where REST and SSE are served (port 0: any free port).
     #[arg(long, env = "ONSALE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,

@@ -260,6 +260,241 @@ async fn a_nodes_login_cannot_undo_its_role_nor_change_the_log_nor_do_the_owners
     app.server.shutdown().await.expect("stops");
 }
 
+fn onsale(args: &[&str], db: &TestDb) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_onsale"))
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .env_remove("ONSALE_SHARD_URLS")
+        .env_remove("ONSALE_CHECKPOINT_PUBLIC_KEY")
+        .output()
+        .expect("onsale runs")
+}
+
+/// Issue 53, item 6: the schema's owner can rewrite a row and every hash after it, and the
+/// chain holds again; a checkpoint of the heads signed with a key the owner does not hold,
+/// kept outside the database, catches it. A checkpoint changed after signing, or checked under
+/// another key, is refused.
+#[tokio::test]
+async fn an_owner_who_rewrites_the_log_and_its_chain_is_caught_by_a_signed_checkpoint() {
+    let db = TestDb::new().await.expect("db");
+    let app = TestApp::spawn(&db).await.expect("app");
+    let event = app.on_sale_event(1, 1, 10, None).await;
+    for (fan, seat) in [("ann", "S1-R1-1"), ("bob", "S1-R1-2"), ("cat", "S1-R1-3")] {
+        let (status, body) = app
+            .hold(&event, &app.fan(fan), json!({"seatIds": [seat]}), None)
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let dir = tempfile::tempdir().expect("dir");
+    let key = dir.path().join("signing.p8");
+    let cp = dir.path().join("checkpoint-1.json");
+    let path = |p: &std::path::Path| p.to_str().expect("utf-8").to_owned();
+    let public = onsale_tests::succeeded(&onsale(&["audit", "keygen", "--out", &path(&key)], &db));
+    let public = public.trim().to_owned();
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&key).expect("key").permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "the signing key is its owner's alone");
+    let taken = onsale_tests::succeeded(&onsale(
+        &[
+            "audit",
+            "checkpoint",
+            "--key",
+            &path(&key),
+            "--out",
+            &path(&cp),
+        ],
+        &db,
+    ));
+    let pool = db.pool().await.expect("pool");
+    let aggregates: i64 =
+        sqlx::query_scalar("SELECT count(DISTINCT (aggregate_type, aggregate_id)) FROM events")
+            .fetch_one(&pool)
+            .await
+            .expect("aggregates");
+    assert!(aggregates >= 2, "the show and its venue: {aggregates}");
+    assert!(
+        taken.contains(&format!("checkpoint of {aggregates} heads")),
+        "{taken}"
+    );
+    // The log grows past the checkpoint: it still holds.
+    let (status, body) = app
+        .hold(
+            &event,
+            &app.fan("dan"),
+            json!({"seatIds": ["S1-R1-4"]}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let verify = |cp: &std::path::Path, public: &str| {
+        onsale(
+            &[
+                "audit",
+                "verify",
+                "--checkpoint",
+                &path(cp),
+                "--public-key",
+                public,
+            ],
+            &db,
+        )
+    };
+    let ok = onsale_tests::succeeded(&verify(&cp, &public));
+    assert!(
+        ok.contains(&format!(
+            "{aggregates} signed heads of 1 checkpoints as signed"
+        )),
+        "{ok}"
+    );
+
+    // The owner rewrites a hold's seat and every hash after it, triggers off.
+    let mut conn = pool.acquire().await.expect("connection");
+    sqlx::query("SET session_replication_role = replica")
+        .execute(&mut *conn)
+        .await
+        .expect("triggers off");
+    sqlx::query(
+        "UPDATE events SET payload = replace(payload::text, 'S1-R1-1', 'S1-R1-9')::json
+          WHERE aggregate_type = 'show' AND aggregate_id = $1 AND sequence = 2",
+    )
+    .bind(&event)
+    .execute(&mut *conn)
+    .await
+    .expect("a row rewritten");
+    let rows: Vec<(i64, String, String, String, String)> = sqlx::query_as(
+        "SELECT sequence, event_type, event_version, payload::text, metadata::text FROM events
+          WHERE aggregate_type = 'show' AND aggregate_id = $1 ORDER BY sequence",
+    )
+    .bind(&event)
+    .fetch_all(&mut *conn)
+    .await
+    .expect("rows");
+    let mut prev = onsale_eventlog::chain::GENESIS;
+    for (sequence, event_type, version, payload, metadata) in rows {
+        let hash = onsale_eventlog::chain::row_hash(
+            &prev,
+            "show",
+            &event,
+            sequence,
+            &event_type,
+            &version,
+            &payload,
+            &metadata,
+        );
+        sqlx::query(
+            "UPDATE events SET hash = $3 WHERE aggregate_type = 'show' AND aggregate_id = $1
+                AND sequence = $2",
+        )
+        .bind(&event)
+        .bind(sequence)
+        .bind(hash.to_vec())
+        .execute(&mut *conn)
+        .await
+        .expect("a hash recomputed");
+        prev = hash;
+    }
+    drop(conn);
+    let chained = onsale_tests::succeeded(&onsale(&["audit", "verify"], &db));
+    assert!(
+        chained.contains("every hash chain intact"),
+        "the chain alone passes: {chained}"
+    );
+    let caught = verify(&cp, &public);
+    let err = String::from_utf8_lossy(&caught.stderr);
+    assert!(
+        !caught.status.success(),
+        "a rewritten log passed its checkpoint"
+    );
+    assert!(
+        err.contains("rewritten since checkpoint")
+            && err.contains(&format!("show {event} at sequence 4")),
+        "{err}"
+    );
+
+    // The checkpoint changed to match, or checked under another key, is refused.
+    let forged = dir.path().join("checkpoint-forged.json");
+    let mut doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(&cp).expect("read")).expect("json");
+    doc["heads"][0]["sequence"] = json!(5);
+    std::fs::write(&forged, doc.to_string()).expect("write");
+    let other = dir.path().join("other.p8");
+    let other_public =
+        onsale_tests::succeeded(&onsale(&["audit", "keygen", "--out", &path(&other)], &db));
+    for (file, key) in [(&forged, public.as_str()), (&cp, other_public.trim())] {
+        let refused = verify(file, key);
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{err}");
+        assert!(err.contains("signature does not hold"), "{err}");
+    }
+    app.server.shutdown().await.expect("stops");
+}
+
+/// The jobs' process signs a checkpoint at intervals, each a file of its own, and `audit
+/// verify` holds the log to all of them.
+#[tokio::test]
+async fn the_jobs_sign_a_checkpoint_at_intervals_that_verify_holds_the_log_to() {
+    let db = TestDb::new().await.expect("db");
+    let dir = tempfile::tempdir().expect("dir");
+    let key = dir.path().join("signing.p8");
+    let public = onsale_server::audit::keygen(&key).expect("key");
+    let kept = dir.path().join("checkpoints");
+    let mut settings = onsale_tests::settings(&db);
+    settings.checkpoints.dir = Some(kept.clone());
+    settings.checkpoints.key_file = Some(key);
+    settings.checkpoints.every_secs = 1;
+    let app = TestApp::start(
+        settings,
+        &[onsale_server::Part::Api, onsale_server::Part::Jobs],
+        std::sync::Arc::new(onsale_domain::SystemClock),
+    )
+    .await
+    .expect("app");
+    let event = app.on_sale_event(1, 1, 4, None).await;
+    let (status, body) = app
+        .hold(
+            &event,
+            &app.fan("ann"),
+            json!({"seatIds": ["S1-R1-1"]}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let files = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(&kept)
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    };
+    // Two taken after the hold: the first may have been taken before the show existed.
+    onsale_tests::wait_for(
+        "three checkpoints taken",
+        std::time::Duration::from_secs(30),
+        || async { files().len() >= 3 },
+    )
+    .await;
+    let mut args = vec!["audit".to_owned(), "verify".to_owned()];
+    for f in files() {
+        args.push("--checkpoint".into());
+        args.push(f.to_str().expect("utf-8").to_owned());
+    }
+    args.extend(["--public-key".into(), public]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ok = onsale_tests::succeeded(&onsale(&args, &db));
+    assert!(ok.contains("signed heads of"), "{ok}");
+    let newest = files().into_iter().max().expect("a checkpoint");
+    let cp: Value =
+        serde_json::from_str(&std::fs::read_to_string(newest).expect("read")).expect("json");
+    assert!(
+        cp["heads"]
+            .as_array()
+            .expect("heads")
+            .iter()
+            .any(|h| h["aggregateId"] == json!(event) && h["sequence"].as_i64() >= Some(2)),
+        "the show's head after its hold: {cp}"
+    );
+    app.server.shutdown().await.expect("stops");
+}
+
 /// The seat statuses after events 1..=k of a show, folded here from the rows' JSON without the
 /// domain's code: what the map of the past is checked against.
 fn independent_fold(rows: &[(i64, Value)], k: i64) -> BTreeMap<String, &'static str> {

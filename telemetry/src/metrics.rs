@@ -40,6 +40,10 @@ pub const COMMANDS_FORWARDED_TOTAL: &str = "onsale_commands_forwarded_total";
 pub const APPENDS_FENCED_TOTAL: &str = "onsale_appends_fenced_total";
 /// 1 while this process is the active instance of a singleton job (`job` label).
 pub const SINGLETON_ACTIVE: &str = "onsale_singleton_active";
+/// When the last signed checkpoint of the log's heads was taken (Unix seconds).
+pub const CHECKPOINT_TAKEN_SECONDS: &str = "onsale_checkpoint_taken_timestamp_seconds";
+/// Checkpoints that could not be taken or written.
+pub const CHECKPOINT_FAILURES_TOTAL: &str = "onsale_checkpoint_failures_total";
 /// Shows this node claimed (first touch, a dead node's show, or after a fence).
 pub const SHOWS_CLAIMED_TOTAL: &str = "onsale_shows_claimed_total";
 /// Commands an owner did not answer because its node could not prove its lease (paused or cut
@@ -233,7 +237,15 @@ pub fn describe() {
     );
     describe_gauge!(
         SINGLETON_ACTIVE,
-        "1 while this process is the active instance of a singleton job (relay, jobs)."
+        "1 while this process is the active instance of a singleton job (relay, jobs, checkpoints)."
+    );
+    describe_gauge!(
+        CHECKPOINT_TAKEN_SECONDS,
+        "When the last signed checkpoint of the log's chain heads was taken (Unix seconds)."
+    );
+    describe_counter!(
+        CHECKPOINT_FAILURES_TOTAL,
+        "Signed checkpoints of the log's chain heads that could not be taken or written."
     );
     describe_counter!(
         SHOWS_CLAIMED_TOTAL,
