@@ -65,7 +65,10 @@ TOML
 total=0
 status=0
 for role in admin fan scanner auditor; do
-  token=$("$ROOT/target/release/onsale" token --sub "fuzz-$role" --role "$role" --ttl-secs 3600)
+  gates=()
+  # A scanner's token names the gates it admits at.
+  [ "$role" = scanner ] && gates=(--venue fuzz-venue)
+  token=$("$ROOT/target/release/onsale" token --sub "fuzz-$role" --role "$role" "${gates[@]}" --ttl-secs 3600)
   # One worker: the generator's Python parses schemas in threads, which CPython 3.11 does not
   # always survive (SystemError: AST constructor recursion depth mismatch).
   set +e

@@ -1,13 +1,21 @@
-//! Bearer JWT (HS256) with the roles of docs/api.md.
+//! Bearer JWTs with the roles of docs/api.md: signed by an identity provider (EdDSA, ES256 or
+//! RS256) and checked against its JWKS, fetched and cached by `kid` (a new key is taken
+//! without a restart, an old one honoured until it leaves the set); HS256 with a shared secret
+//! in development only.
 
 use crate::ErrorCode;
 use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
-use jsonwebtoken::{decode, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use jsonwebtoken::{
+    decode, decode_header, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation,
+};
 use onsale_domain::AccountId;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use crate::problem::ApiError;
 
@@ -36,6 +44,12 @@ pub struct Claims {
     /// history): a show may admit only such accounts to its waiting room. Absent: false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub verified: bool,
+    /// A scanner's venue: it admits tickets of that venue's shows only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub venue: Option<String>,
+    /// A scanner's shows: it admits tickets of these shows only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shows: Option<Vec<String>>,
 }
 
 /// The issuer and audience onsale signs and expects unless configured otherwise.
@@ -43,6 +57,14 @@ pub const DEFAULT_ISSUER: &str = "onsale";
 pub const DEFAULT_AUDIENCE: &str = "onsale-api";
 /// The longest a token may live (`exp - iat`) unless configured otherwise: one day.
 pub const DEFAULT_MAX_LIFETIME_SECS: u64 = 86_400;
+/// The longest an admin's token may live unless configured otherwise: an hour.
+pub const DEFAULT_ADMIN_MAX_LIFETIME_SECS: u64 = 3_600;
+/// The asymmetric algorithms an identity provider's tokens may be signed with.
+pub const PROVIDER_ALGORITHMS: [Algorithm; 3] =
+    [Algorithm::EdDSA, Algorithm::ES256, Algorithm::RS256];
+/// An unknown `kid` fetches the JWKS again at most this often (a flood of made-up kids costs
+/// the provider one fetch per interval).
+const REFETCH_AT_MOST_EVERY: Duration = Duration::from_secs(10);
 /// Clock skew tolerated on `exp`, `nbf` and `iat`.
 const LEEWAY_SECS: u64 = 30;
 
@@ -78,6 +100,27 @@ pub fn mint_verified(secret: &str, sub: &str, role: Role, ttl_secs: u64) -> anyh
     encode_claims(secret, &claims)
 }
 
+/// Signs a scanner's token, with the default issuer and audience, for the gates it admits at.
+pub fn mint_scanner(
+    secret: &str,
+    sub: &str,
+    gates: &Gates,
+    ttl_secs: u64,
+) -> anyhow::Result<String> {
+    let mut claims = claims_for(
+        DEFAULT_ISSUER,
+        DEFAULT_AUDIENCE,
+        sub,
+        Role::Scanner,
+        ttl_secs,
+    );
+    match gates {
+        Gates::Venue(v) => claims.venue = Some(v.clone()),
+        Gates::Shows(s) => claims.shows = Some(s.clone()),
+    }
+    encode_claims(secret, &claims)
+}
+
 fn claims_for(iss: &str, aud: &str, sub: &str, role: Role, ttl_secs: u64) -> Claims {
     let iat = now_secs();
     Claims {
@@ -89,6 +132,8 @@ fn claims_for(iss: &str, aud: &str, sub: &str, role: Role, ttl_secs: u64) -> Cla
         exp: iat + ttl_secs,
         nbf: None,
         verified: false,
+        venue: None,
+        shows: None,
     }
 }
 
@@ -112,6 +157,26 @@ pub struct Caller {
     pub role: Role,
     /// The token's `verified` claim.
     pub verified: bool,
+    /// A scanner's gates: the venue or shows it may admit tickets of (always set for a
+    /// scanner: a scanner token without one is refused).
+    pub gates: Option<Gates>,
+}
+
+/// What a scanner's token lets it admit: a venue's shows, or named shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gates {
+    Venue(String),
+    Shows(Vec<String>),
+}
+
+impl Gates {
+    /// Whether a ticket of `show`, at `venue`, may be admitted through these gates.
+    pub fn admit(&self, show: &str, venue: &str) -> bool {
+        match self {
+            Self::Venue(v) => v == venue,
+            Self::Shows(shows) => shows.iter().any(|s| s == show),
+        }
+    }
 }
 
 impl Caller {
@@ -147,7 +212,7 @@ where
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| unauthenticated("an Authorization: Bearer token is required"))?;
-        Verifier::from_ref(state).verify(token)
+        Verifier::from_ref(state).verify_fresh(token).await
     }
 }
 
@@ -155,88 +220,353 @@ fn unauthenticated(detail: &str) -> ApiError {
     ApiError::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthenticated, detail)
 }
 
-/// Checks bearer tokens: HS256 signature, issuer, audience, `exp` and `nbf` (with 30 s of
-/// leeway), and a lifetime (`exp - iat`) no longer than the configured cap. Cloned with every
-/// request's state, so shared: its validation rules are sets of strings, and copying them
-/// per request showed as a tenth of the hold path's time in the allocator.
+/// An identity provider's signing keys (its JWKS), by `kid`: fetched at start and every
+/// refresh, and again (at most every [`REFETCH_AT_MOST_EVERY`]) when a token names a kid not
+/// in the set, so a provider's new key is taken at once. A key that left the set is forgotten
+/// at the next fetch: its tokens are refused from then on.
+pub struct Jwks {
+    url: String,
+    http: reqwest::Client,
+    keys: RwLock<Arc<HashMap<String, (Algorithm, DecodingKey)>>>,
+    /// When the last fetch for an unknown kid started; held while one is under way (one at a
+    /// time, the others waiting for its result).
+    fetched: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for Jwks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Jwks")
+            .field("url", &self.url)
+            .field("kids", &self.kids())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Jwks {
+    pub fn new(url: &str) -> Arc<Self> {
+        Arc::new(Self {
+            url: url.to_owned(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(5))
+                .build()
+                .unwrap_or_default(),
+            keys: RwLock::default(),
+            fetched: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// The key ids in the set now.
+    pub fn kids(&self) -> Vec<String> {
+        let mut kids: Vec<String> = self.current().keys().cloned().collect();
+        kids.sort();
+        kids
+    }
+
+    fn current(&self) -> Arc<HashMap<String, (Algorithm, DecodingKey)>> {
+        self.keys.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Fetches the set and replaces the keys with it; answers how many it holds. On failure the
+    /// keys stay as they were.
+    pub async fn refresh(&self) -> anyhow::Result<usize> {
+        self.fetch().await
+    }
+
+    async fn fetch(&self) -> anyhow::Result<usize> {
+        let body: serde_json::Value = self
+            .http
+            .get(&self.url)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let keys = parse_jwks(&body);
+        let n = keys.len();
+        *self.keys.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(keys);
+        Ok(n)
+    }
+
+    /// A token named `kid`, not in the set: the set is fetched again unless it was within
+    /// [`REFETCH_AT_MOST_EVERY`] (one fetch at a time; those waiting see its result).
+    async fn missing(&self, kid: &str) {
+        let mut fetched = self.fetched.lock().await;
+        if self.current().contains_key(kid)
+            || fetched.is_some_and(|at| at.elapsed() < REFETCH_AT_MOST_EVERY)
+        {
+            return;
+        }
+        *fetched = Some(Instant::now());
+        if let Err(e) = self.fetch().await {
+            tracing::warn!(url = %self.url, error = %e, "the identity provider's keys were not fetched");
+        }
+    }
+
+    /// Fetches the set every `every` until `stop` (the first at once): keys that left it are
+    /// refused from the next fetch on.
+    pub async fn keep_fresh(
+        self: Arc<Self>,
+        every: Duration,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        while stop.run_until_cancelled(tick.tick()).await.is_some() {
+            match self.refresh().await {
+                Ok(n) => {
+                    tracing::debug!(url = %self.url, keys = n, "identity provider's keys fetched")
+                }
+                Err(e) => {
+                    tracing::warn!(url = %self.url, error = %e, "the identity provider's keys were not fetched; the last ones stay")
+                }
+            }
+        }
+    }
+}
+
+/// The signing keys of a JWKS document, by kid: each a key of [`PROVIDER_ALGORITHMS`] with a
+/// kid, its algorithm named or implied by its type; any other key (an encryption key, a
+/// shared secret, a type this build does not know) is left out, never the whole set.
+pub fn parse_jwks(doc: &serde_json::Value) -> HashMap<String, (Algorithm, DecodingKey)> {
+    use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm, PublicKeyUse};
+    let mut keys = HashMap::new();
+    for raw in doc["keys"].as_array().into_iter().flatten() {
+        let Ok(jwk) = serde_json::from_value::<Jwk>(raw.clone()) else {
+            continue;
+        };
+        let Some(kid) = jwk.common.key_id.clone() else {
+            continue;
+        };
+        if matches!(jwk.common.public_key_use, Some(PublicKeyUse::Encryption)) {
+            continue;
+        }
+        let implied = match &jwk.algorithm {
+            AlgorithmParameters::OctetKeyPair(_) => Some(Algorithm::EdDSA),
+            AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => {
+                Some(Algorithm::ES256)
+            }
+            AlgorithmParameters::RSA(_) => Some(Algorithm::RS256),
+            _ => None,
+        };
+        let alg = match jwk.common.key_algorithm {
+            Some(KeyAlgorithm::EdDSA) => Some(Algorithm::EdDSA),
+            Some(KeyAlgorithm::ES256) => Some(Algorithm::ES256),
+            Some(KeyAlgorithm::RS256) => Some(Algorithm::RS256),
+            Some(_) => None,
+            None => implied,
+        };
+        // The named algorithm must fit the key's type (an "EdDSA" RSA key is no key).
+        let Some(alg) = alg.filter(|a| Some(*a) == implied) else {
+            continue;
+        };
+        if let Ok(key) = DecodingKey::from_jwk(&jwk) {
+            keys.insert(kid, (alg, key));
+        }
+    }
+    keys
+}
+
+/// Checks bearer tokens: the signature (an identity provider's key from its JWKS, by `kid`;
+/// or, in development only, HS256 with the shared secret), issuer, audience, `exp` and `nbf`
+/// (with 30 s of leeway), and a lifetime (`exp - iat`) no longer than the cap (an admin's
+/// shorter). Cloned with every request's state, so shared: its validation rules are sets of
+/// strings, and copying them per request showed as a tenth of the hold path's time in the
+/// allocator.
 #[derive(Clone)]
 pub struct Verifier {
-    inner: std::sync::Arc<Rules>,
+    inner: Arc<Rules>,
 }
 
 struct Rules {
-    key: DecodingKey,
-    validation: Validation,
+    /// Development only: the shared secret's key.
+    shared: Option<DecodingKey>,
+    provider: Option<Arc<Jwks>>,
+    validations: HashMap<Algorithm, Validation>,
     max_lifetime_secs: u64,
+    admin_max_lifetime_secs: u64,
 }
 
 impl std::fmt::Debug for Verifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = self.inner.validations.values().next();
         f.debug_struct("Verifier")
-            .field("iss", &self.inner.validation.iss)
-            .field("aud", &self.inner.validation.aud)
+            .field("iss", &v.map(|v| &v.iss))
+            .field("aud", &v.map(|v| &v.aud))
+            .field("shared_secret", &self.inner.shared.is_some())
+            .field("provider", &self.inner.provider)
             .field("max_lifetime_secs", &self.inner.max_lifetime_secs)
             .finish_non_exhaustive()
     }
 }
 
+/// Why a token was not taken: one the caller is told only as "not valid", or a key not (yet)
+/// in the provider's set.
+enum Refusal {
+    Invalid(String),
+    UnknownKey(String),
+}
+
 impl Verifier {
-    pub fn new(secret: &str, iss: &str, aud: &str, max_lifetime_secs: u64) -> Self {
-        let mut validation = Validation::new(Algorithm::HS256);
-        validation.set_issuer(&[iss]);
-        validation.set_audience(&[aud]);
-        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
-        validation.validate_nbf = true;
-        validation.leeway = LEEWAY_SECS;
+    /// Checks tokens signed with `secret` (HS256; development) when given, and tokens signed
+    /// by the identity provider whose keys `provider` holds when given.
+    pub fn new(
+        secret: Option<&str>,
+        provider: Option<Arc<Jwks>>,
+        iss: &str,
+        aud: &str,
+        max_lifetime_secs: u64,
+        admin_max_lifetime_secs: u64,
+    ) -> Self {
+        let validations = std::iter::once(Algorithm::HS256)
+            .chain(PROVIDER_ALGORITHMS)
+            .map(|alg| {
+                let mut v = Validation::new(alg);
+                v.set_issuer(&[iss]);
+                v.set_audience(&[aud]);
+                v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+                v.validate_nbf = true;
+                v.leeway = LEEWAY_SECS;
+                (alg, v)
+            })
+            .collect();
         Self {
-            inner: std::sync::Arc::new(Rules {
-                key: DecodingKey::from_secret(secret.as_bytes()),
-                validation,
+            inner: Arc::new(Rules {
+                shared: secret.map(|s| DecodingKey::from_secret(s.as_bytes())),
+                provider,
+                validations,
                 max_lifetime_secs,
+                admin_max_lifetime_secs,
             }),
         }
     }
 
-    /// A verifier with the default issuer, audience and lifetime cap (tests).
+    /// A verifier of HS256 tokens with `secret` and the default issuer, audience and lifetime
+    /// caps (tests).
     pub fn with_defaults(secret: &str) -> Self {
         Self::new(
-            secret,
+            Some(secret),
+            None,
             DEFAULT_ISSUER,
             DEFAULT_AUDIENCE,
             DEFAULT_MAX_LIFETIME_SECS,
+            DEFAULT_ADMIN_MAX_LIFETIME_SECS,
         )
     }
 
-    /// The caller a bearer token names (REST and gRPC). Why a token was refused is logged,
-    /// never told: the caller learns only that it was.
+    /// The identity provider's keys, when tokens are checked against them.
+    pub fn provider(&self) -> Option<&Arc<Jwks>> {
+        self.inner.provider.as_ref()
+    }
+
+    /// The caller a bearer token names, with the keys this process has now (a kid it does not
+    /// know is refused). Why a token was refused is logged, never told: the caller learns only
+    /// that it was.
     pub fn verify(&self, token: &str) -> Result<Caller, ApiError> {
-        let rules = &*self.inner;
-        let data = decode::<Claims>(token, &rules.key, &rules.validation).map_err(|e| {
-            tracing::debug!(error = %e, "bearer token refused");
-            unauthenticated("the bearer token is not valid")
-        })?;
-        let c = data.claims;
-        if c.exp.saturating_sub(c.iat) > rules.max_lifetime_secs || c.iat > now_secs() + LEEWAY_SECS
-        {
-            tracing::debug!(iat = c.iat, exp = c.exp, "bearer token lives too long");
-            return Err(unauthenticated("the bearer token is not valid"));
+        self.check(token).map_err(refused)
+    }
+
+    /// As [`Verifier::verify`], but a token naming a key not in the provider's set fetches the
+    /// set again first (at most every 10 s): a provider's new key is taken at once.
+    pub async fn verify_fresh(&self, token: &str) -> Result<Caller, ApiError> {
+        match (self.check(token), &self.inner.provider) {
+            (Err(Refusal::UnknownKey(kid)), Some(provider)) => {
+                provider.missing(&kid).await;
+                self.verify(token)
+            }
+            (checked, _) => checked.map_err(refused),
         }
-        let account = AccountId::parse(&c.sub)
-            .map_err(|_| unauthenticated("the bearer token is not valid"))?;
+    }
+
+    fn check(&self, token: &str) -> Result<Caller, Refusal> {
+        let rules = &*self.inner;
+        let header = decode_header(token).map_err(|e| Refusal::Invalid(e.to_string()))?;
+        let provider_key;
+        let key = match header.alg {
+            Algorithm::HS256 => rules
+                .shared
+                .as_ref()
+                .ok_or_else(|| Refusal::Invalid("HS256 outside development mode".into()))?,
+            alg if PROVIDER_ALGORITHMS.contains(&alg) => {
+                let provider = rules
+                    .provider
+                    .as_ref()
+                    .ok_or_else(|| Refusal::Invalid("no identity provider is configured".into()))?;
+                let kid = header
+                    .kid
+                    .ok_or_else(|| Refusal::Invalid("no kid in the header".into()))?;
+                let keys = provider.current();
+                match keys.get(&kid) {
+                    Some((key_alg, key)) if *key_alg == alg => {
+                        provider_key = key.clone();
+                        &provider_key
+                    }
+                    Some(_) => {
+                        return Err(Refusal::Invalid(format!("{kid} is not an {alg:?} key")))
+                    }
+                    None => return Err(Refusal::UnknownKey(kid)),
+                }
+            }
+            alg => return Err(Refusal::Invalid(format!("{alg:?} is not accepted"))),
+        };
+        let validation = &rules.validations[&header.alg];
+        let data = decode::<Claims>(token, key, validation)
+            .map_err(|e| Refusal::Invalid(e.to_string()))?;
+        let c = data.claims;
+        let cap = match c.role {
+            Role::Admin => rules.admin_max_lifetime_secs.min(rules.max_lifetime_secs),
+            _ => rules.max_lifetime_secs,
+        };
+        if c.exp.saturating_sub(c.iat) > cap || c.iat > now_secs() + LEEWAY_SECS {
+            return Err(Refusal::Invalid(format!(
+                "lives too long: iat {} exp {} (cap {cap} s)",
+                c.iat, c.exp
+            )));
+        }
+        let account =
+            AccountId::parse(&c.sub).map_err(|e| Refusal::Invalid(format!("sub: {e}")))?;
+        let gates = match (c.role, c.venue, c.shows) {
+            (Role::Scanner, _, Some(shows)) if !shows.is_empty() => Some(Gates::Shows(shows)),
+            (Role::Scanner, Some(venue), _) => Some(Gates::Venue(venue)),
+            (Role::Scanner, _, _) => {
+                return Err(Refusal::Invalid(
+                    "a scanner token names no venue or shows".into(),
+                ))
+            }
+            _ => None,
+        };
         Ok(Caller {
             account,
             role: c.role,
             verified: c.verified,
+            gates,
         })
     }
+}
+
+fn refused(r: Refusal) -> ApiError {
+    match r {
+        Refusal::Invalid(why) => tracing::debug!(%why, "bearer token refused"),
+        Refusal::UnknownKey(kid) => {
+            tracing::debug!(%kid, "bearer token refused: its key is not in the provider's set")
+        }
+    }
+    unauthenticated("the bearer token is not valid")
 }
 
 /// How this process checks (and, for development tokens, signs) bearer tokens, and whether
 /// development mode is on.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AuthSettings {
-    /// HS256 secret for bearer tokens: at least 32 bytes (required unless development mode
-    /// is on).
+    /// The identity provider's JWKS (its `jwks_uri`): tokens signed with EdDSA, ES256 or
+    /// RS256 by one of its keys are accepted. Required unless development mode is on.
+    #[arg(long, env = "ONSALE_JWKS_URL")]
+    pub jwks_url: Option<String>,
+    /// How often the JWKS is fetched again (a token naming an unknown key fetches it at once,
+    /// at most every 10 s): a key the provider retired is refused from the next fetch.
+    #[arg(long, env = "ONSALE_JWKS_REFRESH_SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub jwks_refresh_secs: u64,
+    /// HS256 secret for development tokens (`onsale token`, the local stack's sign-in):
+    /// accepted in development mode only, and refused if set outside it.
     #[arg(long, env = "ONSALE_JWT_SECRET", default_value = "", hide_default_value = true, value_parser = secret)]
     pub jwt_secret: SecretString,
     /// The issuer (`iss`) a bearer token must name.
@@ -248,6 +578,9 @@ pub struct AuthSettings {
     /// The longest lifetime (`exp - iat`, seconds) a bearer token may have.
     #[arg(long, env = "ONSALE_JWT_MAX_LIFETIME_SECS", default_value_t = DEFAULT_MAX_LIFETIME_SECS)]
     pub jwt_max_lifetime_secs: u64,
+    /// The longest lifetime an admin's token may have (never more than the above).
+    #[arg(long, env = "ONSALE_JWT_ADMIN_MAX_LIFETIME_SECS", default_value_t = DEFAULT_ADMIN_MAX_LIFETIME_SECS)]
+    pub jwt_admin_max_lifetime_secs: u64,
     /// Development mode: secrets left unset take built-in development values and short ones
     /// are accepted. `make up`, `make demo` and the tests turn it on; never in production.
     #[arg(long = "dev-mode", env = "ONSALE_DEV_MODE", default_value_t = false, value_parser = clap::builder::BoolishValueParser::new())]
@@ -255,25 +588,52 @@ pub struct AuthSettings {
 }
 
 impl AuthSettings {
+    /// The verifier these settings describe: the provider's keys when a JWKS is named (fetched
+    /// once the caller runs [`Jwks::keep_fresh`]), the shared secret in development mode. Build
+    /// one per process and share it: each holds its own copy of the provider's keys.
     pub fn verifier(&self) -> Verifier {
         Verifier::new(
-            self.jwt_secret.expose_secret(),
+            self.dev_mode.then(|| self.jwt_secret.expose_secret()),
+            self.jwks_url.as_deref().map(Jwks::new),
             &self.jwt_issuer,
             &self.jwt_audience,
             self.jwt_max_lifetime_secs,
+            self.jwt_admin_max_lifetime_secs,
         )
     }
 
-    /// Signs a token for `sub` in `role`, valid for `ttl_secs`; `verified` sets the claim.
+    /// The longest a token of `role` may live.
+    pub fn max_lifetime_secs(&self, role: Role) -> u64 {
+        match role {
+            Role::Admin => self
+                .jwt_admin_max_lifetime_secs
+                .min(self.jwt_max_lifetime_secs),
+            _ => self.jwt_max_lifetime_secs,
+        }
+    }
+
+    /// Signs a development token (HS256) for `sub` in `role`, valid for `ttl_secs`;
+    /// `verified` sets the claim, `gates` a scanner's venue or shows.
     pub fn mint(
         &self,
         sub: &str,
         role: Role,
         verified: bool,
+        gates: Option<&Gates>,
         ttl_secs: u64,
     ) -> anyhow::Result<String> {
+        anyhow::ensure!(
+            self.dev_mode,
+            "development tokens (HS256) are for development mode only (ONSALE_DEV_MODE=1): \
+             outside it tokens come from the identity provider"
+        );
         let mut claims = claims_for(&self.jwt_issuer, &self.jwt_audience, sub, role, ttl_secs);
         claims.verified = verified;
+        match gates {
+            Some(Gates::Venue(v)) => claims.venue = Some(v.clone()),
+            Some(Gates::Shows(s)) => claims.shows = Some(s.clone()),
+            None => {}
+        }
         encode_claims(self.jwt_secret.expose_secret(), &claims)
     }
 
@@ -283,14 +643,25 @@ impl AuthSettings {
         Ok(self)
     }
 
-    /// The JWT secret checked (and, in development mode, defaulted): see [`require_secret`].
+    /// In development mode the JWT secret defaulted (see [`require_secret`]); outside it an
+    /// identity provider's JWKS is required and a shared secret refused (HS256 tokens are
+    /// development's).
     pub fn secure(&mut self) -> Result<(), SecretError> {
-        require_secret(
-            &mut self.jwt_secret,
-            "ONSALE_JWT_SECRET",
-            "onsale-dev-secret",
-            self.dev_mode,
-        )
+        if self.dev_mode {
+            return require_secret(
+                &mut self.jwt_secret,
+                "ONSALE_JWT_SECRET",
+                "onsale-dev-secret",
+                true,
+            );
+        }
+        if !self.jwt_secret.expose_secret().is_empty() {
+            return Err(SecretError::DevelopmentOnly("ONSALE_JWT_SECRET"));
+        }
+        match self.jwks_url.as_deref() {
+            Some(url) if url.starts_with("https://") || url.starts_with("http://") => Ok(()),
+            _ => Err(SecretError::NoIdentityProvider),
+        }
     }
 }
 
@@ -317,6 +688,10 @@ pub enum SecretError {
     Short(&'static str),
     #[error("development mode serves only this machine, but {0} is {1}: listen on loopback (127.0.0.1, ::1, localhost), or turn development mode off and set every secret")]
     NotLoopback(&'static str, String),
+    #[error("ONSALE_JWKS_URL is not set: outside development mode bearer tokens are checked against an identity provider's keys (its JWKS URL; HS256 with a shared secret is for development only)")]
+    NoIdentityProvider,
+    #[error("{0} is for development mode only: outside it bearer tokens come from the identity provider (ONSALE_JWKS_URL)")]
+    DevelopmentOnly(&'static str),
 }
 
 /// Whether a listener's address (`host:port`) is on loopback: `127.0.0.0/8`, `::1`
@@ -384,6 +759,8 @@ mod tests {
             exp: now + 600,
             nbf: None,
             verified: false,
+            venue: None,
+            shows: None,
         };
         f(&mut c);
         encode_claims(KEY, &c).expect("signs")
@@ -453,6 +830,201 @@ mod tests {
             .expect("signs");
             refused(&t);
         }
+    }
+
+    /// An Ed25519 key: its signing key for tokens and its public JWK.
+    fn ed25519(kid: &str) -> (EncodingKey, serde_json::Value) {
+        use base64::Engine as _;
+        use ring::signature::KeyPair as _;
+        let doc = ring::signature::Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new())
+            .expect("a key");
+        let pair = ring::signature::Ed25519KeyPair::from_pkcs8(doc.as_ref()).expect("parsed");
+        let x = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(pair.public_key().as_ref());
+        (
+            EncodingKey::from_ed_der(doc.as_ref()),
+            serde_json::json!({"kty": "OKP", "crv": "Ed25519", "x": x, "kid": kid, "alg": "EdDSA", "use": "sig"}),
+        )
+    }
+
+    fn signed(key: &EncodingKey, kid: &str, f: impl FnOnce(&mut Claims)) -> String {
+        let now = now_secs();
+        let mut c = Claims {
+            sub: "fan-1".into(),
+            role: Role::Fan,
+            iss: DEFAULT_ISSUER.into(),
+            aud: DEFAULT_AUDIENCE.into(),
+            iat: now,
+            exp: now + 600,
+            nbf: None,
+            verified: false,
+            venue: None,
+            shows: None,
+        };
+        f(&mut c);
+        let mut header = Header::new(Algorithm::EdDSA);
+        header.kid = Some(kid.into());
+        encode(&header, &c, key).expect("signs")
+    }
+
+    /// A JWKS served over HTTP, whose keys the test changes as a provider rotates them.
+    async fn provider(keys: Arc<RwLock<Vec<serde_json::Value>>>) -> String {
+        let app = axum::Router::new().route(
+            "/jwks",
+            axum::routing::get(move || {
+                let keys = keys.read().expect("keys").clone();
+                async move { axum::Json(serde_json::json!({ "keys": keys })) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}/jwks")
+    }
+
+    #[tokio::test]
+    async fn a_providers_keys_are_taken_as_they_rotate_and_a_retired_one_is_refused() {
+        let (one, one_jwk) = ed25519("one");
+        let (two, two_jwk) = ed25519("two");
+        let served = Arc::new(RwLock::new(vec![one_jwk]));
+        let jwks = Jwks::new(&provider(served.clone()).await);
+        let v = Verifier::new(
+            None,
+            Some(jwks.clone()),
+            DEFAULT_ISSUER,
+            DEFAULT_AUDIENCE,
+            86_400,
+            3_600,
+        );
+        assert!(
+            v.verify(&signed(&one, "one", |_| {})).is_err(),
+            "no key fetched yet"
+        );
+        assert_eq!(jwks.refresh().await.expect("fetched"), 1);
+        let by_one = signed(&one, "one", |_| {});
+        assert_eq!(
+            v.verify(&by_one).expect("one's token").account.as_str(),
+            "fan-1"
+        );
+        // The provider adds a key and signs with it: taken at the first token naming it.
+        served.write().expect("keys").insert(0, two_jwk);
+        let by_two = signed(&two, "two", |_| {});
+        assert!(
+            v.verify(&by_two).is_err(),
+            "not fetched without a fresh check"
+        );
+        v.verify_fresh(&by_two)
+            .await
+            .expect("a new key is taken at once");
+        v.verify(&by_one)
+            .expect("the old key is honoured while it is in the set");
+        // A kid under another key's name, or made up, is refused (and refetches at most every 10 s).
+        assert!(v.verify_fresh(&signed(&two, "one", |_| {})).await.is_err());
+        assert!(v
+            .verify_fresh(&signed(&two, "made-up", |_| {}))
+            .await
+            .is_err());
+        // The old key leaves the set: refused from the next fetch.
+        served.write().expect("keys").truncate(1);
+        jwks.refresh().await.expect("fetched");
+        assert!(v.verify(&by_one).is_err(), "a retired key's token");
+        v.verify(&by_two).expect("the new key's");
+        // A shared-secret token is refused where no secret is configured (outside development).
+        assert!(
+            v.verify(&claims(|_| {})).is_err(),
+            "HS256 without a shared secret"
+        );
+    }
+
+    #[test]
+    fn only_signing_keys_of_the_accepted_algorithms_with_a_kid_are_taken_from_a_set() {
+        let (_, ed) = ed25519("ed");
+        let mut no_kid = ed.clone();
+        no_kid.as_object_mut().expect("object").remove("kid");
+        let mut for_encryption = ed.clone();
+        for_encryption["kid"] = "enc".into();
+        for_encryption["use"] = "enc".into();
+        let mut wrong_alg = ed.clone();
+        wrong_alg["kid"] = "wrong".into();
+        wrong_alg["alg"] = "RS256".into();
+        let mut implied = ed.clone();
+        implied["kid"] = "implied".into();
+        implied.as_object_mut().expect("object").remove("alg");
+        let doc = serde_json::json!({"keys": [
+            ed, no_kid, for_encryption, wrong_alg, implied,
+            {"kty": "oct", "k": "c2VjcmV0", "kid": "shared", "alg": "HS256"},
+            {"kty": "unknown", "kid": "odd"},
+            "not a key",
+        ]});
+        let mut kids: Vec<String> = parse_jwks(&doc).into_keys().collect();
+        kids.sort();
+        assert_eq!(kids, ["ed", "implied"]);
+    }
+
+    #[test]
+    fn an_admins_token_lives_an_hour_at_most_and_a_scanners_names_its_gates() {
+        let v = Verifier::with_defaults(KEY);
+        let two_hours = |role| {
+            claims(|c| {
+                c.role = role;
+                c.exp = c.iat + 7_200;
+            })
+        };
+        v.verify(&two_hours(Role::Fan)).expect("a fan's two hours");
+        refused(&two_hours(Role::Admin));
+        v.verify(&claims(|c| {
+            c.role = Role::Admin;
+            c.exp = c.iat + 3_600;
+        }))
+        .expect("an admin's hour");
+        refused(&claims(|c| c.role = Role::Scanner));
+        let gated = v
+            .verify(&claims(|c| {
+                c.role = Role::Scanner;
+                c.shows = Some(vec!["s1".into()]);
+            }))
+            .expect("a scanner with its shows");
+        assert_eq!(gated.gates, Some(Gates::Shows(vec!["s1".into()])));
+        assert!(Gates::Shows(vec!["s1".into()]).admit("s1", "v9"));
+        assert!(!Gates::Shows(vec!["s1".into()]).admit("s2", "v9"));
+        assert!(Gates::Venue("v9".into()).admit("s2", "v9"));
+        assert!(!Gates::Venue("v9".into()).admit("s2", "v8"));
+    }
+
+    #[test]
+    fn outside_development_a_provider_is_required_and_a_shared_secret_refused() {
+        let settings = |args: &[&str]| {
+            #[derive(clap::Parser)]
+            struct Args {
+                #[command(flatten)]
+                auth: AuthSettings,
+            }
+            <Args as clap::Parser>::parse_from(
+                std::iter::once("onsale").chain(args.iter().copied()),
+            )
+            .auth
+        };
+        assert_eq!(settings(&[]).secure(), Err(SecretError::NoIdentityProvider));
+        assert_eq!(
+            settings(&["--jwks-url", "https://id.example/jwks", "--jwt-secret", KEY]).secure(),
+            Err(SecretError::DevelopmentOnly("ONSALE_JWT_SECRET"))
+        );
+        assert_eq!(
+            settings(&["--jwks-url", "https://id.example/jwks"]).secure(),
+            Ok(())
+        );
+        let dev = settings(&["--dev-mode"]);
+        assert!(
+            dev.clone().secured().is_ok(),
+            "development: the secret defaulted"
+        );
+        assert!(
+            settings(&["--jwks-url", "https://id.example/jwks"])
+                .mint("ann", Role::Fan, false, None, 60)
+                .is_err(),
+            "no development tokens outside development mode"
+        );
     }
 
     #[test]

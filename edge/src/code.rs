@@ -137,6 +137,8 @@ pub enum ErrorCode {
     AlreadyScanned,
     TicketUsed,
     TicketRevoked,
+    /// The scanner's token names another venue or other shows (its gates).
+    NotThisGate,
 }
 
 impl ErrorCode {

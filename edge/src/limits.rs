@@ -1066,7 +1066,14 @@ mod tests {
             rate_misses_burst: 0,
             trusted_proxies: Vec::new(),
         };
-        let verifier = Verifier::new("a-secret-of-at-least-32-bytes-long", "i", "a", 60);
+        let verifier = Verifier::new(
+            Some("a-secret-of-at-least-32-bytes-long"),
+            None,
+            "i",
+            "a",
+            60,
+            60,
+        );
         let limits = RateLimits::new(&settings, verifier);
         let read = |peer: &str| {
             let mut r = Request::builder()
@@ -1126,7 +1133,14 @@ mod tests {
                 .collect();
             s
         };
-        let verifier = Verifier::new("a-secret-of-at-least-32-bytes-long", "i", "a", 60);
+        let verifier = Verifier::new(
+            Some("a-secret-of-at-least-32-bytes-long"),
+            None,
+            "i",
+            "a",
+            60,
+            60,
+        );
         let req = |peer: &str, xff: &str| {
             let mut r = Request::builder()
                 .uri("/v1/events/e")

@@ -309,6 +309,19 @@ async fn scan(
 ) -> Result<Json<Admitted>, ApiError> {
     caller.require(&[Role::Scanner, Role::Admin])?;
     let show: ShowId = body.event_id.parse()?;
+    // A scanner admits at its own venue's or shows' gates only (admins anywhere).
+    if let Some(gates) = &caller.gates {
+        let scheduled = state.catalog.get(show).await?;
+        if !gates.admit(&show.to_string(), &scheduled.info.venue_id.to_string()) {
+            metrics::counter!(onsale_telemetry::metrics::SCANS_TOTAL, "result" => ErrorCode::NotThisGate.as_str())
+                .increment(1);
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                ErrorCode::NotThisGate,
+                "this scanner does not admit tickets of this show",
+            ));
+        }
+    }
     let result = tickets::scan(
         shard_of(&state.shards, show).await?,
         &show.to_string(),

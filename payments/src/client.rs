@@ -78,21 +78,23 @@ pub enum Verdict {
 pub struct ProcessorClient {
     http: reqwest::Client,
     base: String,
-    webhook_secret: SecretString,
+    /// The current secret, and the previous one during a rollover.
+    webhook_secrets: Vec<SecretString>,
 }
 
 impl ProcessorClient {
-    /// `timeout` bounds every call: past it the answer is `Unknown`. `webhook_secret` is what
-    /// the processor signs its webhooks with.
+    /// `timeout` bounds every call: past it the answer is `Unknown`. `webhook_secrets` are
+    /// what the processor signs its webhooks with: the current one, and the previous one
+    /// during a rollover.
     pub fn new(
         base: &str,
         timeout: Duration,
-        webhook_secret: SecretString,
+        webhook_secrets: Vec<SecretString>,
     ) -> anyhow::Result<Self> {
         Ok(Self {
             http: reqwest::Client::builder().timeout(timeout).build()?,
             base: base.trim_end_matches('/').to_owned(),
-            webhook_secret,
+            webhook_secrets,
         })
     }
 
@@ -223,13 +225,12 @@ impl Processor for ProcessorClient {
         body: &[u8],
         now: i64,
     ) -> Result<WebhookEvent, WebhookRejection> {
-        signature::verify(
-            self.webhook_secret.expose_secret(),
-            signature,
-            body,
-            now,
-            WEBHOOK_TOLERANCE_SECS,
-        )?;
+        let secrets: Vec<&str> = self
+            .webhook_secrets
+            .iter()
+            .map(|s| s.expose_secret())
+            .collect();
+        signature::verify(&secrets, signature, body, now, WEBHOOK_TOLERANCE_SECS)?;
         Ok(serde_json::from_slice(body)?)
     }
 }

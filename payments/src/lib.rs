@@ -24,7 +24,7 @@ use onsale_domain::ShowId;
 use onsale_eventlog::{PgEventLog, ShardId, ShardedLog};
 use onsale_kafka::KafkaConfig;
 use onsale_projections::{Runner, RunnerConfig};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use sqlx::postgres::PgConnection;
 use sqlx::PgPool;
 use tokio::task::JoinHandle;
@@ -60,6 +60,18 @@ pub struct PaymentsConfig {
         value_parser = onsale_edge::auth::secret
     )]
     pub webhook_secret: SecretString,
+    /// The secret the processor signed its webhooks with before the current one: accepted
+    /// beside it during a rollover (set it to the old secret, the new one above, until the
+    /// processor signs with the new one only; then unset it).
+    #[arg(
+        id = "webhook_secret_previous",
+        long = "webhook-secret-previous",
+        env = "ONSALE_WEBHOOK_SECRET_PREVIOUS",
+        default_value = "",
+        hide_default_value = true,
+        value_parser = onsale_edge::auth::secret
+    )]
+    pub webhook_secret_previous: SecretString,
     /// A processor call not answered in this long is "unknown" (never "failed").
     #[arg(
         id = "charge_timeout_ms",
@@ -117,7 +129,11 @@ impl PaymentsConfig {
         Ok(Arc::new(ProcessorClient::new(
             &self.processor_url,
             timeout,
-            self.webhook_secret.clone(),
+            [&self.webhook_secret, &self.webhook_secret_previous]
+                .into_iter()
+                .filter(|s| !s.expose_secret().is_empty())
+                .cloned()
+                .collect(),
         )?))
     }
 

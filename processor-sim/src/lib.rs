@@ -58,13 +58,15 @@ pub struct Settings {
     /// Where webhooks are delivered (onsale's `/v1/webhooks/processor`).
     #[arg(long, env = "PROCESSOR_WEBHOOK_URL")]
     pub webhook_url: Option<String>,
-    /// The secret webhooks are signed with (onsale's `ONSALE_WEBHOOK_SECRET`).
+    /// The secret webhooks are signed with (onsale's `ONSALE_WEBHOOK_SECRET`); several,
+    /// comma-separated, during a rollover: each signs every delivery (one `v1=` each).
     #[arg(
-        long,
+        long = "webhook-secret",
         env = "ONSALE_WEBHOOK_SECRET",
-        default_value = "onsale-dev-webhook-secret"
+        default_value = "onsale-dev-webhook-secret",
+        value_delimiter = ','
     )]
-    pub webhook_secret: String,
+    pub webhook_secrets: Vec<String>,
 }
 
 #[derive(Debug, clap::Parser)]
@@ -207,12 +209,13 @@ impl Sim {
                 let (http, url, secret, sim) = (
                     http.clone(),
                     url.clone(),
-                    settings.webhook_secret.clone(),
+                    settings.webhook_secrets.clone(),
                     self.clone(),
                 );
                 tokio::spawn(async move {
                     let body = serde_json::to_vec(&d.event).unwrap_or_default();
-                    let header = signature::sign(&secret, Utc::now().timestamp(), &body);
+                    let secrets: Vec<&str> = secret.iter().map(String::as_str).collect();
+                    let header = signature::sign(&secrets, Utc::now().timestamp(), &body);
                     let ok = http
                         .post(&url)
                         .header(signature::HEADER, header)

@@ -52,7 +52,7 @@ fn closing() -> Status {
     s
 }
 
-fn caller<T>(state: &QueryState, req: &Request<T>) -> Result<Caller, Status> {
+async fn caller<T>(state: &QueryState, req: &Request<T>) -> Result<Caller, Status> {
     let token = req
         .metadata()
         .get("authorization")
@@ -65,7 +65,11 @@ fn caller<T>(state: &QueryState, req: &Request<T>) -> Result<Caller, Status> {
                 "authorization: Bearer metadata is required",
             ))
         })?;
-    state.verifier.verify(token).map_err(ApiError::into_status)
+    state
+        .verifier
+        .verify_fresh(token)
+        .await
+        .map_err(ApiError::into_status)
 }
 
 /// What the request asks besides the counts, as the REST routes read it: every seat (a section
@@ -242,7 +246,7 @@ impl pb::orders_server::Orders for Grpc {
         &self,
         req: Request<pb::GetOrderRequest>,
     ) -> Result<Response<pb::Order>, Status> {
-        let who = caller(&self.0, &req)?;
+        let who = caller(&self.0, &req).await?;
         let r = rest::find_order(&self.0, &who, &req.get_ref().order_id)
             .await
             .map_err(ApiError::into_status)?;
@@ -331,7 +335,7 @@ impl pb::audit_server::Audit for Grpc {
         &self,
         req: Request<pb::GetSeatHistoryRequest>,
     ) -> Result<Response<pb::SeatHistory>, Status> {
-        let who = caller(&self.0, &req)?;
+        let who = caller(&self.0, &req).await?;
         let r = req.get_ref();
         let page = rest::HistoryQuery {
             limit: (r.limit > 0).then_some(i64::from(r.limit)),

@@ -675,7 +675,16 @@ impl Server {
     /// waiting room's on one base URL; gRPC on its own port.
     async fn serve_api(&mut self) -> anyhow::Result<()> {
         let s = &self.settings;
+        // One verifier for the process: the identity provider's keys fetched once and shared,
+        // kept fresh under supervision (a key the provider retired refused from the next fetch).
         let verifier = s.auth.verifier();
+        if let Some(provider) = verifier.provider() {
+            let (provider, stop) = (provider.clone(), self.shutdown.clone());
+            let every = Duration::from_secs(s.auth.jwks_refresh_secs);
+            self.loops.spawn("identity provider's keys", move || {
+                provider.clone().keep_fresh(every, stop.clone())
+            });
+        }
         let streams = StreamSlots::for_seat_maps(&s.limits);
         let public_catalog = self
             .catalog
@@ -777,7 +786,7 @@ impl Server {
         }
         let http = bind(&s.listen).await?;
         let grpc = bind(&s.grpc_listen).await?;
-        router = router.merge(s.web.routes(&s.auth, grpc.local_addr()?)?);
+        router = router.merge(s.web.routes(&s.auth, &verifier, grpc.local_addr()?)?);
         // Whether this process's region writes (`writer` or `standby`): what a router in front
         // of the regions checks.
         let role = match self.mode {

@@ -4,7 +4,7 @@
 //! [`onsale_server::Server::build`].
 
 use clap::{Parser, Subcommand};
-use onsale_edge::auth::Role;
+use onsale_edge::auth::{Gates, Role};
 use onsale_edge::AuthSettings;
 use onsale_eventlog::{DatabaseSettings, EventLog};
 use onsale_server::{Part, Server, Settings};
@@ -204,7 +204,7 @@ enum Command {
         #[arg(long)]
         day: Option<chrono::NaiveDate>,
     },
-    /// Print a development bearer token.
+    /// Print a development bearer token (HS256; development mode only).
     Token {
         #[command(flatten)]
         auth: AuthSettings,
@@ -215,6 +215,12 @@ enum Command {
         /// Sign the `verified` claim: the account is one the identity provider vouches for.
         #[arg(long)]
         verified: bool,
+        /// A scanner's venue (it admits tickets of that venue's shows only).
+        #[arg(long)]
+        venue: Option<String>,
+        /// A scanner's show (repeat): it admits tickets of these shows only.
+        #[arg(long = "show")]
+        shows: Vec<String>,
         #[arg(long, default_value_t = 3600)]
         ttl_secs: u64,
     },
@@ -665,9 +671,23 @@ async fn run() -> anyhow::Result<()> {
             sub,
             role,
             verified,
+            venue,
+            shows,
             ttl_secs,
         } => {
-            println!("{}", auth.secured()?.mint(&sub, role, verified, ttl_secs)?);
+            let gates = match (role, venue, shows) {
+                (Role::Scanner, _, shows) if !shows.is_empty() => Some(Gates::Shows(shows)),
+                (Role::Scanner, Some(venue), _) => Some(Gates::Venue(venue)),
+                (Role::Scanner, None, _) => {
+                    anyhow::bail!("a scanner's token names its --venue or its --show(s)")
+                }
+                _ => None,
+            };
+            println!(
+                "{}",
+                auth.secured()?
+                    .mint(&sub, role, verified, gates.as_ref(), ttl_secs)?
+            );
             Ok(())
         }
     }

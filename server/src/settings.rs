@@ -6,6 +6,7 @@ use onsale_command::OwnerConfig;
 use onsale_edge::auth::{require_secret, SecretError};
 use onsale_edge::limits::LimitSettings;
 use onsale_edge::AuthSettings;
+use secrecy::ExposeSecret;
 
 use crate::cors::CorsSettings;
 use crate::http::HttpSettings;
@@ -111,6 +112,20 @@ impl Settings {
             "onsale-dev-webhook-secret",
             dev,
         )?;
+        // During a webhook secret's rollover only: held to the same rules when set.
+        if !self
+            .payments
+            .webhook_secret_previous
+            .expose_secret()
+            .is_empty()
+        {
+            require_secret(
+                &mut self.payments.webhook_secret_previous,
+                "ONSALE_WEBHOOK_SECRET_PREVIOUS",
+                "onsale-dev-webhook-secret",
+                false,
+            )?;
+        }
         require_secret(
             &mut self.waiting_room.secret,
             "ONSALE_ADMISSION_SECRET",
@@ -174,8 +189,8 @@ mod tests {
             "onsale",
             "--listen",
             "0.0.0.0:8080",
-            "--jwt-secret",
-            "a-secret-of-at-least-thirty-two-bytes!!",
+            "--jwks-url",
+            "https://id.example/jwks",
         ])
         .expect("the settings parse");
         let e = s.secure().map_err(|e| e.to_string());
@@ -198,9 +213,13 @@ mod tests {
     #[test]
     fn without_development_mode_each_secret_is_required_by_name() {
         let strong = "x".repeat(40);
-        let mut args = vec![];
+        let mut s = Settings::try_parse_from(["onsale"]).expect("parses");
+        assert_eq!(s.secure(), Err(SecretError::NoIdentityProvider));
+        let mut args = vec![
+            "--jwks-url".to_owned(),
+            "https://id.example/jwks".to_owned(),
+        ];
         for (flag, env) in [
-            ("--jwt-secret", "ONSALE_JWT_SECRET"),
             ("--webhook-secret", "ONSALE_WEBHOOK_SECRET"),
             ("--admission-secret", "ONSALE_ADMISSION_SECRET"),
             ("--node-secret", "ONSALE_NODE_SECRET"),
@@ -213,16 +232,35 @@ mod tests {
             args.push(flag.to_owned());
             args.push(strong.clone());
         }
-        let mut s = Settings::try_parse_from(
-            std::iter::once("onsale").chain(args.iter().map(String::as_str)),
-        )
-        .expect("parses");
-        assert_eq!(s.secure(), Ok(()));
-        args[1] = "onsale-dev-secret".into();
-        let mut s = Settings::try_parse_from(
-            std::iter::once("onsale").chain(args.iter().map(String::as_str)),
-        )
-        .expect("parses");
-        assert_eq!(s.secure(), Err(SecretError::Default("ONSALE_JWT_SECRET")));
+        let parse = |args: &[String]| {
+            Settings::try_parse_from(
+                std::iter::once("onsale").chain(args.iter().map(String::as_str)),
+            )
+            .expect("parses")
+        };
+        assert_eq!(parse(&args).secure(), Ok(()));
+        // A previous webhook secret (a rollover) is held to the same rules when set.
+        let mut rolling = args.clone();
+        rolling.extend(["--webhook-secret-previous".to_owned(), "short".to_owned()]);
+        assert_eq!(
+            parse(&rolling).secure(),
+            Err(SecretError::Short("ONSALE_WEBHOOK_SECRET_PREVIOUS"))
+        );
+        rolling.pop();
+        rolling.push(strong.clone());
+        assert_eq!(parse(&rolling).secure(), Ok(()));
+        args[3] = "onsale-dev-webhook-secret".into();
+        assert_eq!(
+            parse(&args).secure(),
+            Err(SecretError::Default("ONSALE_WEBHOOK_SECRET"))
+        );
+        // A shared JWT secret outside development mode is refused: HS256 is development's.
+        let mut shared = args.clone();
+        shared[3] = strong.clone();
+        shared.extend(["--jwt-secret".to_owned(), strong]);
+        assert_eq!(
+            parse(&shared).secure(),
+            Err(SecretError::DevelopmentOnly("ONSALE_JWT_SECRET"))
+        );
     }
 }

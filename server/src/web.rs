@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use onsale_domain::AccountId;
-use onsale_edge::auth::Role;
+use onsale_edge::auth::{Gates, Role, Verifier};
 use onsale_edge::problem::ApiError;
 use onsale_edge::AuthSettings;
 use serde::{Deserialize, Serialize};
@@ -56,8 +56,14 @@ const DEV_TOKEN_SECS: u64 = 8 * 3600;
 impl WebSettings {
     /// The pages' routes, and in development mode the sign-in; an unset directory serves no
     /// page, a directory without the built app stops the process with what to do.
-    /// `grpc` is where the gRPC listener listens (the page is told its port).
-    pub fn routes(&self, auth: &AuthSettings, grpc: SocketAddr) -> anyhow::Result<Router> {
+    /// `grpc` is where the gRPC listener listens (the page is told its port); `verifier` is
+    /// the process's (its provider's keys shared).
+    pub fn routes(
+        &self,
+        auth: &AuthSettings,
+        verifier: &Verifier,
+        grpc: SocketAddr,
+    ) -> anyhow::Result<Router> {
         let mut router = Router::new();
         if let Some(dir) = &self.web_dir {
             let grpc_web = match &self.public_grpc_web_url {
@@ -71,7 +77,7 @@ impl WebSettings {
                 .route("/v1/ops/alerts", get(alerts))
                 .route("/v1/ops/metrics", get(ops_metrics))
                 .with_state(Alerts {
-                    auth: auth.clone(),
+                    verifier: verifier.clone(),
                     prometheus: self.prometheus_url.clone(),
                     http: reqwest::Client::builder()
                         .timeout(std::time::Duration::from_secs(3))
@@ -168,6 +174,15 @@ pub struct DevSignIn {
     #[serde(default)]
     #[schema(required = false)]
     verified: bool,
+    /// A scanner's venue: it admits tickets of that venue's shows only (a scanner names its
+    /// venue or its shows).
+    #[serde(default)]
+    #[schema(required = false)]
+    venue: Option<String>,
+    /// A scanner's shows: it admits tickets of these shows only.
+    #[serde(default)]
+    #[schema(required = false)]
+    shows: Vec<String>,
 }
 
 fn fan() -> Role {
@@ -230,8 +245,21 @@ async fn dev_token(
         )
         .into_response();
     }
-    let ttl = DEV_TOKEN_SECS.min(auth.jwt_max_lifetime_secs);
-    match auth.mint(&body.sub, body.role, body.verified, ttl) {
+    let gates = match (body.role, body.venue, body.shows) {
+        (Role::Scanner, _, shows) if !shows.is_empty() => Some(Gates::Shows(shows)),
+        (Role::Scanner, Some(venue), _) => Some(Gates::Venue(venue)),
+        (Role::Scanner, None, _) => {
+            return ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorCode::InvalidRequest,
+                "a scanner names the venue or the shows it admits (venue, shows)",
+            )
+            .into_response()
+        }
+        _ => None,
+    };
+    let ttl = DEV_TOKEN_SECS.min(auth.max_lifetime_secs(body.role));
+    match auth.mint(&body.sub, body.role, body.verified, gates.as_ref(), ttl) {
         Ok(token) => (
             StatusCode::CREATED,
             Json(DevToken {
@@ -254,7 +282,7 @@ async fn dev_token(
 
 #[derive(Clone)]
 struct Alerts {
-    auth: AuthSettings,
+    verifier: Verifier,
     prometheus: Option<String>,
     http: reqwest::Client,
 }
@@ -352,7 +380,7 @@ fn admin(a: &Alerts, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
                 "a bearer token is required",
             )
         })
-        .and_then(|t| a.auth.verifier().verify(t))
+        .and_then(|t| a.verifier.verify(t))
         .and_then(|c| c.require(&[Role::Admin]))
 }
 
@@ -446,14 +474,14 @@ mod tests {
     async fn the_development_sign_in_exists_only_in_development_mode() {
         let grpc = GRPC.parse().expect("addr");
         let prod = WebSettings::default()
-            .routes(&auth(false), grpc)
+            .routes(&auth(false), &auth(false).verifier(), grpc)
             .expect("routes");
         let (status, _) = call(&prod, "POST", "/v1/dev/token", r#"{"sub":"ann"}"#).await;
         assert_eq!(status, StatusCode::NOT_FOUND);
 
         let dev_auth = auth(true);
         let dev = WebSettings::default()
-            .routes(&dev_auth, grpc)
+            .routes(&dev_auth, &dev_auth.verifier(), grpc)
             .expect("routes");
         let (status, r) = call(
             &dev,
@@ -528,7 +556,9 @@ mod tests {
             web_dir: Some(dir.path().to_owned()),
             ..WebSettings::default()
         };
-        let router = web.routes(&auth(false), grpc).expect("routes");
+        let router = web
+            .routes(&auth(false), &auth(false).verifier(), grpc)
+            .expect("routes");
         for page in ["/", "/ops"] {
             let (status, r) = call(&router, "GET", page, "").await;
             assert_eq!(status, StatusCode::OK);
@@ -554,7 +584,9 @@ mod tests {
             ..WebSettings::default()
         };
         let (_, r) = call(
-            &proxied.routes(&auth(false), grpc).expect("routes"),
+            &proxied
+                .routes(&auth(false), &auth(false).verifier(), grpc)
+                .expect("routes"),
             "GET",
             "/",
             "",
@@ -569,7 +601,7 @@ mod tests {
             ..WebSettings::default()
         };
         let err = missing
-            .routes(&auth(false), grpc)
+            .routes(&auth(false), &auth(false).verifier(), grpc)
             .expect_err("no built app");
         assert!(err.to_string().contains("make web"), "{err}");
     }

@@ -234,8 +234,8 @@ async fn a_nodes_login_cannot_undo_its_role_nor_change_the_log_nor_do_the_owners
             serve.env_remove(k);
         }
     }
+    serve.env("ONSALE_JWKS_URL", "https://id.example/jwks");
     for secret in [
-        "ONSALE_JWT_SECRET",
         "ONSALE_WEBHOOK_SECRET",
         "ONSALE_ADMISSION_SECRET",
         "ONSALE_NODE_SECRET",

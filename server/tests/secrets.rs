@@ -29,25 +29,24 @@ fn refused_naming(out: &Output, name: &str, why: &str) {
 
 const STRONG: &str = "0123456789abcdef0123456789abcdef-strong";
 
+const JWKS: &str = "https://id.example/.well-known/jwks.json";
+
 #[test]
 fn serve_without_configuration_refuses_to_start_and_names_the_missing_secret() {
-    refused_naming(&serve(&[]), "ONSALE_JWT_SECRET", "is not set");
+    refused_naming(&serve(&[]), "ONSALE_JWKS_URL", "is not set");
     refused_naming(
-        &serve(&[("ONSALE_JWT_SECRET", STRONG)]),
+        &serve(&[("ONSALE_JWKS_URL", JWKS)]),
         "ONSALE_WEBHOOK_SECRET",
         "is not set",
     );
     refused_naming(
-        &serve(&[
-            ("ONSALE_JWT_SECRET", STRONG),
-            ("ONSALE_WEBHOOK_SECRET", STRONG),
-        ]),
+        &serve(&[("ONSALE_JWKS_URL", JWKS), ("ONSALE_WEBHOOK_SECRET", STRONG)]),
         "ONSALE_ADMISSION_SECRET",
         "is not set",
     );
     refused_naming(
         &serve(&[
-            ("ONSALE_JWT_SECRET", STRONG),
+            ("ONSALE_JWKS_URL", JWKS),
             ("ONSALE_WEBHOOK_SECRET", STRONG),
             ("ONSALE_ADMISSION_SECRET", STRONG),
         ]),
@@ -59,13 +58,21 @@ fn serve_without_configuration_refuses_to_start_and_names_the_missing_secret() {
 #[test]
 fn a_development_or_short_secret_is_refused_outside_development_mode() {
     refused_naming(
-        &serve(&[("ONSALE_JWT_SECRET", "onsale-dev-secret")]),
+        &serve(&[("ONSALE_JWKS_URL", JWKS), ("ONSALE_JWT_SECRET", STRONG)]),
         "ONSALE_JWT_SECRET",
+        "is for development mode only",
+    );
+    refused_naming(
+        &serve(&[
+            ("ONSALE_JWKS_URL", JWKS),
+            ("ONSALE_WEBHOOK_SECRET", "onsale-dev-webhook-secret"),
+        ]),
+        "ONSALE_WEBHOOK_SECRET",
         "is a built-in development secret",
     );
     refused_naming(
         &serve(&[
-            ("ONSALE_JWT_SECRET", STRONG),
+            ("ONSALE_JWKS_URL", JWKS),
             ("ONSALE_WEBHOOK_SECRET", "sixteen-bytes-ok"),
         ]),
         "ONSALE_WEBHOOK_SECRET",

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use onsale_command::Shows;
 use onsale_domain::{Clock, SystemClock};
-use onsale_edge::auth::{mint, mint_verified, Role};
+use onsale_edge::auth::{mint, mint_scanner, mint_verified, Gates, Role};
 use onsale_server::{Part, Server, Settings};
 use serde_json::{json, Value};
 
@@ -492,6 +492,11 @@ impl Api {
 
     pub fn token(&self, sub: &str, role: Role) -> String {
         mint(SECRET, sub, role, 3600).expect("a token signs")
+    }
+
+    /// A scanner's token: it admits tickets at `gates` only.
+    pub fn scanner(&self, sub: &str, gates: &Gates) -> String {
+        mint_scanner(SECRET, sub, gates, 3600).expect("a token signs")
     }
 
     pub fn fan(&self, sub: &str) -> String {

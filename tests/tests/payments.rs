@@ -245,7 +245,8 @@ async fn a_worker_killed_between_charge_and_record_charges_once() {
 /// A webhook body signed as the processor would (or with the wrong secret).
 async fn post_webhook(p: &PaymentPath, event: &Value, secret: &str) -> (u16, Value) {
     let body = serde_json::to_vec(event).expect("json");
-    let sig = onsale_processor_sim::signature::sign(secret, chrono::Utc::now().timestamp(), &body);
+    let sig =
+        onsale_processor_sim::signature::sign(&[secret], chrono::Utc::now().timestamp(), &body);
     let r =
         p.rp.app
             .http
@@ -578,7 +579,10 @@ async fn cancel(p: &PaymentPath, order: &str, fan: &str) -> (u16, Value) {
 }
 
 async fn scan(p: &PaymentPath, event: &str, code: &str) -> (u16, Value) {
-    let scanner = p.rp.app.token("gate-7", Role::Scanner);
+    let scanner = p.rp.app.scanner(
+        "gate-7",
+        &onsale_edge::auth::Gates::Shows(vec![event.to_owned()]),
+    );
     p.rp.app
         .post(
             "/v1/scans",
@@ -605,6 +609,44 @@ async fn tickets_scan_once_and_a_cancellation_revokes_refunds_and_returns_the_se
     );
     let code = code["code"].as_str().expect("code").to_owned();
 
+    // A scanner of another show's gates, or of another venue's, admits nothing here; one of
+    // this show's venue does.
+    let venue = p.rp.app.get(&format!("/v1/events/{event}"), "").await.1["venueId"]
+        .as_str()
+        .expect("venue")
+        .to_owned();
+    for (gates, admits) in [
+        (
+            onsale_edge::auth::Gates::Shows(vec!["another-show".into()]),
+            false,
+        ),
+        (
+            onsale_edge::auth::Gates::Venue("another-venue".into()),
+            false,
+        ),
+        (onsale_edge::auth::Gates::Venue(venue), true),
+    ] {
+        let scanner = p.rp.app.scanner("gate-9", &gates);
+        let (status, body) =
+            p.rp.app
+                .post(
+                    "/v1/scans",
+                    &scanner,
+                    json!({"eventId": event, "code": "AAAAforged"}),
+                    None,
+                )
+                .await;
+        let expected = if admits {
+            "INVALID_CODE"
+        } else {
+            "NOT_THIS_GATE"
+        };
+        assert_eq!(
+            (status, body["code"].clone()),
+            (403, json!(expected)),
+            "{gates:?}"
+        );
+    }
     // A forged code and an old one (a screenshot) are refused; the real one admits once.
     let (status, body) = scan(&p, &event, "AAAAforged").await;
     assert_eq!((status, body["code"].clone()), (403, json!("INVALID_CODE")));
