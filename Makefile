@@ -1,5 +1,5 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything else mirrors CI.
-.PHONY: demo test sim sim-soak web fuzz-api drill-bots drill-shards kill-shard start-shard bench-shards up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-ab bench-owner bench-floor bench-cdc bench-trace bench-fanout bench-chart fail-region promote-region rejoin-region drill-region
+.PHONY: demo test sim sim-soak web fuzz-api drill-bots drill-shards kill-shard start-shard bench-shards up down kill-broker start-broker kill-primary start-db drill-failover drill-nodes kill-node stop-node cont-node start-node fmt lint bench bench-holds bench-reads bench-queue bench-nodes bench-limits bench-search bench-replay bench-ga bench-join bench-tail bench-ab bench-owner bench-floor bench-cdc bench-trace bench-fanout bench-chart fail-region promote-region rejoin-region drill-region oidc-rotate oidc-retire
 
 demo:
 	NODES=$(NODES) ./scripts/demo.sh
@@ -138,6 +138,15 @@ start-db:
 # report: time without writes, every acknowledged hold and order checked in the log.
 drill-failover:
 	./scripts/drill-failover.sh
+
+# The identity provider of `make up` rotates its signing key (ALG=EdDSA|ES256|RS256): the new
+# key signs from now on, onsale takes it at its first token; `oidc-retire` drops the oldest key
+# (its tokens refused from onsale's next fetch of the JWKS).
+oidc-rotate:
+	./scripts/stack.sh oidc-rotate $(or $(ALG),EdDSA)
+
+oidc-retire:
+	./scripts/stack.sh oidc-retire
 
 down:
 	./scripts/stack.sh down

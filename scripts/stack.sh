@@ -72,6 +72,9 @@ CACHE=${ONSALE_CACHE:-$HOME/.cache/onsale}
 # The login `serve`, `relay` and `project` use: a member of onsale_app and nothing more, admitted
 # by `onsale migrate` (the owner's job; `onsale` is the schema's owner here).
 NODE_LOGIN=${ONSALE_NODE_LOGIN:-onsale_node}
+# The identity provider `up` starts (scripts/oidc), whose tokens onsale takes beside the
+# development sign-in's.
+OIDC_PORT=${ONSALE_OIDC_PORT:-9300}
 # The Python gRPC tools of the tests live in a venv outside the repo.
 VENV=$CACHE/venv
 # `make up BROKERS=3`: a cluster of three.
@@ -500,6 +503,59 @@ browser_tools() {
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
   fi
   echo /usr/bin/chromium
+}
+
+# A real OpenID provider (panva's oidc-provider, npm, pinned by scripts/oidc/package-lock.json)
+# installed beside its scripts; prints their directory.
+oidc_tools() {
+  local dir=$ROOT/scripts/oidc key
+  key=$(sha256sum "$dir/package-lock.json" | cut -c1-16)
+  if [ "$(cat "$dir/node_modules/.onsale-lock" 2>/dev/null)" != "$key" ]; then
+    echo "installing oidc-provider" >&2
+    (cd "$dir" && npm ci --no-audit --no-fund --cache "${ONSALE_NPM_CACHE:-$HOME/.cache/onsale/npm}" >&2)
+    echo "$key" >"$dir/node_modules/.onsale-lock"
+  fi
+  echo "$dir"
+}
+
+# The identity provider of `up` on $OIDC_PORT: its keys in $1/keys.json (one EdDSA key at
+# first), its machine clients in $1/clients.json (a fan, an admin, a scanner of every show at
+# the demo's venue), started again by `oidc-rotate`/`oidc-retire`.
+oidc_up() {
+  local dir=$1 tools
+  tools=$(oidc_tools)
+  mkdir -p "$dir"
+  [ -f "$dir/keys.json" ] || node "$tools/keys.mjs" add "$dir/keys.json" EdDSA >/dev/null
+  [ -f "$dir/clients.json" ] || cat >"$dir/clients.json" <<JSON
+[{"client_id": "fan-1", "client_secret": "fan-1-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')", "role": "fan"},
+ {"client_id": "admin-1", "client_secret": "admin-1-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')", "role": "admin"},
+ {"client_id": "gate-1", "client_secret": "gate-1-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')", "role": "scanner", "venue": "demo-venue"}]
+JSON
+  chmod 600 "$dir/clients.json"
+  oidc_down "$dir"
+  nohup node "$tools/provider.mjs" "$OIDC_PORT" "$dir/keys.json" "$dir/clients.json" >"$dir/provider.log" 2>&1 &
+  echo $! >"$dir/pid"
+  for _ in $(seq 1 100); do
+    curl -sf "http://127.0.0.1:$OIDC_PORT/jwks" >/dev/null && return 0
+    sleep 0.1
+  done
+  echo "the identity provider did not start:" >&2
+  cat "$dir/provider.log" >&2
+  return 1
+}
+
+oidc_down() {
+  [ -f "$1/pid" ] || return 0
+  kill "$(cat "$1/pid")" 2>/dev/null || true
+  rm -f "$1/pid"
+}
+
+# A rotation on `up`'s provider: a new key (ALG, EdDSA by default) signs from now on, the old
+# ones stay in its JWKS (their tokens verify) until `oidc-retire` drops the oldest. onsale takes
+# the new key at its first token, without a restart.
+oidc_rotate() {
+  node "$(oidc_tools)/keys.mjs" "$1" "$STACK_DIR/oidc/keys.json" ${2:-EdDSA}
+  oidc_up "$STACK_DIR/oidc"
 }
 
 # A Prometheus server (Debian's) scraping onsale and evaluating its alerting rules: what the ops
@@ -1047,6 +1103,7 @@ start_onsale() {
     ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=$GRPC_LISTEN RUST_LOG=${RUST_LOG:-warn} \
     ONSALE_WEB_DIR="$ROOT/web/dist" ONSALE_PROMETHEUS_URL="http://127.0.0.1:$PROM_PORT" \
     ONSALE_CHECKPOINT_DIR="$STACK_DIR/checkpoints" ONSALE_CHECKPOINT_KEY_FILE="$STACK_DIR/checkpoint.p8" \
+    ONSALE_JWKS_URL="http://127.0.0.1:$OIDC_PORT/jwks" ONSALE_JWKS_ISSUER="http://127.0.0.1:$OIDC_PORT" \
     with_shards "$(shard_urls "$NODE_LOGIN")" nohup "$ROOT/target/release/onsale" "$@" >"$STACK_DIR/$name.log" 2>&1 &
   echo $! >"$STACK_DIR/$name.pid"
 }
@@ -1083,6 +1140,7 @@ up() {
   fi
   (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
   migrate_onsale
+  oidc_up "$STACK_DIR/oidc"
   # The fan app, served by onsale at / (npm and the generated clients: scripts/web.sh).
   ONSALE_BIN="$ROOT/target/release/onsale" "$ROOT/scripts/web.sh" >/dev/null
   # The card-processor simulator (the one simulated part), webhooks to the service.
@@ -1126,6 +1184,7 @@ up() {
   fi
   echo "onsale ready: REST and SSE on http://$LISTEN, gRPC and gRPC-web on $GRPC_LISTEN, Kafka on $(brokers_list), card processor on http://$PROCESSOR_LISTEN"
   echo "the fan app: http://$LISTEN/ (sign in with any name: development mode); the ops console: http://$LISTEN/ops (sign in as an admin); Prometheus: http://127.0.0.1:$PROM_PORT"
+  echo "the identity provider: http://127.0.0.1:$OIDC_PORT (its clients and their secrets in $STACK_DIR/oidc/clients.json; make oidc-rotate, make oidc-retire)"
   if [ "${TRACING:-0}" = 1 ]; then
     echo "traces ($ONSALE_TRACE_SAMPLE of the requests): http://127.0.0.1:$ZIPKIN_PORT/zipkin"
   fi
@@ -1517,6 +1576,7 @@ down() {
   router_down "$STACK_DIR"
   prom_down "$STACK_DIR"
   zipkin_down "$STACK_DIR"
+  oidc_down "$STACK_DIR/oidc"
   for f in "$STACK_DIR"/*.pid; do
     [ -f "$f" ] || continue
     case $(basename "$f") in onsale.pid|relay*.pid|project*.pid|processor.pid|node*.pid)
@@ -1563,6 +1623,9 @@ case "${1:-}" in
   fuzz-tools) fuzz_tools ;;
   prom-tools) prom_tools ;;
   browser-tools) browser_tools ;;
+  oidc-tools) oidc_tools ;;
+  oidc-rotate) oidc_rotate add "${2:-EdDSA}" ;;
+  oidc-retire) oidc_rotate retire ;;
   prom-up) prom_up "$2" "$3" "$4" "${5:-1}" ;;
   prom-down) prom_down "$2" ;;
   zipkin-tools) zipkin_jar ;;

@@ -33,6 +33,10 @@ ONSALE_TEST_WEB_DIR=$("$ROOT/scripts/web.sh")
 export ONSALE_TEST_WEB_DIR
 ONSALE_TEST_CHROMIUM=$("$ROOT/scripts/stack.sh" browser-tools)
 export ONSALE_TEST_CHROMIUM
+# A real OpenID provider (oidc-provider, npm), whose tokens and key rotations the identity test
+# takes.
+ONSALE_TEST_OIDC_DIR=$("$ROOT/scripts/stack.sh" oidc-tools)
+export ONSALE_TEST_OIDC_DIR
 # Zipkin's server, where the trace test sends its spans.
 ONSALE_TEST_ZIPKIN_JAR=$("$ROOT/scripts/stack.sh" zipkin-tools)
 export ONSALE_TEST_ZIPKIN_JAR

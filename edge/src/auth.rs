@@ -407,11 +407,13 @@ enum Refusal {
 }
 
 impl Verifier {
-    /// Checks tokens signed with `secret` (HS256; development) when given, and tokens signed
-    /// by the identity provider whose keys `provider` holds when given.
+    /// Checks tokens signed with `secret` (HS256; development) when given, issued by `iss`,
+    /// and tokens signed by the identity provider whose keys `provider` holds when given,
+    /// issued by its issuer (`provider_iss`, `iss` when `None`).
     pub fn new(
         secret: Option<&str>,
         provider: Option<Arc<Jwks>>,
+        provider_iss: Option<&str>,
         iss: &str,
         aud: &str,
         max_lifetime_secs: u64,
@@ -421,7 +423,11 @@ impl Verifier {
             .chain(PROVIDER_ALGORITHMS)
             .map(|alg| {
                 let mut v = Validation::new(alg);
-                v.set_issuer(&[iss]);
+                let issuer = match alg {
+                    Algorithm::HS256 => iss,
+                    _ => provider_iss.unwrap_or(iss),
+                };
+                v.set_issuer(&[issuer]);
                 v.set_audience(&[aud]);
                 v.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
                 v.validate_nbf = true;
@@ -445,6 +451,7 @@ impl Verifier {
     pub fn with_defaults(secret: &str) -> Self {
         Self::new(
             Some(secret),
+            None,
             None,
             DEFAULT_ISSUER,
             DEFAULT_AUDIENCE,
@@ -561,6 +568,10 @@ pub struct AuthSettings {
     /// RS256 by one of its keys are accepted. Required unless development mode is on.
     #[arg(long, env = "ONSALE_JWKS_URL")]
     pub jwks_url: Option<String>,
+    /// The issuer (`iss`) the identity provider's tokens name, when it is not
+    /// `ONSALE_JWT_ISSUER` (the development tokens' then keep theirs).
+    #[arg(long, env = "ONSALE_JWKS_ISSUER")]
+    pub jwks_issuer: Option<String>,
     /// How often the JWKS is fetched again (a token naming an unknown key fetches it at once,
     /// at most every 10 s): a key the provider retired is refused from the next fetch.
     #[arg(long, env = "ONSALE_JWKS_REFRESH_SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
@@ -595,6 +606,7 @@ impl AuthSettings {
         Verifier::new(
             self.dev_mode.then(|| self.jwt_secret.expose_secret()),
             self.jwks_url.as_deref().map(Jwks::new),
+            self.jwks_issuer.as_deref(),
             &self.jwt_issuer,
             &self.jwt_audience,
             self.jwt_max_lifetime_secs,
@@ -892,6 +904,7 @@ mod tests {
         let v = Verifier::new(
             None,
             Some(jwks.clone()),
+            None,
             DEFAULT_ISSUER,
             DEFAULT_AUDIENCE,
             86_400,

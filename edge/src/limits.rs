@@ -1069,6 +1069,7 @@ mod tests {
         let verifier = Verifier::new(
             Some("a-secret-of-at-least-32-bytes-long"),
             None,
+            None,
             "i",
             "a",
             60,
@@ -1135,6 +1136,7 @@ mod tests {
         };
         let verifier = Verifier::new(
             Some("a-secret-of-at-least-32-bytes-long"),
+            None,
             None,
             "i",
             "a",

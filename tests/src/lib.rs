@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 
 pub mod gated_log;
 pub mod ha;
+pub mod oidc;
 pub mod payments;
 pub mod read_path;
 pub mod regions;

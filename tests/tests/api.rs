@@ -528,3 +528,68 @@ async fn a_venue_keeps_a_chart_that_draws_its_layout_and_refuses_one_that_does_n
         );
     }
 }
+
+/// Issue 53, item 8: bearer tokens from a real OpenID provider (oidc-provider, its machine
+/// clients' JWT access tokens) are taken against its JWKS; its keys rotate without a restart of
+/// onsale (a new key's token taken at once, the old key's honoured until it leaves the set, then
+/// refused); an admin's token is an admin's, a fan's is not.
+#[tokio::test]
+async fn a_real_openid_providers_tokens_are_taken_and_its_keys_rotate_without_a_restart() {
+    let db = TestDb::new().await.expect("db");
+    let mut provider = onsale_tests::oidc::Provider::start("EdDSA")
+        .await
+        .expect("the provider");
+    let mut settings = onsale_tests::settings(&db);
+    settings.auth.jwks_url = Some(provider.jwks_url());
+    settings.auth.jwks_issuer = Some(provider.issuer());
+    settings.auth.jwks_refresh_secs = 1;
+    let app = TestApp::spawn_with(settings, std::sync::Arc::new(onsale_domain::SystemClock))
+        .await
+        .expect("app");
+    let event = app.on_sale_event(1, 1, 20, None).await;
+    let seats = std::sync::atomic::AtomicU32::new(0);
+    let hold = |token: String| {
+        let seat = format!(
+            "S1-R1-{}",
+            1 + seats.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        );
+        let (app, event) = (&app, &event);
+        async move {
+            app.hold(event, &token, json!({"seatIds": [seat]}), None)
+                .await
+        }
+    };
+    let by_first = provider.token("ann").await.expect("a token");
+    let (status, body) = hold(by_first.clone()).await;
+    assert_eq!(status, 201, "the provider's fan holds: {body}");
+    // The hold is the account the provider named (sub = its client): ann's, not bob's.
+    let held = format!("/v1/holds/{}", body["holdId"].as_str().expect("hold id"));
+    assert_eq!(app.delete(&held, &app.fan("bob")).await.0, 404);
+    assert_eq!(app.delete(&held, &app.fan("ann")).await.0, 204);
+    let admin = provider.token("boss").await.expect("an admin's token");
+    assert_eq!(app.get("/v1/ops/metrics", &admin).await.0, 200);
+    assert_eq!(app.get("/v1/ops/metrics", &by_first).await.0, 403);
+
+    // A new key (another algorithm too) signs from now on: taken at its first token.
+    provider.rotate("ES256").await.expect("rotated");
+    assert_eq!(provider.kids().await.expect("kids").len(), 2);
+    let by_second = provider.token("ann").await.expect("a token");
+    assert_ne!(by_second, by_first);
+    assert_eq!(hold(by_second.clone()).await.0, 201, "the new key's token");
+    assert_eq!(
+        hold(by_first.clone()).await.0,
+        201,
+        "the old key is still in the set"
+    );
+
+    // The old key leaves the set: its tokens are refused from onsale's next fetch.
+    provider.retire().await.expect("retired");
+    onsale_tests::wait_for(
+        "the retired key's token refused",
+        std::time::Duration::from_secs(15),
+        || async { hold(by_first.clone()).await.0 == 401 },
+    )
+    .await;
+    assert_eq!(hold(by_second.clone()).await.0, 201, "the new key's token");
+    app.server.shutdown().await.expect("stops");
+}
