@@ -297,8 +297,13 @@ impl Jwks {
             return;
         }
         *fetched = Some(Instant::now());
-        if let Err(e) = self.fetch().await {
-            tracing::warn!(url = %self.url, error = %e, "the identity provider's keys were not fetched");
+        match self.fetch().await {
+            Ok(n) => {
+                tracing::debug!(url = %self.url, %kid, keys = n, "identity provider's keys fetched for an unknown kid")
+            }
+            Err(e) => {
+                tracing::warn!(url = %self.url, error = %e, "the identity provider's keys were not fetched")
+            }
         }
     }
 

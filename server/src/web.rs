@@ -322,7 +322,7 @@ pub struct AlertRules {
         (status = 404, description = "NOT_CONFIGURED: no Prometheus is configured"),
         (status = 503, description = "UNAVAILABLE: Prometheus does not answer; retry after Retry-After")))]
 async fn alerts(State(a): State<Alerts>, headers: axum::http::HeaderMap) -> Response {
-    if let Err(e) = admin(&a, &headers) {
+    if let Err(e) = admin(&a, &headers).await {
         return e.into_response();
     }
     let Some(base) = &a.prometheus else {
@@ -368,8 +368,8 @@ async fn alerts(State(a): State<Alerts>, headers: axum::http::HeaderMap) -> Resp
 }
 
 /// The caller is an admin (a bearer token of that role), or the refusal to answer.
-fn admin(a: &Alerts, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
-    headers
+async fn admin(a: &Alerts, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
@@ -379,9 +379,11 @@ fn admin(a: &Alerts, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
                 ErrorCode::Unauthenticated,
                 "a bearer token is required",
             )
-        })
-        .and_then(|t| a.verifier.verify(t))
-        .and_then(|c| c.require(&[Role::Admin]))
+        })?;
+    a.verifier
+        .verify_fresh(token)
+        .await?
+        .require(&[Role::Admin])
 }
 
 /// `GET /v1/ops/metrics` (admin): this process's metrics, as its operators' `/metrics` serves
@@ -390,7 +392,7 @@ fn admin(a: &Alerts, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
     description = "This process's metrics in Prometheus's text format (admins): what the ops console draws. Operators scrape the operators' listener (ONSALE_METRICS_LISTEN) instead.",
     responses((status = 200, content_type = "text/plain", body = String)))]
 async fn ops_metrics(State(a): State<Alerts>, headers: axum::http::HeaderMap) -> Response {
-    if let Err(e) = admin(&a, &headers) {
+    if let Err(e) = admin(&a, &headers).await {
         return e.into_response();
     }
     (
