@@ -72,6 +72,16 @@ fn parameter_schema(path: &str, name: &str) -> Option<Value> {
 fn body_rules() -> Vec<(&'static str, Value)> {
     vec![
         (
+            // A scanner's development token names its gates: a venue, or shows.
+            "DevSignIn",
+            json!({"anyOf": [
+                {"properties": {"role": {"enum": ["fan", "admin", "auditor"]}}},
+                {"required": ["role"], "properties": {"role": {"const": "scanner"}},
+                 "anyOf": [
+                    {"required": ["venue"], "properties": {"venue": {"type": "string"}}},
+                    {"required": ["shows"], "properties": {"shows": {"minItems": 1}}}]}]}),
+        ),
+        (
             "NewVenue",
             json!({"properties": {
                 "name": {"minLength": 1, "maxLength": 200, "pattern": TEXT},

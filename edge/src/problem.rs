@@ -159,7 +159,13 @@ impl ApiError {
         if let Ok(v) = self.code.as_str().parse() {
             s.metadata_mut().insert("onsale-code", v);
         }
-        if let Some(secs) = self.retry_after_secs {
+        // As over HTTP: an outage always says when to come back.
+        let retry = match (self.retry_after_secs, self.status) {
+            (Some(secs), _) => Some(secs),
+            (None, StatusCode::SERVICE_UNAVAILABLE) => Some(1),
+            _ => None,
+        };
+        if let Some(secs) = retry {
             s.metadata_mut().insert("retry-after", secs.into());
         }
         s

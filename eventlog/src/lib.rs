@@ -306,7 +306,8 @@ impl<'a> Fold<'a> {
 }
 
 /// The PostgreSQL database of the event store and the read models, as every process reaches it.
-#[derive(Debug, Clone, clap::Args)]
+/// Printed (`Debug`) with the URLs' passwords redacted.
+#[derive(Clone, clap::Args)]
 pub struct DatabaseSettings {
     /// PostgreSQL holding the event store and the read models.
     #[arg(
@@ -337,6 +338,28 @@ pub struct DatabaseSettings {
     /// every open transaction) until it is ended.
     #[arg(long, env = "ONSALE_DB_IDLE_IN_TRANSACTION_SECS", default_value_t = 30)]
     pub idle_in_transaction_secs: u64,
+}
+
+impl std::fmt::Debug for DatabaseSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseSettings")
+            .field(
+                "database_url",
+                &onsale_telemetry::redact_url(&self.database_url),
+            )
+            .field(
+                "shard_urls",
+                &self
+                    .shard_urls
+                    .iter()
+                    .map(|u| onsale_telemetry::redact_url(u))
+                    .collect::<Vec<_>>(),
+            )
+            .field("pool_size", &self.pool_size)
+            .field("database_role", &self.database_role)
+            .field("idle_in_transaction_secs", &self.idle_in_transaction_secs)
+            .finish()
+    }
 }
 
 /// The role the processes act as, created by the migrations (0009).
@@ -549,6 +572,29 @@ async fn admit(pool: &sqlx::PgPool, logins: &[String]) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connection_urls_print_without_their_passwords() {
+        let db = DatabaseSettings {
+            database_url: "postgres://onsale_node:s3cret-pw@db.internal:5432/onsale".into(),
+            shard_urls: vec![
+                "postgres://a:other-pw@shard1/onsale".into(),
+                "not a url".into(),
+            ],
+            pool_size: 4,
+            database_role: APP_ROLE.into(),
+            idle_in_transaction_secs: 30,
+        };
+        let printed = format!("{db:?}");
+        for secret in ["s3cret-pw", "other-pw", "not a url"] {
+            assert!(!printed.contains(secret), "{printed}");
+        }
+        assert!(printed.contains("postgres://onsale_node:redacted@db.internal:5432/onsale"));
+        assert_eq!(
+            onsale_telemetry::redact_url("redis://127.0.0.1:6379/"),
+            "redis://127.0.0.1:6379/"
+        );
+    }
 
     #[test]
     fn only_the_events_decided_under_a_trace_carry_its_traceparent() {

@@ -199,13 +199,8 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
             .0
             .subscribe(show, (after > 0).then_some(after))
             .await
-            .map_err(|e| {
-                ApiError::into_status(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    ErrorCode::Unavailable,
-                    e.to_string(),
-                ))
-            })?
+            // The database's own words stay in the log (issue 53, item 11).
+            .map_err(|e| rest::db_unavailable(sqlx::Error::Protocol(e.to_string())).into_status())?
             .ok_or_else(|| ApiError::from(onsale_domain::ShowError::ShowNotFound).into_status())?;
         let out = stream.map(move |u| {
             // The stream holds its slot of the cap until it ends.

@@ -138,7 +138,7 @@ fn missing(m: Missing) -> ApiError {
     }
 }
 
-fn db_unavailable(e: sqlx::Error) -> ApiError {
+pub(crate) fn db_unavailable(e: sqlx::Error) -> ApiError {
     tracing::warn!(error = %e, "read model unreachable");
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,

@@ -125,9 +125,16 @@ fn pages(dir: &Path, grpc_web: &str) -> anyhow::Result<Router> {
         }
     };
     let serve_page = serve(page);
+    let csp = HeaderValue::from_str(&app_csp(grpc_web))?;
+    let app = |route| {
+        get(route).layer(SetResponseHeaderLayer::overriding(
+            header::CONTENT_SECURITY_POLICY,
+            csp.clone(),
+        ))
+    };
     Ok(Router::new()
-        .route("/", get(serve_page.clone()))
-        .route("/ops", get(serve_page))
+        .route("/", app(serve_page.clone()))
+        .route("/ops", app(serve_page))
         .route(
             "/docs",
             get(serve(read("docs.html")?)).layer(SetResponseHeaderLayer::overriding(
@@ -144,6 +151,31 @@ fn pages(dir: &Path, grpc_web: &str) -> anyhow::Result<Router> {
                 ))
                 .service(ServeDir::new(dir.join("assets"))),
         ))
+}
+
+/// The fan app's and the ops console's policy (issue 53, item 11): scripts, styles, workers
+/// and everything else from this server only (no inline script, no eval), images from it or
+/// `data:`, calls to it and to gRPC-web (`grpc_web`: ":PORT" on the page's host, or a URL),
+/// never framed by another page.
+fn app_csp(grpc_web: &str) -> String {
+    let grpc = match grpc_web.strip_prefix(':') {
+        Some(port) => format!("http://*:{port} https://*:{port}"),
+        None => match grpc_web.split_once("://") {
+            Some((scheme, rest)) => {
+                let host = rest
+                    .split(['/', '?', '#', '"', ' ', ';', ','])
+                    .next()
+                    .unwrap_or("");
+                format!("{scheme}://{host}")
+            }
+            None => String::new(),
+        },
+    };
+    format!(
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+         connect-src 'self' {grpc}; worker-src 'self'; object-src 'none'; base-uri 'none'; \
+         form-action 'self'; frame-ancestors 'none'"
+    )
 }
 
 /// The API reference: Redoc's bundle from this server, its inline styles, its search in a blob
@@ -565,8 +597,26 @@ mod tests {
             let (status, r) = call(&router, "GET", page, "").await;
             assert_eq!(status, StatusCode::OK);
             assert_eq!(r.headers()[header::CACHE_CONTROL], "no-cache");
+            let csp = r.headers()[header::CONTENT_SECURITY_POLICY]
+                .to_str()
+                .expect("csp")
+                .to_owned();
+            for part in [
+                "script-src 'self';",
+                "frame-ancestors 'none'",
+                "connect-src 'self' http://*:50999 https://*:50999;",
+            ] {
+                assert!(csp.contains(part), "{page}: {csp}");
+            }
             assert!(text(r).await.contains(r#"content=":50999""#), "{page}");
         }
+        assert_eq!(
+            app_csp("https://grpc.example:8443/web?x=1")
+                .split("connect-src ")
+                .nth(1)
+                .and_then(|c| c.split(';').next()),
+            Some("'self' https://grpc.example:8443")
+        );
         let (status, r) = call(&router, "GET", "/docs", "").await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(r.headers()[header::CONTENT_SECURITY_POLICY], DOCS_CSP);

@@ -12,6 +12,20 @@ mod zipkin;
 
 pub use trace::init as init_tracing;
 
+/// `url` as it may be printed: its password, if any, replaced (a URL that does not parse is
+/// withheld whole: it might be a secret pasted in the wrong place).
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) => {
+            if u.password().is_some() {
+                let _ = u.set_password(Some("redacted"));
+            }
+            u.to_string()
+        }
+        Err(_) => "(withheld: not a URL)".to_owned(),
+    }
+}
+
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};

@@ -61,6 +61,20 @@ async fn ids_of_shows_that_do_not_exist_are_answered_404_without_starting_an_own
             (404, Some("EVENT_NOT_FOUND")),
             "{body}"
         );
+        // An admin's policy for a made-up show: 404 too, no owner (issue 53, item 11).
+        let show = hold.split('_').nth(1).expect("the hold id names its show");
+        let (status, body) = app
+            .put(
+                &format!("/v1/events/{show}/policy"),
+                &app.admin(),
+                json!({"holdTtlSeconds": 300}),
+            )
+            .await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (404, Some("EVENT_NOT_FOUND")),
+            "{body}"
+        );
     }
     assert_eq!(
         app.shows().owners_started(),
@@ -70,7 +84,7 @@ async fn ids_of_shows_that_do_not_exist_are_answered_404_without_starting_an_own
     assert_eq!(
         app.server.catalog.lookups(),
         lookups + 1,
-        "the miss is cached: 60 requests, one read"
+        "the miss is cached: 80 requests, one read"
     );
     let claims: i64 = sqlx::query_scalar("SELECT count(*) FROM show_owners")
         .fetch_one(&db.pool().await.expect("pool"))

@@ -1117,6 +1117,30 @@ async fn with_postgresql_away_the_last_good_map_is_served_stale_or_503_never_a_g
         .expect("answers");
     assert_eq!(res.status(), 503);
     assert_eq!(res.headers()["retry-after"], "1");
+    // Over gRPC the same: UNAVAILABLE with Retry-After, and nothing of the database's own words
+    // (issue 53, item 11: its error text was the status's message).
+    let refused = grpc_client(&rp)
+        .await
+        .stream_deltas(pb::StreamDeltasRequest {
+            event_id: event.clone(),
+            section: String::new(),
+            all_seats: false,
+            after_seq: 0,
+        })
+        .await
+        .expect_err("no stream while the read models are away");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert_eq!(
+        refused.message(),
+        "UNAVAILABLE: the read models are unreachable; retry shortly"
+    );
+    assert_eq!(
+        refused
+            .metadata()
+            .get("retry-after")
+            .map(|v| v.to_str().ok()),
+        Some(Some("1"))
+    );
 
     db.reopen().await.expect("reopen");
     rp.eventually(

@@ -34,7 +34,8 @@ use tokio_util::sync::CancellationToken;
 pub use store::Store;
 pub use tokens::Signer;
 
-#[derive(Debug, Clone, clap::Args)]
+/// Printed (`Debug`) with the Redis URL's password redacted and the secret withheld.
+#[derive(Clone, clap::Args)]
 pub struct WaitingRoomConfig {
     /// Redis for the waiting room; without it shows with `waitingRoom: true` are refused.
     #[arg(id = "redis_url", long = "redis-url", env = "ONSALE_REDIS_URL")]
@@ -114,6 +115,25 @@ pub struct WaitingRoomConfig {
         value_parser = onsale_edge::auth::secret
     )]
     pub secret: SecretString,
+}
+
+impl std::fmt::Debug for WaitingRoomConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitingRoomConfig")
+            .field(
+                "redis_url",
+                &self.redis_url.as_deref().map(onsale_telemetry::redact_url),
+            )
+            .field("target", &self.target)
+            .field("target_min", &self.target_min)
+            .field("target_max", &self.target_max)
+            .field("tick_ms", &self.tick_ms)
+            .field("grace_secs", &self.grace_secs)
+            .field("lease_secs", &self.lease_secs)
+            .field("fallback_per_sec", &self.fallback_per_sec)
+            .field("secret", &self.secret)
+            .finish()
+    }
 }
 
 /// What the waiting room needs to know about a show.

@@ -191,6 +191,8 @@ pub(super) async fn set_policy(
 ) -> Result<Response, ApiError> {
     caller.require(&[Role::Admin])?;
     let show_id: ShowId = id.parse()?;
+    // A made-up id is answered 404 from the catalog, never by starting an owner for it.
+    state.catalog.exists(show_id).await?;
     let hold_ttl_seconds = body
         .hold_ttl_seconds
         .map_or(DEFAULT_HOLD_TTL_SECONDS, |t| t.0);

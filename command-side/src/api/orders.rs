@@ -30,6 +30,23 @@ pub struct OrderAccepted {
     pub status: String,
 }
 
+/// An order request's fingerprint, stored in the log with its key: the hold it orders, never
+/// the payment token (issue 53, item 11: the log and the topic carry no card token, not even
+/// hashed). A retry with the same key and another token is the same order, answered as first.
+fn order_fingerprint(request: &OrderRequest) -> Result<String, ApiError> {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Fingerprinted<'a> {
+        hold_id: &'a str,
+    }
+    fingerprint(
+        "POST /v1/orders",
+        &Fingerprinted {
+            hold_id: &request.hold_id,
+        },
+    )
+}
+
 /// Place an order from a hold. The charge happens after the commit, so the answer is 202.
 #[utoipa::path(post, path = "/v1/orders", request_body = OrderRequest, security(("bearer" = [])),
     params(("Idempotency-Key" = String, Header),
@@ -66,7 +83,7 @@ pub(super) async fn place_order(
         account: caller.account.clone(),
         idempotency: Idempotency {
             key,
-            fingerprint: fingerprint("POST /v1/orders", &request)?,
+            fingerprint: order_fingerprint(&request)?,
         },
     };
     let answer = state.shows.execute(hold_id.show(), command).await;
@@ -93,5 +110,24 @@ pub(super) async fn place_order(
         other => {
             Err(crate::protocol::CommandError::Internal(format!("order answered {other:?}")).into())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn order(hold: &str, token: &str) -> String {
+        order_fingerprint(&OrderRequest {
+            hold_id: hold.into(),
+            payment_token: token.into(),
+        })
+        .expect("fingerprint")
+    }
+
+    #[test]
+    fn an_orders_fingerprint_is_its_hold_and_never_its_payment_token() {
+        assert_eq!(order("h_1", "tok_visa_4242"), order("h_1", "tok_other"));
+        assert_ne!(order("h_1", "tok_visa_4242"), order("h_2", "tok_visa_4242"));
     }
 }
