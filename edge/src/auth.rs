@@ -765,7 +765,8 @@ mod tests {
 
     const KEY: &str = "a-test-secret-of-at-least-32-bytes!";
 
-    fn claims(f: impl FnOnce(&mut Claims)) -> String {
+    /// A fan's claims for ten minutes, as `f` changes them.
+    fn fan_claims(f: impl FnOnce(&mut Claims)) -> Claims {
         let now = now_secs();
         let mut c = Claims {
             sub: "fan-1".into(),
@@ -780,7 +781,11 @@ mod tests {
             shows: None,
         };
         f(&mut c);
-        encode_claims(KEY, &c).expect("signs")
+        c
+    }
+
+    fn claims(f: impl FnOnce(&mut Claims)) -> String {
+        encode_claims(KEY, &fan_claims(f)).expect("signs")
     }
 
     fn refused(token: &str) -> ApiError {
@@ -864,23 +869,9 @@ mod tests {
     }
 
     fn signed(key: &EncodingKey, kid: &str, f: impl FnOnce(&mut Claims)) -> String {
-        let now = now_secs();
-        let mut c = Claims {
-            sub: "fan-1".into(),
-            role: Role::Fan,
-            iss: DEFAULT_ISSUER.into(),
-            aud: DEFAULT_AUDIENCE.into(),
-            iat: now,
-            exp: now + 600,
-            nbf: None,
-            verified: false,
-            venue: None,
-            shows: None,
-        };
-        f(&mut c);
         let mut header = Header::new(Algorithm::EdDSA);
         header.kid = Some(kid.into());
-        encode(&header, &c, key).expect("signs")
+        encode(&header, &fan_claims(f), key).expect("signs")
     }
 
     /// A JWKS served over HTTP, whose keys the test changes as a provider rotates them.

@@ -291,8 +291,10 @@ pub async fn serve(
 }
 
 /// A request's span in the trace (docs/adr/019): a child of the caller's `traceparent` when it
-/// sends one, named by its route. Nothing at all when this process exports no traces.
+/// sends one (the public's sampled ones within a budget: `trace::Caller`), named by its route.
+/// Nothing at all when this process exports no traces.
 pub async fn traced(
+    axum::extract::State(caller): axum::extract::State<onsale_telemetry::trace::Caller>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
@@ -314,7 +316,7 @@ pub async fn traced(
         url.path = %req.uri().path(),
         http.response.status_code = tracing::field::Empty,
     );
-    trace::follow_headers(&span, req.headers());
+    trace::follow_headers(&span, req.headers(), caller);
     let res = next.run(req).instrument(span.clone()).await;
     span.record("http.response.status_code", res.status().as_u16());
     res

@@ -819,7 +819,10 @@ impl Server {
             .layer(axum::middleware::from_fn(
                 onsale_edge::problem::problem_json,
             ))
-            .layer(axum::middleware::from_fn(http::traced))
+            .layer(axum::middleware::from_fn_with_state(
+                onsale_telemetry::trace::Caller::Public,
+                http::traced,
+            ))
             .layer(tower_http::trace::TraceLayer::new_for_http());
         // A standby's writes are refused before anything else looks at them; every answer
         // names the region that served it.
@@ -871,7 +874,10 @@ impl Server {
                 Duration::from_millis(s.limits.request_timeout_ms),
                 limits::deadline,
             ))
-            .layer(axum::middleware::from_fn(http::traced))
+            .layer(axum::middleware::from_fn_with_state(
+                onsale_telemetry::trace::Caller::Node,
+                http::traced,
+            ))
             .layer(tower_http::trace::TraceLayer::new_for_http());
         self.serve("internal", internal, internal_router);
         self.serve("HTTP", http, router);

@@ -245,4 +245,52 @@ async fn one_hold_is_traced_from_the_request_to_the_seat_map_delta_and_nothing_e
             }
         }
     }
+    // The public cannot have every request traced (issue 53, item 11): of twelve sampled
+    // contexts sent at once, a few a second are followed; the rest are traces of their own,
+    // sampled by the ratio (none here). One sent once the second has turned is followed, and
+    // once its spans are in Zipkin the twelve's (exported before it) are too.
+    let asked: Vec<String> = (0..12).map(|_| random_hex(16)).collect();
+    let started = std::time::SystemTime::now();
+    let page = format!("{}/v1/events/{event}", api.base);
+    for id in &asked {
+        let res = api
+            .http
+            .get(&page)
+            .header("traceparent", format!("00-{id}-{}-01", random_hex(8)))
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(res.status(), 200);
+    }
+    let spent = started.elapsed().unwrap_or_default();
+    onsale_tests::wait_for("the second turns", Duration::from_secs(3), || async {
+        started.elapsed().unwrap_or_default() >= Duration::from_secs(1) + spent
+    })
+    .await;
+    let marker = random_hex(16);
+    let res = api
+        .http
+        .get(&page)
+        .header("traceparent", format!("00-{marker}-{}-01", random_hex(8)))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(res.status(), 200);
+    onsale_tests::wait_for(
+        "the marker's trace exported",
+        Duration::from_secs(30),
+        || async { !spans(&http, &zipkin_url, &marker).await.is_empty() },
+    )
+    .await;
+    let mut followed = 0;
+    for id in &asked {
+        if !spans(&http, &zipkin_url, id).await.is_empty() {
+            followed += 1;
+        }
+    }
+    let seconds = u32::try_from(spent.as_secs()).unwrap_or(u32::MAX) + 2;
+    assert!(
+        (1..=onsale_telemetry::trace::FORCED_PER_SEC * seconds).contains(&followed),
+        "{followed} of 12 forced traces followed over {spent:?}"
+    );
 }

@@ -8,10 +8,10 @@
 //!
 //! Sampling (`ONSALE_TRACE_SAMPLE`, a ratio of 0 to 1, default 0) decides at the first span of
 //! a trace; a caller's sampled `traceparent` is followed whatever the ratio, so one request can
-//! be traced on demand.
+//! be traced on demand: another node's always, the public's a few times a second at most.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use opentelemetry::propagation::TextMapPropagator;
@@ -155,9 +155,89 @@ pub fn follow(span: &Span, traceparent: &str) {
 }
 
 /// Makes `span` (not entered yet) a child of the caller's span, when its headers name one.
-pub fn follow_headers(span: &Span, headers: &http::HeaderMap) {
+pub fn follow_headers(span: &Span, headers: &http::HeaderMap, caller: Caller) {
     let cx = TraceContextPropagator::new().extract(&opentelemetry_http::HeaderExtractor(headers));
-    if cx.span().span_context().is_valid() {
-        let _ = span.set_parent(cx);
+    let context = cx.span().span_context().clone();
+    if !context.is_valid() {
+        return;
+    }
+    // A sampled context from the internet is followed within the budget only; past it the
+    // request is a trace of its own, sampled by the ratio like any other.
+    if caller == Caller::Public && context.is_sampled() && !FORCED.take(unix_secs()) {
+        return;
+    }
+    let _ = span.set_parent(cx);
+}
+
+/// Who sent a request's `traceparent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// Anyone on the public listeners: a sampled context of theirs is followed at most
+    /// [`FORCED_PER_SEC`] times a second (issue 53, item 11: a client could have every request
+    /// it sent traced and exported).
+    Public,
+    /// Another onsale node (the internal listener, signed requests): always followed.
+    Node,
+}
+
+/// How many requests a second the public may have traced by sending a sampled `traceparent`
+/// (one request traced on demand stays possible).
+pub const FORCED_PER_SEC: u32 = 2;
+
+static FORCED: PerSecond = PerSecond::new(FORCED_PER_SEC);
+
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// At most `per_sec` takes in each second (a take racing the turn of a second may land in
+/// either).
+#[derive(Debug)]
+pub struct PerSecond {
+    per_sec: u32,
+    second: AtomicU64,
+    used: AtomicU32,
+}
+
+impl PerSecond {
+    pub const fn new(per_sec: u32) -> Self {
+        Self {
+            per_sec,
+            second: AtomicU64::new(0),
+            used: AtomicU32::new(0),
+        }
+    }
+
+    /// Whether one more is allowed in second `now`.
+    pub fn take(&self, now: u64) -> bool {
+        let seen = self.second.load(Ordering::Relaxed);
+        if seen != now
+            && self
+                .second
+                .compare_exchange(seen, now, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.used.store(0, Ordering::Relaxed);
+        }
+        self.used.fetch_add(1, Ordering::Relaxed) < self.per_sec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_most_so_many_are_taken_in_a_second_and_the_next_second_starts_afresh() {
+        let budget = PerSecond::new(2);
+        assert!(budget.take(100));
+        assert!(budget.take(100));
+        assert!(!budget.take(100), "a third in the same second");
+        assert!(!budget.take(100));
+        assert!(budget.take(101), "the next second");
+        assert!(budget.take(101));
+        assert!(!budget.take(101));
     }
 }
