@@ -676,6 +676,11 @@ async fn redis_away_falls_back_to_a_slow_pace_not_an_open_gate_and_recovers() {
     );
     // Admissions come at the fixed pace, without positions; the gate stays shut without one.
     let admission = room.admitted(&event, "ann", &qt(&joined), 10).await;
+    // One admission per account and show: asked again, the same one, no second place taken.
+    for _ in 0..3 {
+        let (_, again) = room.view(&event, "ann", &qt(&joined)).await;
+        assert_eq!(again["admissionToken"], json!(admission), "{again}");
+    }
     let (status, body) = room
         .hold(&event, "ann", None, json!({"seatIds": ["S1-R1-1"]}))
         .await;

@@ -549,23 +549,27 @@ async fn status(state: &RoomState, show: ShowId, account: &str) -> Result<Standi
         Ok(s) => s,
         Err(e) => {
             redis_down(&e);
-            if room.fallback_permit() {
-                let now = now_ms();
+            // One admission per account and show, at the fallback's pace.
+            let admission = room.fallback_admission(show, account, || {
+                let enter_by = now_ms() + room.grace().as_millis() as i64;
                 let token = room.signer.sign(&AdmissionClaims {
                     aud: tokens::ADMISSION.into(),
                     sub: account.to_owned(),
                     show: show.to_string(),
                     pos: 0,
                     jti: crate::fallback::new_id(),
-                    exp_ms: now + room.grace().as_millis() as i64,
+                    exp_ms: enter_by,
                     paused_ms: 0,
                     exp: Utc::now().timestamp() + 24 * 3600,
                     fallback: true,
                 });
+                (token, enter_by)
+            });
+            if let Some((token, enter_by)) = admission {
                 return Ok(Standing {
                     mode: Some(LineMode::Fallback),
                     admission_token: Some(token),
-                    enter_by: Some(ms_to_time(now + room.grace().as_millis() as i64)),
+                    enter_by: Some(ms_to_time(enter_by)),
                     ..Standing::new(LineStatus::Admitted, availability)
                 });
             }

@@ -198,6 +198,11 @@ pub struct WaitingRoom {
     facts: Arc<Mutex<HashMap<ShowId, ShowFacts>>>,
     rules: moka::future::Cache<ShowId, JoinRules>,
     fallback: Arc<Mutex<(f64, std::time::Instant)>>,
+    /// While Redis is away, the admission this process gave each account for each show, kept
+    /// for the grace it has to enter: asked again, the account gets the same one, and takes no
+    /// second place of the fallback's pace (issue 53, item 11: one account asking over and
+    /// over took one place each time, and the others' with it).
+    fallback_issued: moka::sync::Cache<(ShowId, String), (String, i64)>,
 }
 
 pub fn now_ms() -> i64 {
@@ -215,6 +220,7 @@ impl WaitingRoom {
             return Ok(None);
         };
         let store = Store::connect(&url, &shutdown).await?;
+        let grace_secs = config.grace_secs;
         Ok(Some(Self {
             store,
             signer: Signer::new(config.secret.expose_secret()),
@@ -229,6 +235,10 @@ impl WaitingRoom {
                 .max_capacity(100_000)
                 .build(),
             fallback: Arc::new(Mutex::new((0.0, std::time::Instant::now()))),
+            fallback_issued: moka::sync::Cache::builder()
+                .time_to_live(Duration::from_secs(grace_secs.max(1)))
+                .max_capacity(1_000_000)
+                .build(),
         }))
     }
 
@@ -315,6 +325,27 @@ impl WaitingRoom {
         } else {
             false
         }
+    }
+
+    /// The fallback admission for `account` at `show`: the one given before while its grace
+    /// runs, else a new one made by `issue` (`(token, enter by, ms)`) if the pace has a place
+    /// now, else none.
+    pub fn fallback_admission(
+        &self,
+        show: ShowId,
+        account: &str,
+        issue: impl FnOnce() -> (String, i64),
+    ) -> Option<(String, i64)> {
+        let key = (show, account.to_owned());
+        if let Some(given) = self.fallback_issued.get(&key) {
+            return Some(given);
+        }
+        if !self.fallback_permit() {
+            return None;
+        }
+        let given = issue();
+        self.fallback_issued.insert(key, given.clone());
+        Some(given)
     }
 
     pub fn grace(&self) -> Duration {
