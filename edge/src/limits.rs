@@ -1066,15 +1066,7 @@ mod tests {
             rate_misses_burst: 0,
             trusted_proxies: Vec::new(),
         };
-        let verifier = Verifier::new(
-            Some("a-secret-of-at-least-32-bytes-long"),
-            None,
-            None,
-            "i",
-            "a",
-            60,
-            60,
-        );
+        let verifier = Verifier::with_defaults("a-secret-of-at-least-32-bytes-long");
         let limits = RateLimits::new(&settings, verifier);
         let read = |peer: &str| {
             let mut r = Request::builder()
@@ -1134,15 +1126,7 @@ mod tests {
                 .collect();
             s
         };
-        let verifier = Verifier::new(
-            Some("a-secret-of-at-least-32-bytes-long"),
-            None,
-            None,
-            "i",
-            "a",
-            60,
-            60,
-        );
+        let verifier = Verifier::with_defaults("a-secret-of-at-least-32-bytes-long");
         let req = |peer: &str, xff: &str| {
             let mut r = Request::builder()
                 .uri("/v1/events/e")

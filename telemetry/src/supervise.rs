@@ -378,25 +378,37 @@ mod tests {
         stop.cancel();
     }
 
+    /// What `check` finds once it finds something, the paused clock advanced in 10 ms steps;
+    /// the test fails past `within` of that clock.
+    async fn until<T>(within: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(found) = check() {
+                return found;
+            }
+            assert!(Instant::now() < deadline, "nothing within {within:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_loop_that_dies_is_named_down_and_built_again_until_stop() {
         let stop = CancellationToken::new();
         let loops = Loops::alone(stop.clone());
         let builds = Arc::new(AtomicU32::new(0));
         let counted = builds.clone();
-        let until = stop.clone();
+        let stopped = stop.clone();
         loops.spawn("seat-map poll", move || {
             counted.fetch_add(1, Ordering::SeqCst);
-            let until = until.clone();
-            async move { until.cancelled().await }
+            let stopped = stopped.clone();
+            async move { stopped.cancelled().await }
         });
         assert_eq!(loops.names(), vec!["seat-map poll"]);
         assert!(!loops.crash("no such loop"));
         assert!(loops.crash("seat-map poll"));
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        let down = loops.health().ready().expect_err("down after its death");
+        let down = until(Duration::from_secs(1), || loops.health().ready().err()).await;
         assert!(down.contains("seat-map poll is down"), "{down}");
-        tokio::time::sleep(FIRST_WAIT + STABLE).await;
+        until(FIRST_WAIT + STABLE + STABLE, || loops.health().ready().ok()).await;
         assert_eq!(builds.load(Ordering::SeqCst), 2, "built again once");
         assert_eq!(loops.health().ready(), Ok(()));
         stop.cancel();
