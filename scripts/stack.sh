@@ -22,6 +22,8 @@
 #   scripts/stack.sh broker-kill DIR I       SIGKILL broker I
 #   scripts/stack.sh broker-down DIR         stop every broker of DIR
 #   scripts/stack.sh broker-lib              resolve the broker's jars if missing, print their dir
+#   scripts/stack.sh secure-up DIR KPORT RPORT  a broker (TLS, SCRAM users, ACLs) and a Redis (TLS,
+#                                            a user) in DIR; prints what a client needs (DIR/client.env)
 #   scripts/stack.sh py-tools                install grpcio-tools, duckdb, confluent-kafka if missing, print the python
 #   scripts/stack.sh fuzz-tools              install schemathesis if missing, print its command
 #   scripts/stack.sh prom-tools              install promtool (Debian's prometheus) if missing, print its command
@@ -115,6 +117,8 @@ ensure_packages() {
   [ -x "$PG_BIN/postgres" ] || missing+=(postgresql-15)
   command -v psql >/dev/null || missing+=(postgresql-client-15)
   command -v curl >/dev/null || missing+=(curl)
+  # The certificates of `up SECURE=1` and the tests' secure broker and Redis.
+  command -v openssl >/dev/null || missing+=(openssl)
   # Logical decoding plugin of the CDC relay.
   [ -f /usr/lib/postgresql/15/lib/wal2json.so ] || missing+=(postgresql-15-wal2json)
   python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
@@ -363,6 +367,18 @@ broker_up() {
   cluster=$(java -cp "$lib/*" kafka.tools.StorageTool random-uuid)
   # With fewer than three brokers the internal topics cannot have three replicas.
   local rf=$((n >= 3 ? 3 : 1)) isr=$((n >= 3 ? 2 : 1))
+  # KAFKA_SECURE=DIR (DIR prepared by secure_material): clients only over TLS with a SCRAM
+  # user, every request authorized by the ACLs (kafka_acls); the controllers' quorum stays on
+  # loopback in the clear, as the principal ANONYMOUS.
+  local protocol=PLAINTEXT scram=()
+  if [ -n "${KAFKA_SECURE:-}" ]; then
+    protocol=SASL_SSL
+    # shellcheck disable=SC1091
+    . "$KAFKA_SECURE/secure.env"
+    scram=(--add-scram "SCRAM-SHA-512=[name=admin,password=$KAFKA_ADMIN_PASSWORD]"
+      --add-scram "SCRAM-SHA-512=[name=onsale-relay,password=$KAFKA_RELAY_PASSWORD]"
+      --add-scram "SCRAM-SHA-512=[name=onsale-node,password=$KAFKA_NODE_PASSWORD]")
+  fi
   for i in $(seq 1 "$n"); do
     local node=$dir/kafka-$i
     mkdir -p "$node"
@@ -370,11 +386,11 @@ broker_up() {
 process.roles=broker,controller
 node.id=$i
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://127.0.0.1:$(broker_port "$i" "$port"),CONTROLLER://127.0.0.1:$(controller_port "$i" "$port")
-advertised.listeners=PLAINTEXT://127.0.0.1:$(broker_port "$i" "$port")
+listeners=$protocol://127.0.0.1:$(broker_port "$i" "$port"),CONTROLLER://127.0.0.1:$(controller_port "$i" "$port")
+advertised.listeners=$protocol://127.0.0.1:$(broker_port "$i" "$port")
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=$protocol:$protocol,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=$protocol
 log.dirs=$node/data
 num.partitions=1
 default.replication.factor=$rf
@@ -391,8 +407,23 @@ group.initial.rebalance.delay.ms=0
 broker.heartbeat.interval.ms=500
 broker.session.timeout.ms=3000
 PROPS
+    if [ -n "${KAFKA_SECURE:-}" ]; then
+      cat >>"$node/server.properties" <<PROPS
+sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$KAFKA_ADMIN_PASSWORD";
+ssl.keystore.type=PEM
+ssl.keystore.location=$KAFKA_SECURE/tls/broker.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$KAFKA_SECURE/tls/ca.pem
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:admin;User:ANONYMOUS
+PROPS
+      chmod 600 "$node/server.properties"
+    fi
     java -cp "$lib/*" -Dlog4j2.configurationFile="$ROOT/kafka/broker/log4j2.properties" \
-      kafka.tools.StorageTool format -t "$cluster" -c "$node/server.properties" >"$node/format.log" 2>&1 \
+      kafka.tools.StorageTool format -t "$cluster" -c "$node/server.properties" "${scram[@]}" >"$node/format.log" 2>&1 \
       || { cat "$node/format.log" >&2; return 1; }
   done
   for i in $(seq 1 "$n"); do broker_start "$dir" "$i" nowait; done
@@ -421,7 +452,7 @@ broker_start() {
 
 broker_wait() {
   local dir=$1 i=$2 node=$1/kafka-$2 port
-  port=$(sed -n 's#^advertised.listeners=PLAINTEXT://127.0.0.1:##p' "$node/server.properties")
+  port=$(sed -n 's#^advertised.listeners=[A-Z_]*://127.0.0.1:##p' "$node/server.properties")
   for _ in $(seq 1 600); do
     if ! kill -0 "$(cat "$node/pid")" 2>/dev/null; then
       echo "broker $i exited; see $node/broker.log" >&2
@@ -458,6 +489,75 @@ broker_down() {
     kill -9 "$pid" 2>/dev/null || true
     rm -f "$pidfile"
   done
+}
+
+# --- Kafka and Redis over TLS with credentials (`up SECURE=1`, the tests' secure pair; issue
+# 53 item 7). DIR/tls: a CA of its own and a certificate for 127.0.0.1 and localhost signed by
+# it; DIR/secure.env: the users' passwords (random, mode 600), sourced by the functions below.
+secure_material() {
+  local dir=$1 tls=$1/tls
+  [ -f "$dir/secure.env" ] && return 0
+  ensure_packages
+  mkdir -p "$tls"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=onsale local CA" \
+    -keyout "$tls/ca.key" -out "$tls/ca.pem" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+    -keyout "$tls/server.key" -out "$tls/server.csr" 2>/dev/null
+  printf '%s\n' "subjectAltName=DNS:localhost,IP:127.0.0.1" "basicConstraints=CA:FALSE" \
+    "keyUsage=digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" >"$tls/server.ext"
+  openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial \
+    -days 30 -extfile "$tls/server.ext" -out "$tls/server.pem" 2>/dev/null
+  # Kafka's PEM key store: the key (PKCS#8) and its certificate in one file.
+  cat "$tls/server.key" "$tls/server.pem" >"$tls/broker.pem"
+  chmod 600 "$tls"/*.key "$tls/broker.pem"
+  (umask 077 && {
+    echo "KAFKA_ADMIN_PASSWORD=$(openssl rand -hex 16)"
+    echo "KAFKA_RELAY_PASSWORD=$(openssl rand -hex 16)"
+    echo "KAFKA_NODE_PASSWORD=$(openssl rand -hex 16)"
+    echo "REDIS_PASSWORD=$(openssl rand -hex 16)"
+  } >"$dir/secure.env")
+}
+
+# The ACLs of a secure broker (kafka/broker/Acls.java): only onsale-relay writes the topics
+# whose names start with PREFIX; onsale-node reads them.
+kafka_acls() {
+  local secure=$1 bootstrap=$2 prefix=$3 lib
+  lib=$(broker_lib)
+  # shellcheck disable=SC1091
+  . "$secure/secure.env"
+  (umask 077 && cat >"$secure/admin.properties" <<PROPS
+security.protocol=SASL_SSL
+sasl.mechanism=SCRAM-SHA-512
+sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$KAFKA_ADMIN_PASSWORD";
+ssl.truststore.type=PEM
+ssl.truststore.location=$secure/tls/ca.pem
+PROPS
+  )
+  java -Dlog4j2.configurationFile="$ROOT/kafka/broker/log4j2.properties" -cp "$lib/*" \
+    "$ROOT/kafka/broker/Acls.java" "$bootstrap" "$secure/admin.properties" "$prefix"
+}
+
+# A broker (SASL_SSL, SCRAM users admin, onsale-relay, onsale-node, ACLs on the onsale.events
+# topics) on KAFKA_PORT and a Redis (TLS only, user onsale) on REDIS_PORT, both in DIR; prints
+# what a client needs as NAME=VALUE lines (also in DIR/client.env).
+secure_up() {
+  local dir=$1 kport=$2 rport=$3
+  secure_material "$dir"
+  KAFKA_SECURE=$dir broker_up "$dir" "$kport" 1 >/dev/null
+  kafka_acls "$dir" "127.0.0.1:$kport" onsale.events >/dev/null
+  REDIS_SECURE=$dir redis_up "$dir" "$rport" >/dev/null
+  # shellcheck disable=SC1091
+  . "$dir/secure.env"
+  (umask 077 && {
+    echo "KAFKA_BROKERS=127.0.0.1:$kport"
+    echo "KAFKA_CA_FILE=$dir/tls/ca.pem"
+    echo "KAFKA_RELAY_PASSWORD=$KAFKA_RELAY_PASSWORD"
+    echo "KAFKA_NODE_PASSWORD=$KAFKA_NODE_PASSWORD"
+    echo "KAFKA_ADMIN_PASSWORD=$KAFKA_ADMIN_PASSWORD"
+    echo "REDIS_URL=rediss://onsale:$REDIS_PASSWORD@127.0.0.1:$rport/"
+    echo "REDIS_CA_FILE=$dir/tls/ca.pem"
+  } >"$dir/client.env")
+  cat "$dir/client.env"
 }
 
 # The Python gRPC tools the tests generate a non-Rust client with; prints the venv's python.
@@ -600,10 +700,21 @@ redis_up() {
     echo "port $port already answers Redis; refusing to share it" >&2
     return 1
   fi
-  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+  # REDIS_SECURE=DIR (prepared by secure_material): TLS only, the certificate of DIR/tls, one
+  # user (onsale) with the password of DIR/secure.env and no default user.
+  local listen=(--port "$port") ping=(-p "$port")
+  if [ -n "${REDIS_SECURE:-}" ]; then
+    # shellcheck disable=SC1091
+    . "$REDIS_SECURE/secure.env"
+    listen=(--port 0 --tls-port "$port" --tls-cert-file "$REDIS_SECURE/tls/server.pem"
+      --tls-key-file "$REDIS_SECURE/tls/server.key" --tls-ca-cert-file "$REDIS_SECURE/tls/ca.pem"
+      --tls-auth-clients no --user default off --user onsale on ">$REDIS_PASSWORD" '~*' '&*' '+@all')
+    ping=(-p "$port" --tls --cacert "$REDIS_SECURE/tls/ca.pem" --user onsale --pass "$REDIS_PASSWORD" --no-auth-warning)
+  fi
+  redis-server "${listen[@]}" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
     --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" >/dev/null
   for _ in $(seq 1 50); do
-    if redis-cli -p "$port" ping >/dev/null 2>&1; then
+    if redis-cli "${ping[@]}" ping 2>/dev/null | grep -q PONG; then
       echo "redis on 127.0.0.1:$port"
       return 0
     fi
@@ -1618,6 +1729,7 @@ case "${1:-}" in
   broker-down) broker_down "$2" ;;
   broker-lib) broker_lib ;;
   redis-up) redis_up "$2" "$3" ;;
+  secure-up) secure_up "$2" "$3" "$4" ;;
   redis-down) redis_down "$2" ;;
   py-tools) py_tools ;;
   fuzz-tools) fuzz_tools ;;

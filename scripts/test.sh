@@ -11,13 +11,19 @@ REDIS_PORT=${ONSALE_TEST_REDIS_PORT:-16399}
 # Tests that kill brokers start private clusters under $DIR; a test binary killed mid-run leaves
 # them behind, and every process whose command line names $DIR is reaped at the end.
 export ONSALE_TEST_DIR=$DIR
-trap '"$ROOT/scripts/stack.sh" redis-down "$DIR"; "$ROOT/scripts/stack.sh" broker-down "$DIR"; "$ROOT/scripts/stack.sh" pg-down "$DIR"; pkill -9 -f "$DIR/" || true' EXIT
+trap '"$ROOT/scripts/stack.sh" redis-down "$DIR"; "$ROOT/scripts/stack.sh" redis-down "$DIR/secure"; "$ROOT/scripts/stack.sh" broker-down "$DIR"; "$ROOT/scripts/stack.sh" broker-down "$DIR/secure"; "$ROOT/scripts/stack.sh" pg-down "$DIR"; pkill -9 -f "$DIR/" || true' EXIT
 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
 "$ROOT/scripts/stack.sh" broker-up "$DIR" "$KAFKA_PORT"
 export ONSALE_TEST_DATABASE_URL="postgres://onsale@127.0.0.1:$PORT/postgres"
 export ONSALE_TEST_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT"
 "$ROOT/scripts/stack.sh" redis-up "$DIR" "$REDIS_PORT"
 export ONSALE_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/"
+# The secure pair (issue 53 item 7): a broker that takes only TLS with a SCRAM user and its
+# ACLs, a Redis that takes only TLS with a password; the contract test and the topic's own run
+# on it (tests/src/secure.rs reads $DIR/secure/client.env).
+"$ROOT/scripts/stack.sh" secure-up "$DIR/secure" "${ONSALE_TEST_SECURE_KAFKA_PORT:-$((KAFKA_PORT + 10))}" \
+  "${ONSALE_TEST_SECURE_REDIS_PORT:-$((REDIS_PORT + 1))}" >/dev/null
+export ONSALE_TEST_SECURE_DIR="$DIR/secure"
 # The failover tests start replicated clusters of their own (etcd, Patroni, HAProxy): installed
 # once here, not by tests racing each other.
 "$ROOT/scripts/stack.sh" ha-tools

@@ -12,6 +12,7 @@ pub mod docs;
 pub mod limits;
 pub mod openapi;
 pub mod problem;
+pub mod redis_tls;
 
 pub use auth::{AuthSettings, Caller, Role};
 pub use code::ErrorCode;

@@ -375,8 +375,7 @@ const REFUSED_REMEMBERED: u64 = 100_000;
 pub const SHARED_TIMEOUT: Duration = Duration::from_millis(50);
 
 impl Shared {
-    fn connect(url: &str) -> anyhow::Result<Self> {
-        let client = redis::Client::open(url)?;
+    fn connect(client: redis::Client) -> Self {
         let conn = Arc::new(tokio::sync::OnceCell::new());
         let cell = conn.clone();
         tokio::spawn(async move {
@@ -399,12 +398,12 @@ impl Shared {
                 }
             }
         });
-        Ok(Self {
+        Self {
             conn,
             script: Arc::new(redis::Script::new(GCRA)),
             away_until: Arc::default(),
             base: std::time::Instant::now(),
-        })
+        }
     }
 
     fn now_ms(&self) -> u64 {
@@ -556,11 +555,11 @@ impl RateLimits {
         }
     }
 
-    /// Keeps the budgets in the Redis at `url`, shared by every node; this process's own are
-    /// the fallback while it is away.
-    pub fn shared(mut self, url: &str) -> anyhow::Result<Self> {
-        self.shared = Some(Shared::connect(url)?);
-        Ok(self)
+    /// Keeps the budgets in `redis`, shared by every node; this process's own are the
+    /// fallback while it is away.
+    pub fn shared(mut self, redis: redis::Client) -> Self {
+        self.shared = Some(Shared::connect(redis));
+        self
     }
 
     /// Forgets the keys whose allowance is full again (the maps stay as large as the callers

@@ -40,6 +40,44 @@ pub fn row_hash(
     h.finalize().into()
 }
 
+/// A row's bytes as its hash covers them ([`row_hash`] without the previous hash), for a
+/// consumer that learns the previous hash later than the row.
+#[allow(clippy::too_many_arguments)]
+pub fn row_bytes(
+    aggregate_type: &str,
+    aggregate_id: &str,
+    sequence: i64,
+    event_type: &str,
+    event_version: &str,
+    payload: &str,
+    metadata: &str,
+) -> Vec<u8> {
+    let sequence = sequence.to_string();
+    let parts = [
+        aggregate_type,
+        aggregate_id,
+        &sequence,
+        event_type,
+        event_version,
+        payload,
+        metadata,
+    ];
+    let mut out = Vec::with_capacity(parts.iter().map(|p| p.len() + 1).sum());
+    for part in parts {
+        out.extend_from_slice(part.as_bytes());
+        out.push(0x1f);
+    }
+    out
+}
+
+/// The hash of a row whose [`row_bytes`] are `row` after a row whose hash is `prev`.
+pub fn link(prev: &[u8], row: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(prev);
+    h.update(row);
+    h.finalize().into()
+}
+
 /// The first row whose chain does not hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Break {

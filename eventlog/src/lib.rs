@@ -98,6 +98,25 @@ pub struct LogRow {
     pub event_version: String,
     pub payload: String,
     pub metadata: String,
+    /// The row's link in its aggregate's chain (migration 0009, [`chain`]): SHA-256 over the
+    /// previous row's and this row's columns. Consumers of the topic check it (issue 53 item 7).
+    pub hash: [u8; 32],
+}
+
+impl LogRow {
+    /// The hash this row has when the row before it in its aggregate has `prev`.
+    pub fn chain_from(&self, prev: &[u8]) -> [u8; 32] {
+        chain::row_hash(
+            prev,
+            &self.aggregate_type,
+            &self.aggregate_id,
+            self.sequence,
+            &self.event_type,
+            &self.event_version,
+            &self.payload,
+            &self.metadata,
+        )
+    }
 }
 
 /// The trace (a W3C `traceparent`) under which the events `events` of an append were decided:

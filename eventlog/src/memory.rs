@@ -149,7 +149,13 @@ impl MemoryEventLog {
         if rows.len() as i64 != after {
             return Err(StoreError::Conflict);
         }
-        rows.extend(new);
+        // Chained as the table's trigger chains them.
+        let mut prev = rows.last().map_or(crate::chain::GENESIS, |r| r.hash);
+        for mut row in new {
+            row.hash = row.chain_from(&prev);
+            prev = row.hash;
+            rows.push(row);
+        }
         state.appends += 1;
         Ok(())
     }
@@ -205,6 +211,7 @@ impl EventLog for MemoryEventLog {
                     payload: serde_json::to_string(e)
                         .map_err(|e| StoreError::Corrupt(e.to_string()))?,
                     metadata,
+                    hash: crate::chain::GENESIS,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -347,6 +354,7 @@ impl EventLog for MemoryEventLog {
             payload: serde_json::to_string(event)
                 .map_err(|e| StoreError::Corrupt(e.to_string()))?,
             metadata: "{}".into(),
+            hash: crate::chain::GENESIS,
         };
         self.insert((VENUE_TYPE.to_owned(), venue.to_string()), 0, vec![row])
     }

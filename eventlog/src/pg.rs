@@ -319,7 +319,7 @@ impl PgEventLog {
 }
 
 /// A row of `events` selected with its columns named as in the table (payload and metadata as
-/// text): what a scan and the relay's gap fill read.
+/// text, and its hash): what a scan and the relay's gap fill read.
 pub fn log_row(r: &sqlx::postgres::PgRow) -> Result<LogRow, sqlx::Error> {
     Ok(LogRow {
         aggregate_type: r.try_get("aggregate_type")?,
@@ -329,6 +329,14 @@ pub fn log_row(r: &sqlx::postgres::PgRow) -> Result<LogRow, sqlx::Error> {
         event_version: r.try_get("event_version")?,
         payload: r.try_get("payload")?,
         metadata: r.try_get("metadata")?,
+        hash: {
+            let h: Vec<u8> = r.try_get("hash")?;
+            h.try_into()
+                .map_err(|h: Vec<u8>| sqlx::Error::ColumnDecode {
+                    index: "hash".into(),
+                    source: format!("a hash of {} bytes", h.len()).into(),
+                })?
+        },
     })
 }
 
@@ -454,7 +462,7 @@ impl EventLog for PgEventLog {
     ) -> Result<Vec<LogRow>> {
         let rows = sqlx::query(
             "SELECT aggregate_type, aggregate_id, sequence, event_type, event_version,
-                    payload::text AS payload, metadata::text AS metadata FROM events
+                    payload::text AS payload, metadata::text AS metadata, hash FROM events
               WHERE aggregate_type = $1 AND aggregate_id = $2 AND sequence > $3 AND sequence <= $4
               ORDER BY sequence LIMIT $5",
         )
@@ -483,7 +491,7 @@ impl EventLog for PgEventLog {
         // predicate (migration 0019) in the query.
         let row = sqlx::query(
             "SELECT aggregate_type, aggregate_id, sequence, event_type, event_version,
-                    payload::text AS payload, metadata::text AS metadata FROM events
+                    payload::text AS payload, metadata::text AS metadata, hash FROM events
               WHERE aggregate_type = $1 AND aggregate_id = $2 AND event_type = 'SalePolicyChanged'
               ORDER BY sequence DESC LIMIT 1",
         )
@@ -538,7 +546,7 @@ impl EventLog for PgEventLog {
     async fn scan(&self, after: &ScanKey, show: Option<&str>, limit: i64) -> Result<Vec<LogRow>> {
         let rows = sqlx::query(
             "SELECT aggregate_type, aggregate_id, sequence, event_type, event_version,
-                    payload::text AS payload, metadata::text AS metadata
+                    payload::text AS payload, metadata::text AS metadata, hash
                FROM events
               WHERE (aggregate_type, aggregate_id, sequence) > ($1, $2, $3)
                 AND ($4::text IS NULL OR aggregate_id = $4)

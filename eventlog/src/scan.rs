@@ -133,7 +133,7 @@ impl PastMarks {
     pub async fn next(&mut self, limit: i64) -> Result<Vec<crate::LogRow>, sqlx::Error> {
         let rows = sqlx::query(
             "SELECT e.aggregate_type, e.aggregate_id, e.sequence, e.event_type, e.event_version,
-                    e.payload::text AS payload, e.metadata::text AS metadata
+                    e.payload::text AS payload, e.metadata::text AS metadata, e.hash
                FROM events e
               WHERE (e.aggregate_type, e.aggregate_id, e.sequence) > ($1, $2, $3)
                 AND e.sequence > COALESCE((SELECT m.sequence FROM scan_marks m

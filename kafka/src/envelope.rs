@@ -15,6 +15,11 @@ pub struct EventRow {
     pub event_version: String,
     pub payload: Value,
     pub metadata: Value,
+    /// The row's link in its aggregate's hash chain, in hex (migration 0009): consumers fold
+    /// an event only if it chains from the one before it (issue 53 item 7). Absent on
+    /// messages of relays from before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
 }
 
 /// Where and when the change happened, as Debezium's PostgreSQL connector reports it.
@@ -69,6 +74,7 @@ pub struct RawEventRow {
     pub event_version: String,
     pub payload: Box<RawValue>,
     pub metadata: Box<RawValue>,
+    pub hash: String,
 }
 
 impl TryFrom<onsale_eventlog::LogRow> for RawEventRow {
@@ -84,6 +90,7 @@ impl TryFrom<onsale_eventlog::LogRow> for RawEventRow {
             event_version: r.event_version,
             payload: RawValue::from_string(r.payload)?,
             metadata: RawValue::from_string(r.metadata)?,
+            hash: hex::encode(r.hash),
         })
     }
 }
@@ -128,6 +135,7 @@ mod tests {
             event_version: "1".into(),
             payload: payload.into(),
             metadata: metadata.into(),
+            hash: [7; 32],
         }
     }
 
@@ -168,6 +176,7 @@ mod tests {
                 event_version: "1".into(),
                 payload: serde_json::from_str(payload).expect("JSON"),
                 metadata: serde_json::from_str(metadata).expect("JSON"),
+                hash: Some("07".repeat(32)),
             },
             source,
             ts_ms: 1_764_896_400_001,

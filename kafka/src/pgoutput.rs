@@ -20,6 +20,7 @@ pub struct EventColumns {
     event_version: usize,
     payload: usize,
     metadata: usize,
+    hash: usize,
 }
 
 /// One message of the stream, as far as the relay cares.
@@ -55,6 +56,8 @@ pub enum Error {
     NullColumn(&'static str),
     #[error("pgoutput: the sequence {0:?} is not a number")]
     BadSequence(String),
+    #[error("pgoutput: the hash {0:?} is not 32 bytes in hex")]
+    BadHash(String),
 }
 
 struct Reader<'a> {
@@ -169,6 +172,7 @@ impl EventColumns {
             event_version: at("event_version")?,
             payload: at("payload")?,
             metadata: at("metadata")?,
+            hash: at("hash")?,
         })
     }
 
@@ -181,7 +185,7 @@ impl EventColumns {
                 .ok_or(Error::NullColumn(name))
         };
         let sequence = take(self.sequence, "sequence")?;
-        Ok(LogRow {
+        let mut row = LogRow {
             aggregate_type: take(self.aggregate_type, "aggregate_type")?,
             aggregate_id: take(self.aggregate_id, "aggregate_id")?,
             sequence: sequence
@@ -191,7 +195,16 @@ impl EventColumns {
             event_version: take(self.event_version, "event_version")?,
             payload: take(self.payload, "payload")?,
             metadata: take(self.metadata, "metadata")?,
-        })
+            hash: [0; 32],
+        };
+        // A bytea's text form: "\\x" and its bytes in hex.
+        let hash = take(self.hash, "hash")?;
+        row.hash = hash
+            .strip_prefix("\\x")
+            .and_then(|h| hex::decode(h).ok())
+            .and_then(|h| <[u8; 32]>::try_from(h).ok())
+            .ok_or_else(|| Error::BadHash(hash.clone()))?;
+        Ok(row)
     }
 }
 
@@ -290,6 +303,9 @@ mod tests {
         "hash",
     ];
 
+    /// A bytea's text form: 32 bytes of 0xab.
+    const HASH: &str = "\\xabababababababababababababababababababababababababababababababab";
+
     #[test]
     fn an_insert_into_the_events_table_becomes_its_log_row() {
         let mut relations = Relations::default();
@@ -314,7 +330,7 @@ mod tests {
                         Some(r#"{"HoldReleased":{"hold_id":"h"}}"#),
                         Some(r#"{"traceparent":"00-ab-cd-01"}"#),
                         Some("812"),
-                        None,
+                        Some(HASH),
                     ],
                 ),
                 "public",
@@ -333,6 +349,7 @@ mod tests {
         assert_eq!(row.event_type, "HoldReleased");
         assert_eq!(row.payload, r#"{"HoldReleased":{"hold_id":"h"}}"#);
         assert_eq!(row.metadata, r#"{"traceparent":"00-ab-cd-01"}"#);
+        assert_eq!(row.hash, [0xab; 32]);
     }
 
     #[test]
@@ -356,7 +373,7 @@ mod tests {
             Some("{}"),
             Some("{}"),
             Some("9"),
-            None,
+            Some(HASH),
         ];
         values.reverse();
         let row = relations
@@ -450,6 +467,27 @@ mod tests {
             relations.read(&bad_sequence, "public", "events"),
             Err(Error::BadSequence(_))
         ));
+        // The chain's link is required, and is 32 bytes.
+        for hash in [None, Some("\\xabab"), Some("abab")] {
+            let values = [
+                Some("show"),
+                Some("s1"),
+                Some("1"),
+                Some("E"),
+                Some("1"),
+                Some("{}"),
+                Some("{}"),
+                None,
+                hash,
+            ];
+            assert!(
+                matches!(
+                    relations.read(&insert(5, &values), "public", "events"),
+                    Err(Error::NullColumn("hash") | Error::BadHash(_))
+                ),
+                "{hash:?}"
+            );
+        }
         let mut binary = insert(5, &[Some("show")]);
         binary[8] = b'b';
         assert!(matches!(

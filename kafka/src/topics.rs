@@ -40,15 +40,100 @@ pub struct KafkaConfig {
         default_value_t = 1
     )]
     pub replication: i32,
+    /// How the brokers are reached: `plaintext`, or `sasl_ssl` (TLS, and SASL/SCRAM-SHA-512
+    /// with the user below: issue 53 item 7, `make up SECURE=1`).
+    #[arg(
+        long = "kafka-security-protocol",
+        env = "ONSALE_KAFKA_SECURITY_PROTOCOL",
+        value_enum,
+        default_value_t = SecurityProtocol::Plaintext
+    )]
+    pub security_protocol: SecurityProtocol,
+    /// The SCRAM user this process logs in to the brokers as.
+    #[arg(long = "kafka-sasl-username", env = "ONSALE_KAFKA_SASL_USERNAME")]
+    pub sasl_username: Option<String>,
+    /// Its password.
+    #[arg(
+        long = "kafka-sasl-password",
+        env = "ONSALE_KAFKA_SASL_PASSWORD",
+        hide_env_values = true
+    )]
+    pub sasl_password: Option<secrecy::SecretString>,
+    /// The CA (a PEM file) the brokers' certificates must chain to; unset: the system's roots.
+    #[arg(long = "kafka-ca-file", env = "ONSALE_KAFKA_CA_FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
+}
+
+/// How a client reaches the brokers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SecurityProtocol {
+    /// In the clear, unauthenticated: one machine's loopback, or a network of its own.
+    Plaintext,
+    /// TLS (the broker's certificate verified, its host name included) and SASL/SCRAM-SHA-512.
+    #[value(name = "sasl_ssl")]
+    SaslSsl,
 }
 
 impl KafkaConfig {
+    /// Brokers reached in the clear, and the events topic with `partitions` and
+    /// `replication` when onsale creates it.
+    pub fn plaintext(brokers: &str, events_topic: &str, partitions: i32, replication: i32) -> Self {
+        Self {
+            brokers: brokers.into(),
+            events_topic: events_topic.into(),
+            partitions,
+            replication,
+            security_protocol: SecurityProtocol::Plaintext,
+            sasl_username: None,
+            sasl_password: None,
+            ca_file: None,
+        }
+    }
+
+    /// The settings every client of the brokers starts from (the relay's producer, the
+    /// projections' consumers, the topic's administration).
     pub fn client(&self) -> ClientConfig {
+        use secrecy::ExposeSecret;
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.brokers)
             .set("socket.keepalive.enable", "true")
             .set("reconnect.backoff.max.ms", "1000");
+        if self.security_protocol == SecurityProtocol::SaslSsl {
+            c.set("security.protocol", "sasl_ssl")
+                .set("sasl.mechanisms", "SCRAM-SHA-512")
+                .set("ssl.endpoint.identification.algorithm", "https");
+            if let Some(user) = &self.sasl_username {
+                c.set("sasl.username", user);
+            }
+            if let Some(password) = &self.sasl_password {
+                c.set("sasl.password", password.expose_secret());
+            }
+            if let Some(ca) = &self.ca_file {
+                c.set("ssl.ca.location", ca.to_string_lossy());
+            }
+        }
         c
+    }
+
+    /// Settings that contradict each other: SASL without a user or password, or credentials
+    /// or a CA given for a plaintext connection (the operator asked for what they would not
+    /// get).
+    pub fn check(&self) -> anyhow::Result<()> {
+        match self.security_protocol {
+            SecurityProtocol::SaslSsl => anyhow::ensure!(
+                self.sasl_username.is_some() && self.sasl_password.is_some(),
+                "ONSALE_KAFKA_SECURITY_PROTOCOL=sasl_ssl needs ONSALE_KAFKA_SASL_USERNAME and \
+                 ONSALE_KAFKA_SASL_PASSWORD"
+            ),
+            SecurityProtocol::Plaintext => anyhow::ensure!(
+                self.sasl_username.is_none()
+                    && self.sasl_password.is_none()
+                    && self.ca_file.is_none(),
+                "Kafka credentials or a CA file are set but ONSALE_KAFKA_SECURITY_PROTOCOL is \
+                 plaintext: set it to sasl_ssl"
+            ),
+        }
+        Ok(())
     }
 
     /// The topic configuration onsale creates the events topic with and requires of an

@@ -54,7 +54,7 @@ fn ms(h: &Histogram<u64>, q: f64) -> f64 {
 /// Tick time against queue length: the same work per tick (N = 1,000, 500 live sessions, so
 /// 500 slots to admit and reserve), only the line behind it grows.
 pub(crate) async fn bench_ticks(redis_url: &str) -> anyhow::Result<()> {
-    let store = Store::connect(redis_url, &CancellationToken::new()).await?;
+    let store = Store::connect(redis::Client::open(redis_url)?, &CancellationToken::new()).await?;
     let mut conn = store.conn()?;
     println!("tick time (one Lua round trip), N = 1,000, 500 live sessions, 200 ticks per size:");
     println!(
@@ -129,7 +129,7 @@ pub(crate) async fn bench_joins(
         .build()?;
     let event =
         crate::create_show(&http, base, secret, &crate::venue::venue_body(), 600, true).await?;
-    let store = Store::connect(redis_url, &CancellationToken::new()).await?;
+    let store = Store::connect(redis::Client::open(redis_url)?, &CancellationToken::new()).await?;
     fill(&mut store.conn()?, event.parse()?, 1_000_000).await?;
     let count = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
@@ -198,7 +198,7 @@ pub(crate) async fn bench_onsale(
     let event =
         crate::create_show(&http, base, secret, &crate::venue::venue_body(), 600, true).await?;
     let api = Api::new(http, base);
-    let store = Store::connect(redis_url, &CancellationToken::new()).await?;
+    let store = Store::connect(redis::Client::open(redis_url)?, &CancellationToken::new()).await?;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..fans {

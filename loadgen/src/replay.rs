@@ -49,12 +49,7 @@ pub(crate) async fn run(
     concurrency: usize,
 ) -> anyhow::Result<()> {
     let total = generate(&pool, shows, events).await?;
-    let kafka = KafkaConfig {
-        brokers,
-        events_topic: "onsale.events.bench-replay".into(),
-        partitions: 6,
-        replication: 1,
-    };
+    let kafka = KafkaConfig::plaintext(&brokers, "onsale.events.bench-replay", 6, 1);
     publish(&pool, &kafka, total).await?;
     for _ in 0..repeat {
         for f in [

@@ -7,6 +7,7 @@ use onsale_domain::transitions::SeatStatus;
 use onsale_domain::{Show, ShowEvent, ShowId};
 use std::borrow::Cow;
 
+use onsale_eventlog::{chain, LogRow};
 use onsale_kafka::envelope::parse_lsn;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -27,6 +28,13 @@ pub struct LogEvent {
     /// message's header (or the append's, from the row's metadata, for an event read from the
     /// table), then the projection's span it is folded under (docs/adr/019).
     pub trace: Option<String>,
+    /// Its link in the show's hash chain (migration 0009).
+    pub hash: [u8; 32],
+    /// For an event from the topic, what its hash claims to cover (the row's bytes, see
+    /// [`onsale_eventlog::chain::row_bytes`]): it is folded only if it chains from the
+    /// fold's head ([`LogEvent::chains_from`]). `None` for a row read from the table, which
+    /// is the truth.
+    claimed: Option<Vec<u8>>,
 }
 
 /// What a projection reads of a message on the events topic (an [`onsale_kafka::Envelope`]),
@@ -50,9 +58,15 @@ struct RowView<'a> {
     aggregate_id: Cow<'a, str>,
     sequence: i64,
     #[serde(borrow)]
+    event_type: Cow<'a, str>,
+    #[serde(borrow)]
+    event_version: Cow<'a, str>,
+    #[serde(borrow)]
     payload: &'a RawValue,
     #[serde(borrow)]
     metadata: &'a RawValue,
+    #[serde(default, borrow)]
+    hash: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -88,6 +102,24 @@ impl LogEvent {
         let meta: Metadata<'_> = serde_json::from_str(e.after.metadata.get())?;
         let committed_at = DateTime::from_timestamp_millis(e.source.ts_ms);
         let live = e.op == "c";
+        let row = &e.after;
+        // A message without a hash, or with one that is not 32 bytes, claims a hash no row
+        // has: it never chains.
+        let hash = row
+            .hash
+            .as_deref()
+            .and_then(|h| hex::decode(h).ok())
+            .and_then(|h| <[u8; 32]>::try_from(h).ok())
+            .unwrap_or_default();
+        let claimed = chain::row_bytes(
+            &row.aggregate_type,
+            &row.aggregate_id,
+            row.sequence,
+            &row.event_type,
+            &row.event_version,
+            row.payload.get(),
+            row.metadata.get(),
+        );
         Ok(Some(Self {
             show_id: e.after.aggregate_id.parse()?,
             sequence: e.after.sequence,
@@ -96,21 +128,28 @@ impl LogEvent {
             commit_lsn: live.then(|| parse_lsn(&e.source.commit_lsn)).flatten(),
             committed_at: live.then_some(committed_at).flatten(),
             trace: None,
+            hash,
+            claimed: Some(claimed),
         }))
     }
 
+    /// Whether it is the event after one whose hash is `head`: always for a row of the table;
+    /// for a message, if its hash is that of its row after `head`. A message that does not
+    /// chain was not written by the log (a forgery, or a broken relay): it is not folded, and
+    /// the table's row of that sequence is (issue 53 item 7).
+    pub fn chains_from(&self, head: &[u8; 32]) -> bool {
+        self.claimed
+            .as_ref()
+            .is_none_or(|row| chain::link(head, row) == self.hash)
+    }
+
     /// A row read from the events table.
-    pub fn from_row(
-        show_id: ShowId,
-        sequence: i64,
-        payload: &str,
-        metadata: &str,
-    ) -> anyhow::Result<Self> {
-        let meta: Metadata<'_> = serde_json::from_str(metadata)?;
+    pub fn from_row(show_id: ShowId, row: &LogRow) -> anyhow::Result<Self> {
+        let meta: Metadata<'_> = serde_json::from_str(&row.metadata)?;
         Ok(Self {
             show_id,
-            sequence,
-            event: serde_json::from_str(payload)?,
+            sequence: row.sequence,
+            event: serde_json::from_str(&row.payload)?,
             at: meta.at().unwrap_or_else(Utc::now),
             commit_lsn: None,
             committed_at: None,
@@ -118,6 +157,8 @@ impl LogEvent {
             trace: onsale_telemetry::trace::enabled()
                 .then(|| meta.traceparent.map(Cow::into_owned))
                 .flatten(),
+            hash: row.hash,
+            claimed: None,
         })
     }
 }
@@ -181,8 +222,11 @@ mod tests {
         }
     }
 
+    /// The hash of the event before the relayed one.
+    const PREV: [u8; 32] = [3; 32];
+
     fn relayed(aggregate_type: &str, id: String, event: &ShowEvent, metadata: &str) -> Vec<u8> {
-        let row = LogRow {
+        let mut row = LogRow {
             aggregate_type: aggregate_type.into(),
             aggregate_id: id,
             sequence: 12,
@@ -190,7 +234,9 @@ mod tests {
             event_version: "1".into(),
             payload: serde_json::to_string(event).expect("JSON"),
             metadata: metadata.into(),
+            hash: [0; 32],
         };
+        row.hash = row.chain_from(&PREV);
         serde_json::to_vec(&RawEnvelope {
             op: "c",
             before: None,
@@ -259,5 +305,57 @@ mod tests {
         let mut bad: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
         bad["after"]["payload"] = serde_json::json!({"NoSuchEvent": {}});
         assert!(LogEvent::from_message(&serde_json::to_vec(&bad).expect("JSON")).is_err());
+    }
+
+    #[test]
+    fn a_message_is_folded_only_if_it_chains_from_the_fold() {
+        let show = ShowId::random();
+        let event = ShowEvent::HoldExpired {
+            hold_id: HoldId::new(show),
+        };
+        let body = relayed(
+            Show::TYPE,
+            show.to_string(),
+            &event,
+            r#"{"at":"2026-12-05T01:00:00Z"}"#,
+        );
+        let parse = |v: &serde_json::Value| {
+            LogEvent::from_message(&serde_json::to_vec(v).expect("JSON"))
+                .expect("parses")
+                .expect("a show's")
+        };
+        let message: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+        let log = parse(&message);
+        assert!(log.chains_from(&PREV));
+        // After another event than the one it was written after (a fork, a replayed stream).
+        assert!(!log.chains_from(&[4; 32]));
+        // Its hash kept, its content changed: a forger who cannot compute the chain.
+        let mut forged = message.clone();
+        forged["after"]["payload"] =
+            serde_json::json!({"HoldExpired": {"hold_id": HoldId::new(show)}});
+        assert!(!parse(&forged).chains_from(&PREV));
+        let mut forged = message.clone();
+        forged["after"]["sequence"] = 13.into();
+        assert!(!parse(&forged).chains_from(&PREV));
+        // No hash, or not one.
+        for hash in [serde_json::Value::Null, "ab".into(), "zz".repeat(32).into()] {
+            let mut unhashed = message.clone();
+            unhashed["after"]["hash"] = hash.clone();
+            assert!(!parse(&unhashed).chains_from(&PREV), "{hash}");
+        }
+        // The table is the truth: its rows are not checked again.
+        let row = LogRow {
+            aggregate_type: Show::TYPE.into(),
+            aggregate_id: show.to_string(),
+            sequence: 12,
+            event_type: "HoldExpired".into(),
+            event_version: "1".into(),
+            payload: serde_json::to_string(&event).expect("JSON"),
+            metadata: "{}".into(),
+            hash: [9; 32],
+        };
+        let from_table = LogEvent::from_row(show, &row).expect("a row");
+        assert!(from_table.chains_from(&[4; 32]));
+        assert_eq!(from_table.hash, [9; 32]);
     }
 }

@@ -194,6 +194,8 @@ struct Folded {
     show: Show,
     /// The last event folded.
     last_sequence: i64,
+    /// Its hash: the next event from the topic must chain from it.
+    head: [u8; 32],
     /// Each projection's stored position (by the runner's order of them) when the fold was
     /// loaded or last committed: a projection is told of the events past its own.
     stored: Vec<i64>,
@@ -543,8 +545,18 @@ impl Runner {
                 unreadable.insert(log.show_id);
                 continue;
             }
-            if log.sequence <= self.shows[&log.show_id].last_sequence {
+            let folded = &self.shows[&log.show_id];
+            if log.sequence <= folded.last_sequence {
                 self.count(onsale_telemetry::metrics::PROJECTION_DUPLICATES_TOTAL);
+                continue;
+            }
+            if !log.chains_from(&folded.head) {
+                // Not written by the log: whoever could produce to the topic is not believed.
+                // The table's event of that sequence is folded instead, by the next message
+                // or the gap check.
+                self.count(onsale_telemetry::metrics::PROJECTION_UNCHAINED_TOTAL);
+                tracing::error!(projection = %self.label(), show = %log.show_id, sequence = log.sequence,
+                    "a message on the topic does not chain from the show's log; refused");
                 continue;
             }
             if let Some(at) = log.committed_at {
@@ -608,6 +620,7 @@ impl Runner {
         }
         tell(&mut self.members, &folded.stored, &mut folded.show, &log);
         folded.last_sequence = log.sequence;
+        folded.head = log.hash;
         folded.touched = Instant::now();
     }
 
@@ -966,6 +979,7 @@ impl Runner {
         // Until a projection is told it was loaded it is told no event (its position: MAX).
         let mut told = vec![i64::MAX; stored.len()];
         let mut after = lowest;
+        let mut head = None;
         for i in order {
             let position = stored[i];
             while after < position {
@@ -980,17 +994,31 @@ impl Runner {
                 // Past the lowest position, at least one projection was told it was loaded.
                 for log in chunk {
                     tell(&mut self.members, &told, &mut show, &log);
+                    head = Some(log.hash);
                 }
                 after = last;
             }
             self.members[i].loaded(show_id, &show);
             told[i] = position;
         }
+        // Loaded from a snapshot with no event after it: the hash is the table's.
+        let head = match head {
+            Some(h) => h,
+            None if after == 0 => onsale_eventlog::chain::GENESIS,
+            None => self
+                .log
+                .read_range(&show_id.to_string(), after - 1, after, 1)
+                .await?
+                .first()
+                .map(|r| r.hash)
+                .with_context(|| format!("{show_id}@{after} is not in the table"))?,
+        };
         self.shows.insert(
             show_id,
             Folded {
                 show,
                 last_sequence: after,
+                head,
                 stored,
                 checked_at: -1,
                 touched: Instant::now(),
@@ -1067,7 +1095,7 @@ pub async fn read_events(
     log.read_range(&show_id.to_string(), after, upto, 5_000)
         .await?
         .iter()
-        .map(|r| LogEvent::from_row(show_id, r.sequence, &r.payload, &r.metadata))
+        .map(|r| LogEvent::from_row(show_id, r))
         .collect()
 }
 

@@ -459,6 +459,7 @@ async fn bind(addr: &str) -> anyhow::Result<TcpListener> {
 /// Before a process starts: its login checked ([`login`]), then whether it writes in its
 /// region, once the schema is at this build's version (`region::settle`).
 pub async fn settle(settings: &Settings) -> anyhow::Result<onsale_domain::region::Mode> {
+    settings.kafka.check()?;
     let db = &settings.database;
     if !login(db, settings.auth.dev_mode).await? {
         // Development only: a local stack logged in as the schema's owner migrates itself,
@@ -800,7 +801,7 @@ impl Server {
         let mut rates = RateLimits::new(&s.limits, verifier);
         if let Some(url) = &s.waiting_room.redis_url {
             // Budgets shared by every node: N nodes allow the rate, not N times it.
-            rates = rates.shared(url)?;
+            rates = rates.shared(s.waiting_room.redis_client(url)?);
         }
         let rates = Arc::new(rates);
         self.prune_rate_limits(rates.clone());

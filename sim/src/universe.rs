@@ -963,7 +963,7 @@ impl Universe {
             .map_err(|e| e.to_string())?;
         let rows = rows
             .iter()
-            .map(|r| LogEvent::from_row(self.show, r.sequence, &r.payload, &r.metadata))
+            .map(|r| LogEvent::from_row(self.show, r))
             .collect::<anyhow::Result<Vec<_>>>()
             .map_err(|e| format!("a row the projections cannot read: {e}"))?;
         self.oracle.check(&rows)?;

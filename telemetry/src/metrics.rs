@@ -100,6 +100,9 @@ pub const PROJECTION_BAD_MESSAGES_TOTAL: &str = "onsale_projection_bad_messages_
 pub const PROJECTION_CONFLICTS_TOTAL: &str = "onsale_projection_conflicts_total";
 /// Events a projection skipped as already applied, by projection.
 pub const PROJECTION_DUPLICATES_TOTAL: &str = "onsale_projection_duplicates_total";
+/// Messages a projection refused because they do not chain from the show's log (forged, or
+/// a broken relay: issue 53 item 7), by projection.
+pub const PROJECTION_UNCHAINED_TOTAL: &str = "onsale_projection_unchained_total";
 /// Projection restarts after an error, by projection.
 pub const PROJECTION_ERRORS_TOTAL: &str = "onsale_projection_errors_total";
 /// Shows whose fold a projection process holds in memory, by projection.
@@ -339,6 +342,10 @@ pub fn describe() {
     describe_counter!(
         PROJECTION_DUPLICATES_TOTAL,
         "Events a projection skipped as already applied, by projection."
+    );
+    describe_counter!(
+        PROJECTION_UNCHAINED_TOTAL,
+        "Messages a projection refused because they do not chain from the show's log, by projection."
     );
     describe_counter!(
         PROJECTION_ERRORS_TOTAL,

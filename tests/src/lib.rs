@@ -18,6 +18,7 @@ pub mod oidc;
 pub mod payments;
 pub mod read_path;
 pub mod regions;
+pub mod secure;
 pub mod waiting_room;
 
 pub const SECRET: &str = "onsale-test-secret";

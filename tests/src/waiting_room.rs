@@ -43,7 +43,8 @@ impl Room {
         Self::start_with(db, |s| tweak(&mut s.waiting_room)).await
     }
 
-    /// As [`Room::start`], with any of the app's settings changed.
+    /// As [`Room::start`], with any of the app's settings changed (its Redis too: the room's
+    /// connection is made as the app's).
     pub async fn start_with(
         db: &TestDb,
         tweak: impl FnOnce(&mut onsale_server::Settings),
@@ -54,15 +55,15 @@ impl Room {
         cfg.redis_url = Some(url.clone());
         cfg.tick_ms = 100;
         tweak(&mut settings);
+        let cfg = &settings.waiting_room;
+        let client = cfg.redis_client(cfg.redis_url.as_deref().unwrap_or(&url))?;
         let app = TestApp::spawn_with(settings, Arc::new(SystemClock)).await?;
         let room = app
             .server
             .room
             .clone()
             .ok_or_else(|| anyhow::anyhow!("no waiting room"))?;
-        let redis = redis::Client::open(url.as_str())?
-            .get_multiplexed_async_connection()
-            .await?;
+        let redis = client.get_multiplexed_async_connection().await?;
         Ok(Self { app, room, redis })
     }
 

@@ -29,12 +29,7 @@ fn admin(brokers: &str) -> AdminClient<DefaultClientContext> {
 async fn the_events_topic_keeps_everything_and_a_topic_configured_otherwise_is_refused() {
     let brokers = shared_brokers().expect("brokers");
     let id = uuid::Uuid::new_v4().simple().to_string();
-    let kafka = KafkaConfig {
-        brokers: brokers.clone(),
-        events_topic: format!("onsale.events.cfg{id}"),
-        partitions: 3,
-        replication: 1,
-    };
+    let kafka = KafkaConfig::plaintext(&brokers, &format!("onsale.events.cfg{id}"), 3, 1);
     kafka
         .ensure_topic()
         .await

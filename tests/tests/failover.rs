@@ -77,12 +77,12 @@ async fn with_both_standbys_gone_commits_fail_closed_and_resume_when_one_returns
     let (status, _, body) = hold_seat(&app, &event, &ann, "S1-R1-1", "h-1").await;
     assert_eq!(status, 201, "{body}");
     // A relay of the test's own, stepped by hand.
-    let kafka = KafkaConfig {
-        brokers: shared_brokers().expect("brokers"),
-        events_topic: format!("onsale.events.{}", db.name),
-        partitions: 1,
-        replication: 1,
-    };
+    let kafka = KafkaConfig::plaintext(
+        &shared_brokers().expect("brokers"),
+        &format!("onsale.events.{}", db.name),
+        1,
+        1,
+    );
     let relay = Relay::start(db.pool().await.expect("pool"), kafka, settings(&db).relay)
         .await
         .expect("the relay");

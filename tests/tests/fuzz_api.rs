@@ -2,12 +2,14 @@
 //! check, a token for each role, a fixed seed and a few examples per operation, against a real
 //! onsale with its waiting room. Zero failures: no 5xx, no undocumented status, content type or
 //! header, no schema-valid request refused and no invalid one accepted. `make fuzz-api` runs
-//! the long version against the local stack.
+//! the long version against the local stack. The contract is checked on the secure pair
+//! (issue 53 item 7): Kafka over TLS with a SCRAM user, Redis over TLS with a password.
 
 use std::process::Command;
 
 use onsale_edge::auth::Role;
 use onsale_server::Part;
+use onsale_tests::secure::{Secure, ADMIN_USER};
 use onsale_tests::waiting_room::Room;
 use onsale_tests::TestDb;
 
@@ -43,7 +45,17 @@ async fn the_api_answers_as_its_openapi_document_says() {
     let schemathesis = std::env::var("ONSALE_TEST_SCHEMATHESIS")
         .expect("ONSALE_TEST_SCHEMATHESIS is not set: run the tests with `make test`");
     let db = TestDb::new().await.expect("db");
-    let room = Room::start(&db, |_| {}).await.expect("the API starts");
+    let secure = Secure::of_the_run();
+    let redis = secure.redis_url().await.expect("the secure Redis");
+    let room = Room::start_with(&db, |s| {
+        s.waiting_room.redis_url = Some(redis);
+        s.waiting_room.redis_ca_file = Some(secure.ca_file.clone());
+        // Every part in one process: the relay's writes and the projections' reads under one
+        // user (the processes of a deployment each log in as a user with its own rights).
+        s.kafka = secure.kafka(s.kafka.clone(), ADMIN_USER);
+    })
+    .await
+    .expect("the API starts");
     // The whole read path: a hold or an order is read once its projection has it.
     for part in [Part::Relay, Part::Projections] {
         room.app

@@ -240,9 +240,12 @@ async fn a_join_straddling_the_opening_still_gets_a_place_of_its_own() {
     let url = onsale_tests::waiting_room::redis_url()
         .await
         .expect("redis");
-    let store = Store::connect(&url, &tokio_util::sync::CancellationToken::new())
-        .await
-        .expect("store");
+    let store = Store::connect(
+        redis::Client::open(url.as_str()).expect("a Redis URL"),
+        &tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .expect("store");
     let show = onsale_domain::ShowId::random();
     let now = chrono::Utc::now().timestamp_millis();
     let opens = now + 60_000;

@@ -40,6 +40,14 @@ pub struct WaitingRoomConfig {
     /// Redis for the waiting room; without it shows with `waitingRoom: true` are refused.
     #[arg(id = "redis_url", long = "redis-url", env = "ONSALE_REDIS_URL")]
     pub redis_url: Option<String>,
+    /// The CA (a PEM file) a `rediss://` Redis's certificate must chain to; unset: the
+    /// system's roots.
+    #[arg(
+        id = "redis_ca_file",
+        long = "redis-ca-file",
+        env = "ONSALE_REDIS_CA_FILE"
+    )]
+    pub redis_ca_file: Option<std::path::PathBuf>,
     /// The concurrency target N: live sessions the booking path is sized for (seed it from a
     /// capacity test: Little's law on the hold pool and its p99; BENCHMARKS.md).
     #[arg(
@@ -117,6 +125,14 @@ pub struct WaitingRoomConfig {
     pub secret: SecretString,
 }
 
+impl WaitingRoomConfig {
+    /// A client of the Redis at `url` (the waiting room's, which the rate limits share), over
+    /// TLS for `rediss://` with [`WaitingRoomConfig::redis_ca_file`].
+    pub fn redis_client(&self, url: &str) -> anyhow::Result<redis::Client> {
+        onsale_edge::redis_tls::client(url, self.redis_ca_file.as_deref())
+    }
+}
+
 impl std::fmt::Debug for WaitingRoomConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WaitingRoomConfig")
@@ -124,6 +140,7 @@ impl std::fmt::Debug for WaitingRoomConfig {
                 "redis_url",
                 &self.redis_url.as_deref().map(onsale_telemetry::redact_url),
             )
+            .field("redis_ca_file", &self.redis_ca_file)
             .field("target", &self.target)
             .field("target_min", &self.target_min)
             .field("target_max", &self.target_max)
@@ -219,7 +236,7 @@ impl WaitingRoom {
         let Some(url) = config.redis_url.clone() else {
             return Ok(None);
         };
-        let store = Store::connect(&url, &shutdown).await?;
+        let store = Store::connect(config.redis_client(&url)?, &shutdown).await?;
         let grace_secs = config.grace_secs;
         Ok(Some(Self {
             store,

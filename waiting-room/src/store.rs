@@ -102,10 +102,9 @@ impl Store {
     /// Connects, or (Redis unreachable) keeps trying once a second in the background while
     /// every call answers as an outage. Only a malformed URL is an error.
     pub async fn connect(
-        url: &str,
+        client: redis::Client,
         shutdown: &tokio_util::sync::CancellationToken,
     ) -> redis::RedisResult<Self> {
-        let client = redis::Client::open(url)?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(std::time::Duration::from_millis(500)))
             .set_response_timeout(Some(std::time::Duration::from_secs(2)))
