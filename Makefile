@@ -45,6 +45,9 @@ fuzz-api:
 # synchronous standbys of a's through Toxiproxy (REGION_DELAY_MS, 5, each way), its own Kafka
 # (MirrorMaker 2 copies a's topic), Redis and processes, reads on :8081, writes refused naming
 # a; the region router on :8070 sends requests to whichever region writes.
+# `make up SECURE=1`: Kafka only over TLS with SCRAM users and ACLs (the relay's user writes
+# the events topic and cannot read it, the others read it and cannot write it), Redis only
+# over TLS with a password; certificates and passwords generated into the stack's directory.
 # `make up TRACING=1`: Zipkin on :9411 (http://127.0.0.1:9411/zipkin), every process sending
 # it the spans of TRACE_SAMPLE (0.1) of the requests (docs/adr/019).
 BROKERS ?= 1
@@ -55,8 +58,9 @@ TRACING ?= 0
 TRACE_SAMPLE ?= 0.1
 REGIONS ?= 1
 REGION_DELAY_MS ?= 5
+SECURE ?= 0
 up:
-	BROKERS=$(BROKERS) HA=$(HA) NODES=$(NODES) SHARDS=$(SHARDS) TRACING=$(TRACING) TRACE_SAMPLE=$(TRACE_SAMPLE) REGIONS=$(REGIONS) REGION_DELAY_MS=$(REGION_DELAY_MS) ./scripts/stack.sh up
+	SECURE=$(SECURE) BROKERS=$(BROKERS) HA=$(HA) NODES=$(NODES) SHARDS=$(SHARDS) TRACING=$(TRACING) TRACE_SAMPLE=$(TRACE_SAMPLE) REGIONS=$(REGIONS) REGION_DELAY_MS=$(REGION_DELAY_MS) ./scripts/stack.sh up
 
 # Regions on `make up REGIONS=2` (docs/adr/024), named a and b: `make fail-region R=a` (its
 # processes, PostgreSQL and Kafka stopped as if its machines died), `make promote-region R=b`

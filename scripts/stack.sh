@@ -40,7 +40,7 @@
 #   scripts/stack.sh ha-kill-primary DIR     SIGKILL the primary's node (prints which)
 #   scripts/stack.sh ha-leader DIR           the primary's node number
 #   scripts/stack.sh ha-wait DIR primary|replicated [SECS]
-#   scripts/stack.sh up                      everything on the default ports (make up [BROKERS=3] [HA=1] [NODES=3] [SHARDS=2] [TRACING=1] [REGIONS=2])
+#   scripts/stack.sh up                      everything on the default ports (make up [BROKERS=3] [HA=1] [NODES=3] [SHARDS=2] [TRACING=1] [REGIONS=2] [SECURE=1])
 #   scripts/stack.sh fail-region a|b         REGIONS=2: the region goes dark (its processes, PostgreSQL and Kafka stopped)
 #   scripts/stack.sh promote-region a|b      REGIONS=2: `onsale region promote` on that region's databases
 #   scripts/stack.sh rejoin-region a|b       REGIONS=2: the dark region comes back as the writer's standby
@@ -1205,22 +1205,38 @@ migrate_onsale() {
 }
 
 start_onsale() {
-  local name=$1
+  local name=$1 redis="redis://127.0.0.1:$REDIS_PORT/" secure=()
   shift
+  # SECURE=1: Kafka as the relay's user (writes the topic) or the readers' (reads it), and
+  # Redis over TLS with its password.
+  if [ "${SECURE:-0}" = 1 ]; then
+    # shellcheck disable=SC1091
+    . "$STACK_DIR/secure.env"
+    local user=onsale-node password=$KAFKA_NODE_PASSWORD
+    if [ "$1" = relay ]; then user=onsale-relay password=$KAFKA_RELAY_PASSWORD; fi
+    redis="rediss://onsale:$REDIS_PASSWORD@127.0.0.1:$REDIS_PORT/"
+    secure=(ONSALE_KAFKA_SECURITY_PROTOCOL=sasl_ssl "ONSALE_KAFKA_SASL_USERNAME=$user"
+      "ONSALE_KAFKA_SASL_PASSWORD=$password" "ONSALE_KAFKA_CA_FILE=$STACK_DIR/tls/ca.pem"
+      "ONSALE_REDIS_CA_FILE=$STACK_DIR/tls/ca.pem")
+  fi
   DATABASE_URL="postgres://$NODE_LOGIN@127.0.0.1:$PG_PORT/onsale" \
     ONSALE_KAFKA_BROKERS="$(brokers_list)" \
     ONSALE_EVENTS_REPLICATION=$((BROKERS >= 3 ? 3 : 1)) \
-    ONSALE_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/" \
+    ONSALE_REDIS_URL="$redis" \
     ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=$GRPC_LISTEN RUST_LOG=${RUST_LOG:-warn} \
     ONSALE_WEB_DIR="$ROOT/web/dist" ONSALE_PROMETHEUS_URL="http://127.0.0.1:$PROM_PORT" \
     ONSALE_CHECKPOINT_DIR="$STACK_DIR/checkpoints" ONSALE_CHECKPOINT_KEY_FILE="$STACK_DIR/checkpoint.p8" \
     ONSALE_JWKS_URL="http://127.0.0.1:$OIDC_PORT/jwks" ONSALE_JWKS_ISSUER="http://127.0.0.1:$OIDC_PORT" \
-    with_shards "$(shard_urls "$NODE_LOGIN")" nohup "$ROOT/target/release/onsale" "$@" >"$STACK_DIR/$name.log" 2>&1 &
+    with_shards "$(shard_urls "$NODE_LOGIN")" env "${secure[@]}" nohup "$ROOT/target/release/onsale" "$@" >"$STACK_DIR/$name.log" 2>&1 &
   echo $! >"$STACK_DIR/$name.pid"
 }
 
 up() {
   if [ -d "$STACK_DIR" ]; then down; fi
+  if [ "${SECURE:-0}" = 1 ] && [ "$REGIONS" -gt 1 ]; then
+    echo "SECURE=1 runs one region (MirrorMaker 2 and region b are not set up with credentials)" >&2
+    return 1
+  fi
   # Region a's clusters may have to be rewound onto region b's after a failover.
   [ "$REGIONS" -gt 1 ] && export PG_REWINDABLE=1
   if [ "${HA:-0}" = 1 ]; then
@@ -1240,8 +1256,17 @@ up() {
       fi
     done
   fi
-  broker_up "$STACK_DIR" "$KAFKA_PORT" "$BROKERS"
-  redis_up "$STACK_DIR" "$REDIS_PORT"
+  if [ "${SECURE:-0}" = 1 ]; then
+    # Kafka and Redis only over TLS with credentials (issue 53 item 7): the certificates and
+    # passwords in $STACK_DIR/tls and $STACK_DIR/secure.env, the topic's ACLs set.
+    secure_material "$STACK_DIR"
+    KAFKA_SECURE=$STACK_DIR broker_up "$STACK_DIR" "$KAFKA_PORT" "$BROKERS"
+    kafka_acls "$STACK_DIR" "$(brokers_list)" onsale.events
+    REDIS_SECURE=$STACK_DIR redis_up "$STACK_DIR" "$REDIS_PORT"
+  else
+    broker_up "$STACK_DIR" "$KAFKA_PORT" "$BROKERS"
+    redis_up "$STACK_DIR" "$REDIS_PORT"
+  fi
   if [ "${TRACING:-0}" = 1 ]; then
     # Every onsale process exports its spans there; TRACE_SAMPLE of the requests are traced
     # (and every request that sends a sampled traceparent).
@@ -1296,6 +1321,9 @@ up() {
   echo "onsale ready: REST and SSE on http://$LISTEN, gRPC and gRPC-web on $GRPC_LISTEN, Kafka on $(brokers_list), card processor on http://$PROCESSOR_LISTEN"
   echo "the fan app: http://$LISTEN/ (sign in with any name: development mode); the ops console: http://$LISTEN/ops (sign in as an admin); Prometheus: http://127.0.0.1:$PROM_PORT"
   echo "the identity provider: http://127.0.0.1:$OIDC_PORT (its clients and their secrets in $STACK_DIR/oidc/clients.json; make oidc-rotate, make oidc-retire)"
+  if [ "${SECURE:-0}" = 1 ]; then
+    echo "Kafka only over TLS with SCRAM users (onsale-relay writes the topic, onsale-node reads it) and Redis only over TLS: CA $STACK_DIR/tls/ca.pem, passwords in $STACK_DIR/secure.env"
+  fi
   if [ "${TRACING:-0}" = 1 ]; then
     echo "traces ($ONSALE_TRACE_SAMPLE of the requests): http://127.0.0.1:$ZIPKIN_PORT/zipkin"
   fi

@@ -9,7 +9,9 @@
 //! public one. Each request is signed (`x-onsale-node-signature: t=<unix ms>,n=<nonce>,v1=<hex
 //! HMAC-SHA256 of method, path, t, nonce and body under the nodes' secret>`), and the
 //! signature is checked before the body is parsed: older or newer than [`WINDOW`] is refused,
-//! and a nonce seen within the window is refused (a replay). Only what forwarding carries is
+//! and a nonce seen within the window is refused (a replay, decided atomically). The answer is
+//! signed the same way, bound to the request's path and nonce, and the forwarding node takes
+//! no answer whose signature does not hold. Only what forwarding carries is
 //! accepted: a fan's or admin's command, a payment outcome, a query; never a show's schedule
 //! or the sweeper's expiry, which only ever run on the node that decides them.
 
@@ -18,13 +20,14 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::Router;
 use onsale_domain::{ShowCommand, ShowId};
 use secrecy::ExposeSecret;
 
 use crate::owner::Shows;
 use crate::protocol::{
-    verify, CommandError, Forwarded, Refused, Returned, SIGNATURE_HEADER, WINDOW, WORK_PATH,
+    sign_answer, verify, CommandError, Forwarded, Refused, Returned, SIGNATURE_HEADER, WINDOW,
+    WORK_PATH,
 };
 
 /// What the route needs: the owners, and the nonces seen within the window.
@@ -68,10 +71,9 @@ async fn work(
         Ok(n) => n,
         Err(why) => return refused(why),
     };
-    if internal.seen.contains_key(&nonce) {
+    if !first_use(&internal.seen, &nonce) {
         return refused(Refused::Replayed);
     }
-    internal.seen.insert(nonce, ());
     let Ok(show) = id.parse::<ShowId>() else {
         return StatusCode::UNPROCESSABLE_ENTITY.into_response();
     };
@@ -86,7 +88,33 @@ async fn work(
             .into_response();
     }
     let result: Result<Returned, CommandError> = internal.shows.run_forwarded(show, work).await;
-    Json(result).into_response()
+    let Ok(answer) = serde_json::to_vec(&result) else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let signature = sign_answer(
+        secret,
+        &path,
+        chrono::Utc::now().timestamp_millis(),
+        &nonce,
+        &answer,
+    );
+    (
+        [
+            (SIGNATURE_HEADER, signature),
+            (
+                axum::http::header::CONTENT_TYPE.as_str(),
+                "application/json".to_owned(),
+            ),
+        ],
+        answer,
+    )
+        .into_response()
+}
+
+/// Whether `nonce` is seen for the first time within the window, decided atomically: two
+/// copies of one request arriving together are not both taken.
+fn first_use(seen: &moka::sync::Cache<String, ()>, nonce: &str) -> bool {
+    seen.entry(nonce.to_owned()).or_insert(()).is_fresh()
 }
 
 impl Forwarded {
@@ -97,5 +125,28 @@ impl Forwarded {
             self,
             Self::Command(ShowCommand::Schedule { .. } | ShowCommand::ExpireHolds { .. })
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn of_many_copies_of_one_request_arriving_together_one_is_taken() {
+        let seen = moka::sync::Cache::builder().max_capacity(1_000).build();
+        for round in 0..20 {
+            let nonce = format!("nonce-of-round-{round:04}");
+            let taken: usize = std::thread::scope(|s| {
+                let copies: Vec<_> = (0..8)
+                    .map(|_| s.spawn(|| first_use(&seen, &nonce)))
+                    .collect();
+                copies
+                    .into_iter()
+                    .map(|c| usize::from(c.join().expect("joined")))
+                    .sum()
+            });
+            assert_eq!(taken, 1, "round {round}");
+        }
     }
 }

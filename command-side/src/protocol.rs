@@ -164,6 +164,35 @@ pub fn sign(secret: &str, path: &str, t: i64, nonce: &str, body: &[u8]) -> Strin
     format!("t={t},n={nonce},v1={v1}")
 }
 
+/// What an answer is signed as: the request's path, marked as its answer (a request's
+/// signature never passes for an answer, nor the reverse).
+fn answer_path(path: &str) -> String {
+    format!("{path}#answer")
+}
+
+/// The signature header of the owner's answer (`body`) to the request to `path` signed with
+/// `nonce`: the node key over the answer, bound to that request, so nobody between two nodes
+/// can change an answer or pass off another request's.
+pub fn sign_answer(secret: &str, path: &str, t: i64, nonce: &str, body: &[u8]) -> String {
+    sign(secret, &answer_path(path), t, nonce, body)
+}
+
+/// Checks an answer to the request to `path` the caller signed with `nonce`.
+pub fn verify_answer(
+    secret: &str,
+    path: &str,
+    nonce: &str,
+    header: Option<&str>,
+    body: &[u8],
+    now_ms: i64,
+) -> Result<(), Refused> {
+    let answered = verify(secret, &answer_path(path), header, body, now_ms)?;
+    if answered != nonce {
+        return Err(Refused::Mismatch);
+    }
+    Ok(())
+}
+
 /// Why a forwarded request was refused before its body was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
@@ -252,6 +281,66 @@ mod tests {
         let other_nonce = h.replace(nonce, "fedcba9876543210");
         assert_eq!(
             verify(SECRET, path, Some(&other_nonce), body, t),
+            Err(Refused::Mismatch)
+        );
+    }
+
+    #[test]
+    fn an_answer_is_signed_for_its_request_alone() {
+        let (path, t, nonce, body) = (
+            "/internal/v1/shows/s1/work",
+            1_000_000,
+            "0123456789abcdef",
+            b"{\"Ok\":1}",
+        );
+        let answer = sign_answer(SECRET, path, t, nonce, body);
+        assert_eq!(
+            verify_answer(SECRET, path, nonce, Some(&answer), body, t),
+            Ok(())
+        );
+        // Another request's answer, another show's, a changed body, another key, none at all.
+        assert_eq!(
+            verify_answer(SECRET, path, "fedcba9876543210", Some(&answer), body, t),
+            Err(Refused::Mismatch)
+        );
+        assert_eq!(
+            verify_answer(
+                SECRET,
+                "/internal/v1/shows/s2/work",
+                nonce,
+                Some(&answer),
+                body,
+                t
+            ),
+            Err(Refused::Mismatch)
+        );
+        assert_eq!(
+            verify_answer(SECRET, path, nonce, Some(&answer), b"{\"Ok\":2}", t),
+            Err(Refused::Mismatch)
+        );
+        assert_eq!(
+            verify_answer(
+                "another-node-secret-of-32-bytes!!!!",
+                path,
+                nonce,
+                Some(&answer),
+                body,
+                t
+            ),
+            Err(Refused::Mismatch)
+        );
+        assert_eq!(
+            verify_answer(SECRET, path, nonce, None, body, t),
+            Err(Refused::Malformed)
+        );
+        // A request's signature is not an answer's, nor the reverse.
+        let request = sign(SECRET, path, t, nonce, body);
+        assert_eq!(
+            verify_answer(SECRET, path, nonce, Some(&request), body, t),
+            Err(Refused::Mismatch)
+        );
+        assert_eq!(
+            verify(SECRET, path, Some(&answer), body, t),
             Err(Refused::Mismatch)
         );
     }

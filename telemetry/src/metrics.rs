@@ -55,7 +55,8 @@ pub const UNKNOWN_IDS_TOTAL: &str = "onsale_unknown_ids_total";
 /// A part of a process (worker, relay, projections, ...) stopped before shutdown and was
 /// started again, by part.
 pub const PART_RESTARTS_TOTAL: &str = "onsale_part_restarts_total";
-/// Forwarded requests refused on the internal route (unsigned, forged, stale or replayed).
+/// Forwarded requests refused on the internal route (unsigned, forged, stale or replayed), and
+/// owners' answers the forwarding node refused.
 pub const FORWARDS_REFUSED_TOTAL: &str = "onsale_forwards_refused_total";
 /// Commands per group commit.
 pub const COMMIT_BATCH_COMMANDS: &str = "onsale_commit_batch_commands";
@@ -268,7 +269,7 @@ pub fn describe() {
     );
     describe_counter!(
         FORWARDS_REFUSED_TOTAL,
-        "Forwarded requests refused on the internal route (unsigned, forged, stale or replayed)."
+        "Forwarded requests refused on the internal route (unsigned, forged, stale or replayed), and owners' answers the forwarding node refused (unsigned or forged)."
     );
     describe_histogram!(COMMIT_BATCH_COMMANDS, "Commands per group commit.");
     describe_histogram!(

@@ -415,13 +415,35 @@ impl Shows {
         }
         let sent = request.body(body).send().await;
         let returned = match sent {
-            Ok(r) if r.status().is_success() => r
-                .json::<Result<Returned, CommandError>>()
-                .await
-                .map_err(|e| {
+            Ok(r) if r.status().is_success() => {
+                let signature = r
+                    .headers()
+                    .get(crate::protocol::SIGNATURE_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                let answer = r.bytes().await.map_err(|e| {
                     warn!(%show, node = %to.addr, error = %e, "forwarded answer unreadable");
                     CommandError::Unavailable
-                })?,
+                })?;
+                // Only the owner's own answer to this request is taken.
+                if let Err(why) = crate::protocol::verify_answer(
+                    secrecy::ExposeSecret::expose_secret(&self.cluster().node_secret),
+                    &path,
+                    &nonce,
+                    signature.as_deref(),
+                    &answer,
+                    chrono::Utc::now().timestamp_millis(),
+                ) {
+                    metrics::counter!(onsale_telemetry::metrics::FORWARDS_REFUSED_TOTAL)
+                        .increment(1);
+                    warn!(%show, node = %to.addr, %why, "a forwarded answer was refused");
+                    return Err(CommandError::Unavailable);
+                }
+                serde_json::from_slice::<Result<Returned, CommandError>>(&answer).map_err(|e| {
+                    warn!(%show, node = %to.addr, error = %e, "forwarded answer unreadable");
+                    CommandError::Unavailable
+                })?
+            }
             Ok(r) => {
                 warn!(%show, node = %to.addr, status = %r.status(), "forward refused");
                 self.set_elsewhere(show, None);
