@@ -3,7 +3,7 @@
 //! controller reads it. The booking rules underneath are unchanged: the gate only decides who
 //! may ask.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
@@ -46,14 +46,16 @@ pub type WriteProbe =
 /// payments, on every shard; a work list it cannot read says nothing (`true`).
 pub type ProcessorProbe = WriteProbe;
 
-/// The hold path's recent latencies and failures (a failure is the service's: 5xx, not a 409).
+/// The hold path's recent latencies and failures (a failure is the service's: 5xx, not a 409),
+/// each show's apart: one show hammered into failing (its owner overloaded) pauses its own line,
+/// not every show's (issue 53 item 11).
 #[derive(Debug, Default)]
 pub struct BookingHealth {
-    window: Mutex<VecDeque<(Instant, f64, bool)>>,
+    window: Mutex<VecDeque<(Instant, ShowId, f64, bool)>>,
 }
 
 /// The hold path over a recent window.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct HealthSample {
     pub requests: usize,
     pub p99_secs: f64,
@@ -63,13 +65,14 @@ pub struct HealthSample {
 impl BookingHealth {
     const KEEP: Duration = Duration::from_secs(30);
 
-    pub fn record(&self, secs: f64, ok: bool) {
+    /// One hold request of `show`: how long it took and whether the service answered it.
+    pub fn record(&self, show: ShowId, secs: f64, ok: bool) {
         let now = Instant::now();
         let mut w = self.window.lock().unwrap_or_else(|p| p.into_inner());
-        w.push_back((now, secs, ok));
+        w.push_back((now, show, secs, ok));
         while w
             .front()
-            .is_some_and(|(t, _, _)| now.duration_since(*t) > Self::KEEP)
+            .is_some_and(|(t, ..)| now.duration_since(*t) > Self::KEEP)
         {
             w.pop_front();
         }
@@ -79,35 +82,34 @@ impl BookingHealth {
         }
     }
 
-    /// Requests of the last `over`, their p99 and the share that failed.
-    pub fn sample(&self, over: Duration) -> HealthSample {
+    /// Each show's requests of the last `over`: their p99 and the share that failed.
+    pub fn samples(&self, over: Duration) -> HashMap<ShowId, HealthSample> {
         let now = Instant::now();
-        let w = self.window.lock().unwrap_or_else(|p| p.into_inner());
-        let mut lat: Vec<f64> = Vec::new();
-        let mut failed = 0usize;
-        for (t, secs, ok) in w.iter().rev() {
-            if now.duration_since(*t) > over {
-                break;
+        let mut by_show: HashMap<ShowId, (Vec<f64>, usize)> = HashMap::new();
+        {
+            let w = self.window.lock().unwrap_or_else(|p| p.into_inner());
+            for (t, show, secs, ok) in w.iter().rev() {
+                if now.duration_since(*t) > over {
+                    break;
+                }
+                let (lat, failed) = by_show.entry(*show).or_default();
+                lat.push(*secs);
+                *failed += usize::from(!ok);
             }
-            lat.push(*secs);
-            if !ok {
-                failed += 1;
-            }
         }
-        if lat.is_empty() {
-            return HealthSample {
-                requests: 0,
-                p99_secs: 0.0,
-                error_rate: 0.0,
-            };
-        }
-        lat.sort_by(f64::total_cmp);
-        let idx = ((lat.len() as f64) * 0.99).ceil() as usize;
-        HealthSample {
-            requests: lat.len(),
-            p99_secs: lat[idx.saturating_sub(1).min(lat.len() - 1)],
-            error_rate: failed as f64 / lat.len() as f64,
-        }
+        by_show
+            .into_iter()
+            .map(|(show, (mut lat, failed))| {
+                lat.sort_by(f64::total_cmp);
+                let idx = ((lat.len() as f64) * 0.99).ceil() as usize;
+                let sample = HealthSample {
+                    requests: lat.len(),
+                    p99_secs: lat[idx.saturating_sub(1).min(lat.len() - 1)],
+                    error_rate: failed as f64 / lat.len() as f64,
+                };
+                (show, sample)
+            })
+            .collect()
     }
 }
 
@@ -116,20 +118,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_sample_reports_the_p99_and_the_failure_share() {
+    fn each_shows_sample_reports_its_own_p99_and_failure_share() {
         let h = BookingHealth::default();
+        let (hammered, quiet) = (ShowId::random(), ShowId::random());
         for i in 0..100 {
-            h.record(f64::from(i) / 1000.0, i % 10 != 0);
+            h.record(quiet, f64::from(i) / 1000.0, i % 10 != 0);
+            h.record(hammered, 2.0, false);
         }
-        let s = h.sample(Duration::from_secs(5));
+        let samples = h.samples(Duration::from_secs(5));
+        let s = samples[&quiet];
         assert_eq!(s.requests, 100);
         assert!((s.p99_secs - 0.098).abs() < 1e-9, "{s:?}");
         assert!((s.error_rate - 0.1).abs() < 1e-9);
-        assert_eq!(
-            BookingHealth::default()
-                .sample(Duration::from_secs(5))
-                .requests,
-            0
-        );
+        let s = samples[&hammered];
+        assert_eq!((s.requests, s.p99_secs, s.error_rate), (100, 2.0, 1.0));
+        assert!(BookingHealth::default()
+            .samples(Duration::from_secs(5))
+            .is_empty());
     }
 }

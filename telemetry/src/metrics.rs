@@ -12,8 +12,12 @@ use metrics::{describe_counter, describe_gauge, describe_histogram};
 
 /// Of the positions the line passed recently, the share that became sessions (per show).
 pub const ADMISSION_CLAIM_RATE: &str = "onsale_admission_claim_rate";
-/// How far the booking path's health scales the admission target N (1 = full, 0 = paused).
+/// How far the booking path's health scales the admission target N, at its lowest over the
+/// shows with a line (1 = full, 0 = paused; each show's in [`SHOW_ADMISSION_FACTOR`]).
 pub const ADMISSION_FACTOR: &str = "onsale_admission_factor";
+/// How far a show's own booking path's health (and the store's and processor's) scales its
+/// admission target N, by show.
+pub const SHOW_ADMISSION_FACTOR: &str = "onsale_show_admission_factor";
 /// The concurrency target N the line admits toward for a show (before the health factor): the
 /// configured N, or what the sale's conversion and seats left call for within the bounds.
 pub const ADMISSION_TARGET: &str = "onsale_admission_target";
@@ -193,7 +197,11 @@ pub fn describe() {
     );
     describe_gauge!(
         ADMISSION_FACTOR,
-        "How far the booking path's health scales the admission target N (1 = full, 0 = paused)."
+        "How far the booking path's health scales the admission target N, at its lowest over the shows with a line (1 = full, 0 = paused)."
+    );
+    describe_gauge!(
+        SHOW_ADMISSION_FACTOR,
+        "How far a show's own booking path's health scales its admission target N, by show."
     );
     describe_gauge!(
         ADMISSION_TARGET,

@@ -1025,3 +1025,50 @@ async fn an_account_name_cannot_pass_for_a_fallback_admission() {
         "the session is the line's, in Redis"
     );
 }
+
+#[tokio::test]
+async fn a_show_hammered_into_failing_pauses_its_own_line_and_no_other() {
+    use onsale_edge::admission::{BookingHealth, WriteProbe};
+    let db = TestDb::new().await.expect("db");
+    let room = Room::start(&db, |c| c.target = 3).await.expect("room");
+    let hammered = room.show(1, 2, 10, chrono::Duration::seconds(-60)).await;
+    let quiet = room.show(1, 2, 10, chrono::Duration::seconds(-60)).await;
+    for event in [&hammered, &quiet] {
+        for i in 0..5 {
+            room.join(event, &format!("fan{i}")).await;
+        }
+    }
+    // One show's holds all fail and crawl (its owner flooded); the other's are fine.
+    let health = Arc::new(BookingHealth::default());
+    for _ in 0..50 {
+        health.record(hammered.parse().expect("id"), 2.0, false);
+        health.record(quiet.parse().expect("id"), 0.01, true);
+    }
+    let answers: WriteProbe = Arc::new(|| Box::pin(async { true }));
+    let mut admitter = onsale_waiting_room::admitter::Admitter::new(
+        room.room.clone(),
+        health,
+        answers.clone(),
+        answers,
+    );
+    for _ in 0..3 {
+        admitter
+            .tick(Duration::from_millis(100))
+            .await
+            .expect("a tick");
+    }
+    assert!(
+        room.get_int(&quiet, "admitted").await > 0,
+        "the quiet show's line moves"
+    );
+    assert_eq!(
+        room.get_int(&hammered, "admitted").await,
+        0,
+        "the hammered show's line waits"
+    );
+    assert!(
+        room.get_int(&hammered, "paused").await > 0,
+        "its pause is published"
+    );
+    assert_eq!(room.get_int(&quiet, "paused").await, 0);
+}

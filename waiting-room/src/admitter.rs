@@ -24,7 +24,10 @@ pub struct Admitter {
     write_path: WriteProbe,
     /// Whether the card processor answers the payments (read by the crate that keeps them).
     processor: ProcessorProbe,
-    controller: Controller,
+    /// Each show's controller (its own booking path's health, the shared store's and the
+    /// processor's), so one show hammered into failing pauses its own line alone.
+    controllers: HashMap<ShowId, Controller>,
+    config: ControllerConfig,
     /// Per show, its sale's measure and when it was taken (see [`MEASURE_EVERY`]).
     measured: HashMap<ShowId, (Instant, SaleMeasure)>,
 }
@@ -36,7 +39,7 @@ const MEASURE_EVERY: Duration = Duration::from_secs(2);
 impl std::fmt::Debug for Admitter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Admitter")
-            .field("controller", &self.controller)
+            .field("controllers", &self.controllers.len())
             .finish_non_exhaustive()
     }
 }
@@ -48,16 +51,17 @@ impl Admitter {
         write_path: WriteProbe,
         processor: ProcessorProbe,
     ) -> Self {
-        let controller = Controller::new(ControllerConfig {
+        let config = ControllerConfig {
             target_p99: Duration::from_millis(room.config.hold_p99_ms),
             ..ControllerConfig::default()
-        });
+        };
         Self {
             room,
             health,
             write_path,
             processor,
-            controller,
+            controllers: HashMap::new(),
+            config,
             measured: HashMap::new(),
         }
     }
@@ -85,10 +89,7 @@ impl Admitter {
         let processor_ok = (self.processor)().await;
         metrics::gauge!(onsale_telemetry::metrics::PROCESSOR_FAILING)
             .set(f64::from(u8::from(!processor_ok)));
-        let sample = self.health.sample(Duration::from_secs(5));
-        let factor = self.controller.step(sample, store_ok, processor_ok, dt);
-        metrics::gauge!(onsale_telemetry::metrics::ADMISSION_FACTOR).set(factor);
-        let paused = self.controller.paused();
+        let samples = self.health.samples(Duration::from_secs(5));
         let config = self.room.config.clone();
         // Without bounds N stays the configured target; with them it follows each show's sale.
         let follows = config.target_min.is_some() || config.target_max.is_some();
@@ -103,6 +104,9 @@ impl Admitter {
         let ids: Vec<ShowId> = shows.iter().map(|(show, ..)| *show).collect();
         let sales = crate::sale::availabilities(&self.room.pool, &ids).await;
         self.measured.retain(|show, _| ids.contains(show));
+        self.controllers.retain(|show, _| ids.contains(show));
+        // The lowest factor of any show (1 with none): the pause an operator looks for first.
+        let mut lowest: f64 = 1.0;
         for (show, opens, starts) in shows {
             if now_ms() >= starts {
                 // The show started: its sale is over, its line is of no use to anyone.
@@ -119,7 +123,19 @@ impl Admitter {
             } else {
                 config.target
             };
-            let target = self.controller.target(n);
+            let controller = self
+                .controllers
+                .entry(show)
+                .or_insert_with(|| Controller::new(self.config));
+            let sample = samples.get(&show).copied().unwrap_or_default();
+            let factor = controller.step(sample, store_ok, processor_ok, dt);
+            let (target, paused) = (controller.target(n), controller.paused());
+            lowest = lowest.min(factor);
+            metrics::gauge!(
+                onsale_telemetry::metrics::SHOW_ADMISSION_FACTOR,
+                "show" => onsale_telemetry::metrics::show_label(&show.to_string())
+            )
+            .set(factor);
             let started = Instant::now();
             let t = self
                 .room
@@ -152,6 +168,7 @@ impl Admitter {
             metrics::counter!(onsale_telemetry::metrics::ADMITTED_POSITIONS_TOTAL, &labels)
                 .increment(t.advanced.max(0) as u64);
         }
+        metrics::gauge!(onsale_telemetry::metrics::ADMISSION_FACTOR).set(lowest);
         Ok(())
     }
 }

@@ -119,7 +119,7 @@ pub(super) async fn create_hold(
             | crate::protocol::CommandError::Overloaded
             | crate::protocol::CommandError::Internal(_))
     );
-    state.health.record(secs, served);
+    state.health.record(show_id, secs, served);
     let outcome = match &result {
         Ok(_) => "held",
         Err(crate::protocol::CommandError::Domain(e)) => ErrorCode::from(e).as_str(),
