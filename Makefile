@@ -31,7 +31,7 @@ web:
 # violations or it fails. `make test` runs a short, seeded version (tests/tests/fuzz_api.rs).
 FUZZ_EXAMPLES ?= 120
 fuzz-api:
-	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) ./scripts/fuzz-api.sh
+	SECURE=$(SECURE) FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) ./scripts/fuzz-api.sh
 
 # `make up BROKERS=3`: a three-broker Kafka cluster (replication 3, min.insync.replicas 2).
 # `make up HA=1`: PostgreSQL as three nodes under Patroni (synchronous quorum commit, HAProxy

@@ -75,6 +75,47 @@ pub struct RawEventRow {
     pub payload: Box<RawValue>,
     pub metadata: Box<RawValue>,
     pub hash: String,
+    /// Set when the payload was scrubbed on its way ([`without_card_token`]): SHA-256 over the
+    /// previous row's hash, the scrubbed row's bytes and this row's hash, in hex. The stored
+    /// row no longer hashes to `hash`; this proves the message to a consumer that knows the
+    /// previous hash all the same (issue 53 items 7 and 11).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scrubbed: Option<String>,
+}
+
+/// The payload of an `OrderPlaced` stored before the card vault (issue 16), which carried the
+/// order's payment token, without it; `None` for every other payload (the token never leaves
+/// the database again: the relay publishes this instead).
+pub fn without_card_token(event_type: &str, payload: &str) -> Option<String> {
+    if event_type != "OrderPlaced" || !payload.contains("\"payment_token\"") {
+        return None;
+    }
+    let mut v: Value = serde_json::from_str(payload).ok()?;
+    v.get_mut("OrderPlaced")?
+        .as_object_mut()?
+        .remove("payment_token")?;
+    serde_json::to_string(&v).ok()
+}
+
+impl RawEventRow {
+    /// Replaces the payload with `payload` (a scrubbed one), proved against `prev`, the hash
+    /// of the aggregate's row before this one.
+    pub fn scrub(&mut self, payload: String, prev: &[u8]) -> serde_json::Result<()> {
+        let hash = hex::decode(&self.hash).unwrap_or_default();
+        let mut row = onsale_eventlog::chain::row_bytes(
+            &self.aggregate_type,
+            &self.aggregate_id,
+            self.sequence,
+            &self.event_type,
+            &self.event_version,
+            &payload,
+            self.metadata.get(),
+        );
+        row.extend_from_slice(&hash);
+        self.scrubbed = Some(hex::encode(onsale_eventlog::chain::link(prev, &row)));
+        self.payload = RawValue::from_string(payload)?;
+        Ok(())
+    }
 }
 
 impl TryFrom<onsale_eventlog::LogRow> for RawEventRow {
@@ -91,6 +132,7 @@ impl TryFrom<onsale_eventlog::LogRow> for RawEventRow {
             payload: RawValue::from_string(r.payload)?,
             metadata: RawValue::from_string(r.metadata)?,
             hash: hex::encode(r.hash),
+            scrubbed: None,
         })
     }
 }
@@ -193,5 +235,20 @@ mod tests {
         }
         assert!(parse_lsn("0/FFFFFFFF") < parse_lsn("1/0"));
         assert_eq!(parse_lsn("nonsense"), None);
+    }
+
+    #[test]
+    fn an_order_placed_before_the_vault_loses_its_token_and_nothing_else_does() {
+        let old = r#"{"OrderPlaced":{"order_id":"o1","hold_id":"h1","payment_token":"tok_4242","total_cents":5000}}"#;
+        let scrubbed = without_card_token("OrderPlaced", old).expect("scrubbed");
+        assert!(!scrubbed.contains("tok_4242"), "{scrubbed}");
+        let v: Value = serde_json::from_str(&scrubbed).expect("JSON");
+        assert_eq!(v["OrderPlaced"]["order_id"], "o1");
+        assert_eq!(v["OrderPlaced"]["total_cents"], 5000);
+        let new = r#"{"OrderPlaced":{"order_id":"o1","hold_id":"h1","total_cents":5000}}"#;
+        assert_eq!(without_card_token("OrderPlaced", new), None);
+        // Another event naming the field (a hold's fan could be called anything) is left.
+        let other = r#"{"SeatsHeld":{"hold_id":"h1","note":"\"payment_token\""}}"#;
+        assert_eq!(without_card_token("SeatsHeld", other), None);
     }
 }

@@ -733,7 +733,29 @@ impl Relay {
         }
     }
 
-    async fn publish(&self, envelope: RawEnvelope) -> anyhow::Result<()> {
+    async fn publish(&self, mut envelope: RawEnvelope) -> anyhow::Result<()> {
+        let row = &mut envelope.after;
+        if let Some(payload) =
+            crate::envelope::without_card_token(&row.event_type, row.payload.get())
+        {
+            // A row from before the card vault: its token stays in the database. The proof of
+            // the scrubbed row is made from the previous row's hash, read here (such rows are
+            // old: this happens on a backfill, not on the hot path).
+            let prev = if row.sequence <= 1 {
+                onsale_eventlog::chain::GENESIS
+            } else {
+                self.log
+                    .read_range(&row.aggregate_id, row.sequence - 2, row.sequence - 1, 1)
+                    .await?
+                    .first()
+                    .map(|r| r.hash)
+                    .with_context(|| {
+                        format!("{}@{} has no row before it", row.aggregate_id, row.sequence)
+                    })?
+            };
+            row.scrub(payload, &prev)?;
+            metrics::counter!(onsale_telemetry::metrics::RELAY_SCRUBBED_TOTAL).increment(1);
+        }
         let body = serde_json::to_vec(&envelope)?;
         // An event decided under a sampled trace: its publication is a span of that trace, and
         // the message's `traceparent` header names it to the projections (docs/adr/019).

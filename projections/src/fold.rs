@@ -30,11 +30,12 @@ pub struct LogEvent {
     pub trace: Option<String>,
     /// Its link in the show's hash chain (migration 0009).
     pub hash: [u8; 32],
-    /// For an event from the topic, what its hash claims to cover (the row's bytes, see
-    /// [`onsale_eventlog::chain::row_bytes`]): it is folded only if it chains from the
-    /// fold's head ([`LogEvent::chains_from`]). `None` for a row read from the table, which
-    /// is the truth.
-    claimed: Option<Vec<u8>>,
+    /// For an event from the topic, what it claims chains from the fold's head and to what:
+    /// the row's bytes (see [`onsale_eventlog::chain::row_bytes`]) and its hash, or for a
+    /// scrubbed payload the scrubbed row's bytes and its hash, and its proof. It is folded
+    /// only if that holds ([`LogEvent::chains_from`]). `None` for a row read from the table,
+    /// which is the truth.
+    claimed: Option<(Vec<u8>, [u8; 32])>,
 }
 
 /// What a projection reads of a message on the events topic (an [`onsale_kafka::Envelope`]),
@@ -67,6 +68,9 @@ struct RowView<'a> {
     metadata: &'a RawValue,
     #[serde(default, borrow)]
     hash: Option<Cow<'a, str>>,
+    /// A scrubbed payload's proof (see `onsale_kafka::envelope::RawEventRow::scrub`).
+    #[serde(default, borrow)]
+    scrubbed: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -105,13 +109,12 @@ impl LogEvent {
         let row = &e.after;
         // A message without a hash, or with one that is not 32 bytes, claims a hash no row
         // has: it never chains.
-        let hash = row
-            .hash
-            .as_deref()
-            .and_then(|h| hex::decode(h).ok())
-            .and_then(|h| <[u8; 32]>::try_from(h).ok())
-            .unwrap_or_default();
-        let claimed = chain::row_bytes(
+        let hex32 = |h: Option<&str>| {
+            h.and_then(|h| hex::decode(h).ok())
+                .and_then(|h| <[u8; 32]>::try_from(h).ok())
+        };
+        let hash = hex32(row.hash.as_deref()).unwrap_or_default();
+        let mut bytes = chain::row_bytes(
             &row.aggregate_type,
             &row.aggregate_id,
             row.sequence,
@@ -120,6 +123,13 @@ impl LogEvent {
             row.payload.get(),
             row.metadata.get(),
         );
+        let expect = match &row.scrubbed {
+            None => hash,
+            Some(proof) => {
+                bytes.extend_from_slice(&hash);
+                hex32(Some(proof)).unwrap_or_default()
+            }
+        };
         Ok(Some(Self {
             show_id: e.after.aggregate_id.parse()?,
             sequence: e.after.sequence,
@@ -129,7 +139,7 @@ impl LogEvent {
             committed_at: live.then_some(committed_at).flatten(),
             trace: None,
             hash,
-            claimed: Some(claimed),
+            claimed: Some((bytes, expect)),
         }))
     }
 
@@ -140,7 +150,7 @@ impl LogEvent {
     pub fn chains_from(&self, head: &[u8; 32]) -> bool {
         self.claimed
             .as_ref()
-            .is_none_or(|row| chain::link(head, row) == self.hash)
+            .is_none_or(|(row, expect)| chain::link(head, row) == *expect)
     }
 
     /// A row read from the events table.
@@ -357,5 +367,57 @@ mod tests {
         let from_table = LogEvent::from_row(show, &row).expect("a row");
         assert!(from_table.chains_from(&[4; 32]));
         assert_eq!(from_table.hash, [9; 32]);
+    }
+
+    #[test]
+    fn a_scrubbed_message_chains_by_its_proof_and_hands_on_the_logs_hash() {
+        let show = ShowId::random();
+        let event = ShowEvent::HoldExpired {
+            hold_id: HoldId::new(show),
+        };
+        let mut row = LogRow {
+            aggregate_type: Show::TYPE.into(),
+            aggregate_id: show.to_string(),
+            sequence: 12,
+            event_type: "HoldExpired".into(),
+            event_version: "1".into(),
+            // As stored, with something the relay takes out on its way.
+            payload: serde_json::to_string(&event)
+                .expect("JSON")
+                .replacen('{', r#"{"payment_token":"tok_4242","#, 2)
+                .replacen(r#"{"payment_token":"tok_4242","#, "{", 1),
+            metadata: "{}".into(),
+            hash: [0; 32],
+        };
+        row.hash = row.chain_from(&PREV);
+        let stored_hash = row.hash;
+        let mut after = RawEventRow::try_from(row).expect("JSON");
+        let clean = serde_json::to_string(&event).expect("JSON");
+        after.scrub(clean, &PREV).expect("scrubbed");
+        let body = serde_json::to_vec(&RawEnvelope {
+            op: "r",
+            before: None,
+            after,
+            source: source(1_764_896_400_000),
+            ts_ms: 1_764_896_400_005,
+        })
+        .expect("JSON");
+        assert!(!String::from_utf8_lossy(&body).contains("tok_4242"));
+        let log = LogEvent::from_message(&body)
+            .expect("parses")
+            .expect("a show's");
+        assert!(log.chains_from(&PREV));
+        assert!(!log.chains_from(&[4; 32]));
+        // The next event chains from the log's own hash of it.
+        assert_eq!(log.hash, stored_hash);
+        let mut tampered: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+        tampered["after"]["hash"] = "07".repeat(32).into();
+        let log = LogEvent::from_message(&serde_json::to_vec(&tampered).expect("JSON"))
+            .expect("parses")
+            .expect("a show's");
+        assert!(
+            !log.chains_from(&PREV),
+            "the proof binds the hash it hands on"
+        );
     }
 }

@@ -59,6 +59,9 @@ pub const UNKNOWN_IDS_TOTAL: &str = "onsale_unknown_ids_total";
 /// A part of a process (worker, relay, projections, ...) stopped before shutdown and was
 /// started again, by part.
 pub const PART_RESTARTS_TOTAL: &str = "onsale_part_restarts_total";
+/// Events the relay published without the card token they were stored with (orders placed
+/// before the card vault).
+pub const RELAY_SCRUBBED_TOTAL: &str = "onsale_relay_scrubbed_total";
 /// Forwarded requests refused on the internal route (unsigned, forged, stale or replayed), and
 /// owners' answers the forwarding node refused.
 pub const FORWARDS_REFUSED_TOTAL: &str = "onsale_forwards_refused_total";
@@ -274,6 +277,10 @@ pub fn describe() {
     describe_counter!(
         PART_RESTARTS_TOTAL,
         "A part of a process stopped before shutdown (a panic, a loop that returned) and was started again, by part."
+    );
+    describe_counter!(
+        RELAY_SCRUBBED_TOTAL,
+        "Events the relay published without the card token they were stored with (orders placed before the card vault)."
     );
     describe_counter!(
         FORWARDS_REFUSED_TOTAL,

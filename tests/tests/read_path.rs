@@ -1914,3 +1914,110 @@ async fn a_projection_loads_a_show_from_its_snapshot_at_its_position_not_from_ze
     rp.seat_map_matches_replay(&event).await;
     rp.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_order_placed_before_the_card_vault_is_relayed_without_its_token_and_still_chains() {
+    use onsale_domain::show::messages::Idempotency;
+    use onsale_domain::{AccountId, HoldId, IdempotencyKey, OrderId, ShowEvent, ShowId};
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::Message;
+    let (_db, rp) = ReadPath::on_shared_broker().await.expect("read path");
+    // A show's log as an onsale from before issue 16 wrote it: its order carried the token.
+    let show = ShowId::random();
+    let placed = ShowEvent::OrderPlaced {
+        order_id: OrderId::new(show),
+        hold_id: HoldId::new(show),
+        account_id: AccountId::parse("old-fan").expect("an account"),
+        seat_ids: vec!["S1-R1-1".parse().expect("a seat")],
+        total_cents: 5_000,
+        placed_at: chrono::Utc::now(),
+        idempotency: Idempotency {
+            key: IdempotencyKey::parse("old-order").expect("a key"),
+            fingerprint: "f".repeat(64),
+        },
+    };
+    let mut payload = serde_json::to_value(&placed).expect("JSON");
+    payload["OrderPlaced"]["payment_token"] = "tok_4242424242".into();
+    let released = ShowEvent::HoldReleased {
+        hold_id: HoldId::new(show),
+    };
+    for (sequence, event, payload) in [
+        (
+            1,
+            "HoldReleased",
+            serde_json::to_value(&released).expect("JSON"),
+        ),
+        (2, "OrderPlaced", payload),
+    ] {
+        sqlx::query(
+            "INSERT INTO events (aggregate_type, aggregate_id, sequence, event_type, event_version, payload, metadata)
+             VALUES ('show', $1, $2, $3, '1', $4::text::json, '{}')",
+        )
+        .bind(show.to_string())
+        .bind(sequence)
+        .bind(event)
+        .bind(payload.to_string())
+        .execute(&rp.pool)
+        .await
+        .expect("an old row");
+    }
+    let mut kafka = rp.kafka.clone();
+    kafka.events_topic = format!("{}.scrubbed", kafka.events_topic);
+    let relay = onsale_kafka::Relay::start(
+        rp.pool.clone(),
+        kafka.clone(),
+        onsale_kafka::RelayConfig {
+            slot: format!("{}_s", rp.relay_config.slot),
+            ..rp.relay_config.clone()
+        },
+    )
+    .await
+    .expect("relay");
+    relay
+        .backfill(Some(&show.to_string()))
+        .await
+        .expect("backfill");
+    let consumer: StreamConsumer = kafka
+        .client()
+        .set("group.id", "scrub-check")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .expect("consumer");
+    consumer.assign(&whole_topic(&kafka)).expect("assign");
+    let mut messages = BTreeMap::new();
+    while messages.len() < 2 {
+        let m = tokio::time::timeout(Duration::from_secs(20), consumer.recv())
+            .await
+            .expect("in time")
+            .expect("a message");
+        let body = m.payload().expect("payload").to_vec();
+        let e: onsale_kafka::Envelope = serde_json::from_slice(&body).expect("an envelope");
+        if e.after.aggregate_id == show.to_string() {
+            messages.insert(e.after.sequence, body);
+        }
+    }
+    let order = String::from_utf8_lossy(&messages[&2]).into_owned();
+    assert!(!order.contains("tok_4242424242"), "{order}");
+    assert!(order.contains("\"scrubbed\""), "{order}");
+    // A consumer takes both: the first chains from the start, the scrubbed one by its proof.
+    let first = onsale_projections::LogEvent::from_message(&messages[&1])
+        .expect("parses")
+        .expect("a show's");
+    assert!(first.chains_from(&onsale_eventlog::chain::GENESIS));
+    let second = onsale_projections::LogEvent::from_message(&messages[&2])
+        .expect("parses")
+        .expect("a show's");
+    assert!(second.chains_from(&first.hash));
+    // The log itself is untouched: the chain still verifies, the token is still in the row.
+    let verified = onsale_eventlog::chain::verify(&rp.pool, Some(&show.to_string()), 100)
+        .await
+        .expect("verified");
+    assert_eq!((verified.events, verified.broken), (2, None));
+    sqlx::query("SELECT pg_drop_replication_slot($1)")
+        .bind(format!("{}_s", rp.relay_config.slot))
+        .execute(&rp.pool)
+        .await
+        .expect("drop the slot");
+    rp.stop().await;
+}
