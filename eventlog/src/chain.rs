@@ -10,8 +10,8 @@ use sqlx::{PgPool, Row};
 /// Where an aggregate's chain starts.
 pub const GENESIS: [u8; 32] = [0; 32];
 
-/// The bytes a row contributes to its hash: each column followed by 0x1f (the trigger's
-/// `events_row_bytes`).
+/// A row's hash: SHA-256 over the previous row's hash and the row's bytes ([`row_bytes`]: each
+/// column followed by 0x1f, the trigger's `events_row_bytes`).
 #[allow(clippy::too_many_arguments)]
 pub fn row_hash(
     prev: &[u8],
@@ -23,25 +23,22 @@ pub fn row_hash(
     payload: &str,
     metadata: &str,
 ) -> [u8; 32] {
-    let mut h = Sha256::new();
-    h.update(prev);
-    for part in [
-        aggregate_type,
-        aggregate_id,
-        &sequence.to_string(),
-        event_type,
-        event_version,
-        payload,
-        metadata,
-    ] {
-        h.update(part.as_bytes());
-        h.update([0x1f]);
-    }
-    h.finalize().into()
+    link(
+        prev,
+        &row_bytes(
+            aggregate_type,
+            aggregate_id,
+            sequence,
+            event_type,
+            event_version,
+            payload,
+            metadata,
+        ),
+    )
 }
 
-/// A row's bytes as its hash covers them ([`row_hash`] without the previous hash), for a
-/// consumer that learns the previous hash later than the row.
+/// A row's bytes as its hash covers them, for a consumer that learns the previous hash later
+/// than the row.
 #[allow(clippy::too_many_arguments)]
 pub fn row_bytes(
     aggregate_type: &str,
