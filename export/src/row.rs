@@ -277,7 +277,7 @@ fn strings() -> DataType {
     DataType::List(Arc::new(Field::new("item", DataType::Utf8, true)))
 }
 
-/// The Parquet files' columns, in order (README "For analysts" documents each).
+/// The Parquet files' columns, in order (docs/analysts-and-auditors.md documents each).
 pub fn schema() -> SchemaRef {
     let f = |name: &str, t: DataType, nullable: bool| Field::new(name, t, nullable);
     Arc::new(Schema::new(vec![
