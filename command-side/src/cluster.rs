@@ -114,7 +114,16 @@ async fn work(
 /// Whether `nonce` is seen for the first time within the window, decided atomically: two
 /// copies of one request arriving together are not both taken.
 fn first_use(seen: &moka::sync::Cache<String, ()>, nonce: &str) -> bool {
-    seen.entry(nonce.to_owned()).or_insert(()).is_fresh()
+    use moka::ops::compute::{CompResult, Op};
+    // `and_compute_with` runs one computation per key at a time (`or_insert` does not: two
+    // copies could both find the key missing and both be told their entry is fresh).
+    let result = seen
+        .entry(nonce.to_owned())
+        .and_compute_with(|seen| match seen {
+            Some(_) => Op::Nop,
+            None => Op::Put(()),
+        });
+    matches!(result, CompResult::Inserted(_))
 }
 
 impl Forwarded {
@@ -135,7 +144,7 @@ mod tests {
     #[test]
     fn of_many_copies_of_one_request_arriving_together_one_is_taken() {
         let seen = moka::sync::Cache::builder().max_capacity(1_000).build();
-        for round in 0..20 {
+        for round in 0..200 {
             let nonce = format!("nonce-of-round-{round:04}");
             let taken: usize = std::thread::scope(|s| {
                 let copies: Vec<_> = (0..8)

@@ -43,8 +43,7 @@ impl Room {
         Self::start_with(db, |s| tweak(&mut s.waiting_room)).await
     }
 
-    /// As [`Room::start`], with any of the app's settings changed (its Redis too: the room's
-    /// connection is made as the app's).
+    /// As [`Room::start`], with any of the app's settings changed.
     pub async fn start_with(
         db: &TestDb,
         tweak: impl FnOnce(&mut onsale_server::Settings),
@@ -55,8 +54,13 @@ impl Room {
         cfg.redis_url = Some(url.clone());
         cfg.tick_ms = 100;
         tweak(&mut settings);
+        // The room's own connection: to the app's Redis when that is over TLS (the secure
+        // pair), else to the test run's (a test may point the app at a Redis that is away).
         let cfg = &settings.waiting_room;
-        let client = cfg.redis_client(cfg.redis_url.as_deref().unwrap_or(&url))?;
+        let client = match (&cfg.redis_ca_file, &cfg.redis_url) {
+            (Some(_), Some(tls)) => cfg.redis_client(tls)?,
+            _ => redis::Client::open(url.as_str())?,
+        };
         let app = TestApp::spawn_with(settings, Arc::new(SystemClock)).await?;
         let room = app
             .server
