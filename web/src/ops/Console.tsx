@@ -62,7 +62,7 @@ const FIGURES: Figure[] = [
   { id: "target", label: "Fans the sale admits toward (N)", unit: "", value: gauge("onsale_admission_target") },
   { id: "heldback", label: "Lines held back: no seat left", unit: "", value: gauge("onsale_admission_sold_out") },
   { id: "processor", label: "Card processor failing", unit: "", value: gauge("onsale_processor_failing", max), alarm: (v) => v > 0 },
-  { id: "admission", label: "Admission (1 = full, 0 = paused)", unit: "", value: gauge("onsale_admission_factor", max), alarm: (v) => v === 0 },
+  { id: "admission", label: "Admission, the lowest show (1 = full, 0 = paused)", unit: "", value: gauge("onsale_admission_factor", max), alarm: (v) => v === 0 },
   { id: "commit", label: "Commit latency", unit: "ms", value: mean("onsale_commit_seconds", 1000) },
   { id: "batch", label: "Commands per commit", unit: "", value: mean("onsale_commit_batch_commands") },
   { id: "relay", label: "Relay lag", unit: "bytes", value: gauge("onsale_relay_lag_bytes", max) },
