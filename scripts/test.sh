@@ -72,6 +72,10 @@ fi
 # planted crossing.
 python3 "$ROOT/scripts/layering.py"
 python3 "$ROOT/scripts/layering.py" --self-test
+# The entrances name only what exists: every `make` target and `onsale` subcommand the README,
+# ARCHITECTURE, BENCHMARKS and docs/ name (and the check itself catching made-up ones).
+python3 "$ROOT/scripts/docs_names.py"
+python3 "$ROOT/scripts/docs_names.py" --self-test
 LOG="$DIR/cargo-test.log"
 set +e
 cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$LOG"
