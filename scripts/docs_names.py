@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The entrances name only what exists (issue 56): every `make TARGET` that README.md,
-ARCHITECTURE.md, BENCHMARKS.md or docs/*.md names is a target of the Makefile, and every
+ARCHITECTURE.md, BENCHMARKS.md, docs/*.md or docs/bench/*.md names is a target of the Makefile, and every
 `onsale SUBCOMMAND` a subcommand of the onsale binary (server/src/main.rs). Run by `make test`;
 `--self-test` plants a made-up target and subcommand and checks both are caught.
 """
@@ -44,7 +44,13 @@ def subcommands() -> set[str]:
 
 
 def documents() -> list[Path]:
-    return [ROOT / "README.md", ROOT / "ARCHITECTURE.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [
+        ROOT / "README.md",
+        ROOT / "ARCHITECTURE.md",
+        ROOT / "BENCHMARKS.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "docs" / "bench").glob("*.md")),
+    ]
 
 
 def unknown(text: str, known_targets: set[str], known_commands: set[str]) -> list[str]:
