@@ -268,3 +268,70 @@ pub async fn get(pool: &PgPool, id: &str) -> Result<Option<EventSummary>, ApiErr
             .retry_after(2)
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine;
+
+    fn encoded(raw: &str) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+    }
+
+    #[test]
+    fn an_instant_is_a_time_or_a_day_and_a_days_end_is_the_next_midnight() {
+        let t = instant("from", "2026-12-07T10:30:00+01:00", false).expect("a time");
+        assert_eq!(t.to_rfc3339(), "2026-12-07T09:30:00+00:00");
+        let start = instant("from", "2026-12-07", false).expect("a day");
+        let end = instant("until", "2026-12-07", true).expect("a day");
+        assert_eq!(start.to_rfc3339(), "2026-12-07T00:00:00+00:00");
+        assert_eq!(end.to_rfc3339(), "2026-12-08T00:00:00+00:00");
+        let e = instant("from", "7 December", false).expect_err("neither");
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest)
+        );
+    }
+
+    #[test]
+    fn a_cursor_is_read_back_only_as_this_server_writes_it() {
+        let (threshold, score, starts, id) =
+            parse_cursor(&encoded("0.6|1.25|1796630400000000|ev-1")).expect("a cursor");
+        assert_eq!((threshold, score, id.as_str()), (STRICT, 1.25, "ev-1"));
+        assert_eq!(starts.timestamp(), 1_796_630_400);
+        // An id may hold the separator: only the first three split.
+        assert_eq!(
+            parse_cursor(&encoded("0.4|0|0|a|b")).expect("a cursor").3,
+            "a|b"
+        );
+        for forged in [
+            "not base64 at all!".to_owned(),
+            encoded("0.5|1|0|ev"),    // a threshold the server never uses
+            encoded("0.6|NaN|0|ev"),  // no score
+            encoded("0.6|1|soon|ev"), // no start
+            encoded("0.6|1|0"),       // no id
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([0xff, 0xfe]),
+        ] {
+            let e = parse_cursor(&forged).expect_err("refused");
+            assert_eq!(e.code, ErrorCode::InvalidRequest, "{forged}");
+        }
+    }
+
+    #[test]
+    fn text_parameters_are_trimmed_bounded_and_never_hold_a_nul() {
+        assert_eq!(text("q", &None, 5).expect("none"), None);
+        assert_eq!(text("q", &Some("   ".into()), 5).expect("blank"), None);
+        assert_eq!(
+            text("q", &Some(" abc ".into()), 5).expect("trimmed"),
+            Some("abc".into())
+        );
+        assert_eq!(
+            text("q", &Some("ééééé".into()), 5).expect("characters, not bytes"),
+            Some("ééééé".into())
+        );
+        assert!(text("q", &Some("abcdef".into()), 5).is_err());
+        assert!(text("q", &Some("a\0b".into()), 5).is_err());
+        assert_eq!(given(&Some(" x ".into())), Some("x"));
+        assert_eq!(given(&Some(String::new())), None);
+    }
+}

@@ -37,3 +37,20 @@ pub fn bitmap(sold: &[bool]) -> Vec<u8> {
     }
     bytes
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bitmap_packs_each_seat_least_significant_bit_first() {
+        assert!(bitmap(&[]).is_empty());
+        assert_eq!(bitmap(&[true]), [0b0000_0001]);
+        let mut sold = vec![false; 10];
+        sold[1] = true;
+        sold[7] = true;
+        sold[9] = true;
+        assert_eq!(bitmap(&sold), [0b1000_0010, 0b0000_0010]);
+        assert_eq!(bitmap(&[false; 16]), [0, 0]);
+    }
+}
