@@ -345,17 +345,20 @@ mod tests {
         };
         let first = start().await.expect("starts");
         let sup = supervise("intake", first, health.clone(), stop.clone(), start);
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let down = health.ready().expect_err("down while it waits to restart");
+        // Down while it waits to restart.
+        let down = until(FIRST_WAIT, || health.ready().err()).await;
         assert!(down.contains("intake is down (panicked"), "{down}");
         assert!(health.live().is_ok(), "one death is not a crash loop");
-        tokio::time::sleep(FIRST_WAIT).await;
+        until(FIRST_WAIT * 2, || {
+            (runs.load(Ordering::SeqCst) >= 2).then_some(())
+        })
+        .await;
         assert_eq!(runs.load(Ordering::SeqCst), 2, "restarted once");
         assert!(health
             .ready()
             .expect_err("not stable yet")
             .contains("restarted"));
-        tokio::time::sleep(STABLE).await;
+        until(STABLE * 2, || health.ready().ok()).await;
         assert_eq!(health.ready(), Ok(()));
         stop.cancel();
         sup.join().await;
