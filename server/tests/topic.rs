@@ -72,14 +72,8 @@ async fn on_tls_and_scram_the_stack_sells_and_a_forged_event_on_the_topic_change
     let redis = secure.redis_url().await.expect("the secure Redis");
     let (port, metrics_port) = (free_port(), free_port());
     let mut serve_env = secure.kafka_env(NODE_USER);
+    serve_env.extend(onsale_tests::serve_env(port, free_port()));
     serve_env.extend([
-        ("ONSALE_LISTEN", format!("127.0.0.1:{port}")),
-        (
-            "ONSALE_INTERNAL_LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        ),
-        ("ONSALE_GRPC_LISTEN", format!("127.0.0.1:{}", free_port())),
-        ("ONSALE_PROCESSOR_URL", "http://127.0.0.1:9".to_owned()),
         ("ONSALE_REDIS_URL", redis.clone()),
         ("ONSALE_REDIS_CA_FILE", secure.ca_file.display().to_string()),
     ]);

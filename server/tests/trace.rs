@@ -73,15 +73,7 @@ async fn one_hold_is_traced_from_the_request_to_the_seat_map_delta_and_nothing_e
     )];
     let (port, grpc) = (free_port(), free_port());
     let mut serve_env = traced.to_vec();
-    serve_env.extend([
-        ("ONSALE_LISTEN", format!("127.0.0.1:{port}")),
-        (
-            "ONSALE_INTERNAL_LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        ),
-        ("ONSALE_GRPC_LISTEN", format!("127.0.0.1:{grpc}")),
-        ("ONSALE_PROCESSOR_URL", "http://127.0.0.1:9".to_owned()),
-    ]);
+    serve_env.extend(onsale_tests::serve_env(port, grpc));
     let bin = env!("CARGO_BIN_EXE_onsale");
     let _serve = onsale_process(bin, &db, &["serve"], &serve_env);
     let _relay = onsale_process(bin, &db, &["relay"], &traced);
@@ -252,15 +244,18 @@ async fn one_hold_is_traced_from_the_request_to_the_seat_map_delta_and_nothing_e
     let asked: Vec<String> = (0..12).map(|_| random_hex(16)).collect();
     let started = std::time::SystemTime::now();
     let page = format!("{}/v1/events/{event}", api.base);
-    for id in &asked {
-        let res = api
+    let traced_read = |id: &str| {
+        let request = api
             .http
             .get(&page)
-            .header("traceparent", format!("00-{id}-{}-01", random_hex(8)))
-            .send()
-            .await
-            .expect("an answer");
-        assert_eq!(res.status(), 200);
+            .header("traceparent", format!("00-{id}-{}-01", random_hex(8)));
+        async move {
+            let res = request.send().await.expect("an answer");
+            assert_eq!(res.status(), 200);
+        }
+    };
+    for id in &asked {
+        traced_read(id).await;
     }
     let spent = started.elapsed().unwrap_or_default();
     onsale_tests::wait_for("the second turns", Duration::from_secs(3), || async {
@@ -268,14 +263,7 @@ async fn one_hold_is_traced_from_the_request_to_the_seat_map_delta_and_nothing_e
     })
     .await;
     let marker = random_hex(16);
-    let res = api
-        .http
-        .get(&page)
-        .header("traceparent", format!("00-{marker}-{}-01", random_hex(8)))
-        .send()
-        .await
-        .expect("an answer");
-    assert_eq!(res.status(), 200);
+    traced_read(&marker).await;
     onsale_tests::wait_for(
         "the marker's trace exported",
         Duration::from_secs(30),

@@ -383,6 +383,20 @@ pub fn onsale_process(
     cmd.spawn().expect("onsale starts")
 }
 
+/// The listeners of an `onsale serve` process a test starts (HTTP on `http`, the internal and
+/// gRPC ones on free ports) and a card processor that is not there.
+pub fn serve_env(http: u16, grpc: u16) -> Vec<(&'static str, String)> {
+    vec![
+        ("ONSALE_LISTEN", format!("127.0.0.1:{http}")),
+        (
+            "ONSALE_INTERNAL_LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        ),
+        ("ONSALE_GRPC_LISTEN", format!("127.0.0.1:{grpc}")),
+        ("ONSALE_PROCESSOR_URL", "http://127.0.0.1:9".to_owned()),
+    ]
+}
+
 /// What a command the test ran printed, once it exited successfully (else the test fails with
 /// what it printed on stderr).
 pub fn succeeded(out: &std::process::Output) -> String {

@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use onsale_kafka::topics::SecurityProtocol;
 use onsale_kafka::KafkaConfig;
@@ -75,16 +74,6 @@ impl Secure {
     /// A database of the secure Redis of the test's own (1-15 in turn, emptied), as
     /// `rediss://` with its user and password.
     pub async fn redis_url(&self) -> anyhow::Result<String> {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed) % 15 + 1;
-        let url = format!(
-            "{}{n}",
-            self.redis_url.trim_end_matches('/').to_owned() + "/"
-        );
-        let mut c = onsale_edge::redis_tls::client(&url, Some(&self.ca_file))?
-            .get_multiplexed_async_connection()
-            .await?;
-        let _: () = redis::cmd("FLUSHDB").query_async(&mut c).await?;
-        Ok(url)
+        crate::waiting_room::redis_db(&self.redis_url, Some(&self.ca_file)).await
     }
 }

@@ -20,9 +20,15 @@ pub async fn redis_url() -> anyhow::Result<String> {
     let base = std::env::var("ONSALE_TEST_REDIS_URL").map_err(|_| {
         anyhow::anyhow!("ONSALE_TEST_REDIS_URL is not set: run the tests with `make test`")
     })?;
+    redis_db(&base, None).await
+}
+
+/// A database (1-15 in turn) of the Redis at `base`, emptied, as a URL; over TLS checked
+/// against `ca` for a `rediss://` base.
+pub async fn redis_db(base: &str, ca: Option<&std::path::Path>) -> anyhow::Result<String> {
     let n = NEXT_DB.fetch_add(1, Ordering::Relaxed) % 15 + 1;
     let url = format!("{}{n}", base.trim_end_matches('/').to_owned() + "/");
-    let client = redis::Client::open(url.as_str())?;
+    let client = onsale_edge::redis_tls::client(&url, ca)?;
     let mut c = client.get_multiplexed_async_connection().await?;
     let _: () = redis::cmd("FLUSHDB").query_async(&mut c).await?;
     Ok(url)
