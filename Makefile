@@ -159,7 +159,7 @@ fmt:
 	cargo fmt --all
 
 lint:
-	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets --features onsale-tests/stack,onsale-server/stack,onsale-loadgen/stack -- -D warnings
 
 bench: bench-holds bench-reads bench-queue
 

@@ -29,8 +29,8 @@ export ONSALE_TEST_CHROMIUM
 cd "$ROOT"
 OUT="$DIR/runs.jsonl"
 for i in $(seq 1 "$REPEAT"); do
-  cargo test -q -p onsale-tests --test browser a_50000_seat_chart -- --exact --nocapture \
-    a_50000_seat_chart_draws_and_repaints_every_delta_at_1000_seat_changes_a_second 2>&1 |
+  cargo test -q -p onsale-tests --features stack --test integration -- --exact --nocapture \
+    browser::a_50000_seat_chart_draws_and_repaints_every_delta_at_1000_seat_changes_a_second 2>&1 |
     grep '^{"seats"' | head -1 | tee -a "$OUT"
 done
 python3 - "$OUT" <<'PY'

@@ -78,10 +78,13 @@ python3 "$ROOT/scripts/docs_names.py"
 python3 "$ROOT/scripts/docs_names.py" --self-test
 LOG="$DIR/cargo-test.log"
 set +e
-cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$LOG"
+# `stack`: the integration tests of the crates that have them, which need the servers above (a
+# plain `cargo test` builds each without them and says so in one line).
+cargo test --workspace --locked --no-fail-fast \
+  --features onsale-tests/stack,onsale-server/stack,onsale-loadgen/stack "$@" 2>&1 | tee "$LOG"
 status=${PIPESTATUS[0]}
 # The simulator finds every planted bug: a build of its own, with them in.
-cargo test -p onsale-sim --locked --features planted-bugs --test teeth 2>&1 | tee -a "$LOG"
+cargo test -p onsale-sim --locked --features planted-bugs --test simulation teeth:: 2>&1 | tee -a "$LOG"
 teeth=${PIPESTATUS[0]}
 [ "$status" -ne 0 ] || status=$teeth
 set -e

@@ -7,11 +7,11 @@
 //! agreeing, at most one charge per order. It exits non-zero on any unexpected answer or
 //! broken invariant.
 
-mod run;
-
 use std::time::Duration;
 
 use onsale_server::Part;
+
+use crate::run;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_runs_an_on_sale_through_the_whole_process_and_its_checks_pass() {

@@ -12,12 +12,12 @@
 //! benchmark's to measure, and a timed bound of 2x + 150 ms failed on a busy machine with the
 //! storm's p99 at 242 ms).
 
-mod run;
-
 use std::time::Duration;
 
 use onsale_server::Part;
 use serde_json::Value;
+
+use crate::run;
 
 /// The API and the admitter with their production limits, on a database of their own.
 async fn service() -> onsale_tests::TestApp {

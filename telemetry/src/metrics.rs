@@ -536,4 +536,33 @@ mod tests {
             "a labelled show keeps its label"
         );
     }
+
+    /// The alerting rules (telemetry/alerts) read only metrics this module defines.
+    #[test]
+    fn the_rules_read_only_metrics_onsale_exports() {
+        let rules = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/alerts/onsale.rules.yml"
+        ))
+        .expect("rules");
+        let exported = include_str!("metrics.rs");
+        let mut read = 0;
+        for line in rules.lines().filter(|l| !l.trim_start().starts_with('#')) {
+            let mut rest = line;
+            while let Some(at) = rest.find("onsale_") {
+                let name: String = rest[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                rest = &rest[at + name.len()..];
+                // Commands named in descriptions (`onsale reconcile`) are not metrics.
+                assert!(
+                    exported.contains(&format!("\"{name}\"")),
+                    "the rules read {name}, which telemetry/src/metrics.rs does not define"
+                );
+                read += 1;
+            }
+        }
+        assert!(read >= 10, "the rules read {read} metrics");
+    }
 }

@@ -1,0 +1,30 @@
+//! The server's own tests: the API document and the secrets check need nothing; the rest run
+//! real `onsale` processes on the servers `make test` starts (built with the `stack` feature,
+//! which `make test` turns on; a plain `cargo test` says so in one line). One binary, so the
+//! whole server is linked once for them.
+
+#[cfg(not(feature = "stack"))]
+#[test]
+#[ignore = "needs the servers `make test` starts: run `make test`"]
+fn integration_tests() {}
+
+#[cfg(feature = "stack")]
+mod alerts;
+#[cfg(feature = "stack")]
+mod analysts;
+mod api_doc;
+#[cfg(feature = "stack")]
+mod audit;
+#[cfg(feature = "stack")]
+mod nodes;
+#[cfg(feature = "stack")]
+mod regions;
+mod secrets;
+#[cfg(feature = "stack")]
+mod shards;
+#[cfg(feature = "stack")]
+mod shutdown;
+#[cfg(feature = "stack")]
+mod topic;
+#[cfg(feature = "stack")]
+mod trace;
