@@ -81,6 +81,7 @@ pub struct CheckpointSettings {
         requires = "dir"
     )]
     pub key_file: Option<PathBuf>,
+    /// How often (seconds) a checkpoint of every chain head is signed and written.
     #[arg(long = "checkpoint-every-secs", env = "ONSALE_CHECKPOINT_EVERY_SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
     pub every_secs: u64,
 }

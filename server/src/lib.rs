@@ -19,6 +19,7 @@ mod readiness;
 pub mod region;
 pub use region::migrate;
 mod settings;
+pub mod settings_table;
 pub mod web;
 
 use std::collections::HashMap;

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use onsale_edge::auth::{Gates, Role};
 use onsale_edge::AuthSettings;
 use onsale_eventlog::{DatabaseSettings, EventLog};
+use onsale_server::settings_table::EnvironmentSetting;
 use onsale_server::{Part, Server, Settings};
 use secrecy::ExposeSecret;
 
@@ -48,6 +49,34 @@ fn keep_freed_memory() {
         "onsale: could not start again with {PURGE_DELAY}=-1 ({err}); freed memory is purged"
     );
 }
+
+/// What every process reads from the environment alone, before its flags: the log and the
+/// traces start first, and mimalloc reads its options before `main`.
+const ENVIRONMENT: &[EnvironmentSetting] = &[
+    EnvironmentSetting {
+        name: "RUST_LOG",
+        default: onsale_telemetry::trace::DEFAULT_LOG,
+        what: "What is logged to stderr (a tracing `EnvFilter`).",
+    },
+    EnvironmentSetting {
+        name: onsale_telemetry::trace::ZIPKIN_URL,
+        default: "",
+        what: "Zipkin's span endpoint (`http://host:9411/api/v2/spans`); unset, no span is \
+               exported (docs/observability.md).",
+    },
+    EnvironmentSetting {
+        name: onsale_telemetry::trace::SAMPLE,
+        default: "0",
+        what: "The share (0 to 1) of the traces started here that are sampled; a caller's \
+               sampled `traceparent` is followed whatever it is.",
+    },
+    EnvironmentSetting {
+        name: PURGE_DELAY,
+        default: "-1",
+        what: "mimalloc's purge delay (ms): -1 keeps freed memory in the process (ADR 027); set \
+               it to give freed memory back to the kernel that long after.",
+    },
+];
 
 #[derive(Debug, Parser)]
 #[command(name = "onsale", about = "Reserved-seat ticketing backend")]
@@ -105,6 +134,9 @@ enum Command {
         #[arg(long)]
         without_dev: bool,
     },
+    /// Print every setting of these commands as a Markdown table: its environment variable,
+    /// flag, default, the commands that read it and what it sets (docs/operations.md holds it).
+    Settings,
     /// Print a show's events, one JSON object a line, from the event store (for analysts).
     Log {
         #[command(flatten)]
@@ -655,6 +687,14 @@ async fn run() -> anyhow::Result<()> {
                 cp.heads.len(),
                 cp.taken_at,
                 out.display()
+            );
+            Ok(())
+        }
+        Command::Settings => {
+            use clap::CommandFactory;
+            print!(
+                "{}",
+                onsale_server::settings_table::markdown(&Cli::command(), ENVIRONMENT)
             );
             Ok(())
         }

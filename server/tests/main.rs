@@ -1,4 +1,4 @@
-//! The server's own tests: the API document and the secrets check need nothing; the rest run
+//! The server's own tests: the API and operations documents and the secrets check need nothing; the rest run
 //! real `onsale` processes on the servers `make test` starts (built with the `stack` feature,
 //! which `make test` turns on; a plain `cargo test` says so in one line). One binary, so the
 //! whole server is linked once for them.
@@ -17,6 +17,7 @@ mod api_doc;
 mod audit;
 #[cfg(feature = "stack")]
 mod nodes;
+mod operations_doc;
 #[cfg(feature = "stack")]
 mod regions;
 mod secrets;

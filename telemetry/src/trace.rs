@@ -62,21 +62,26 @@ impl Drop for Tracing {
     }
 }
 
-/// Logs to stderr (`RUST_LOG`, default `info,sqlx=warn`) and, with `ONSALE_TRACE_ZIPKIN_URL`
+/// The variable naming Zipkin's span endpoint; unset or empty, no span is exported.
+pub const ZIPKIN_URL: &str = "ONSALE_TRACE_ZIPKIN_URL";
+/// The variable holding the share of traces started here that are sampled (0 to 1, default 0).
+pub const SAMPLE: &str = "ONSALE_TRACE_SAMPLE";
+/// What is logged when `RUST_LOG` does not say.
+pub const DEFAULT_LOG: &str = "info,sqlx=warn";
+
+/// Logs to stderr (`RUST_LOG`, default [`DEFAULT_LOG`]) and, with `ONSALE_TRACE_ZIPKIN_URL`
 /// (`http://host:9411/api/v2/spans`), exports the spans of [`TARGET`] as `service`.
 pub fn init(service: &'static str) -> Tracing {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG))
         .add_directive(format!("{TARGET}=off").parse().expect("a directive"));
     let log = tracing_subscriber::fmt::layer().with_filter(filter);
-    let url = std::env::var("ONSALE_TRACE_ZIPKIN_URL")
-        .ok()
-        .filter(|u| !u.is_empty());
+    let url = std::env::var(ZIPKIN_URL).ok().filter(|u| !u.is_empty());
     let Some(url) = url else {
         let _ = tracing_subscriber::registry().with(log).try_init();
         return Tracing { provider: None };
     };
-    let ratio = std::env::var("ONSALE_TRACE_SAMPLE")
+    let ratio = std::env::var(SAMPLE)
         .ok()
         .and_then(|r| r.parse::<f64>().ok())
         .unwrap_or(0.0)

@@ -73,6 +73,8 @@ pub struct WaitingRoomConfig {
         env = "ONSALE_ADMISSION_TARGET_MAX"
     )]
     pub target_max: Option<u64>,
+    /// How often (milliseconds) the admitter admits the next fans of each line and the
+    /// controller reads the booking path's health.
     #[arg(
         id = "admission_tick_ms",
         long = "admission-tick-ms",
