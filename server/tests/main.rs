@@ -16,6 +16,8 @@ mod api_doc;
 #[cfg(feature = "stack")]
 mod audit;
 #[cfg(feature = "stack")]
+mod docs_examples;
+#[cfg(feature = "stack")]
 mod nodes;
 mod operations_doc;
 #[cfg(feature = "stack")]
