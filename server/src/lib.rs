@@ -12,9 +12,12 @@
 //!
 //! This crate decides nothing itself; it only connects the crates that do.
 
+mod api;
 pub mod audit;
 pub mod cors;
 pub mod http;
+mod parts;
+mod pools;
 mod readiness;
 pub mod region;
 pub use region::migrate;
@@ -28,72 +31,28 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use onsale_command::api::{AppParts, AppState};
 use onsale_command::{Catalog, Shows};
 use onsale_domain::{Clock, ShowId, SystemClock};
 use onsale_edge::admission::BookingHealth;
-use onsale_edge::limits::{self, RateLimits, StreamSlots};
 use onsale_eventlog::{Directory, EventLog, PgDirectory, PgEventLog, ShardedLog};
-use onsale_kafka::{leader, Relay};
-use onsale_payments::PaymentsState;
-use onsale_query::{QueryParts, QueryState};
+use onsale_query::QueryState;
 use onsale_telemetry::supervise::{self, Loops};
 use onsale_waiting_room::{
     FactsFuture, JoinRules, RulesFuture, ShowFacts, ShowSchedule, WaitingRoom,
 };
 use sqlx::PgPool;
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use parts::Part;
+use parts::PartCtx;
+use pools::{Pools, ShardPools, Workload};
 pub use settings::Settings;
 
 /// The largest request body any route accepts (the largest real one, a venue of many sections,
 /// is a few KiB).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
-
-/// What a process can run. The owners of shows exist in every process that needs them (the
-/// API and the payment worker record outcomes through them); each part's background tasks can
-/// be stopped, killed and started again on their own (tests do, to play crashes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Part {
-    /// REST + SSE on `listen`, gRPC + gRPC-web on `grpc_listen`: commands, queries, payment
-    /// and ticket routes, the waiting room's routes and session gate.
-    Api,
-    /// The payment worker: charges, status checks, voids and refunds.
-    Worker,
-    /// Settlement reconciliation and the invariant monitor, on their schedules.
-    Jobs,
-    /// One admitter replica of the waiting room (and its stall watchdog).
-    Admitter,
-    /// The CDC relay: the events table into Kafka.
-    Relay,
-    /// The seat map, orders and seat history projections.
-    Projections,
-    /// The payment intake and the ticket issuer (log consumers).
-    PaymentConsumers,
-}
-
-impl Part {
-    /// The part's name in logs, metrics and `/readyz`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Part::Api => "api",
-            Part::Worker => "payment worker",
-            Part::Jobs => "jobs",
-            Part::Admitter => "admitter",
-            Part::Relay => "relay",
-            Part::Projections => "projections",
-            Part::PaymentConsumers => "payment intake and ticket issuer",
-        }
-    }
-
-    /// `onsale serve`.
-    pub const SERVE: [Part; 4] = [Part::Api, Part::Worker, Part::Jobs, Part::Admitter];
-    /// `onsale project`.
-    pub const PROJECT: [Part; 2] = [Part::Projections, Part::PaymentConsumers];
-}
 
 /// A running onsale process (or the parts of one a test asked for).
 #[derive(Debug)]
@@ -158,143 +117,6 @@ impl Drop for Server {
                 p.abort();
             }
         }
-    }
-}
-
-/// What a part's tasks are built from: everything it needs, cloneable, so that its
-/// supervisor can build them again.
-#[derive(Clone)]
-struct PartCtx {
-    settings: Arc<Settings>,
-    pool: PgPool,
-    /// Each shard's pool of background work (its relay's).
-    shard_pools: Vec<PgPool>,
-    /// Every shard's log through those pools: where the consumers fill gaps from.
-    log: Arc<dyn EventLog>,
-    /// Every shard's database through those pools: payments, refunds and tickets.
-    stores: Arc<ShardedLog<PgEventLog>>,
-    shows: Shows,
-    room: Option<WaitingRoom>,
-    health: Arc<BookingHealth>,
-    stop: CancellationToken,
-}
-
-impl PartCtx {
-    async fn spawn(&self, part: Part) -> anyhow::Result<Vec<JoinHandle<()>>> {
-        let s = &self.settings;
-        let stop = &self.stop;
-        Ok(match part {
-            Part::Api => Vec::new(),
-            Part::Worker => vec![onsale_payments::spawn_worker(
-                &self.stores,
-                self.shows.clone(),
-                s.payments.clone(),
-                s.payments.worker_processor()?,
-                stop,
-            )],
-            Part::Jobs => {
-                // Reconciliation and the invariant monitor: one active process among all.
-                let (pool, stores, shows, config) = (
-                    self.pool.clone(),
-                    self.stores.clone(),
-                    self.shows.clone(),
-                    s.payments.clone(),
-                );
-                let processor = s.payments.back_office_processor()?;
-                let mut jobs = vec![tokio::spawn(leader::lead(
-                    self.pool.clone(),
-                    leader::keys::JOBS,
-                    "jobs",
-                    stop.clone(),
-                    move |term| {
-                        onsale_payments::run_jobs(
-                            pool.clone(),
-                            stores.clone(),
-                            shows.clone(),
-                            config.clone(),
-                            processor.clone(),
-                            term,
-                        )
-                    },
-                ))];
-                // The log's heads signed at intervals (issue 53, item 6), by one process too.
-                if let Some((dir, key)) = s.checkpoints.configured() {
-                    let (database, every) = (
-                        s.database.clone(),
-                        Duration::from_secs(s.checkpoints.every_secs),
-                    );
-                    jobs.push(tokio::spawn(leader::lead(
-                        self.pool.clone(),
-                        leader::keys::CHECKPOINTS,
-                        "checkpoints",
-                        stop.clone(),
-                        move |term| {
-                            audit::keep_checkpointing(
-                                database.clone(),
-                                dir.clone(),
-                                key.clone(),
-                                every,
-                                term,
-                            )
-                        },
-                    )));
-                }
-                jobs
-            }
-            Part::Admitter => match &self.room {
-                Some(room) => {
-                    // The controller's store signal is the write path's own pool.
-                    let log = self.shows.log().clone();
-                    let probe: onsale_edge::admission::WriteProbe = Arc::new(move || {
-                        let log = log.clone();
-                        Box::pin(async move { log.ping().await.is_ok() })
-                    });
-                    let stores = self.stores.clone();
-                    let processor: onsale_edge::admission::ProcessorProbe = Arc::new(move || {
-                        let stores = stores.clone();
-                        Box::pin(async move { !onsale_payments::processor_failing(&stores).await })
-                    });
-                    room.spawn_admitter(self.health.clone(), probe, processor)
-                }
-                None => Vec::new(),
-            },
-            Part::Relay => {
-                // One relay per shard, each with its shard's slot (docs/adr/021).
-                let mut relays = Vec::new();
-                for (shard, pool) in (1u16..).zip(&self.shard_pools) {
-                    let config = s.relay.for_shard(shard);
-                    let relay =
-                        Arc::new(Relay::start(pool.clone(), s.kafka.clone(), config).await?);
-                    // Exactly one relay of each shard publishes; the others are hot standbys.
-                    relays.push(tokio::spawn(leader::lead(
-                        pool.clone(),
-                        leader::keys::RELAY,
-                        "relay",
-                        stop.clone(),
-                        move |term| {
-                            let relay = relay.clone();
-                            async move { relay.run(term.cancelled_owned()).await }
-                        },
-                    )));
-                }
-                relays
-            }
-            Part::Projections => onsale_projections::spawn_all(
-                self.pool.clone(),
-                self.log.clone(),
-                s.kafka.clone(),
-                s.runner.clone(),
-                stop,
-            ),
-            Part::PaymentConsumers => onsale_payments::spawn_consumers(
-                self.pool.clone(),
-                self.log.clone(),
-                &self.stores,
-                s.kafka.clone(),
-                s.runner.clone(),
-                stop,
-            ),
-        })
     }
 }
 
@@ -382,75 +204,6 @@ impl onsale_query::snapshots::Schedules for PublicSchedules {
     }
 }
 
-/// Each shard's pools, one per workload (appends, background work, public reads, the card
-/// vault): the main database's own pools when it is the only shard.
-struct ShardPools {
-    first: [PgPool; 4],
-    rest: Vec<[PgPool; 4]>,
-    /// The process's region: its claims go through only where it writes.
-    region: onsale_domain::region::RegionName,
-}
-
-impl ShardPools {
-    fn open(
-        db: &onsale_eventlog::DatabaseSettings,
-        main: [&PgPool; 4],
-        region: &onsale_domain::region::RegionName,
-    ) -> anyhow::Result<Self> {
-        if db.shard_urls.is_empty() {
-            return Ok(Self {
-                first: main.map(PgPool::clone),
-                rest: Vec::new(),
-                region: region.clone(),
-            });
-        }
-        let mut shards = db.shards().into_iter().map(|shard| {
-            anyhow::Ok([
-                shard.pool(db.pool_size, false)?,
-                shard.pool(db.pool_size, true)?,
-                shard.pool(db.pool_size, true)?,
-                shard.pool(db.pool_size, true)?,
-            ])
-        });
-        let first = shards.next().context("no shard listed")??;
-        Ok(Self {
-            first,
-            rest: shards.collect::<anyhow::Result<_>>()?,
-            region: region.clone(),
-        })
-    }
-
-    /// Every shard's pool of workload `w`, in shard order.
-    fn pools(&self, w: usize) -> Vec<PgPool> {
-        std::iter::once(&self.first)
-            .chain(&self.rest)
-            .map(|pools| pools[w].clone())
-            .collect()
-    }
-
-    /// Every shard's log through its pool of workload `w`, placed by `directory`.
-    fn log(&self, w: usize, directory: &Arc<dyn Directory>) -> ShardedLog {
-        let log = |pools: &[PgPool; 4]| -> Arc<dyn EventLog> {
-            Arc::new(PgEventLog::new(pools[w].clone()).in_region(&self.region))
-        };
-        self.rest.iter().fold(
-            ShardedLog::new(log(&self.first), directory.clone()),
-            |sharded, pools| sharded.and(log(pools)),
-        )
-    }
-
-    /// [`ShardPools::log`], each shard's log as PostgreSQL's (for what only it can read).
-    fn pg_log(&self, w: usize, directory: &Arc<dyn Directory>) -> ShardedLog<PgEventLog> {
-        let log = |pools: &[PgPool; 4]| {
-            Arc::new(PgEventLog::new(pools[w].clone()).in_region(&self.region))
-        };
-        self.rest.iter().fold(
-            ShardedLog::new(log(&self.first), directory.clone()),
-            |sharded, pools| sharded.and(log(pools)),
-        )
-    }
-}
-
 async fn bind(addr: &str) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr)
         .await
@@ -525,7 +278,6 @@ impl Server {
                  (admins too) to callers on this machine; never run a deployment like this"
             );
         }
-        let db = &settings.database;
         // Once `onsale migrate` has run: a standby region's process (its databases replay the
         // writer's) writes nothing and runs only the API, serving reads (docs/adr/024).
         let mode = settle(&settings).await?;
@@ -533,87 +285,8 @@ impl Server {
         if standby {
             tracing::warn!(region = %settings.region, ?mode, "a standby region: reads only, writes answered 503 OTHER_REGION");
         }
-        // Appends get a pool of their own: a burst of seat-map misses, SSE resumes or payment
-        // rounds must not take the connections the owners' appends are waiting for.
-        let append_pool = db.pool(db.pool_size, false)?;
-        let pool = db.pool(db.pool_size, true)?;
-        // Each workload its own bounded share (issue 29): reads anyone may send without a token
-        // (event pages, seat maps, search, SSE resumes) cannot take the connections of the
-        // card vault, webhooks, scans and the workers (`pool`), nor the waiting room's. The card
-        // vault is on every order's path: it does not wait behind the workers and projections
-        // catching up after an outage either (the shards drill saw orders answer 503 then).
-        let public_pool = db.pool(db.pool_size, true)?;
-        let admission_pool = db.pool((db.pool_size / 4).max(2), true)?;
-        let vault_pool = db.pool(db.pool_size, true)?;
-        let shutdown = CancellationToken::new();
-        let tracker = TaskTracker::new();
-        let loops = Loops::new(
-            supervise::PartsHealth::default(),
-            shutdown.clone(),
-            tracker.clone(),
-        );
-        // Shows sharded over write clusters (docs/adr/021): each shard's log reached through a
-        // pool per workload, like the main database's; the directory in the main database.
-        let directory: Arc<dyn Directory> =
-            Arc::new(PgDirectory::new(pool.clone()).in_region(&settings.region));
-        let shards = ShardPools::open(
-            db,
-            [&append_pool, &pool, &public_pool, &vault_pool],
-            &settings.region,
-        )?;
-        let shows = Shows::sharded(
-            Arc::new(shards.log(0, &directory)),
-            clock,
-            settings.owners.clone(),
-            &loops,
-        );
-        let catalog_log: Arc<dyn EventLog> = Arc::new(shards.log(1, &directory));
-        let catalog = Catalog::new(catalog_log.clone()).with_projection(pool.clone());
-        let public_log = Arc::new(shards.pg_log(2, &directory));
-        let mut server = Self {
-            settings,
-            shows,
-            catalog,
-            public_log,
-            catalog_log,
-            shard_pools: shards.pools(1),
-            vault: Arc::new(shards.pg_log(3, &directory)),
-            stores: Arc::new(shards.pg_log(1, &directory)),
-            pool,
-            public_pool,
-            admission_pool,
-            query: None,
-            room: None,
-            health: Arc::new(BookingHealth::default()),
-            loops,
-            http: None,
-            grpc: None,
-            internal: None,
-            operator: None,
-            readiness: None,
-            role_changed: shutdown.child_token(),
-            shutdown,
-            tracker,
-            parts: Mutex::default(),
-            mode,
-        };
-        let (pool, region, mode) = (
-            server.pool.clone(),
-            server.settings.region.clone(),
-            server.mode.clone(),
-        );
-        let (changed, stop) = (server.role_changed.clone(), server.shutdown.clone());
-        server.loops.spawn("region watch", move || {
-            let watched =
-                region::watch(pool.clone(), region.clone(), mode.clone(), changed.clone());
-            let stop = stop.clone();
-            // Once the role changed the process starts again as it is: until then the watch
-            // has nothing left to do, and has not died.
-            async move {
-                watched.await;
-                stop.cancelled().await;
-            }
-        });
+        let mut server = Self::assemble(settings, clock, mode)?;
+        server.watch_region();
         // A standby runs the API alone: every other part writes.
         let parts: Vec<Part> = parts
             .iter()
@@ -632,6 +305,85 @@ impl Server {
             server.start(part).await?;
         }
         Ok(server)
+    }
+
+    /// The process's pools, logs, owners and catalog, nothing started yet.
+    fn assemble(
+        settings: Settings,
+        clock: Arc<dyn Clock>,
+        mode: onsale_domain::region::Mode,
+    ) -> anyhow::Result<Self> {
+        let main = Pools::open(&settings.database)?;
+        let admission_pool = settings
+            .database
+            .pool((settings.database.pool_size / 4).max(2), true)?;
+        let shutdown = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let loops = Loops::new(
+            supervise::PartsHealth::default(),
+            shutdown.clone(),
+            tracker.clone(),
+        );
+        // Shows sharded over write clusters (docs/adr/021): each shard's log reached through a
+        // pool per workload, like the main database's; the directory in the main database.
+        let directory: Arc<dyn Directory> =
+            Arc::new(PgDirectory::new(main.background.clone()).in_region(&settings.region));
+        let shards = ShardPools::open(&settings.database, &main, &settings.region)?;
+        let shows = Shows::sharded(
+            Arc::new(shards.log(Workload::Append, &directory)),
+            clock,
+            settings.owners.clone(),
+            &loops,
+        );
+        let catalog_log: Arc<dyn EventLog> = Arc::new(shards.log(Workload::Background, &directory));
+        let catalog = Catalog::new(catalog_log.clone()).with_projection(main.background.clone());
+        Ok(Self {
+            settings,
+            shows,
+            catalog,
+            public_log: Arc::new(shards.pg_log(Workload::Public, &directory)),
+            catalog_log,
+            shard_pools: shards.pools(Workload::Background),
+            vault: Arc::new(shards.pg_log(Workload::Vault, &directory)),
+            stores: Arc::new(shards.pg_log(Workload::Background, &directory)),
+            pool: main.background,
+            public_pool: main.public,
+            admission_pool,
+            query: None,
+            room: None,
+            health: Arc::new(BookingHealth::default()),
+            loops,
+            http: None,
+            grpc: None,
+            internal: None,
+            operator: None,
+            readiness: None,
+            role_changed: shutdown.child_token(),
+            shutdown,
+            tracker,
+            parts: Mutex::default(),
+            mode,
+        })
+    }
+
+    /// Watches the region's role: once it changes under the process, the process starts
+    /// again as it now is (until then the watch has nothing left to do, and has not died).
+    fn watch_region(&self) {
+        let (pool, region, mode) = (
+            self.pool.clone(),
+            self.settings.region.clone(),
+            self.mode.clone(),
+        );
+        let (changed, stop) = (self.role_changed.clone(), self.shutdown.clone());
+        self.loops.spawn("region watch", move || {
+            let watched =
+                region::watch(pool.clone(), region.clone(), mode.clone(), changed.clone());
+            let stop = stop.clone();
+            async move {
+                watched.await;
+                stop.cancelled().await;
+            }
+        });
     }
 
     /// Where REST and SSE are served, with the API.
@@ -671,286 +423,6 @@ impl Server {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Part, Vec<supervise::Supervised>>> {
         self.parts.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The API: the command side's routes with the query side's, the payments' and the
-    /// waiting room's on one base URL; gRPC on its own port.
-    async fn serve_api(&mut self) -> anyhow::Result<()> {
-        let s = &self.settings;
-        // One verifier for the process: the identity provider's keys fetched once and shared,
-        // kept fresh under supervision (a key the provider retired refused from the next fetch).
-        let verifier = s.auth.verifier();
-        if let Some(provider) = verifier.provider() {
-            let (provider, stop) = (provider.clone(), self.shutdown.clone());
-            let every = Duration::from_secs(s.auth.jwks_refresh_secs);
-            self.loops.spawn("identity provider's keys", move || {
-                provider.clone().keep_fresh(every, stop.clone())
-            });
-        }
-        let streams = StreamSlots::for_seat_maps(&s.limits);
-        let public_catalog = self
-            .catalog
-            .reading_from(self.public_log.clone(), self.public_pool.clone());
-        // A standby region runs no relay: its read path has no slot to watch.
-        let relayed = if matches!(self.mode, onsale_domain::region::Mode::Standby { .. }) {
-            &[][..]
-        } else {
-            &self.shard_pools[..]
-        };
-        let query: QueryState = QueryParts::start(
-            self.public_pool.clone(),
-            (1u16..)
-                .zip(relayed)
-                .map(|(shard, pool)| {
-                    (
-                        pool.clone(),
-                        onsale_kafka::relay::slot_of(&s.relay.slot, shard),
-                    )
-                })
-                .collect(),
-            &s.query,
-            verifier.clone(),
-            streams.clone(),
-            &self.loops,
-        )
-        .with_log(self.public_log.clone())
-        .with_schedules(Arc::new(PublicSchedules(public_catalog.clone())))
-        .with_tickets(Arc::new(PaymentTickets))
-        .into();
-        let room = WaitingRoom::connect(
-            s.waiting_room.clone(),
-            self.admission_pool.clone(),
-            Arc::new(CatalogSchedule(self.catalog.clone())),
-            self.shutdown.clone(),
-        )
-        .await?;
-        let doc = openapi(room.is_some(), s.auth.dev_mode)?;
-        let health = query.health.clone();
-        let (parts, parts_live) = (self.loops.health().clone(), self.loops.health().clone());
-        // `/readyz` answers from what a background refresh found: the log's ping, then the
-        // node's lease (a writer's), the parts and loops, and the read side; a probe never
-        // touches a pool.
-        let readiness = readiness::Readiness::starting();
-        let (log, shows) = (self.shows.log().clone(), self.shows.clone());
-        let writes = !matches!(self.mode, onsale_domain::region::Mode::Standby { .. });
-        let check: readiness::Check = Arc::new(move || {
-            if writes {
-                lease(&shows)?;
-            }
-            parts.ready()?;
-            health.ready()
-        });
-        let (refreshing, stop) = (readiness.clone(), self.shutdown.clone());
-        self.loops.spawn("readiness", move || {
-            refreshing
-                .clone()
-                .refresh(log.clone(), check.clone(), stop.clone())
-        });
-        let state = AppState::new(AppParts {
-            shows: self.shows.clone(),
-            catalog: self.catalog.clone(),
-            public_catalog,
-            verifier: verifier.clone(),
-            metrics: onsale_telemetry::metrics().filter(|_| s.public_metrics),
-            ready: Some(Arc::new({
-                let readiness = readiness.clone();
-                move || readiness.get()
-            })),
-            live: Some(Arc::new(move || parts_live.live())),
-            gate: room
-                .clone()
-                .map(|r| Arc::new(r) as Arc<dyn onsale_edge::admission::SessionGate>),
-            health: self.health.clone(),
-            tokens: onsale_command::TokenVault::new(self.vault.clone()),
-            openapi: Arc::new(doc),
-        });
-        let mut router = onsale_command::api::router(state)
-            .merge(onsale_query::rest::router(query.clone()))
-            .merge(onsale_payments::router(PaymentsState {
-                shows: self.shows.clone(),
-                catalog: self.catalog.clone(),
-                pool: self.pool.clone(),
-                shards: self.stores.clone(),
-                verifier: verifier.clone(),
-                processor: s.payments.back_office_processor()?,
-                webhook_slots: Arc::new(tokio::sync::Semaphore::new(
-                    onsale_payments::api::WEBHOOKS_IN_FLIGHT,
-                )),
-            }));
-        if let Some(room) = &room {
-            // The line's status streams on slots of their own: seat-map streams cannot take
-            // the ones fans in a line read their turn through.
-            router = router.merge(onsale_waiting_room::api::router(
-                room.clone(),
-                verifier.clone(),
-                StreamSlots::for_lines(&s.limits),
-            ));
-        }
-        let http = bind(&s.listen).await?;
-        let grpc = bind(&s.grpc_listen).await?;
-        router = router.merge(s.web.routes(&s.auth, &verifier, grpc.local_addr()?)?);
-        // Whether this process's region writes (`writer` or `standby`): what a router in front
-        // of the regions checks.
-        let role = match self.mode {
-            onsale_domain::region::Mode::Writer { .. } => "writer",
-            onsale_domain::region::Mode::Standby { .. } => "standby",
-        };
-        router = router.route(
-            "/writerz",
-            axum::routing::get(move || std::future::ready(role)),
-        );
-        let mut rates = RateLimits::new(&s.limits, verifier);
-        if let Some(url) = &s.waiting_room.redis_url {
-            // Budgets shared by every node: N nodes allow the rate, not N times it.
-            rates = rates.shared(s.waiting_room.redis_client(url)?);
-        }
-        let rates = Arc::new(rates);
-        self.prune_rate_limits(rates.clone());
-        // Innermost first: every body at most 64 KiB; the rate limits; the deadline; the
-        // framework's own errors as problem+json; the trace.
-        let router = router
-            .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
-            .layer(axum::middleware::from_fn_with_state(
-                rates.clone(),
-                limits::rate_limit,
-            ))
-            .layer(axum::middleware::from_fn_with_state(
-                Duration::from_millis(s.limits.request_timeout_ms),
-                limits::deadline,
-            ))
-            .layer(axum::middleware::from_fn(
-                onsale_edge::problem::problem_json,
-            ))
-            .layer(axum::middleware::from_fn_with_state(
-                onsale_telemetry::trace::Caller::Public,
-                http::traced,
-            ))
-            .layer(tower_http::trace::TraceLayer::new_for_http());
-        // A standby's writes are refused before anything else looks at them; every answer
-        // names the region that served it.
-        let router = match &self.mode {
-            onsale_domain::region::Mode::Standby { writer } => {
-                router.layer(axum::middleware::from_fn_with_state(
-                    Arc::new(region::Refer::new(&s.region, writer.as_ref())),
-                    region::standby_gate,
-                ))
-            }
-            onsale_domain::region::Mode::Writer { .. } => router,
-        };
-        let region_header = tower_http::set_header::SetResponseHeaderLayer::overriding(
-            axum::http::HeaderName::from_static(region::REGION_HEADER),
-            axum::http::HeaderValue::from_str(s.region.as_str())?,
-        );
-        let router = router.layer(region_header.clone());
-        // Outermost: a browser's preflight is answered before anything else looks at it. In
-        // development mode the fan app this listener serves may call gRPC-web on the other.
-        let cors = s.cors.layer(s.auth.dev_mode, http.local_addr()?)?;
-        // gRPC gets the same limits and deadline as REST (refusals as gRPC statuses); its
-        // streams share the seat-map streams' caps.
-        let grpc_router = onsale_query::grpc::router(query.clone())
-            .layer(axum::middleware::from_fn_with_state(
-                rates,
-                limits::rate_limit,
-            ))
-            .layer(axum::middleware::from_fn_with_state(
-                Duration::from_millis(s.limits.request_timeout_ms),
-                limits::deadline,
-            ))
-            .layer(region_header);
-        let (router, grpc_router) = match cors {
-            Some(cors) => (router.layer(cors.clone()), grpc_router.layer(cors)),
-            None => (router, grpc_router),
-        };
-        self.http = Some(http.local_addr()?);
-        self.grpc = Some(grpc.local_addr()?);
-        // Other nodes forward commands for this node's shows to its internal listener, never
-        // the public one (signed requests, checked before their body is read).
-        let internal = bind(&s.owners.cluster.internal_listen).await?;
-        self.internal = Some(internal.local_addr()?);
-        // A standby registers nowhere (its databases take no write): nothing is forwarded to it.
-        if !matches!(self.mode, onsale_domain::region::Mode::Standby { .. }) {
-            self.shows.advertise(&internal.local_addr()?.to_string());
-        }
-        let internal_router = onsale_command::cluster::router(self.shows.clone())
-            .layer(axum::middleware::from_fn_with_state(
-                Duration::from_millis(s.limits.request_timeout_ms),
-                limits::deadline,
-            ))
-            .layer(axum::middleware::from_fn_with_state(
-                onsale_telemetry::trace::Caller::Node,
-                http::traced,
-            ))
-            .layer(tower_http::trace::TraceLayer::new_for_http());
-        self.serve("internal", internal, internal_router);
-        self.serve("HTTP", http, router);
-        self.serve("gRPC", grpc, grpc_router);
-        tracing::info!(http = ?self.http, grpc = ?self.grpc, "onsale serving");
-        self.query = Some(query);
-        self.room = room;
-        self.readiness = Some(readiness);
-        Ok(())
-    }
-
-    /// Forgets, every 10 s, the callers whose rate allowance is full again.
-    fn prune_rate_limits(&self, rates: Arc<RateLimits>) {
-        let stop = self.shutdown.clone();
-        self.loops.spawn("rate-limit pruning", move || {
-            let (rates, stop) = (rates.clone(), stop.clone());
-            async move {
-                let mut every = tokio::time::interval(Duration::from_secs(10));
-                while stop.run_until_cancelled(every.tick()).await.is_some() {
-                    rates.prune();
-                }
-            }
-        });
-    }
-
-    /// `/metrics`, `/healthz` and `/readyz` of a process without the API.
-    async fn serve_metrics(&mut self, listen: &str) -> anyhow::Result<()> {
-        let handle = onsale_telemetry::metrics();
-        let (ready, live) = (self.loops.health().clone(), self.loops.health().clone());
-        let api = self.readiness.clone();
-        let ready = move || match &api {
-            Some(api) => api.get(),
-            None => ready.ready(),
-        };
-        let probe = |r: Result<(), String>| match r {
-            Ok(()) => (axum::http::StatusCode::OK, "ok".to_owned()),
-            Err(why) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, why),
-        };
-        let router = axum::Router::new()
-            .route(
-                "/healthz",
-                axum::routing::get(move || std::future::ready(probe(live.live()))),
-            )
-            .route(
-                "/readyz",
-                axum::routing::get(move || std::future::ready(probe(ready()))),
-            )
-            .route(
-                "/metrics",
-                axum::routing::get(move || {
-                    let h = handle.clone();
-                    async move { h.map(|h| h.render()).unwrap_or_default() }
-                }),
-            );
-        let listener = bind(listen).await?;
-        self.operator = Some(listener.local_addr()?);
-        tracing::info!(metrics = ?listener.local_addr(), "metrics serving");
-        self.serve("metrics", listener, router);
-        Ok(())
-    }
-
-    /// Serves `router` until shutdown: then it stops accepting and lets the requests in
-    /// flight finish (streams end by themselves on the same token).
-    fn serve(&self, what: &'static str, listener: TcpListener, router: axum::Router) {
-        self.tracker.spawn(http::serve(
-            what,
-            listener,
-            router,
-            self.settings.http.clone(),
-            self.shutdown.clone(),
-        ));
     }
 
     /// Starts (another instance of) a part's background tasks, under a supervisor that
