@@ -1648,3 +1648,18 @@ fn a_show_under_each_bot_loop_remembers_a_bounded_amount() {
     );
     assert!(show.index_matches_rebuild());
 }
+
+/// A log that holds a seat twice (a changed log, or a bug in `decide`) stops the fold loudly,
+/// in release builds too, instead of going on from a seat map that could sell it again.
+#[test]
+#[should_panic(expected = "an impossible seat move: seat A-1-1")]
+fn a_second_hold_of_a_held_seat_in_the_log_stops_the_fold() {
+    let mut show = Show::default();
+    for event in [
+        scheduled(),
+        held(1, "ann", &["A-1-1"], 600),
+        held(2, "bob", &["A-1-1"], 600),
+    ] {
+        cqrs_es::Aggregate::apply(&mut show, event);
+    }
+}

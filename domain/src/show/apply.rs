@@ -4,16 +4,19 @@
 use super::*;
 
 impl Show {
-    /// Moves one seat by the table; a move the table refuses is a bug in `decide` and leaves
-    /// the seat where it is.
+    /// Moves one seat by the table. A move the table refuses (or one to another state than the
+    /// table's) is a bug in `decide` or a log that was changed: the fold stops there, loudly,
+    /// in every build, rather than go on from a seat map that could sell a seat twice. The
+    /// show's owner then answers nothing for it, and the simulator names the seed.
     fn move_seat(&mut self, seat: u32, by: SeatMove, to: Seat) {
         let from = self.seats[seat as usize];
         match from.status().verdict(by) {
-            Verdict::To(status) => debug_assert_eq!(status, to.status()),
-            Verdict::Already | Verdict::Refused => {
-                debug_assert!(false, "seat {seat}: {from:?} refused {by:?}");
-                return;
-            }
+            Verdict::To(status) if status == to.status() => {}
+            verdict => panic!(
+                "an impossible seat move: seat {} is {from:?}, and {by:?} to {to:?} is {verdict:?} \
+                 by the seat's table",
+                self.index.seat_names[seat as usize]
+            ),
         }
         let row = self.index.seat_row[seat as usize] as usize;
         match from {
@@ -190,6 +193,98 @@ impl Show {
         }
     }
 
+    /// A hold of `seat_ids` until `expires_at`: known before its seats move (the row counts
+    /// them by its expiry), its key remembered.
+    fn held(
+        &mut self,
+        hold_id: HoldId,
+        account_id: AccountId,
+        seat_ids: &[SeatId],
+        expires_at: DateTime<Utc>,
+        idempotency: Option<Idempotency>,
+    ) {
+        let seats = self.seat_indices(seat_ids);
+        let keyed = idempotency.is_some();
+        let key = idempotency.as_ref().map(|i| i.key.clone());
+        if let Some(idem) = idempotency {
+            self.remember(&account_id, idem, Outcome::Hold(hold_id), expires_at);
+        }
+        push_to(&mut self.index.account_holds, &account_id, hold_id);
+        self.index.expiry.insert((expires_at, hold_id));
+        self.holds.insert(
+            hold_id,
+            Hold {
+                account: account_id,
+                seats: seats.clone(),
+                expires_at,
+                state: HoldState::Active,
+                order: None,
+                keyed,
+                key,
+            },
+        );
+        for &i in &seats {
+            self.move_seat(i, SeatMove::Hold, Seat::Held(hold_id));
+        }
+    }
+
+    /// An order of its hold's seats, pending payment: the hold ends, the seats move, the key
+    /// is remembered.
+    fn placed(&mut self, order_id: OrderId, order: Order, idempotency: Idempotency) {
+        self.end_hold(&order.hold_id, HoldMove::Order);
+        if let Some(hold) = self.holds.get_mut(&order.hold_id) {
+            hold.order = Some(order_id);
+        }
+        for &i in &order.seats {
+            self.move_seat(i, SeatMove::Order, Seat::PendingPayment(order_id));
+        }
+        self.remember(
+            &order.account,
+            idempotency,
+            Outcome::Order(order_id),
+            order.placed_at,
+        );
+        push_to(&mut self.index.account_orders, &order.account, order_id);
+        self.orders.insert(order_id, order);
+    }
+
+    /// A late capture reinstates the order: its seats sold to it, from pending or from free.
+    fn reinstated(&mut self, order_id: OrderId) {
+        if let Some(seats) = self.order_to(&order_id, OrderMove::Reinstate) {
+            for i in seats {
+                match self.seats[i as usize] {
+                    Seat::PendingPayment(o) if o == order_id => {
+                        self.move_seat(i, SeatMove::Pay, Seat::Sold(order_id));
+                    }
+                    _ => self.move_seat(i, SeatMove::Reinstate, Seat::Sold(order_id)),
+                }
+            }
+        }
+    }
+
+    /// A cancelled order's seats it still holds go back on sale.
+    fn cancelled(&mut self, order_id: OrderId) {
+        if let Some(seats) = self.order_to(&order_id, OrderMove::Cancel) {
+            for i in seats {
+                if self.seats[i as usize] == Seat::Sold(order_id) {
+                    self.move_seat(i, SeatMove::Cancel, Seat::Available);
+                }
+            }
+        }
+    }
+
+    /// A compensated order's seats return, guarded on the order id: only seats this order
+    /// still claims.
+    fn compensated(&mut self, order_id: OrderId) {
+        if let Some(seats) = self.order_to(&order_id, OrderMove::Compensate) {
+            for i in seats {
+                if self.seats[i as usize] == Seat::PendingPayment(order_id) {
+                    self.move_seat(i, SeatMove::Compensate, Seat::Available);
+                }
+            }
+        }
+    }
+
     /// When a hold's seats lapse; a seat held by a hold not known (none should be) counts as
     /// lapsed, so best available looks at it.
     pub(super) fn held_until(&self, hold_id: &HoldId) -> DateTime<Utc> {
@@ -234,32 +329,7 @@ impl Aggregate for Show {
                 expires_at,
                 idempotency,
                 ..
-            } => {
-                let seats = self.seat_indices(&seat_ids);
-                let keyed = idempotency.is_some();
-                let key = idempotency.as_ref().map(|i| i.key.clone());
-                if let Some(idem) = idempotency {
-                    self.remember(&account_id, idem, Outcome::Hold(hold_id), expires_at);
-                }
-                push_to(&mut self.index.account_holds, &account_id, hold_id);
-                self.index.expiry.insert((expires_at, hold_id));
-                // The hold is known before its seats move: the row counts them by its expiry.
-                self.holds.insert(
-                    hold_id,
-                    Hold {
-                        account: account_id,
-                        seats: seats.clone(),
-                        expires_at,
-                        state: HoldState::Active,
-                        order: None,
-                        keyed,
-                        key,
-                    },
-                );
-                for &i in &seats {
-                    self.move_seat(i, SeatMove::Hold, Seat::Held(hold_id));
-                }
-            }
+            } => self.held(hold_id, account_id, &seat_ids, expires_at, idempotency),
             ShowEvent::HoldReleased { hold_id } => self.end_hold(&hold_id, HoldMove::Release),
             ShowEvent::HoldExpired { hold_id } => self.end_hold(&hold_id, HoldMove::Expire),
             ShowEvent::OrderPlaced {
@@ -271,36 +341,19 @@ impl Aggregate for Show {
                 placed_at,
                 idempotency,
             } => {
-                self.end_hold(&hold_id, HoldMove::Order);
-                if let Some(hold) = self.holds.get_mut(&hold_id) {
-                    hold.order = Some(order_id);
-                }
-                let seats = self.seat_indices(&seat_ids);
-                for &i in &seats {
-                    self.move_seat(i, SeatMove::Order, Seat::PendingPayment(order_id));
-                }
-                self.remember(
-                    &account_id,
-                    idempotency,
-                    Outcome::Order(order_id),
+                let order = Order {
+                    account: account_id,
+                    hold_id,
+                    seats: self.seat_indices(&seat_ids),
+                    total_cents,
                     placed_at,
-                );
-                push_to(&mut self.index.account_orders, &account_id, order_id);
-                self.orders.insert(
-                    order_id,
-                    Order {
-                        account: account_id,
-                        hold_id,
-                        seats,
-                        total_cents,
-                        placed_at,
-                        state: OrderState::PendingPayment,
-                        ambiguous_since: None,
-                        failure: None,
-                        failure_code: None,
-                        make_good: false,
-                    },
-                );
+                    state: OrderState::PendingPayment,
+                    ambiguous_since: None,
+                    failure: None,
+                    failure_code: None,
+                    make_good: false,
+                };
+                self.placed(order_id, order, idempotency);
             }
             ShowEvent::PaymentSucceeded { order_id, .. } => {
                 if let Some(seats) = self.order_to(&order_id, OrderMove::Succeed) {
@@ -326,33 +379,14 @@ impl Aggregate for Show {
                     o.ambiguous_since.get_or_insert(at);
                 }
             }
-            ShowEvent::OrderReinstated { order_id, .. } => {
-                if let Some(seats) = self.order_to(&order_id, OrderMove::Reinstate) {
-                    for i in seats {
-                        match self.seats[i as usize] {
-                            Seat::PendingPayment(o) if o == order_id => {
-                                self.move_seat(i, SeatMove::Pay, Seat::Sold(order_id));
-                            }
-                            _ => self.move_seat(i, SeatMove::Reinstate, Seat::Sold(order_id)),
-                        }
-                    }
-                }
-            }
+            ShowEvent::OrderReinstated { order_id, .. } => self.reinstated(order_id),
             ShowEvent::MakeGoodOwed { order_id, .. } => {
                 self.order_to(&order_id, OrderMove::MakeGood);
                 if let Some(o) = self.orders.get_mut(&order_id) {
                     o.make_good = true;
                 }
             }
-            ShowEvent::OrderCancelled { order_id, .. } => {
-                if let Some(seats) = self.order_to(&order_id, OrderMove::Cancel) {
-                    for i in seats {
-                        if self.seats[i as usize] == Seat::Sold(order_id) {
-                            self.move_seat(i, SeatMove::Cancel, Seat::Available);
-                        }
-                    }
-                }
-            }
+            ShowEvent::OrderCancelled { order_id, .. } => self.cancelled(order_id),
             ShowEvent::OrderRefunded { order_id, .. } => {
                 self.order_to(&order_id, OrderMove::Refund);
             }
@@ -366,16 +400,7 @@ impl Aggregate for Show {
                     info.policy = policy;
                 }
             }
-            ShowEvent::OrderCompensated { order_id, .. } => {
-                if let Some(seats) = self.order_to(&order_id, OrderMove::Compensate) {
-                    for i in seats {
-                        // Guarded on the order id: only seats this order still claims return.
-                        if self.seats[i as usize] == Seat::PendingPayment(order_id) {
-                            self.move_seat(i, SeatMove::Compensate, Seat::Available);
-                        }
-                    }
-                }
-            }
+            ShowEvent::OrderCompensated { order_id, .. } => self.compensated(order_id),
         }
     }
 }

@@ -4,7 +4,7 @@ use super::*;
 
 impl Show {
     /// The whole rule book: what this command does to this show at `now`, as events.
-    /// Nothing is emitted unless the whole command is valid.
+    /// Nothing is emitted unless the whole command is valid. One function per command below.
     pub fn decide(&self, command: ShowCommand, now: DateTime<Utc>) -> Result<Vec<ShowEvent>> {
         if let ShowCommand::Schedule { info, layout } = command {
             return self.schedule(info, layout);
@@ -17,50 +17,7 @@ impl Show {
                 account,
                 seat_ids,
                 idempotency,
-            } => {
-                if let Some(replay) = self.replayed(&account, idempotency.as_ref(), Kind::Hold)? {
-                    return Ok(replay);
-                }
-                self.open_for_sale(info, now)?;
-                if info.picks_refused_at(now) {
-                    return Err(ShowError::BestAvailableOnly);
-                }
-                let mut seen = BTreeSet::new();
-                let wanted: Vec<&String> = seat_ids.iter().filter(|s| seen.insert(*s)).collect();
-                if wanted.is_empty() {
-                    return Err(ShowError::Invalid("seatIds must not be empty".into()));
-                }
-                let unknown: Vec<String> = wanted
-                    .iter()
-                    .filter(|s| !self.index.seat_by_id.contains_key(s.as_str()))
-                    .map(|s| (*s).clone())
-                    .collect();
-                if !unknown.is_empty() {
-                    return Err(ShowError::UnknownSeat(unknown));
-                }
-                let seats: Vec<u32> = wanted
-                    .iter()
-                    .map(|s| self.index.seat_by_id[s.as_str()])
-                    .collect();
-                if let Some(&unit) = seats
-                    .iter()
-                    .find(|&&i| self.index.row_ga[self.index.seat_row[i as usize] as usize])
-                {
-                    let row = self.index.rows[self.index.seat_row[unit as usize] as usize];
-                    let name = &self.layout.sections()[row.section as usize].section;
-                    return Err(ShowError::GeneralAdmission(name.clone()));
-                }
-                self.check_cap(info, &account, seats.len(), now)?;
-                let lost: Vec<String> = seats
-                    .iter()
-                    .filter(|&&i| !self.is_free(i, now))
-                    .map(|&i| self.index.seat_names[i as usize].to_string())
-                    .collect();
-                if !lost.is_empty() {
-                    return Err(ShowError::SeatUnavailable { lost });
-                }
-                self.acquire(hold_id, account, seats, false, idempotency, info, now)
-            }
+            } => self.hold_seats(info, hold_id, account, &seat_ids, idempotency, now),
             ShowCommand::HoldBestAvailable {
                 hold_id,
                 account,
@@ -68,125 +25,25 @@ impl Show {
                 section,
                 idempotency,
             } => {
-                if let Some(replay) = self.replayed(&account, idempotency.as_ref(), Kind::Hold)? {
-                    return Ok(replay);
-                }
-                self.open_for_sale(info, now)?;
-                if quantity == 0 {
-                    return Err(ShowError::Invalid("quantity must be at least 1".into()));
-                }
-                let section = match section {
-                    Some(name) => Some(
-                        *self
-                            .index
-                            .section_by_name
-                            .get(&name)
-                            .ok_or(ShowError::UnknownSection(name))?,
-                    ),
-                    None => None,
-                };
-                self.check_cap(info, &account, quantity as usize, now)?;
-                let seats = self
-                    .best_available(quantity, section, now)
-                    .ok_or(ShowError::SeatUnavailable { lost: Vec::new() })?;
-                self.acquire(hold_id, account, seats, true, idempotency, info, now)
+                let wanted = (quantity, section);
+                self.hold_best_available(info, hold_id, account, wanted, idempotency, now)
             }
-            ShowCommand::ReleaseHold { hold_id, account } => {
-                let hold = self.own_hold(&hold_id, &account)?;
-                match hold.state.verdict(HoldMove::Release) {
-                    Verdict::To(_) => Ok(vec![ShowEvent::HoldReleased { hold_id }]),
-                    Verdict::Already => Ok(Vec::new()),
-                    Verdict::Refused => Err(match hold.order {
-                        Some(order) => ShowError::HoldOrdered(order),
-                        None => refused("hold", hold.state.name(), "release"),
-                    }),
-                }
-            }
+            ShowCommand::ReleaseHold { hold_id, account } => self.release_hold(hold_id, &account),
             ShowCommand::PlaceOrder {
                 order_id,
                 hold_id,
                 account,
                 idempotency,
-            } => {
-                if let Some(replay) = self.replayed(&account, Some(&idempotency), Kind::Order)? {
-                    return Ok(replay);
-                }
-                let hold = self.own_hold(&hold_id, &account)?;
-                if let Some(order) = hold.order {
-                    return Err(ShowError::HoldOrdered(order));
-                }
-                self.check_failed_payments(info, &account, now)?;
-                // The fence: this hold, still active, and not past its expiry at this instant.
-                if hold.state != HoldState::Active || hold.expires_at <= now {
-                    return Err(ShowError::HoldExpired);
-                }
-                if self.orders.contains_key(&order_id) {
-                    return Err(ShowError::Invalid("order id already used".into()));
-                }
-                // Prices are bounded at scheduling, so this cannot overflow; checked anyway, so
-                // a show scheduled before the bound refuses rather than wraps.
-                let total_cents = hold
-                    .seats
-                    .iter()
-                    .try_fold(0i64, |sum, &i| sum.checked_add(self.seat_price(i)))
-                    .ok_or_else(|| ShowError::Invalid("the order's total overflows".into()))?;
-                Ok(vec![ShowEvent::OrderPlaced {
-                    order_id,
-                    hold_id,
-                    account_id: account,
-                    seat_ids: self.seat_names(&hold.seats),
-                    total_cents,
-                    placed_at: now,
-                    idempotency,
-                }])
-            }
+            } => self.place_order(info, order_id, hold_id, account, idempotency, now),
             ShowCommand::RecordPaymentSucceeded {
                 order_id,
                 amount_cents,
-            } => {
-                let order = self.orders.get(&order_id).ok_or(ShowError::OrderNotFound)?;
-                if let Some(reported) = amount_cents.filter(|a| *a != order.total_cents) {
-                    return Err(ShowError::AmountMismatch {
-                        expected: order.total_cents,
-                        reported,
-                    });
-                }
-                if matches!(order.state, OrderState::PaymentFailed | OrderState::Failed) {
-                    return Ok(self.late_capture(order_id, order, now));
-                }
-                self.order_move(&order_id, OrderMove::Succeed, "payment succeeded", || {
-                    ShowEvent::PaymentSucceeded { order_id, at: now }
-                })
-            }
+            } => self.payment_succeeded(order_id, amount_cents, now),
             ShowCommand::RecordPaymentFailed {
                 order_id,
                 code,
                 reason,
-            } => {
-                let order = self.orders.get(&order_id).ok_or(ShowError::OrderNotFound)?;
-                let mut events =
-                    self.order_move(&order_id, OrderMove::Fail, "payment failed", || {
-                        ShowEvent::PaymentFailed {
-                            order_id,
-                            code,
-                            reason,
-                            at: now,
-                        }
-                    })?;
-                // A definitive failure returns the seats in the same commit, guarded on the
-                // order: no window where a declined order still blocks them.
-                if matches!(
-                    order.state,
-                    OrderState::PendingPayment | OrderState::PaymentFailed
-                ) {
-                    events.push(ShowEvent::OrderCompensated {
-                        order_id,
-                        seat_ids: self.seat_names(&order.seats),
-                        at: now,
-                    });
-                }
-                Ok(events)
-            }
+            } => self.payment_failed(order_id, code, reason, now),
             ShowCommand::RecordPaymentAmbiguous { order_id, reason } => {
                 self.order_move(&order_id, OrderMove::Ambiguous, "payment ambiguous", || {
                     ShowEvent::PaymentAmbiguous {
@@ -196,36 +53,12 @@ impl Show {
                     }
                 })
             }
-            ShowCommand::CompensateOrder { order_id } => {
-                let seat_ids = self
-                    .orders
-                    .get(&order_id)
-                    .map(|o| self.seat_names(&o.seats))
-                    .unwrap_or_default();
-                self.order_move(&order_id, OrderMove::Compensate, "compensation", || {
-                    ShowEvent::OrderCompensated {
-                        order_id,
-                        seat_ids,
-                        at: now,
-                    }
-                })
-            }
+            ShowCommand::CompensateOrder { order_id } => self.compensate(order_id, now),
             ShowCommand::CancelOrder {
                 order_id,
                 account,
                 admin,
-            } => {
-                let order = self.cancellable(&order_id, &account, admin)?;
-                match order.state.verdict(OrderMove::Cancel) {
-                    Verdict::To(_) => Ok(vec![ShowEvent::OrderCancelled {
-                        order_id,
-                        seat_ids: self.seat_names(&order.seats),
-                        by: account,
-                        at: now,
-                    }]),
-                    Verdict::Already | Verdict::Refused => Ok(Vec::new()),
-                }
-            }
+            } => self.cancel_order(order_id, account, admin, now),
             ShowCommand::RecordRefund {
                 order_id,
                 refund_id,
@@ -239,33 +72,272 @@ impl Show {
             ShowCommand::SetSalePolicy {
                 hold_ttl_seconds,
                 policy,
-            } => {
-                check_ttl(hold_ttl_seconds)?;
-                policy.check()?;
-                if info.hold_ttl_seconds == hold_ttl_seconds && info.policy == policy {
-                    return Ok(Vec::new());
-                }
-                Ok(vec![ShowEvent::SalePolicyChanged {
-                    hold_ttl_seconds,
-                    policy,
-                    at: now,
-                }])
-            }
-            ShowCommand::ExpireHolds { hold_ids } => {
-                let mut seen = BTreeSet::new();
-                Ok(hold_ids
-                    .into_iter()
-                    .filter(|h| seen.insert(*h))
-                    .filter(|h| {
-                        self.holds.get(h).is_some_and(|hold| {
-                            matches!(hold.state.verdict(HoldMove::Expire), Verdict::To(_))
-                                && hold.expires_at <= super::views::lapsed_by(now)
-                        })
-                    })
-                    .map(|hold_id| ShowEvent::HoldExpired { hold_id })
-                    .collect())
-            }
+            } => Self::set_sale_policy(info, hold_ttl_seconds, policy, now),
+            ShowCommand::ExpireHolds { hold_ids } => Ok(self.expire_holds(hold_ids, now)),
         }
+    }
+
+    /// Named seats, each free now, none on a floor, within the account's cap.
+    fn hold_seats(
+        &self,
+        info: &ShowInfo,
+        hold_id: HoldId,
+        account: AccountId,
+        seat_ids: &[String],
+        idempotency: Option<Idempotency>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ShowEvent>> {
+        if let Some(replay) = self.replayed(&account, idempotency.as_ref(), Kind::Hold)? {
+            return Ok(replay);
+        }
+        self.open_for_sale(info, now)?;
+        if info.picks_refused_at(now) {
+            return Err(ShowError::BestAvailableOnly);
+        }
+        let mut seen = BTreeSet::new();
+        let wanted: Vec<&String> = seat_ids.iter().filter(|s| seen.insert(*s)).collect();
+        if wanted.is_empty() {
+            return Err(ShowError::Invalid("seatIds must not be empty".into()));
+        }
+        let unknown: Vec<String> = wanted
+            .iter()
+            .filter(|s| !self.index.seat_by_id.contains_key(s.as_str()))
+            .map(|s| (*s).clone())
+            .collect();
+        if !unknown.is_empty() {
+            return Err(ShowError::UnknownSeat(unknown));
+        }
+        let seats: Vec<u32> = wanted
+            .iter()
+            .map(|s| self.index.seat_by_id[s.as_str()])
+            .collect();
+        if let Some(&unit) = seats
+            .iter()
+            .find(|&&i| self.index.row_ga[self.index.seat_row[i as usize] as usize])
+        {
+            let row = self.index.rows[self.index.seat_row[unit as usize] as usize];
+            let name = &self.layout.sections()[row.section as usize].section;
+            return Err(ShowError::GeneralAdmission(name.clone()));
+        }
+        self.check_cap(info, &account, seats.len(), now)?;
+        let lost: Vec<String> = seats
+            .iter()
+            .filter(|&&i| !self.is_free(i, now))
+            .map(|&i| self.index.seat_names[i as usize].to_string())
+            .collect();
+        if !lost.is_empty() {
+            return Err(ShowError::SeatUnavailable { lost });
+        }
+        self.acquire(hold_id, account, seats, false, idempotency, info, now)
+    }
+
+    /// `quantity` seats the show picks (in `section` if named), within the account's cap.
+    fn hold_best_available(
+        &self,
+        info: &ShowInfo,
+        hold_id: HoldId,
+        account: AccountId,
+        (quantity, section): (u32, Option<String>),
+        idempotency: Option<Idempotency>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ShowEvent>> {
+        if let Some(replay) = self.replayed(&account, idempotency.as_ref(), Kind::Hold)? {
+            return Ok(replay);
+        }
+        self.open_for_sale(info, now)?;
+        if quantity == 0 {
+            return Err(ShowError::Invalid("quantity must be at least 1".into()));
+        }
+        let section = match section {
+            Some(name) => Some(
+                *self
+                    .index
+                    .section_by_name
+                    .get(&name)
+                    .ok_or(ShowError::UnknownSection(name))?,
+            ),
+            None => None,
+        };
+        self.check_cap(info, &account, quantity as usize, now)?;
+        let seats = self
+            .best_available(quantity, section, now)
+            .ok_or(ShowError::SeatUnavailable { lost: Vec::new() })?;
+        self.acquire(hold_id, account, seats, true, idempotency, info, now)
+    }
+
+    fn release_hold(&self, hold_id: HoldId, account: &AccountId) -> Result<Vec<ShowEvent>> {
+        let hold = self.own_hold(&hold_id, account)?;
+        match hold.state.verdict(HoldMove::Release) {
+            Verdict::To(_) => Ok(vec![ShowEvent::HoldReleased { hold_id }]),
+            Verdict::Already => Ok(Vec::new()),
+            Verdict::Refused => Err(match hold.order {
+                Some(order) => ShowError::HoldOrdered(order),
+                None => refused("hold", hold.state.name(), "release"),
+            }),
+        }
+    }
+
+    /// An order of the account's own active hold, priced from its seats.
+    fn place_order(
+        &self,
+        info: &ShowInfo,
+        order_id: OrderId,
+        hold_id: HoldId,
+        account: AccountId,
+        idempotency: Idempotency,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ShowEvent>> {
+        if let Some(replay) = self.replayed(&account, Some(&idempotency), Kind::Order)? {
+            return Ok(replay);
+        }
+        let hold = self.own_hold(&hold_id, &account)?;
+        if let Some(order) = hold.order {
+            return Err(ShowError::HoldOrdered(order));
+        }
+        self.check_failed_payments(info, &account, now)?;
+        // The fence: this hold, still active, and not past its expiry at this instant.
+        if hold.state != HoldState::Active || hold.expires_at <= now {
+            return Err(ShowError::HoldExpired);
+        }
+        if self.orders.contains_key(&order_id) {
+            return Err(ShowError::Invalid("order id already used".into()));
+        }
+        // Prices are bounded at scheduling, so this cannot overflow; checked anyway, so
+        // a show scheduled before the bound refuses rather than wraps.
+        let total_cents = hold
+            .seats
+            .iter()
+            .try_fold(0i64, |sum, &i| sum.checked_add(self.seat_price(i)))
+            .ok_or_else(|| ShowError::Invalid("the order's total overflows".into()))?;
+        Ok(vec![ShowEvent::OrderPlaced {
+            order_id,
+            hold_id,
+            account_id: account,
+            seat_ids: self.seat_names(&hold.seats),
+            total_cents,
+            placed_at: now,
+            idempotency,
+        }])
+    }
+
+    fn payment_succeeded(
+        &self,
+        order_id: OrderId,
+        amount_cents: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ShowEvent>> {
+        let order = self.orders.get(&order_id).ok_or(ShowError::OrderNotFound)?;
+        if let Some(reported) = amount_cents.filter(|a| *a != order.total_cents) {
+            return Err(ShowError::AmountMismatch {
+                expected: order.total_cents,
+                reported,
+            });
+        }
+        if matches!(order.state, OrderState::PaymentFailed | OrderState::Failed) {
+            return Ok(self.late_capture(order_id, order, now));
+        }
+        self.order_move(&order_id, OrderMove::Succeed, "payment succeeded", || {
+            ShowEvent::PaymentSucceeded { order_id, at: now }
+        })
+    }
+
+    fn payment_failed(
+        &self,
+        order_id: OrderId,
+        code: PaymentFailure,
+        reason: String,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ShowEvent>> {
+        let order = self.orders.get(&order_id).ok_or(ShowError::OrderNotFound)?;
+        let mut events = self.order_move(&order_id, OrderMove::Fail, "payment failed", || {
+            ShowEvent::PaymentFailed {
+                order_id,
+                code,
+                reason,
+                at: now,
+            }
+        })?;
+        // A definitive failure returns the seats in the same commit, guarded on the
+        // order: no window where a declined order still blocks them.
+        if matches!(
+            order.state,
+            OrderState::PendingPayment | OrderState::PaymentFailed
+        ) {
+            events.push(ShowEvent::OrderCompensated {
+                order_id,
+                seat_ids: self.seat_names(&order.seats),
+                at: now,
+            });
+        }
+        Ok(events)
+    }
+
+    fn compensate(&self, order_id: OrderId, now: DateTime<Utc>) -> Result<Vec<ShowEvent>> {
+        let seat_ids = self
+            .orders
+            .get(&order_id)
+            .map(|o| self.seat_names(&o.seats))
+            .unwrap_or_default();
+        self.order_move(&order_id, OrderMove::Compensate, "compensation", || {
+            ShowEvent::OrderCompensated {
+                order_id,
+                seat_ids,
+                at: now,
+            }
+        })
+    }
+
+    fn cancel_order(
+        &self,
+        order_id: OrderId,
+        account: AccountId,
+        admin: bool,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ShowEvent>> {
+        let order = self.cancellable(&order_id, &account, admin)?;
+        match order.state.verdict(OrderMove::Cancel) {
+            Verdict::To(_) => Ok(vec![ShowEvent::OrderCancelled {
+                order_id,
+                seat_ids: self.seat_names(&order.seats),
+                by: account,
+                at: now,
+            }]),
+            Verdict::Already | Verdict::Refused => Ok(Vec::new()),
+        }
+    }
+
+    fn set_sale_policy(
+        info: &ShowInfo,
+        hold_ttl_seconds: u32,
+        policy: SalePolicy,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ShowEvent>> {
+        check_ttl(hold_ttl_seconds)?;
+        policy.check()?;
+        if info.hold_ttl_seconds == hold_ttl_seconds && info.policy == policy {
+            return Ok(Vec::new());
+        }
+        Ok(vec![ShowEvent::SalePolicyChanged {
+            hold_ttl_seconds,
+            policy,
+            at: now,
+        }])
+    }
+
+    /// Of `hold_ids`, each once, those that may expire and have lapsed by `now`.
+    fn expire_holds(&self, hold_ids: Vec<HoldId>, now: DateTime<Utc>) -> Vec<ShowEvent> {
+        let mut seen = BTreeSet::new();
+        hold_ids
+            .into_iter()
+            .filter(|h| seen.insert(*h))
+            .filter(|h| {
+                self.holds.get(h).is_some_and(|hold| {
+                    matches!(hold.state.verdict(HoldMove::Expire), Verdict::To(_))
+                        && hold.expires_at <= super::views::lapsed_by(now)
+                })
+            })
+            .map(|hold_id| ShowEvent::HoldExpired { hold_id })
+            .collect()
     }
 
     fn schedule(&self, info: ShowInfo, layout: VenueLayout) -> Result<Vec<ShowEvent>> {
