@@ -70,6 +70,11 @@ fn parameter_schema(path: &str, name: &str) -> Option<Value> {
 /// domain's checks, fields that go together, the codes a field takes), merged into the
 /// component schemas.
 fn body_rules() -> Vec<(&'static str, Value)> {
+    [catalog_rules(), purchase_rules()].concat()
+}
+
+/// The rules of the sign-in, venue and show bodies.
+fn catalog_rules() -> Vec<(&'static str, Value)> {
     vec![
         (
             // A scanner's development token names its gates: a venue, or shows.
@@ -134,6 +139,12 @@ fn body_rules() -> Vec<(&'static str, Value)> {
                 "joinChallengeBits": {"minimum": 0, "maximum": onsale_domain::show::messages::MAX_JOIN_CHALLENGE_BITS},
                 "maxFailedPayments": {"minimum": 1, "maximum": onsale_domain::show::messages::MAX_FAILED_PAYMENTS}}}),
         ),
+    ]
+}
+
+/// The rules of the hold, order and scan bodies.
+fn purchase_rules() -> Vec<(&'static str, Value)> {
+    vec![
         (
             "HoldRequest",
             json!({
@@ -293,7 +304,6 @@ fn complete(method: &str, path: &str, op: &mut Value) {
         .and_then(Value::as_array)
         .is_some_and(|s| !s.is_empty());
     let has_body = op.get("requestBody").is_some();
-    let has_params = path.contains('{');
     let link = links(method, path);
     let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else {
         return;
@@ -309,6 +319,26 @@ fn complete(method: &str, path: &str, op: &mut Value) {
             *response = problem(&description);
         }
     }
+    add_errors(responses, method, path, secured, has_body);
+    if let Some((status, links)) = link {
+        if let Some(r) = responses.get_mut(status) {
+            r["links"] = links;
+        }
+    }
+    success_content(responses, method, path);
+}
+
+/// The errors every route of its kind may answer, where the annotation did not say them:
+/// 400 always, 401 and 403 when it takes a token, 404 and 422 when its path names something,
+/// 413, 415 and 422 when it takes a body, 429 when it spends a budget, and 503 everywhere
+/// (the last two with Retry-After).
+fn add_errors(
+    responses: &mut Map<String, Value>,
+    method: &str,
+    path: &str,
+    secured: bool,
+    has_body: bool,
+) {
     let mut add = |status: &str, response: Value| {
         responses.entry(status.to_owned()).or_insert(response);
     };
@@ -323,7 +353,7 @@ fn complete(method: &str, path: &str, op: &mut Value) {
             problem("The caller's role may not do this (FORBIDDEN)"),
         );
     }
-    if has_params {
+    if path.contains('{') {
         add("404", problem("No such resource, or not the caller's"));
         add(
             "422",
@@ -364,14 +394,12 @@ fn complete(method: &str, path: &str, op: &mut Value) {
             responses.insert("503".into(), unavailable);
         }
     }
-    if let Some((status, links)) = link {
-        if let Some(r) = responses.get_mut(status) {
-            r["links"] = links;
-        }
-    }
-    // A success documented without a body still answers JSON; the streams answer
-    // text/event-stream (the waiting room's view either, by its Accept header), each event
-    // described as schemathesis and OpenAPI 3.2 read one: its name, its data (JSON text), its id.
+}
+
+/// A success documented without a body still answers JSON; the streams answer
+/// text/event-stream (the waiting room's view either, by its Accept header), each event
+/// described as schemathesis and OpenAPI 3.2 read one: its name, its data (JSON text), its id.
+fn success_content(responses: &mut Map<String, Value>, method: &str, path: &str) {
     let object = json!({"schema": {"type": "object"}});
     let content = match (method, path) {
         ("get", "/v1/events/{id}/updates") => {

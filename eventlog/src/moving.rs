@@ -274,6 +274,59 @@ async fn copy(source: &PgPool, target: &PgPool, id: &str) -> anyhow::Result<(i64
         .bind(MOVED_NODE)
         .execute(&mut *tx)
         .await?;
+    let events = copy_events(source, &mut tx, id).await?;
+    let snapshots = sqlx::query(
+        "SELECT last_sequence, current_snapshot, payload::text AS payload FROM snapshots
+          WHERE aggregate_type = 'show' AND aggregate_id = $1",
+    )
+    .bind(id)
+    .fetch_all(source)
+    .await?;
+    for s in &snapshots {
+        use sqlx::Row as _;
+        sqlx::query(
+            "INSERT INTO snapshots (aggregate_type, aggregate_id, last_sequence, current_snapshot, payload)
+             VALUES ('show', $1, $2, $3, $4::json)",
+        )
+        .bind(id)
+        .bind(s.try_get::<i64, _>("last_sequence")?)
+        .bind(s.try_get::<i64, _>("current_snapshot")?)
+        .bind(s.try_get::<String, _>("payload")?)
+        .execute(&mut *tx)
+        .await?;
+    }
+    let mut copied = Vec::new();
+    for table in WITH_THE_SHOW {
+        copied.push((table, copy_rows(source, &mut tx, table, id).await?));
+    }
+    tx.commit().await?;
+    for (table, digest) in copied {
+        anyhow::ensure!(
+            rows_digest(target, table, id).await? == digest,
+            "the copy of the show's {table} is not the rows it was taken from"
+        );
+    }
+
+    let verified = crate::chain::verify(target, Some(id), PAGE).await?;
+    if let Some(b) = verified.broken {
+        anyhow::bail!("the copy does not verify: {b}");
+    }
+    anyhow::ensure!(
+        i64::try_from(verified.events)? == events
+            && last_hash(source, id).await? == last_hash(target, id).await?,
+        "the copy ({} events) is not the log it was taken from ({events} events)",
+        verified.events
+    );
+    Ok((events, i64::try_from(snapshots.len())?))
+}
+
+/// Copies the show's events, page by page, as stored (hash, metadata and transaction id
+/// included) into `tx`; answers how many.
+async fn copy_events(
+    source: &PgPool,
+    tx: &mut sqlx::PgConnection,
+    id: &str,
+) -> anyhow::Result<i64> {
     let (mut after, mut events) = (0i64, 0i64);
     loop {
         let rows: Vec<Row> = sqlx::query_as(
@@ -318,49 +371,7 @@ async fn copy(source: &PgPool, target: &PgPool, id: &str) -> anyhow::Result<(i64
         .execute(&mut *tx)
         .await?;
     }
-    let snapshots = sqlx::query(
-        "SELECT last_sequence, current_snapshot, payload::text AS payload FROM snapshots
-          WHERE aggregate_type = 'show' AND aggregate_id = $1",
-    )
-    .bind(id)
-    .fetch_all(source)
-    .await?;
-    for s in &snapshots {
-        use sqlx::Row as _;
-        sqlx::query(
-            "INSERT INTO snapshots (aggregate_type, aggregate_id, last_sequence, current_snapshot, payload)
-             VALUES ('show', $1, $2, $3, $4::json)",
-        )
-        .bind(id)
-        .bind(s.try_get::<i64, _>("last_sequence")?)
-        .bind(s.try_get::<i64, _>("current_snapshot")?)
-        .bind(s.try_get::<String, _>("payload")?)
-        .execute(&mut *tx)
-        .await?;
-    }
-    let mut copied = Vec::new();
-    for table in WITH_THE_SHOW {
-        copied.push((table, copy_rows(source, &mut tx, table, id).await?));
-    }
-    tx.commit().await?;
-    for (table, digest) in copied {
-        anyhow::ensure!(
-            rows_digest(target, table, id).await? == digest,
-            "the copy of the show's {table} is not the rows it was taken from"
-        );
-    }
-
-    let verified = crate::chain::verify(target, Some(id), PAGE).await?;
-    if let Some(b) = verified.broken {
-        anyhow::bail!("the copy does not verify: {b}");
-    }
-    anyhow::ensure!(
-        i64::try_from(verified.events)? == events
-            && last_hash(source, id).await? == last_hash(target, id).await?,
-        "the copy ({} events) is not the log it was taken from ({events} events)",
-        verified.events
-    );
-    Ok((events, i64::try_from(snapshots.len())?))
+    Ok(events)
 }
 
 async fn count(pool: &PgPool, id: &str) -> anyhow::Result<i64> {

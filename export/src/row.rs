@@ -151,20 +151,7 @@ impl Typer {
             self.show.clone_from(&stored.show_id);
             self.holds.clear();
         }
-        let hold_account = match &event {
-            ShowEvent::SeatsHeld {
-                hold_id,
-                account_id,
-                ..
-            } => {
-                self.holds.insert(*hold_id, account_id.clone());
-                None
-            }
-            ShowEvent::HoldReleased { hold_id }
-            | ShowEvent::HoldExpired { hold_id }
-            | ShowEvent::OrderPlaced { hold_id, .. } => self.holds.remove(hold_id),
-            _ => None,
-        };
+        let hold_account = self.hold_account(&event);
         let actor = event
             .actor(hold_account.as_ref())
             .map(|a| self.accounts.actor(a));
@@ -180,22 +167,38 @@ impl Typer {
             order_id: event.order_id().map(|o| o.to_string()),
             ..Row::default()
         };
-        let seats = |s: &[onsale_domain::SeatId]| Some(s.iter().map(ToString::to_string).collect());
+        self.fill(&mut row, event, hold_account)?;
+        Ok(row)
+    }
+
+    /// The hold's account when `event` ends a hold (remembered from the hold's own event in
+    /// this show's run of rows).
+    fn hold_account(&mut self, event: &ShowEvent) -> Option<AccountId> {
         match event {
-            ShowEvent::ShowScheduled { info, layout } => {
-                row.venue_id = Some(info.venue_id.to_string());
-                row.venue_name = Some(info.venue_name);
-                row.city = Some(info.city);
-                row.show_name = Some(info.name);
-                row.performer = Some(info.performer);
-                row.starts_at = Some(info.starts_at);
-                row.on_sale_at = Some(info.on_sale_at);
-                row.hold_ttl_seconds = Some(i64::from(info.hold_ttl_seconds));
-                row.waiting_room = Some(info.waiting_room);
-                row.prices = Some(serde_json::to_string(&info.prices)?);
-                row.layout = Some(serde_json::to_string(&layout)?);
-                row.policy = Some(serde_json::to_string(&info.policy)?);
+            ShowEvent::SeatsHeld {
+                hold_id,
+                account_id,
+                ..
+            } => {
+                self.holds.insert(*hold_id, account_id.clone());
+                None
             }
+            ShowEvent::HoldReleased { hold_id }
+            | ShowEvent::HoldExpired { hold_id }
+            | ShowEvent::OrderPlaced { hold_id, .. } => self.holds.remove(hold_id),
+            _ => None,
+        }
+    }
+
+    /// The typed columns of `event`'s payload.
+    fn fill(
+        &self,
+        row: &mut Row,
+        event: ShowEvent,
+        hold_account: Option<AccountId>,
+    ) -> anyhow::Result<()> {
+        match event {
+            ShowEvent::ShowScheduled { info, layout } => scheduled(row, info, &layout)?,
             ShowEvent::SalePolicyChanged {
                 hold_ttl_seconds,
                 policy,
@@ -265,8 +268,34 @@ impl Typer {
                 row.event_at = Some(at);
             }
         }
-        Ok(row)
+        Ok(())
     }
+}
+
+/// The seat ids as the export writes them.
+fn seats(s: &[onsale_domain::SeatId]) -> Option<Vec<String>> {
+    Some(s.iter().map(ToString::to_string).collect())
+}
+
+/// A scheduled show's columns.
+fn scheduled(
+    row: &mut Row,
+    info: onsale_domain::ShowInfo,
+    layout: &onsale_domain::VenueLayout,
+) -> anyhow::Result<()> {
+    row.venue_id = Some(info.venue_id.to_string());
+    row.venue_name = Some(info.venue_name);
+    row.city = Some(info.city);
+    row.show_name = Some(info.name);
+    row.performer = Some(info.performer);
+    row.starts_at = Some(info.starts_at);
+    row.on_sale_at = Some(info.on_sale_at);
+    row.hold_ttl_seconds = Some(i64::from(info.hold_ttl_seconds));
+    row.waiting_room = Some(info.waiting_room);
+    row.prices = Some(serde_json::to_string(&info.prices)?);
+    row.layout = Some(serde_json::to_string(layout)?);
+    row.policy = Some(serde_json::to_string(&info.policy)?);
+    Ok(())
 }
 
 fn utc() -> DataType {

@@ -55,8 +55,8 @@ fn the_operators_guide_lists_every_setting_as_the_code_defines_it() {
     }
 }
 
-/// The variables named in a crate's code outside its test modules (each at the end of its
-/// file, after `#[cfg(test)]`).
+/// The variables named in a crate's code outside its tests (test modules at the end of a
+/// file, after `#[cfg(test)]`, or in files of their own: `tests.rs`, `*_tests.rs`).
 fn named_in(dir: &Path, names: &mut BTreeSet<String>) {
     for entry in std::fs::read_dir(dir).expect("a source directory") {
         let path = entry.expect("an entry").path();
@@ -64,7 +64,8 @@ fn named_in(dir: &Path, names: &mut BTreeSet<String>) {
             named_in(&path, names);
             continue;
         }
-        if path.extension().is_none_or(|e| e != "rs") {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !name.ends_with(".rs") || name == "tests.rs" || name.ends_with("_tests.rs") {
             continue;
         }
         let text = std::fs::read_to_string(&path).expect("source");

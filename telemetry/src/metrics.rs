@@ -187,310 +187,117 @@ pub const WEBHOOKS_APPLIED_TOTAL: &str = "onsale_webhooks_applied_total";
 pub const WEBHOOKS_DUPLICATE_TOTAL: &str = "onsale_webhooks_duplicate_total";
 /// Processor webhooks refused for a reason the processor cannot fix (acknowledged).
 pub const WEBHOOKS_REFUSED_TOTAL: &str = "onsale_webhooks_refused_total";
-/// Processor webhooks rejected for a bad or stale signature.
 /// Webhook deliveries answered 503 at once because as many as a process handles were in flight.
 pub const WEBHOOKS_SHED_TOTAL: &str = "onsale_webhooks_shed_total";
+/// Processor webhooks rejected for a bad or stale signature.
 pub const WEBHOOKS_REJECTED_TOTAL: &str = "onsale_webhooks_rejected_total";
 
 /// Gives every metric above its help text; called once when the recorder is installed.
 pub fn describe() {
-    describe_gauge!(
-        ADMISSION_CLAIM_RATE,
-        "Of the positions the line passed recently, the share that became sessions (per show)."
-    );
-    describe_gauge!(
-        ADMISSION_FACTOR,
-        "How far the booking path's health scales the admission target N, at its lowest over the shows with a line (1 = full, 0 = paused)."
-    );
-    describe_gauge!(
-        SHOW_ADMISSION_FACTOR,
-        "How far a show's own booking path's health scales its admission target N, by show."
-    );
-    describe_gauge!(
-        ADMISSION_TARGET,
-        "The concurrency target N the line admits toward for a show, before the health factor (per show)."
-    );
-    describe_gauge!(
-        ADMISSION_STALLED,
-        "1 while fans wait, admission is not paused, and nobody was admitted for 30 s (per show)."
-    );
-    describe_gauge!(
-        ADMISSION_SOLD_OUT,
-        "1 while no seat is available, so the line is held back (SOLD_OUT or SEATS_MAY_RETURN; per show)."
-    );
-    describe_gauge!(
-        PROCESSOR_FAILING,
-        "1 while the card processor is failing payments (admission pauses: orders could not be paid)."
-    );
-    describe_counter!(
-        ADMITTED_POSITIONS_TOTAL,
-        "Positions the line advanced past (per show)."
-    );
-    describe_gauge!(
-        ADMITTED_THROUGH,
-        "The line's admitted_through: every position at or below it may enter (per show)."
-    );
-    describe_counter!(
-        ADMITTER_ERRORS_TOTAL,
-        "Admitter ticks that failed (Redis away)."
-    );
-    describe_histogram!(
-        ADMITTER_TICK_SECONDS,
-        "Time of one admitter tick of one show."
-    );
-    describe_counter!(
-        COMMANDS_SHED_TOTAL,
-        "Commands refused with 503 OVERLOADED because their show's queue was full."
-    );
-    describe_counter!(
-        COMMANDS_FORWARDED_TOTAL,
-        "Commands and queries forwarded to the node that owns their show."
-    );
-    describe_counter!(
-        APPENDS_FENCED_TOTAL,
-        "Appends refused by the ownership fence: another node had claimed the show."
-    );
-    describe_gauge!(
-        SINGLETON_ACTIVE,
-        "1 while this process is the active instance of a singleton job (relay, jobs, checkpoints)."
-    );
-    describe_gauge!(
-        CHECKPOINT_TAKEN_SECONDS,
-        "When the last signed checkpoint of the log's chain heads was taken (Unix seconds)."
-    );
-    describe_counter!(
-        CHECKPOINT_FAILURES_TOTAL,
-        "Signed checkpoints of the log's chain heads that could not be taken or written."
-    );
-    describe_counter!(
-        SHOWS_CLAIMED_TOTAL,
-        "Shows this node claimed (first touch, a dead node's show, or after a fence)."
-    );
-    describe_counter!(
-        LEASE_UNPROVEN_TOTAL,
-        "Commands an owner did not answer because its node could not prove its lease."
-    );
-    describe_counter!(
-        UNKNOWN_IDS_TOTAL,
-        "Requests naming a hold or order their show does not have, answered without its owner's queue."
-    );
-    describe_counter!(
-        PART_RESTARTS_TOTAL,
-        "A part of a process stopped before shutdown (a panic, a loop that returned) and was started again, by part."
-    );
-    describe_counter!(
-        RELAY_SCRUBBED_TOTAL,
-        "Events the relay published without the card token they were stored with (orders placed before the card vault)."
-    );
-    describe_counter!(
-        FORWARDS_REFUSED_TOTAL,
-        "Forwarded requests refused on the internal route (unsigned, forged, stale or replayed), and owners' answers the forwarding node refused (unsigned or forged)."
-    );
-    describe_histogram!(COMMIT_BATCH_COMMANDS, "Commands per group commit.");
-    describe_histogram!(
-        COMMIT_SECONDS,
-        "Time of one group commit (the append of a batch)."
-    );
-    describe_counter!(EVENTS_COMMITTED_TOTAL, "Events committed, by type (OrderPlaced over SeatsHeld is the hold-to-purchase conversion).");
-    describe_counter!(
-        HOLD_REQUESTS_TOTAL,
-        "Hold requests answered, by outcome (the 409 rate is conflict over all)."
-    );
-    describe_gauge!(
-        HOLD_EXPIRY_LAG_SECONDS,
-        "How long the oldest hold still active is past its expiry (0 when none is)."
-    );
-    describe_histogram!(
-        SWEEP_LAG_SECONDS,
-        "How late a show owner's sweep takes the hold that lapsed first: seconds past its expiry."
-    );
-    describe_histogram!(HOLD_SECONDS, "Hold request latency at the edge.");
-    describe_gauge!(
-        PAYMENT_OLDEST_UNCLAIMED_SECONDS,
-        "How long the oldest payment due has waited for a worker to claim it (0 when none waits)."
-    );
-    describe_gauge!(
-        PAYMENT_OUTBOX_DEPTH,
-        "Payments on the work list not resolved yet."
-    );
-    describe_gauge!(
-        TICKET_ISSUANCE_LAG_SECONDS,
-        "How long the oldest confirmed order with a seat and no live ticket has been confirmed (0 when none)."
-    );
-    describe_gauge!(
-        INVARIANT_VIOLATIONS,
-        "Violations the invariant monitor found in its last run, by check (must be 0)."
-    );
-    describe_gauge!(LIVE_SESSIONS, "Live waiting-room sessions (per show).");
-    describe_counter!(ORDERS_CANCELLED_TOTAL, "Paid orders cancelled.");
-    describe_counter!(
-        PAYMENT_CHARGE_CALLS_TOTAL,
-        "Charge calls sent to the processor (retries included; each under the order's key)."
-    );
-    describe_counter!(
-        PAYMENT_FORCED_RESOLUTIONS_TOTAL,
-        "Orders failed because their payment stayed unknown past the ambiguity bound."
-    );
-    describe_gauge!(
-        PAYMENT_OLDEST_PENDING_SECONDS,
-        "Age of the oldest payment not resolved yet."
-    );
-    describe_counter!(
-        PAYMENT_OUTCOMES_REFUSED_TOTAL,
-        "Payment outcomes the show's state table refused (the order had already moved)."
-    );
-    describe_counter!(
-        PAYMENT_UNKNOWN_TOTAL,
-        "Processor answers that did not say what happened (asked again later)."
-    );
-    describe_counter!(
-        PAYMENT_WORKER_ERRORS_TOTAL,
-        "Payment worker rounds that failed (database away)."
-    );
-    describe_counter!(
-        PROJECTION_BAD_MESSAGES_TOTAL,
-        "Messages on the topic a projection could not read, by projection."
-    );
-    describe_counter!(
-        PROJECTION_CONFLICTS_TOTAL,
-        "Batches a projection threw away because another process had moved a show's position."
-    );
-    describe_counter!(
-        PROJECTION_DUPLICATES_TOTAL,
-        "Events a projection skipped as already applied, by projection."
-    );
-    describe_counter!(
-        PROJECTION_UNCHAINED_TOTAL,
-        "Messages a projection refused because they do not chain from the show's log, by projection."
-    );
-    describe_counter!(
-        PROJECTION_ERRORS_TOTAL,
-        "Projection restarts after an error, by projection."
-    );
-    describe_gauge!(
-        PROJECTION_FOLDS,
-        "Shows whose fold a projection process holds in memory (idle ones are dropped), by projection."
-    );
-    describe_counter!(
-        PROJECTION_LOAD_EVENTS_TOTAL,
-        "Events a projection read from the log to load shows' folds (after each show's snapshot), by projection."
-    );
-    describe_counter!(
-        PROJECTION_GAP_FILLS_TOTAL,
-        "Gaps and stalls a projection filled from the events table, by projection."
-    );
-    describe_counter!(
-        PROJECTION_SHOWS_DEFERRED_TOTAL,
-        "Shows whose events a projection left to the gap check because their log was unreadable (shard down)."
-    );
-    describe_gauge!(
-        PROJECTION_LAG_MS,
-        "A projection's last batch: commit-to-apply lag (ms), by projection."
-    );
-    describe_histogram!(
-        PROJECTION_LAG_SECONDS,
-        "Commit-to-apply lag of each projected event, by projection."
-    );
-    describe_gauge!(
-        PROJECTION_SILENCE_MS,
-        "Time since a projection last reported (ms), by projection."
-    );
-    describe_gauge!(
-        QUEUE_DEPTH,
-        "Fans in a show's line behind admitted_through (per show)."
-    );
-    describe_gauge!(
-        RECONCILIATION_MISMATCHES,
-        "Settlement mismatches the last reconciliation left unresolved (must be 0)."
-    );
-    describe_counter!(
-        RECONCILIATION_RESOLVED_TOTAL,
-        "Settlement mismatches reconciliation resolved (late captures, orphan charges)."
-    );
-    describe_gauge!(
-        REFUND_OLDEST_PENDING_SECONDS,
-        "Age of the oldest refund owed and not made yet."
-    );
-    describe_counter!(REFUNDS_TOTAL, "Refunds the processor made.");
-    describe_counter!(
-        COMMITS_TIMED_OUT_TOTAL,
-        "Commands whose caller stopped waiting for the commit and was answered 503."
-    );
-    describe_counter!(
-        REFUSALS_TOTAL,
-        "Commands the domain refused (they wrote nothing)."
-    );
-    describe_counter!(
-        RELAY_ERRORS_TOTAL,
-        "Relay steps that failed (broker or database away) and were retried."
-    );
-    describe_counter!(RELAY_EVENTS_TOTAL, "Events the relay published to Kafka.");
-    describe_counter!(
-        RELAY_GAP_EVENTS_TOTAL,
-        "Events republished from the table after the relay's slot was (re)created (a failover)."
-    );
-    describe_counter!(
-        RELAY_SLOTS_CREATED_TOTAL,
-        "Slots the relay created because its slot was missing (first start, or a promoted primary)."
-    );
-    describe_gauge!(
-        RELAY_LAG_BYTES,
-        "WAL bytes the relay's slot has not confirmed."
-    );
-    describe_counter!(SCANS_TOTAL, "Ticket scans at the gate, by result.");
-    describe_counter!(
-        SEAT_MAP_DELTAS_TOTAL,
-        "Seat-map deltas the projection wrote."
-    );
-    describe_counter!(SEAT_MAP_READS_TOTAL, "Seat-map reads served.");
-    describe_counter!(
-        SEAT_MAP_REBUILDS_TOTAL,
-        "Seat-map cache rebuilds (one per show, section and seq however many readers missed)."
-    );
-    describe_gauge!(
-        SEAT_MAP_SEQ,
-        "The newest seat-map delta seq this process knows (per show)."
-    );
-    describe_histogram!(
-        SHOW_LOAD_SECONDS,
-        "Time to load a show (snapshot plus tail) into its owner."
-    );
-    describe_gauge!(STREAM_SUBSCRIBERS, "Open SSE and gRPC delta streams.");
-    describe_counter!(
-        TICKETS_ISSUED_ORDERS_TOTAL,
-        "Orders whose tickets were issued."
-    );
-    describe_counter!(
-        VERSION_CONFLICTS_TOTAL,
-        "Appends refused by the version check (another writer appended first)."
-    );
-    describe_counter!(
-        WAITING_ROOM_ENTRIES_TOTAL,
-        "Admissions traded for a session."
-    );
-    describe_counter!(WAITING_ROOM_JOINS_TOTAL, "Fans who joined a line.");
-    describe_counter!(
-        WAITING_ROOM_REDIS_ERRORS_TOTAL,
-        "Waiting-room requests that met Redis away."
-    );
-    describe_counter!(WEBHOOKS_APPLIED_TOTAL, "Processor webhooks applied.");
-    describe_counter!(
-        WEBHOOKS_DUPLICATE_TOTAL,
-        "Processor webhooks already applied (a redelivery)."
-    );
-    describe_counter!(
-        WEBHOOKS_REFUSED_TOTAL,
-        "Processor webhooks refused for a reason the processor cannot fix (acknowledged)."
-    );
-    describe_counter!(
-        WEBHOOKS_REJECTED_TOTAL,
-        "Processor webhooks rejected for a bad or stale signature."
-    );
-    describe_counter!(
-        WEBHOOKS_SHED_TOTAL,
-        "Webhook deliveries answered 503 at once: as many as a process handles were in flight."
-    );
+    for (kind, name, help) in HELP {
+        match kind {
+            Counter => describe_counter!(*name, *help),
+            Gauge => describe_gauge!(*name, *help),
+            Histogram => describe_histogram!(*name, *help),
+        }
+    }
 }
+
+/// What kind of metric a name is.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+use Kind::{Counter, Gauge, Histogram};
+
+/// Every metric's kind and help text, as `/metrics` describes it.
+const HELP: &[(Kind, &str, &str)] = &[
+    (Gauge, ADMISSION_CLAIM_RATE, "Of the positions the line passed recently, the share that became sessions (per show)."),
+    (Gauge, ADMISSION_FACTOR, "How far the booking path's health scales the admission target N, at its lowest over the shows with a line (1 = full, 0 = paused)."),
+    (Gauge, SHOW_ADMISSION_FACTOR, "How far a show's own booking path's health scales its admission target N, by show."),
+    (Gauge, ADMISSION_TARGET, "The concurrency target N the line admits toward for a show, before the health factor (per show)."),
+    (Gauge, ADMISSION_STALLED, "1 while fans wait, admission is not paused, and nobody was admitted for 30 s (per show)."),
+    (Gauge, ADMISSION_SOLD_OUT, "1 while no seat is available, so the line is held back (SOLD_OUT or SEATS_MAY_RETURN; per show)."),
+    (Gauge, PROCESSOR_FAILING, "1 while the card processor is failing payments (admission pauses: orders could not be paid)."),
+    (Counter, ADMITTED_POSITIONS_TOTAL, "Positions the line advanced past (per show)."),
+    (Gauge, ADMITTED_THROUGH, "The line's admitted_through: every position at or below it may enter (per show)."),
+    (Counter, ADMITTER_ERRORS_TOTAL, "Admitter ticks that failed (Redis away)."),
+    (Histogram, ADMITTER_TICK_SECONDS, "Time of one admitter tick of one show."),
+    (Counter, COMMANDS_SHED_TOTAL, "Commands refused with 503 OVERLOADED because their show's queue was full."),
+    (Counter, COMMANDS_FORWARDED_TOTAL, "Commands and queries forwarded to the node that owns their show."),
+    (Counter, APPENDS_FENCED_TOTAL, "Appends refused by the ownership fence: another node had claimed the show."),
+    (Gauge, SINGLETON_ACTIVE, "1 while this process is the active instance of a singleton job (relay, jobs, checkpoints)."),
+    (Gauge, CHECKPOINT_TAKEN_SECONDS, "When the last signed checkpoint of the log's chain heads was taken (Unix seconds)."),
+    (Counter, CHECKPOINT_FAILURES_TOTAL, "Signed checkpoints of the log's chain heads that could not be taken or written."),
+    (Counter, SHOWS_CLAIMED_TOTAL, "Shows this node claimed (first touch, a dead node's show, or after a fence)."),
+    (Counter, LEASE_UNPROVEN_TOTAL, "Commands an owner did not answer because its node could not prove its lease."),
+    (Counter, UNKNOWN_IDS_TOTAL, "Requests naming a hold or order their show does not have, answered without its owner's queue."),
+    (Counter, PART_RESTARTS_TOTAL, "A part of a process stopped before shutdown (a panic, a loop that returned) and was started again, by part."),
+    (Counter, RELAY_SCRUBBED_TOTAL, "Events the relay published without the card token they were stored with (orders placed before the card vault)."),
+    (Counter, FORWARDS_REFUSED_TOTAL, "Forwarded requests refused on the internal route (unsigned, forged, stale or replayed), and owners' answers the forwarding node refused (unsigned or forged)."),
+    (Histogram, COMMIT_BATCH_COMMANDS, "Commands per group commit."),
+    (Histogram, COMMIT_SECONDS, "Time of one group commit (the append of a batch)."),
+    (Counter, EVENTS_COMMITTED_TOTAL, "Events committed, by type (OrderPlaced over SeatsHeld is the hold-to-purchase conversion)."),
+    (Counter, HOLD_REQUESTS_TOTAL, "Hold requests answered, by outcome (the 409 rate is conflict over all)."),
+    (Gauge, HOLD_EXPIRY_LAG_SECONDS, "How long the oldest hold still active is past its expiry (0 when none is)."),
+    (Histogram, SWEEP_LAG_SECONDS, "How late a show owner's sweep takes the hold that lapsed first: seconds past its expiry."),
+    (Histogram, HOLD_SECONDS, "Hold request latency at the edge."),
+    (Gauge, PAYMENT_OLDEST_UNCLAIMED_SECONDS, "How long the oldest payment due has waited for a worker to claim it (0 when none waits)."),
+    (Gauge, PAYMENT_OUTBOX_DEPTH, "Payments on the work list not resolved yet."),
+    (Gauge, TICKET_ISSUANCE_LAG_SECONDS, "How long the oldest confirmed order with a seat and no live ticket has been confirmed (0 when none)."),
+    (Gauge, INVARIANT_VIOLATIONS, "Violations the invariant monitor found in its last run, by check (must be 0)."),
+    (Gauge, LIVE_SESSIONS, "Live waiting-room sessions (per show)."),
+    (Counter, ORDERS_CANCELLED_TOTAL, "Paid orders cancelled."),
+    (Counter, PAYMENT_CHARGE_CALLS_TOTAL, "Charge calls sent to the processor (retries included; each under the order's key)."),
+    (Counter, PAYMENT_FORCED_RESOLUTIONS_TOTAL, "Orders failed because their payment stayed unknown past the ambiguity bound."),
+    (Gauge, PAYMENT_OLDEST_PENDING_SECONDS, "Age of the oldest payment not resolved yet."),
+    (Counter, PAYMENT_OUTCOMES_REFUSED_TOTAL, "Payment outcomes the show's state table refused (the order had already moved)."),
+    (Counter, PAYMENT_UNKNOWN_TOTAL, "Processor answers that did not say what happened (asked again later)."),
+    (Counter, PAYMENT_WORKER_ERRORS_TOTAL, "Payment worker rounds that failed (database away)."),
+    (Counter, PROJECTION_BAD_MESSAGES_TOTAL, "Messages on the topic a projection could not read, by projection."),
+    (Counter, PROJECTION_CONFLICTS_TOTAL, "Batches a projection threw away because another process had moved a show's position."),
+    (Counter, PROJECTION_DUPLICATES_TOTAL, "Events a projection skipped as already applied, by projection."),
+    (Counter, PROJECTION_UNCHAINED_TOTAL, "Messages a projection refused because they do not chain from the show's log, by projection."),
+    (Counter, PROJECTION_ERRORS_TOTAL, "Projection restarts after an error, by projection."),
+    (Gauge, PROJECTION_FOLDS, "Shows whose fold a projection process holds in memory (idle ones are dropped), by projection."),
+    (Counter, PROJECTION_LOAD_EVENTS_TOTAL, "Events a projection read from the log to load shows' folds (after each show's snapshot), by projection."),
+    (Counter, PROJECTION_GAP_FILLS_TOTAL, "Gaps and stalls a projection filled from the events table, by projection."),
+    (Counter, PROJECTION_SHOWS_DEFERRED_TOTAL, "Shows whose events a projection left to the gap check because their log was unreadable (shard down)."),
+    (Gauge, PROJECTION_LAG_MS, "A projection's last batch: commit-to-apply lag (ms), by projection."),
+    (Histogram, PROJECTION_LAG_SECONDS, "Commit-to-apply lag of each projected event, by projection."),
+    (Gauge, PROJECTION_SILENCE_MS, "Time since a projection last reported (ms), by projection."),
+    (Gauge, QUEUE_DEPTH, "Fans in a show's line behind admitted_through (per show)."),
+    (Gauge, RECONCILIATION_MISMATCHES, "Settlement mismatches the last reconciliation left unresolved (must be 0)."),
+    (Counter, RECONCILIATION_RESOLVED_TOTAL, "Settlement mismatches reconciliation resolved (late captures, orphan charges)."),
+    (Gauge, REFUND_OLDEST_PENDING_SECONDS, "Age of the oldest refund owed and not made yet."),
+    (Counter, REFUNDS_TOTAL, "Refunds the processor made."),
+    (Counter, COMMITS_TIMED_OUT_TOTAL, "Commands whose caller stopped waiting for the commit and was answered 503."),
+    (Counter, REFUSALS_TOTAL, "Commands the domain refused (they wrote nothing)."),
+    (Counter, RELAY_ERRORS_TOTAL, "Relay steps that failed (broker or database away) and were retried."),
+    (Counter, RELAY_EVENTS_TOTAL, "Events the relay published to Kafka."),
+    (Counter, RELAY_GAP_EVENTS_TOTAL, "Events republished from the table after the relay's slot was (re)created (a failover)."),
+    (Counter, RELAY_SLOTS_CREATED_TOTAL, "Slots the relay created because its slot was missing (first start, or a promoted primary)."),
+    (Gauge, RELAY_LAG_BYTES, "WAL bytes the relay's slot has not confirmed."),
+    (Counter, SCANS_TOTAL, "Ticket scans at the gate, by result."),
+    (Counter, SEAT_MAP_DELTAS_TOTAL, "Seat-map deltas the projection wrote."),
+    (Counter, SEAT_MAP_READS_TOTAL, "Seat-map reads served."),
+    (Counter, SEAT_MAP_REBUILDS_TOTAL, "Seat-map cache rebuilds (one per show, section and seq however many readers missed)."),
+    (Gauge, SEAT_MAP_SEQ, "The newest seat-map delta seq this process knows (per show)."),
+    (Histogram, SHOW_LOAD_SECONDS, "Time to load a show (snapshot plus tail) into its owner."),
+    (Gauge, STREAM_SUBSCRIBERS, "Open SSE and gRPC delta streams."),
+    (Counter, TICKETS_ISSUED_ORDERS_TOTAL, "Orders whose tickets were issued."),
+    (Counter, VERSION_CONFLICTS_TOTAL, "Appends refused by the version check (another writer appended first)."),
+    (Counter, WAITING_ROOM_ENTRIES_TOTAL, "Admissions traded for a session."),
+    (Counter, WAITING_ROOM_JOINS_TOTAL, "Fans who joined a line."),
+    (Counter, WAITING_ROOM_REDIS_ERRORS_TOTAL, "Waiting-room requests that met Redis away."),
+    (Counter, WEBHOOKS_APPLIED_TOTAL, "Processor webhooks applied."),
+    (Counter, WEBHOOKS_DUPLICATE_TOTAL, "Processor webhooks already applied (a redelivery)."),
+    (Counter, WEBHOOKS_REFUSED_TOTAL, "Processor webhooks refused for a reason the processor cannot fix (acknowledged)."),
+    (Counter, WEBHOOKS_REJECTED_TOTAL, "Processor webhooks rejected for a bad or stale signature."),
+    (Counter, WEBHOOKS_SHED_TOTAL, "Webhook deliveries answered 503 at once: as many as a process handles were in flight."),
+];
 
 /// At most this many shows carry their own label at a time; the rest are counted as `other`.
 pub const MAX_SHOW_LABELS: usize = 100;
