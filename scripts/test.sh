@@ -33,9 +33,15 @@ export ONSALE_TEST_PYTHON
 # schemathesis, for the short fuzzing of the API against its OpenAPI document.
 ONSALE_TEST_SCHEMATHESIS=$("$ROOT/scripts/stack.sh" fuzz-tools)
 export ONSALE_TEST_SCHEMATHESIS
+# Every test binary and the onsale binary, built once: the front end's OpenAPI document comes
+# from this build's binary rather than a build of its own (other features, the whole server
+# compiled twice). `stack`: the integration tests of the crates that have them, which need the
+# servers above (a plain `cargo test` builds each without them and says so in one line).
+FEATURES=onsale-tests/stack,onsale-server/stack,onsale-loadgen/stack
+(cd "$ROOT" && cargo test --workspace --locked --no-run --features "$FEATURES")
 # The front end, built (its clients generated from proto/ and the OpenAPI document), and a real
 # Chromium to run it in.
-ONSALE_TEST_WEB_DIR=$("$ROOT/scripts/web.sh")
+ONSALE_TEST_WEB_DIR=$(ONSALE_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/onsale" "$ROOT/scripts/web.sh")
 export ONSALE_TEST_WEB_DIR
 ONSALE_TEST_CHROMIUM=$("$ROOT/scripts/stack.sh" browser-tools)
 export ONSALE_TEST_CHROMIUM
@@ -78,10 +84,7 @@ python3 "$ROOT/scripts/docs_names.py"
 python3 "$ROOT/scripts/docs_names.py" --self-test
 LOG="$DIR/cargo-test.log"
 set +e
-# `stack`: the integration tests of the crates that have them, which need the servers above (a
-# plain `cargo test` builds each without them and says so in one line).
-cargo test --workspace --locked --no-fail-fast \
-  --features onsale-tests/stack,onsale-server/stack,onsale-loadgen/stack "$@" 2>&1 | tee "$LOG"
+cargo test --workspace --locked --no-fail-fast --features "$FEATURES" "$@" 2>&1 | tee "$LOG"
 status=${PIPESTATUS[0]}
 # The simulator finds every planted bug: a build of its own, with them in.
 cargo test -p onsale-sim --locked --features planted-bugs --test simulation teeth:: 2>&1 | tee -a "$LOG"
