@@ -1,5 +1,8 @@
 //! The owner's group commit, conflict, failure and shutdown paths on the in-memory event log
-//! (its faults switched on): no PostgreSQL, so each path is driven exactly. The same paths run
+//! (its faults switched on): no PostgreSQL, so each path is driven exactly. The tests of
+//! leases and bounds run on the runtime's paused clock (the lease, the commit bound and the
+//! heartbeats are the runtime's time), so they take no wall time and no wall clock decides
+//! them. The same paths run
 //! against PostgreSQL in the integration tests (`tests/tests/store.rs`, `concurrency.rs`).
 
 use std::collections::BTreeMap;
@@ -217,7 +220,7 @@ async fn made_up_ids_of_a_show_are_answered_without_its_queue_and_real_holds_go_
     ));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_owner_that_cannot_prove_its_lease_answers_nothing_not_even_a_refusal() {
     let log = MemoryEventLog::default();
     let a = process_with(&log, config_with_ttl(Duration::from_millis(500)));
@@ -412,7 +415,7 @@ async fn a_commit_whose_answer_was_lost_is_found_by_its_retry() {
 /// A primary whose synchronous standbys are all gone holds every commit: the caller is answered
 /// `Unavailable` once the bound passes, nothing is acknowledged, and when the commit lands
 /// after all the retry with the same key finds it.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_commit_held_past_the_bound_is_unavailable_and_its_retry_finds_it() {
     let log = MemoryEventLog::default();
     let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
@@ -427,7 +430,7 @@ async fn a_commit_held_past_the_bound_is_unavailable_and_its_retry_finds_it() {
     );
     let show = on_sale(&shows).await;
     log.hold_appends().await;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let first = tokio::time::timeout(
         Duration::from_secs(10),
         shows.execute(show, hold(show, "ann", 1, Some("k1"))),
@@ -525,7 +528,7 @@ async fn schedule(shows: &Shows, show: ShowId, rows: u32, seats: u32, ttl_secs: 
 /// Two write clusters (docs/adr/021): each show's log goes to its shard only, and a shard whose
 /// heartbeats fail stops its own shows' owners once the lease on it lapses while the other
 /// shard's shows sell on; they answer again when the shard does.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_shard_cut_off_stops_only_its_own_owners() {
     let (one, two) = (MemoryEventLog::default(), MemoryEventLog::default());
     let first_shard: Arc<dyn EventLog> = Arc::new(one.clone());
@@ -622,6 +625,9 @@ async fn a_shard_cut_off_stops_only_its_own_owners() {
     held(answer);
 }
 
+/// On the wall clock, on purpose: a rush that keeps the queue full never lets a paused clock
+/// advance (it only moves when every task waits), and what this pins is that the owner's real
+/// work keeps up with its sweeps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_short_holds_is_swept_within_a_tick_while_the_queue_never_empties() {
     let log = MemoryEventLog::default();
