@@ -34,12 +34,17 @@ async fn the_running_example_creates_a_venue_and_a_show_and_streams_its_deltas()
     let _serve = onsale_process(bin, &db, &["serve"], &serve_env(http, free_port()));
     let _relay = onsale_process(bin, &db, &["relay"], &[]);
     let _project = onsale_process(bin, &db, &["project"], &[]);
-    Api::new(&format!("http://127.0.0.1:{http}")).serving().await;
+    Api::new(&format!("http://127.0.0.1:{http}"))
+        .serving()
+        .await;
 
     let script = example()
         .replace("cargo run -q -p onsale-server --bin onsale --", bin)
         .replace("http://127.0.0.1:8080", &format!("http://127.0.0.1:{http}"));
-    assert!(!script.contains("8080") && !script.contains("cargo run"), "{script}");
+    assert!(
+        !script.contains("8080") && !script.contains("cargo run"),
+        "{script}"
+    );
     let mut shell = tokio::process::Command::new("bash")
         .args(["-euo", "pipefail", "-c", &script])
         .env("ONSALE_JWT_SECRET", SECRET)
@@ -52,7 +57,9 @@ async fn the_running_example_creates_a_venue_and_a_show_and_streams_its_deltas()
     let mut printed = Vec::new();
     let streamed = tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(line) = lines.next_line().await.expect("a line") {
-            if line.starts_with(':') && line.trim_start_matches(':').trim() == "onsale seat-map deltas" {
+            if line.starts_with(':')
+                && line.trim_start_matches(':').trim() == "onsale seat-map deltas"
+            {
                 return true;
             }
             printed.push(line);
