@@ -1,50 +1,25 @@
 //! One show's owner: the task that holds the live aggregate, decides each job against it and
-//! commits the decisions in batches (the module docs of `owner` say how). It knows the
-//! registry that started it only through [`Registry`]: what it needs of the node (its lease,
-//! its log, its tasks) and how it hands work back.
+//! commits the decisions in batches (the module docs of `owner` say how). Its life is three
+//! small state machines: its queue ([`Queue`]), whose the show is ([`Tenure`]) and its append
+//! ([`Append`]); `run` decides each step from them. It shares the node's [`Context`] (read-only
+//! but for the lease a claim renews) and calls nothing of the registry that started it: it
+//! returns why it ended ([`Exit`]), and the registry acts on that.
 
 use std::sync::Arc;
 
 use cqrs_es::event_sink::EventSink;
 use cqrs_es::{Aggregate, DomainEvent};
-use onsale_domain::{Clock, Show, ShowCommand, ShowEvent, ShowId, ShowServices};
-use onsale_eventlog::{Claim, EventLog, Node, ShardId, ShardedLog, StoreError, Traced};
+use onsale_domain::{Show, ShowCommand, ShowEvent, ShowId, ShowServices};
+use onsale_eventlog::{Claim, EventLog, Node, ShardId, StoreError, Traced};
 use onsale_telemetry::trace;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
-use super::config::OwnerConfig;
+use super::context::Context;
 use super::job::{reply, store_error, Job, Reply, Work};
 use crate::known::KnownIds;
 use crate::protocol::{Answer, CommandError};
-
-/// What an owner needs of the registry that started it, and nothing more.
-pub(super) trait Registry: Send + Sync + 'static {
-    /// Every shard's log and the directory of where each show lives.
-    fn shards(&self) -> &Arc<ShardedLog>;
-    fn clock(&self) -> &Arc<dyn Clock>;
-    fn config(&self) -> &OwnerConfig;
-    /// Cancelled: owners take no more commands, commit and answer what they took, and stop.
-    fn shutdown(&self) -> &CancellationToken;
-    /// The appends and snapshots an owner starts: the server waits for them.
-    fn tasks(&self) -> &TaskTracker;
-    /// This node as the other nodes know it.
-    fn node(&self) -> Node;
-    /// Whether this node can prove, now, that no other node may have claimed its shows on
-    /// `shard`.
-    fn lease_held_on(&self, shard: ShardId) -> bool;
-    /// A statement sent at `started` renewed this node's registration on `shard`.
-    fn renewed(&self, shard: ShardId, started: Instant);
-    /// Another live node owns `show`: its commands are forwarded there.
-    fn owned_elsewhere(&self, show: ShowId, node: Node);
-    /// Owner `id` of `show` leaves the registry (if the entry is still its own).
-    fn forget(&self, show: ShowId, id: u64);
-    /// A job that reached an owner which no longer owns its show, routed anew.
-    fn reroute(&self, show: ShowId, job: Job);
-}
 
 struct Loaded {
     /// The committed state plus the batch in flight and the open batch.
@@ -80,28 +55,70 @@ struct InFlight {
     started: Instant,
 }
 
+/// Why an owner ended: what the registry that started it does next.
+pub(super) enum Exit {
+    /// Its queue closed and everything it took was answered (the process stops, or nothing
+    /// exists under the id and it retired).
+    Done,
+    /// The show is another node's (`owner`, when a claim said which): `jobs`, taken or queued
+    /// here and not answered, go to the show's owner.
+    Moved { owner: Option<Node>, jobs: Vec<Job> },
+}
+
+/// The owner's queue of jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Queue {
+    /// Taking jobs.
+    Open,
+    /// Closed to new jobs (the process stops, or the owner retired); those already queued are
+    /// still taken, committed and answered.
+    Closing,
+    /// Closed and empty: the owner ends once nothing is uncommitted.
+    Closed,
+}
+
+/// Whose the show is, as far as this owner knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Tenure {
+    /// This owner's (once claimed), or nobody's yet.
+    Owned,
+    /// Nothing exists under the id: its claim is released and the owner ends once its queue is
+    /// drained.
+    Retired,
+    /// Another node's (fenced, or found claimed): what reaches this owner is routed anew once
+    /// the append in flight settles.
+    Moved(Option<Node>),
+}
+
+/// The owner's append.
+enum Append {
+    /// Nothing in flight.
+    Idle,
+    InFlight(InFlight),
+    /// An append failed: the show is reloaded and `redo` (then the open batch) decided again
+    /// before anything else.
+    Failed,
+}
+
 pub(super) struct Owner {
     show_id: ShowId,
-    /// Which of this process's owners of the show this is (its entry in the registry).
-    id: u64,
-    registry: Arc<dyn Registry>,
+    ctx: Arc<Context>,
     /// The shard the show lives on and its log, found before the claim: the claim, the load,
     /// every append and snapshot go there (a show moved away since is fenced there).
     shard: Option<(ShardId, Arc<dyn EventLog>)>,
     /// The epoch the show was claimed with: every append carries it (the fence).
     epoch: Option<i64>,
-    /// The show is not (or no longer) this node's: what reaches this owner is routed anew.
-    moved: bool,
+    queue: Queue,
+    tenure: Tenure,
+    append: Append,
+    /// Jobs taken after the show was found to be another node's, to route anew.
     adrift: Vec<Job>,
     state: Option<Loaded>,
     services: ShowServices,
     open: Batch,
-    in_flight: Option<InFlight>,
     done_tx: mpsc::UnboundedSender<Result<(), StoreError>>,
     done_rx: mpsc::UnboundedReceiver<Result<(), StoreError>>,
-    /// An append failed: once it has settled the show is reloaded and `redo` (then the open
-    /// batch) decided again.
-    broken: bool,
+    /// Jobs of a failed append, decided again after the reload.
     redo: Vec<Job>,
     snapshot_due: bool,
     /// The last sweep found a full chunk of lapsed holds: sweep again now, not at the next
@@ -112,31 +129,25 @@ pub(super) struct Owner {
 }
 
 impl Owner {
-    pub(super) fn new(
-        show_id: ShowId,
-        id: u64,
-        registry: Arc<dyn Registry>,
-        known: Arc<KnownIds>,
-    ) -> Self {
+    pub(super) fn new(show_id: ShowId, ctx: Arc<Context>, known: Arc<KnownIds>) -> Self {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         let services = ShowServices {
-            clock: registry.clock().clone(),
+            clock: ctx.clock.clone(),
         };
         Self {
             show_id,
-            id,
-            registry,
+            ctx,
             shard: None,
             epoch: None,
-            moved: false,
+            queue: Queue::Open,
+            tenure: Tenure::Owned,
+            append: Append::Idle,
             adrift: Vec::new(),
             state: None,
             services,
             open: Batch::default(),
-            in_flight: None,
             done_tx,
             done_rx,
-            broken: false,
             redo: Vec::new(),
             snapshot_due: false,
             sweep_more: false,
@@ -149,7 +160,7 @@ impl Owner {
     fn log(&self) -> Arc<dyn EventLog> {
         match &self.shard {
             Some((_, log)) => log.clone(),
-            None => self.registry.shards().clone(),
+            None => self.ctx.shards.clone(),
         }
     }
 
@@ -157,51 +168,46 @@ impl Owner {
     fn lease_held(&self) -> bool {
         self.shard
             .as_ref()
-            .is_some_and(|(shard, _)| self.registry.lease_held_on(*shard))
+            .is_some_and(|(shard, _)| self.ctx.leases.held_on(*shard))
     }
 
-    pub(super) async fn run(mut self, mut rx: mpsc::Receiver<Job>) {
-        let config = self.registry.config().clone();
+    fn in_flight(&self) -> bool {
+        matches!(self.append, Append::InFlight(_))
+    }
+
+    /// Runs until the queue is closed and drained (or the show turns out to be another
+    /// node's), and says why it ended.
+    pub(super) async fn run(mut self, mut rx: mpsc::Receiver<Job>) -> Exit {
+        let config = self.ctx.config.clone();
         let mut sweep = tokio::time::interval(config.sweep_every);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let (mut retiring, mut closed, mut stopping) = (false, false, false);
-        let shutdown = self.registry.shutdown().clone();
+        let shutdown = self.ctx.shutdown.clone();
         loop {
-            if self.moved && self.in_flight.is_none() {
+            if matches!(self.tenure, Tenure::Moved(_)) && !self.in_flight() {
                 return self.hand_over(rx);
             }
-            if self.broken && self.in_flight.is_none() {
+            if matches!(self.append, Append::Failed) {
                 self.recover().await;
             }
             self.dispatch();
-            if self.in_flight.is_none() && self.open.events.is_empty() {
+            if !self.in_flight() && self.open.events.is_empty() {
                 // Nothing uncommitted: answers that wrote nothing go out, and a due snapshot
                 // copies exactly the committed state.
                 self.release_open();
                 if self.snapshot_due {
                     self.snapshot();
                 }
-                if closed {
-                    break;
+                if self.queue == Queue::Closed {
+                    return Exit::Done;
                 }
-                if !retiring && self.state.as_ref().is_some_and(|s| s.committed == 0) {
-                    // Nothing exists under this id: retire rather than keep an empty owner
-                    // around, after answering what is already queued. (Once: a later command
-                    // for this id starts a fresh owner, whose entry must stay.)
-                    retiring = true;
-                    self.registry.forget(self.show_id, self.id);
-                    rx.close();
-                    if let Some(epoch) = self.epoch {
-                        // Nothing to own: the claim goes, so random ids leave no rows behind.
-                        let (log, show) = (self.log(), self.show_id);
-                        self.registry.tasks().spawn(async move {
-                            let _ = log.release(show, epoch).await;
-                        });
-                    }
+                if self.tenure == Tenure::Owned
+                    && self.state.as_ref().is_some_and(|s| s.committed == 0)
+                {
+                    self.retire(&mut rx);
                 }
             }
-            let accepting = !closed
-                && !self.broken
+            let accepting = self.queue != Queue::Closed
+                && !matches!(self.append, Append::Failed)
                 && !self.snapshot_due
                 && self.open.decided.len().saturating_sub(self.open.refused) < config.max_batch;
             if accepting && self.sweep_more && self.state.is_some() {
@@ -209,7 +215,7 @@ impl Owner {
             }
             tokio::select! {
                 biased;
-                Some(result) = self.done_rx.recv(), if self.in_flight.is_some() => {
+                Some(result) = self.done_rx.recv(), if self.in_flight() => {
                     // What is already queued joins the batch about to be sent.
                     if accepting {
                         self.take_queued(&mut rx).await;
@@ -226,11 +232,11 @@ impl Owner {
                         self.take(job).await;
                         self.take_queued(&mut rx).await;
                     }
-                    None => closed = true,
+                    None => self.queue = Queue::Closed,
                 },
-                _ = shutdown.cancelled(), if !stopping => {
-                    // What is queued is still taken, committed and answered; then `closed`.
-                    stopping = true;
+                _ = shutdown.cancelled(), if self.queue == Queue::Open => {
+                    // What is queued is still taken, committed and answered; then `Closed`.
+                    self.queue = Queue::Closing;
                     rx.close();
                 }
                 else => tokio::task::yield_now().await,
@@ -238,11 +244,25 @@ impl Owner {
         }
     }
 
-    /// This node does not own the show (any more): leave the registry, and route every job
-    /// not answered yet (decided here on a state that is not the show's any more, or queued)
-    /// to the show's owner.
-    fn hand_over(mut self, mut rx: mpsc::Receiver<Job>) {
-        self.registry.forget(self.show_id, self.id);
+    /// Nothing exists under this id: retire rather than keep an empty owner around, after
+    /// answering what is already queued (a later command for this id starts a fresh owner:
+    /// the registry starts one for a closed queue). The claim goes, so random ids leave no
+    /// rows behind.
+    fn retire(&mut self, rx: &mut mpsc::Receiver<Job>) {
+        self.tenure = Tenure::Retired;
+        self.queue = Queue::Closing;
+        rx.close();
+        if let Some(epoch) = self.epoch {
+            let (log, show) = (self.log(), self.show_id);
+            self.ctx.tasks.spawn(async move {
+                let _ = log.release(show, epoch).await;
+            });
+        }
+    }
+
+    /// This node does not own the show (any more): every job not answered yet (decided here
+    /// on a state that is not the show's any more, or queued) goes to the show's owner.
+    fn hand_over(mut self, mut rx: mpsc::Receiver<Job>) -> Exit {
         rx.close();
         let mut jobs = std::mem::take(&mut self.adrift);
         jobs.append(&mut self.redo);
@@ -255,15 +275,16 @@ impl Owner {
         while let Ok(job) = rx.try_recv() {
             jobs.push(job);
         }
-        for job in jobs {
-            self.registry.reroute(self.show_id, job);
-        }
+        let owner = match std::mem::replace(&mut self.tenure, Tenure::Retired) {
+            Tenure::Moved(owner) => owner,
+            Tenure::Owned | Tenure::Retired => None,
+        };
+        Exit::Moved { owner, jobs }
     }
 
     /// Takes whatever is already queued into the open batch, up to the batch limit.
     async fn take_queued(&mut self, rx: &mut mpsc::Receiver<Job>) {
-        while self.open.decided.len().saturating_sub(self.open.refused)
-            < self.registry.config().max_batch
+        while self.open.decided.len().saturating_sub(self.open.refused) < self.ctx.config.max_batch
         {
             match rx.try_recv() {
                 Ok(job) => self.take(job).await,
@@ -281,7 +302,7 @@ impl Owner {
         let (shard, log) = match &self.shard {
             Some((shard, log)) => (*shard, log.clone()),
             None => {
-                let shards = self.registry.shards();
+                let shards = &self.ctx.shards;
                 let shard = shards.locate(self.show_id).await.map_err(store_error)?;
                 let log = shards.log(shard).map_err(store_error)?.clone();
                 self.shard = Some((shard, log.clone()));
@@ -289,29 +310,25 @@ impl Owner {
             }
         };
         if self.epoch.is_none() {
-            let (node, ttl) = (
-                self.registry.node(),
-                self.registry.config().cluster.node_ttl,
-            );
+            let (node, ttl) = (self.ctx.node(), self.ctx.config.cluster.node_ttl);
             let started = Instant::now();
             match log.claim(self.show_id, &node, ttl).await {
                 Ok(Claim::Owned { epoch }) => {
                     // The claim renewed this node's registration on the shard too.
-                    self.registry.renewed(shard, started);
+                    self.ctx.leases.renewed(shard, started);
                     metrics::counter!(onsale_telemetry::metrics::SHOWS_CLAIMED_TOTAL).increment(1);
                     self.epoch = Some(epoch);
                 }
                 Ok(Claim::Elsewhere(other)) if other.id == onsale_eventlog::moving::MOVED_NODE => {
                     // The show moved to another shard (or is moving: docs/adr/022). Where it is
                     // now is asked again next time; until the directory says so, callers retry.
-                    self.registry.shards().forget(self.show_id);
+                    self.ctx.shards.forget(self.show_id);
                     self.shard = None;
                     return Err(CommandError::Moving);
                 }
                 Ok(Claim::OtherRegion(region)) => return Err(CommandError::OtherRegion { region }),
                 Ok(Claim::Elsewhere(other)) => {
-                    self.registry.owned_elsewhere(self.show_id, other);
-                    self.moved = true;
+                    self.tenure = Tenure::Moved(Some(other));
                     return Ok(false);
                 }
                 Err(e) => return Err(store_error(e)),
@@ -340,7 +357,7 @@ impl Owner {
     /// advisory (the seats were taken by a decision that commits unless its append fails; the
     /// fan tries again), and the rush is made of them.
     async fn take(&mut self, job: Job) {
-        if self.moved {
+        if matches!(self.tenure, Tenure::Moved(_)) {
             return self.adrift.push(job);
         }
         match self.ensure_loaded().await {
@@ -428,7 +445,7 @@ impl Owner {
                         ShowCommand::HoldSeats { .. } | ShowCommand::HoldBestAvailable { .. }
                     )
                 );
-                if !advisory && (self.in_flight.is_some() || !self.open.events.is_empty()) {
+                if !advisory && (self.in_flight() || !self.open.events.is_empty()) {
                     self.open.refused += 1;
                     self.open.decided.push(Decided { job, answer });
                 } else {
@@ -441,7 +458,7 @@ impl Owner {
     /// Sends the open batch when no append is in flight. Its events were decided while the
     /// previous append was in flight; they are serialized and written by the append's task.
     fn dispatch(&mut self) {
-        if self.broken || self.in_flight.is_some() || self.open.events.is_empty() {
+        if !matches!(self.append, Append::Idle) || self.open.events.is_empty() {
             return;
         }
         let (Some(state), Some(epoch)) = (self.state.as_ref(), self.epoch) else {
@@ -467,11 +484,11 @@ impl Owner {
                 (span, Traced { events: range, traceparent })
             })
             .unzip();
-        self.registry.tasks().spawn(async move {
+        self.ctx.tasks.spawn(async move {
             let _ = done.send(log.append(show, epoch, after, at, &events, &traces).await);
             drop(spans);
         });
-        self.in_flight = Some(InFlight {
+        self.append = Append::InFlight(InFlight {
             decided,
             types,
             started: Instant::now(),
@@ -481,20 +498,26 @@ impl Owner {
     /// The append in flight finished. On success the next batch is sent before this one's
     /// callers are answered, so answering overlaps PostgreSQL's work on the next append.
     fn settle(&mut self, result: Result<(), StoreError>) {
-        let Some(batch) = self.in_flight.take() else {
-            return;
+        let batch = match std::mem::replace(&mut self.append, Append::Idle) {
+            Append::InFlight(batch) => batch,
+            other => {
+                self.append = other;
+                return;
+            }
         };
         if let Err(StoreError::Fenced) = result {
             // Another node claimed the show while this one was presumed dead: nothing of the
             // batch was written; it (and all after it) is decided again by the show's owner.
             metrics::counter!(onsale_telemetry::metrics::APPENDS_FENCED_TOTAL).increment(1);
             warn!(show = %self.show_id, "append fenced: another node owns this show now");
-            self.moved = true;
+            if !matches!(self.tenure, Tenure::Moved(_)) {
+                self.tenure = Tenure::Moved(None);
+            }
             self.adrift.extend(batch.decided.into_iter().map(|d| d.job));
             return;
         }
         if let Err(e) = result {
-            self.broken = true;
+            self.append = Append::Failed;
             #[cfg(feature = "planted-bugs")]
             if onsale_domain::plant::planted(onsale_domain::plant::Bug::AckBeforeCommit) {
                 for d in batch.decided {
@@ -504,7 +527,7 @@ impl Owner {
             }
             return self.failed(batch.decided, e);
         }
-        let config = &self.registry.config();
+        let config = &self.ctx.config;
         metrics::histogram!(onsale_telemetry::metrics::COMMIT_SECONDS)
             .record(batch.started.elapsed().as_secs_f64());
         metrics::histogram!(onsale_telemetry::metrics::COMMIT_BATCH_COMMANDS)
@@ -537,7 +560,7 @@ impl Owner {
     /// their callers hear that the store is unavailable: nothing is acknowledged that may not
     /// have committed.
     fn failed(&mut self, decided: Vec<Decided>, e: StoreError) {
-        let max = self.registry.config().max_conflict_retries;
+        let max = self.ctx.config.max_conflict_retries;
         match e {
             StoreError::Conflict => {
                 metrics::counter!(onsale_telemetry::metrics::VERSION_CONFLICTS_TOTAL).increment(1);
@@ -563,7 +586,7 @@ impl Owner {
     /// After a failed append: reload the show from the store and decide again what was not
     /// committed (the conflicted batch, then the open one).
     async fn recover(&mut self) {
-        self.broken = false;
+        self.append = Append::Idle;
         self.state = None;
         self.known.unknown();
         let mut jobs = std::mem::take(&mut self.redo);
@@ -603,7 +626,7 @@ impl Owner {
         state.snapshot_at = Some(Instant::now());
         let log = self.log();
         let show_id = self.show_id;
-        self.registry.tasks().spawn(async move {
+        self.ctx.tasks.spawn(async move {
             let payload =
                 match tokio::task::spawn_blocking(move || show.to_json()).await {
                     Ok(Ok(p)) => p,

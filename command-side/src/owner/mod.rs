@@ -13,11 +13,14 @@
 //! committed.//!
 //! [`Shows`] (`registry`) is the registry of this process's owners: it routes each show's
 //! work to the show's owner here or forwards it to the node that owns it. `actor` is one
-//! owner; it reaches the registry only through a narrow handle (`actor::Registry`). Both
-//! share the work they pass (`job`) and the tuning (`config`); the dependencies run one way.
+//! owner, a state machine of its queue, its tenure and its append; it shares the node's
+//! `context` (the shards, the clock, the tuning, the stop, this node and its leases) and
+//! returns why it ended (`actor::Exit`) instead of calling the registry. They share the work
+//! they pass (`job`) and the tuning (`config`); the dependencies run one way.
 
 mod actor;
 mod config;
+mod context;
 mod job;
 mod registry;
 

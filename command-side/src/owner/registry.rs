@@ -13,12 +13,12 @@ use onsale_telemetry::supervise::Loops;
 use onsale_telemetry::trace;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{warn, Instrument};
 
-use super::actor::{Owner, Registry};
+use super::actor::{Exit, Owner};
 use super::config::OwnerConfig;
+use super::context::{Context, Leases};
 use super::job::{store_error, Job, Reply, Work};
 use crate::known::KnownIds;
 use crate::protocol::{Answer, ClusterConfig, CommandError, Forwarded, Found, Returned, ShowQuery};
@@ -44,31 +44,16 @@ pub struct Shows {
 struct Inner {
     /// Every shard's log behind one: a show's statements go to its shard.
     log: Arc<dyn EventLog>,
-    shards: Arc<ShardedLog>,
-    clock: Arc<dyn Clock>,
-    /// Cancelled: owners take no more commands, commit and answer what they took, and stop.
-    shutdown: CancellationToken,
-    /// Every owner and every append and snapshot they start: the server waits for them.
-    tasks: TaskTracker,
-    config: OwnerConfig,
+    /// What the owners share with the registry: the shards, the clock, the tuning, the stop,
+    /// the tasks, this node and its leases.
+    ctx: Arc<Context>,
     owners: Mutex<HashMap<ShowId, Handle>>,
-    /// This process as the other nodes know it (a fresh id per process).
-    node: RwLock<Node>,
     /// Shows another live node owns, as last seen, and since when: their commands are
     /// forwarded there without asking the database each time.
     elsewhere: Mutex<HashMap<ShowId, (Node, Instant)>>,
     client: reqwest::Client,
     /// The owner tasks: the node leaves (frees its shows) once they are done.
     owner_tasks: TaskTracker,
-    /// Until when this node's registration is known to be alive (nanoseconds after `base`):
-    /// the start of its last successful heartbeat or claim plus the TTL, less a margin. Past
-    /// it the node cannot prove it still owns its shows (it was paused, or cut off from the
-    /// database: another node may own them by now), and its owners answer nothing from their
-    /// state, not even a refusal or a read, until a heartbeat proves the lease again. One per
-    /// shard: the node is registered on each, and a shard that is down leaves the leases on
-    /// the others standing.
-    lease_until: Vec<AtomicU64>,
-    base: Instant,
     owners_started: AtomicU64,
 }
 
@@ -96,28 +81,29 @@ impl Shows {
     ) -> Self {
         let (shutdown, tasks) = (loops.stop().clone(), loops.tracker().clone());
         let addr = config.cluster.advertise_addr.clone().unwrap_or_default();
-        let leases = shards.shards().map(|_| AtomicU64::new(0)).collect();
+        let leases = Leases::new(shards.shards().count(), config.cluster.node_ttl);
         let shows = Self {
             inner: Arc::new(Inner {
                 log: shards.clone(),
-                shards,
-                clock,
-                shutdown,
-                tasks: tasks.clone(),
-                node: RwLock::new(Node {
-                    id: uuid::Uuid::new_v4(),
-                    addr,
-                }),
-                elsewhere: Mutex::new(HashMap::new()),
                 client: reqwest::Client::builder()
                     .timeout(config.commit_timeout + Duration::from_secs(1))
                     .build()
                     .unwrap_or_default(),
-                config,
+                ctx: Arc::new(Context {
+                    shards,
+                    clock,
+                    config,
+                    shutdown,
+                    tasks,
+                    node: RwLock::new(Node {
+                        id: uuid::Uuid::new_v4(),
+                        addr,
+                    }),
+                    leases,
+                }),
+                elsewhere: Mutex::new(HashMap::new()),
                 owners: Mutex::new(HashMap::new()),
                 owner_tasks: TaskTracker::new(),
-                lease_until: leases,
-                base: Instant::now(),
                 owners_started: AtomicU64::new(0),
             }),
         };
@@ -127,21 +113,22 @@ impl Shows {
     }
 
     pub fn cluster(&self) -> &ClusterConfig {
-        &self.inner.config.cluster
+        &self.inner.ctx.config.cluster
     }
 
     /// This node: its id and where the other nodes reach it.
     pub fn node(&self) -> Node {
-        self.inner
-            .node
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.inner.ctx.node()
     }
 
     /// Where other nodes reach this one (set once the API listens), unless configured.
     pub fn advertise(&self, addr: &str) {
-        let mut node = self.inner.node.write().unwrap_or_else(|p| p.into_inner());
+        let mut node = self
+            .inner
+            .ctx
+            .node
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
         if node.addr.is_empty() {
             node.addr = addr.to_owned();
         }
@@ -154,6 +141,7 @@ impl Shows {
     async fn keep_alive(self) {
         let beats = self
             .inner
+            .ctx
             .shards
             .shards()
             .map(|(shard, log)| self.clone().keep_alive_on(shard, log.clone()))
@@ -173,10 +161,10 @@ impl Shows {
     /// One shard's beat, until shutdown: the node's registration there renewed, owners of its
     /// shows claimed elsewhere retired, its orphaned shows woken.
     async fn keep_alive_on(self, shard: ShardId, log: Arc<dyn EventLog>) {
-        let ttl = self.inner.config.cluster.node_ttl;
+        let ttl = self.inner.ctx.config.cluster.node_ttl;
         let mut beat = tokio::time::interval(ttl / 5);
         beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let shutdown = self.inner.shutdown.clone();
+        let shutdown = self.inner.ctx.shutdown.clone();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -211,7 +199,7 @@ impl Shows {
                 Ok(orphans) => {
                     for show in orphans {
                         let shows = self.clone();
-                        self.inner.tasks.spawn(async move {
+                        self.inner.ctx.tasks.spawn(async move {
                             let _ = shows.submit(show, Work::Wake, false).await;
                         });
                     }
@@ -227,7 +215,7 @@ impl Shows {
     fn retire_lost(&self, shard: ShardId, owned: &HashSet<ShowId>, since: Instant) {
         let mut owners = self.lock();
         owners.retain(|show, h| {
-            let keep = self.inner.shards.cached(*show) != Some(shard)
+            let keep = self.inner.ctx.shards.cached(*show) != Some(shard)
                 || owned.contains(show)
                 || h.started >= since
                 || h.tx.is_closed();
@@ -245,7 +233,7 @@ impl Shows {
 
     /// The shards and the directory of where each show lives.
     pub fn shards(&self) -> &Arc<ShardedLog> {
-        &self.inner.shards
+        &self.inner.ctx.shards
     }
 
     /// Records where a new show lives before it is scheduled: on shard `wanted` (an admin's
@@ -253,46 +241,37 @@ impl Shows {
     pub async fn place(&self, show: ShowId, wanted: Option<u16>) -> Result<ShardId, CommandError> {
         let wanted = match wanted {
             None => None,
-            Some(n) => Some(self.inner.shards.shard_id(n).ok_or_else(|| {
+            Some(n) => Some(self.inner.ctx.shards.shard_id(n).ok_or_else(|| {
                 CommandError::Domain(ShowError::Invalid(format!(
                     "shard must be between 1 and {}",
-                    self.inner.shards.count()
+                    self.inner.ctx.shards.count()
                 )))
             })?),
         };
         self.inner
+            .ctx
             .shards
             .place(show, wanted)
             .await
             .map_err(store_error)
     }
 
-    /// The registration on `shard` was renewed by a statement sent at `started`: that shard's
-    /// `alive_until` is at least `started` + TTL. A tenth of the TTL is kept as a margin for
-    /// the two clocks' rates.
+    /// The registration on `shard` was renewed by a statement sent at `started`.
     fn renewed(&self, shard: ShardId, started: Instant) {
-        let ttl = self.inner.config.cluster.node_ttl;
-        let until = started.saturating_duration_since(self.inner.base) + ttl - ttl / 10;
-        let nanos = u64::try_from(until.as_nanos()).unwrap_or(u64::MAX);
-        if let Some(lease) = self.inner.lease_until.get(usize::from(shard.get() - 1)) {
-            lease.fetch_max(nanos, Ordering::AcqRel);
-        }
+        self.inner.ctx.leases.renewed(shard, started);
     }
 
     /// Whether this node can prove, now, that no other node may have claimed its shows on
     /// `shard`.
     pub fn lease_held_on(&self, shard: ShardId) -> bool {
-        let now = u64::try_from(self.inner.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.inner
-            .lease_until
-            .get(usize::from(shard.get() - 1))
-            .is_some_and(|lease| now < lease.load(Ordering::Acquire))
+        self.inner.ctx.leases.held_on(shard)
     }
 
     /// The shards on which this node cannot prove, now, that no other node may have claimed
     /// its shows: its lease there lapsed (or was never taken), so its owners there answer 503.
     pub fn lapsed_leases(&self) -> Vec<ShardId> {
         self.inner
+            .ctx
             .shards
             .shards()
             .map(|(shard, _)| shard)
@@ -303,13 +282,14 @@ impl Shows {
     /// Whether this node can prove, now, that no other node may have claimed any of its shows.
     pub fn lease_held(&self) -> bool {
         self.inner
+            .ctx
             .shards
             .shards()
             .all(|(shard, _)| self.lease_held_on(shard))
     }
 
     pub fn clock(&self) -> &Arc<dyn Clock> {
-        &self.inner.clock
+        &self.inner.ctx.clock
     }
 
     /// Runs a command on its show and answers once its events are committed (on the node
@@ -475,7 +455,7 @@ impl Shows {
         work: Work,
         forwarded: bool,
     ) -> Result<Reply, CommandError> {
-        if self.inner.shutdown.is_cancelled() {
+        if self.inner.ctx.shutdown.is_cancelled() {
             // Shutting down: nothing new is taken (503 with Retry-After; another node or this
             // one once restarted answers the retry).
             return Err(CommandError::ShuttingDown);
@@ -501,7 +481,7 @@ impl Shows {
             }
             match sender.try_send(job) {
                 Ok(()) => {
-                    let bound = self.inner.config.commit_timeout;
+                    let bound = self.inner.ctx.config.commit_timeout;
                     return match tokio::time::timeout(bound, rx).await {
                         Ok(answer) => answer
                             .map_err(|_| CommandError::Internal("show owner stopped".into()))?,
@@ -565,7 +545,7 @@ impl Shows {
             }
             _ => return None,
         };
-        let shard = self.inner.shards.cached(show)?;
+        let shard = self.inner.ctx.shards.cached(show)?;
         if !self.lease_held_on(shard) {
             return None;
         }
@@ -581,7 +561,7 @@ impl Shows {
         if let Some(h) = owners.get(&show).filter(|h| !h.tx.is_closed()) {
             return (h.tx.clone(), h.known.clone());
         }
-        let (tx, rx) = mpsc::channel(self.inner.config.max_queue);
+        let (tx, rx) = mpsc::channel(self.inner.ctx.config.max_queue);
         let id = OWNER_IDS.fetch_add(1, Ordering::Relaxed);
         let known = Arc::new(KnownIds::default());
         owners.insert(
@@ -594,10 +574,26 @@ impl Shows {
             },
         );
         self.inner.owners_started.fetch_add(1, Ordering::Relaxed);
-        let owner = Owner::new(show, id, Arc::new(self.clone()), known.clone()).run(rx);
+        let owner = Owner::new(show, self.inner.ctx.clone(), known.clone()).run(rx);
+        let registry = self.clone();
+        let ended = async move {
+            match owner.await {
+                Exit::Done => registry.forget(show, id),
+                Exit::Moved { owner, jobs } => {
+                    registry.forget(show, id);
+                    if let Some(node) = owner {
+                        registry.set_elsewhere(show, Some(node));
+                    }
+                    for job in jobs {
+                        registry.reroute(show, job);
+                    }
+                }
+            }
+        };
         self.inner
+            .ctx
             .tasks
-            .spawn(self.inner.owner_tasks.track_future(owner));
+            .spawn(self.inner.owner_tasks.track_future(ended));
         (tx, known)
     }
 
@@ -615,47 +611,7 @@ impl Shows {
     }
 }
 
-impl Registry for Shows {
-    fn shards(&self) -> &Arc<ShardedLog> {
-        Shows::shards(self)
-    }
-
-    fn clock(&self) -> &Arc<dyn Clock> {
-        Shows::clock(self)
-    }
-
-    fn config(&self) -> &OwnerConfig {
-        &self.inner.config
-    }
-
-    fn shutdown(&self) -> &CancellationToken {
-        &self.inner.shutdown
-    }
-
-    fn tasks(&self) -> &TaskTracker {
-        &self.inner.tasks
-    }
-
-    fn node(&self) -> Node {
-        Shows::node(self)
-    }
-
-    fn lease_held_on(&self, shard: ShardId) -> bool {
-        Shows::lease_held_on(self, shard)
-    }
-
-    fn renewed(&self, shard: ShardId, started: Instant) {
-        Shows::renewed(self, shard, started)
-    }
-
-    fn owned_elsewhere(&self, show: ShowId, node: Node) {
-        self.set_elsewhere(show, Some(node))
-    }
-
-    fn forget(&self, show: ShowId, id: u64) {
-        Shows::forget(self, show, id)
-    }
-
+impl Shows {
     /// Routes a job anew that reached an owner which no longer owns its show (it was fenced, or
     /// found the show claimed by another node) and answers its caller with what the show's owner
     /// answers. A job another node forwarded here is refused instead (503): that node's caller
@@ -676,7 +632,7 @@ impl Registry for Shows {
             return;
         }
         let task = self.clone();
-        self.inner.tasks.spawn(
+        self.inner.ctx.tasks.spawn(
             async move {
                 let _ = reply.send(task.submit(show, work, false).await);
             }
