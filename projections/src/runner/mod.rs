@@ -29,6 +29,8 @@ mod consumer;
 mod gaps;
 mod loads;
 mod projection;
+#[cfg(test)]
+mod tests;
 
 use batch::tell;
 use consumer::Positions;
