@@ -9,6 +9,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod bots;
 mod client;
+mod commands;
 mod demo;
 mod drill;
 mod fanout;
@@ -55,84 +56,13 @@ struct Cli {
 #[allow(clippy::enum_variant_names)] // `bench-command` names the layer it measures
 enum Command {
     /// A short on-sale of many concurrent fans against the REST API, then the double-sale check.
-    Demo {
-        #[arg(long, default_value = "http://127.0.0.1:8080")]
-        base: String,
-        #[command(flatten)]
-        database: DatabaseSettings,
-        #[arg(long, default_value_t = 20_000)]
-        fans: u32,
-        #[arg(long, default_value_t = 256)]
-        concurrency: usize,
-        #[command(flatten)]
-        auth: AuthSettings,
-        /// The card-processor simulator, whose books count the charges per order.
-        #[arg(long, default_value = "http://127.0.0.1:8090")]
-        processor: String,
-        /// The failover drill: this shell command (`scripts/stack.sh kill-primary`) runs once,
-        /// as a fan between 20% and 60% of the crowd starts; afterwards every acknowledged hold
-        /// and order is checked in the log and the time without writes reported.
-        #[arg(long)]
-        kill_primary: Option<String>,
-        /// The node drill: this shell command (`scripts/stack.sh kill-owner`) kills a command
-        /// node at the same random moment, with the same checks.
-        #[arg(long, conflicts_with = "kill_primary")]
-        kill_node: Option<String>,
-        /// A general-admission floor of this many places beside the arena's seats (0: none);
-        /// a fifth of the fans ask for places on it.
-        #[arg(long, default_value_t = 0)]
-        ga_floor: u32,
-        /// The show hands out the best available only (`bestAvailableOnly: ALWAYS`): fans ask
-        /// for a quantity, never pick seats.
-        #[arg(long)]
-        best_available_only: bool,
-        /// The show's line is for verified accounts and asks each join a proof of work of this
-        /// many bits (0: neither); every simulated fan is verified and solves it.
-        #[arg(long, default_value_t = 0)]
-        join_challenge_bits: u8,
-    },
+    Demo(commands::Demo),
     /// The region drill (`make drill-region`): fans buy through the region router, `--cut`
     /// cuts region a off and promotes b at a random moment, `--rejoin` brings a back as b's
     /// standby; every acknowledged hold and order is then looked up in b's log.
-    DrillRegion {
-        /// The region router.
-        #[arg(long, default_value = "http://127.0.0.1:8070")]
-        base: String,
-        /// Region a's own address.
-        #[arg(long, default_value = "http://127.0.0.1:8080")]
-        region_a: String,
-        /// Region b's databases (DATABASE_URL and ONSALE_SHARD_URLS).
-        #[command(flatten)]
-        database: DatabaseSettings,
-        #[arg(long, default_value = "http://127.0.0.1:8090")]
-        processor: String,
-        #[arg(long, default_value_t = 64)]
-        fans: usize,
-        #[arg(long, default_value_t = 60)]
-        seconds: u64,
-        #[arg(long)]
-        cut: String,
-        #[arg(long)]
-        rejoin: String,
-        #[command(flatten)]
-        auth: AuthSettings,
-    },
+    DrillRegion(commands::DrillRegion),
     /// Create the benchmark show over HTTP and write fan tokens for wrk.
-    Setup {
-        #[arg(long)]
-        base: String,
-        #[arg(long, default_value_t = 1)]
-        ttl: u32,
-        #[arg(long, default_value_t = 20_000)]
-        tokens: u32,
-        #[arg(long)]
-        tokens_file: String,
-        /// A venue of one general-admission floor of this many places instead of the arena.
-        #[arg(long)]
-        ga: Option<u32>,
-        #[command(flatten)]
-        auth: AuthSettings,
-    },
+    Setup(commands::Setup),
     /// Holds/s at the command layer: the owners and the event store, no HTTP.
     BenchCommand {
         #[command(flatten)]
@@ -144,41 +74,10 @@ enum Command {
     },
     /// The catalog search on a synthetic catalog: fill, then queries/s and latency in process
     /// and (with --base) over HTTP (`make bench-search`).
-    BenchSearch {
-        #[command(flatten)]
-        database: DatabaseSettings,
-        /// A running `onsale serve` on the same database, for the HTTP figures.
-        #[arg(long)]
-        base: Option<String>,
-        #[arg(long, default_value_t = 100_000)]
-        shows: usize,
-        #[arg(long, default_value_t = 16)]
-        clients: usize,
-        #[arg(long, default_value_t = 20)]
-        seconds: u64,
-        /// Also write the catalog and the queries as TSV here (for search-compare).
-        #[arg(long)]
-        export: Option<std::path::PathBuf>,
-    },
+    BenchSearch(commands::BenchSearch),
     /// Replay speed: a log of SHOWS x EVENTS folded from the store and from the topic, and
     /// read raw with COPY (the log is generated and published once per database).
-    BenchReplay {
-        #[command(flatten)]
-        database: DatabaseSettings,
-        /// Kafka bootstrap servers.
-        #[arg(long)]
-        brokers: String,
-        #[arg(long, default_value_t = 200)]
-        shows: u32,
-        /// Events per show.
-        #[arg(long, default_value_t = 50_000)]
-        events: u32,
-        #[arg(long, default_value_t = 3)]
-        repeat: u32,
-        /// Shows replayed from the store at once.
-        #[arg(long, default_value_t = 2)]
-        concurrency: usize,
-    },
+    BenchReplay(commands::BenchReplay),
     /// Fan-out: many SSE or gRPC subscribers on one show, hold-to-delta latency per subscriber
     /// and hold, the server's memory per subscriber.
     BenchFanout {
@@ -188,23 +87,7 @@ enum Command {
         auth: AuthSettings,
     },
     /// The waiting room: tick time against queue length, joins/s, live sessions against N.
-    BenchQueue {
-        #[arg(long)]
-        base: String,
-        #[arg(long)]
-        redis_url: String,
-        #[arg(long, default_value_t = 256)]
-        clients: usize,
-        #[arg(long, default_value_t = 10)]
-        seconds: u64,
-        #[arg(long, default_value_t = 3_000)]
-        fans: usize,
-        /// The N the service runs with (ONSALE_ADMISSION_TARGET).
-        #[arg(long, default_value_t = 200)]
-        target: i64,
-        #[command(flatten)]
-        auth: AuthSettings,
-    },
+    BenchQueue(commands::BenchQueue),
     /// What a join challenge costs: `runs` fresh challenges of `bits` solved natively, and the
     /// server's check of a solved one (`make bench-join`).
     BenchJoin {
@@ -263,106 +146,15 @@ enum Command {
         auth: AuthSettings,
     },
     /// One-seat holds at a fixed rate (open loop), for the commit-to-projection lag.
-    HoldRate {
-        #[arg(long)]
-        base: String,
-        #[arg(long)]
-        event: String,
-        #[arg(long, default_value_t = 2_000)]
-        rate: u32,
-        #[arg(long, default_value_t = 20)]
-        seconds: u64,
-        #[command(flatten)]
-        auth: AuthSettings,
-    },
+    HoldRate(commands::HoldRate),
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Demo {
-            base,
-            database,
-            fans,
-            concurrency,
-            auth,
-            processor,
-            kill_primary,
-            kill_node,
-            ga_floor,
-            best_available_only,
-            join_challenge_bits,
-        } => {
-            let auth = auth.secured()?;
-            let drill = kill_primary
-                .map(|c| drill::Drill::new(c, drill::Victim::Primary, fans))
-                .or_else(|| kill_node.map(|c| drill::Drill::new(c, drill::Victim::Node, fans)))
-                .map(Arc::new);
-            demo::run(
-                &base,
-                &database.database_url,
-                fans,
-                concurrency,
-                auth.jwt_secret.expose_secret(),
-                &processor,
-                drill,
-                demo::Sale {
-                    ga_floor,
-                    best_available_only,
-                    join_challenge_bits,
-                },
-            )
-            .await
-        }
-        Command::DrillRegion {
-            base,
-            region_a,
-            database,
-            processor,
-            fans,
-            seconds,
-            cut,
-            rejoin,
-            auth,
-        } => {
-            let auth = auth.secured()?;
-            region::run(region::Plan {
-                base,
-                region_a,
-                database,
-                processor,
-                secret: auth.jwt_secret.expose_secret().to_owned(),
-                fans,
-                seconds,
-                cut,
-                rejoin,
-            })
-            .await
-        }
-        Command::Setup {
-            base,
-            ttl,
-            tokens,
-            tokens_file,
-            ga,
-            auth,
-        } => {
-            let auth = auth.secured()?;
-            let http = reqwest::Client::new();
-            let secret = auth.jwt_secret.expose_secret();
-            let venue = match ga {
-                Some(capacity) => venue::floor_body(capacity),
-                None => venue::venue_body(),
-            };
-            let event = create_show(&http, &base, secret, &venue, ttl, false).await?;
-            let lines: Vec<String> = (0..tokens)
-                .map(|i| mint(secret, &format!("bench-{i}"), Role::Fan, 86_400))
-                .collect::<Result<_, _>>()?;
-            std::fs::write(&tokens_file, lines.join("\n") + "\n")
-                .with_context(|| format!("write {tokens_file}"))?;
-            println!("{event}");
-            Ok(())
-        }
+        Command::Demo(c) => c.run().await,
+        Command::DrillRegion(c) => c.run().await,
+        Command::Setup(c) => c.run().await,
         Command::BenchCommand {
             database,
             load,
@@ -389,89 +181,17 @@ async fn main() -> anyhow::Result<()> {
             let auth = auth.secured()?;
             tail::run(tail, auth.jwt_secret.expose_secret()).await
         }
-        Command::BenchSearch {
-            database,
-            base,
-            shows,
-            clients,
-            seconds,
-            export,
-        } => {
-            database.migrate().await?;
-            let pool = database.pool(clients as u32 + 2, false)?;
-            search::run(pool, base, shows, clients, seconds, export).await
-        }
-        Command::BenchReplay {
-            mut database,
-            brokers,
-            shows,
-            events,
-            repeat,
-            concurrency,
-        } => {
-            database.migrate().await?;
-            // The benchmark's database is its own: the login role writes the log directly.
-            database.database_role.clear();
-            let pool = database.pool(concurrency as u32 + 2, false)?;
-            replay::run(pool, brokers, shows, events, repeat, concurrency).await
-        }
+        Command::BenchSearch(c) => c.run().await,
+        Command::BenchReplay(c) => c.run().await,
         Command::BenchFanout { fanout, auth } => {
             let auth = auth.secured()?;
             let r = fanout::run(fanout, auth.jwt_secret.expose_secret()).await?;
             println!("{r}");
             Ok(())
         }
-        Command::BenchQueue {
-            base,
-            redis_url,
-            clients,
-            seconds,
-            fans,
-            target,
-            auth,
-        } => {
-            let auth = auth.secured()?;
-            queue::bench_ticks(&redis_url).await?;
-            queue::bench_joins(
-                &base,
-                &redis_url,
-                auth.jwt_secret.expose_secret(),
-                clients,
-                seconds,
-            )
-            .await?;
-            queue::bench_onsale(
-                &base,
-                &redis_url,
-                auth.jwt_secret.expose_secret(),
-                fans,
-                target,
-                30,
-            )
-            .await
-        }
+        Command::BenchQueue(c) => c.run().await,
         Command::BenchJoin { bits, runs, checks } => join::bench(bits, runs, checks),
-        Command::HoldRate {
-            base,
-            event,
-            rate,
-            seconds,
-            auth,
-        } => {
-            let auth = auth.secured()?;
-            println!(
-                "{}",
-                reads::hold_rate(
-                    &base,
-                    &event,
-                    rate,
-                    seconds,
-                    auth.jwt_secret.expose_secret()
-                )
-                .await?
-            );
-            Ok(())
-        }
+        Command::HoldRate(c) => c.run().await,
     }
 }
 
