@@ -275,8 +275,8 @@ impl Owner {
         while let Ok(job) = rx.try_recv() {
             jobs.push(job);
         }
-        let owner = match std::mem::replace(&mut self.tenure, Tenure::Retired) {
-            Tenure::Moved(owner) => owner,
+        let owner = match &mut self.tenure {
+            Tenure::Moved(owner) => owner.take(),
             Tenure::Owned | Tenure::Retired => None,
         };
         Exit::Moved { owner, jobs }
