@@ -1,6 +1,7 @@
-//! Parts of the documents both sides answer with (the event page on the command side, search
-//! on the query side), typed once.
+//! Parts of the documents both sides answer with (the event page and search on the query side,
+//! the policy route on the command side), typed once.
 
+use onsale_domain::{BestAvailableOnly, SalePolicy, MAX_SEATS_PER_ACCOUNT};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -60,6 +61,65 @@ impl TryFrom<String> for EventStatus {
     type Error = strum::ParseError;
     fn try_from(s: String) -> Result<Self, Self::Error> {
         s.parse()
+    }
+}
+
+/// When explicit seat picks are refused (`BEST_AVAILABLE_ONLY`): the show hands out the best
+/// available seats instead, so fans stop racing for the same ones.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum BestAvailableOnlyDoc {
+    Never,
+    OnSaleWindow,
+    Always,
+}
+
+impl From<BestAvailableOnlyDoc> for BestAvailableOnly {
+    fn from(d: BestAvailableOnlyDoc) -> Self {
+        match d {
+            BestAvailableOnlyDoc::Never => Self::Never,
+            BestAvailableOnlyDoc::OnSaleWindow => Self::OnSaleWindow,
+            BestAvailableOnlyDoc::Always => Self::Always,
+        }
+    }
+}
+
+impl From<BestAvailableOnly> for BestAvailableOnlyDoc {
+    fn from(d: BestAvailableOnly) -> Self {
+        match d {
+            BestAvailableOnly::Never => Self::Never,
+            BestAvailableOnly::OnSaleWindow => Self::OnSaleWindow,
+            BestAvailableOnly::Always => Self::Always,
+        }
+    }
+}
+
+/// The policies in force, as the event page and the policy route answer them.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SalePolicyView {
+    hold_ttl_seconds: u32,
+    on_sale_hold_ttl_seconds: Option<u32>,
+    on_sale_window_seconds: u32,
+    best_available_only: BestAvailableOnlyDoc,
+    max_seats_per_account: u32,
+    require_verified_account: bool,
+    join_challenge_bits: u8,
+    max_failed_payments: u32,
+}
+
+impl SalePolicyView {
+    pub fn of(hold_ttl_seconds: u32, p: &SalePolicy) -> Self {
+        Self {
+            hold_ttl_seconds,
+            on_sale_hold_ttl_seconds: p.on_sale_hold_ttl_seconds,
+            on_sale_window_seconds: p.on_sale_window_seconds,
+            best_available_only: p.best_available_only.into(),
+            max_seats_per_account: p.max_seats_per_account.unwrap_or(MAX_SEATS_PER_ACCOUNT),
+            require_verified_account: p.require_verified_account,
+            join_challenge_bits: p.join_challenge_bits,
+            max_failed_payments: p.failed_payment_cap(),
+        }
     }
 }
 

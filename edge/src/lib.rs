@@ -16,7 +16,7 @@ pub mod redis_tls;
 
 pub use auth::{AuthSettings, Caller, Role};
 pub use code::ErrorCode;
-pub use docs::EventStatus;
+pub use docs::{BestAvailableOnlyDoc, EventStatus, SalePolicyView};
 pub use problem::{ApiError, Problem, ProblemMembers};
 
 /// `axum::Json` whose rejections are problem+json.

@@ -94,6 +94,16 @@ impl ApiError {
         self
     }
 
+    /// Something this build did not expect: logged with `detail`, answered 500 without it.
+    pub fn internal(detail: &str) -> Self {
+        tracing::error!(error = %detail, "internal error");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::Internal,
+            "an unexpected error; it was logged",
+        )
+    }
+
     pub fn unavailable() -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -233,6 +243,19 @@ impl From<ShowError> for ApiError {
                 })
                 .retry_after(retry_after_secs),
             _ => err,
+        }
+    }
+}
+
+/// The catalog (a show as scheduled, read beside the log): 404 for a show that is not there,
+/// 503 when the log cannot be read, 500 (logged) for what this build cannot read.
+impl From<onsale_eventlog::CatalogError> for ApiError {
+    fn from(e: onsale_eventlog::CatalogError) -> Self {
+        use onsale_eventlog::CatalogError;
+        match e {
+            CatalogError::NotFound => ShowError::ShowNotFound.into(),
+            CatalogError::Unavailable => Self::unavailable(),
+            CatalogError::Corrupt(m) => Self::internal(&m),
         }
     }
 }

@@ -8,6 +8,7 @@
 //! database (integration tests always use PostgreSQL). It decides nothing: the domain decides,
 //! the log only keeps what was decided, in order, once.
 
+pub mod catalog;
 pub mod chain;
 pub mod checkpoint;
 mod copy;
@@ -21,6 +22,7 @@ pub mod shards;
 use chrono::{DateTime, Utc};
 use onsale_domain::{Show, ShowEvent, ShowId, VenueEvent, VenueId};
 
+pub use catalog::{Catalog, CatalogError, Scheduled};
 pub use memory::MemoryEventLog;
 pub use pg::{latest_migration, log_row, migrate, Past, PgEventLog, Until, FOLD_YIELD_EVERY};
 pub use shards::{Directory, MemoryDirectory, PgDirectory, ShardId, ShardedLog};

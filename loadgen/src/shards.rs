@@ -404,7 +404,7 @@ async fn payments(
                 .filter(|(_, o)| matches!(o.state, OrderState::Confirmed))
                 .map(|(_, o)| o.seats.len())
                 .sum();
-            let rows = onsale_payments::show_rows(pool, &sale.id).await?;
+            let rows = onsale_payments_store::show_rows(pool, &sale.id).await?;
             let settled = pending == 0
                 && rows.0 == i64::try_from(orders)?
                 && rows.1 == 0
@@ -417,7 +417,7 @@ async fn payments(
         let mut elsewhere = 0;
         for (n, other) in shards.iter().enumerate() {
             if n + 1 != usize::from(shard.get()) {
-                let (p, _, t) = onsale_payments::show_rows(other, &sale.id).await?;
+                let (p, _, t) = onsale_payments_store::show_rows(other, &sale.id).await?;
                 elsewhere += p + t;
             }
         }

@@ -26,14 +26,15 @@ use sqlx::PgPool;
 use utoipa::{OpenApi, ToSchema};
 use uuid::Uuid;
 
-use crate::tickets::{self, Revocation};
-use crate::Shards;
+use onsale_payments_store::barcodes;
+use onsale_payments_store::tickets::{self, Revocation, ScanRefusal};
+use onsale_payments_store::{webhooks, Shards};
 
 #[derive(Clone)]
 pub struct PaymentsState {
     pub shows: Shows,
     /// Whether a show exists, before a request for it reaches an owner.
-    pub catalog: onsale_command::Catalog,
+    pub catalog: onsale_eventlog::Catalog,
     /// The main database: the webhook deliveries already applied.
     pub pool: PgPool,
     /// Every shard: a show's tickets and cancellations live on its own.
@@ -112,25 +113,16 @@ async fn find_ticket(
     shards: &Shards,
     ticket: Uuid,
 ) -> Result<Option<(String, Vec<u8>, bool)>, ApiError> {
-    let answers = futures::future::join_all(shards.pools().map(|(_, pool)| {
-        sqlx::query_as(
-            "SELECT account_id, secret, revoked_at IS NOT NULL FROM tickets WHERE ticket_id = $1",
-        )
-        .bind(ticket)
-        .fetch_optional(pool)
-    }))
-    .await;
-    let mut unanswered = None;
-    for answer in answers {
-        match answer {
-            Ok(Some(row)) => return Ok(Some(row)),
-            Ok(None) => {}
-            Err(e) => unanswered = Some(e),
-        }
-    }
-    match unanswered {
-        Some(e) => Err(db_unavailable(e)),
-        None => Ok(None),
+    tickets::find(shards, ticket).await.map_err(db_unavailable)
+}
+
+/// The code a gate's refusal is answered with (docs/api.md's codes).
+fn refused(refusal: ScanRefusal) -> ErrorCode {
+    match refusal {
+        ScanRefusal::InvalidCode => ErrorCode::InvalidCode,
+        ScanRefusal::ExpiredCode => ErrorCode::ExpiredCode,
+        ScanRefusal::Revoked => ErrorCode::TicketRevoked,
+        ScanRefusal::AlreadyScanned => ErrorCode::AlreadyScanned,
     }
 }
 
@@ -175,13 +167,7 @@ async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: B
             .into_response();
         }
     };
-    let seen: Result<bool, sqlx::Error> = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM webhook_deliveries WHERE delivery_id = $1)",
-    )
-    .bind(&event.id)
-    .fetch_one(&state.pool)
-    .await;
-    match seen {
+    match webhooks::seen(&state.pool, &event.id).await {
         Ok(true) => {
             metrics::counter!(onsale_telemetry::metrics::WEBHOOKS_DUPLICATE_TOTAL).increment(1);
             return (StatusCode::OK, Json(WebhookAck::DUPLICATE)).into_response();
@@ -210,15 +196,7 @@ async fn webhook(State(state): State<PaymentsState>, headers: HeaderMap, body: B
             Err(e) => return ApiError::from(e).into_response(),
         }
     }
-    let stored = sqlx::query(
-        "INSERT INTO webhook_deliveries (delivery_id, kind, charge_key) VALUES ($1, $2, $3)
-         ON CONFLICT (delivery_id) DO NOTHING",
-    )
-    .bind(&event.id)
-    .bind(&event.kind)
-    .bind(&event.charge_key)
-    .execute(&state.pool)
-    .await;
+    let stored = webhooks::applied(&state.pool, &event.id, &event.kind, &event.charge_key).await;
     if let Err(e) = stored {
         // Applied but not remembered: a re-delivery is applied again, which the table absorbs.
         return db_unavailable(e).into_response();
@@ -281,7 +259,7 @@ async fn get_barcode(
             "this ticket was revoked (its order was cancelled)",
         ));
     }
-    let (code, valid_until) = tickets::barcode(&secret, ticket, Utc::now());
+    let (code, valid_until) = barcodes::barcode(&secret, ticket, Utc::now());
     Ok(Json(Barcode { code, valid_until }))
 }
 
@@ -342,16 +320,16 @@ async fn scan(
             Ok(Json(Admitted { ticket_id, seat_id }))
         }
         Err(refusal) => {
-            metrics::counter!(onsale_telemetry::metrics::SCANS_TOTAL, "result" => refusal.code().as_str())
+            metrics::counter!(onsale_telemetry::metrics::SCANS_TOTAL, "result" => refused(refusal).as_str())
                 .increment(1);
-            let status = if refusal == tickets::ScanRefusal::AlreadyScanned {
+            let status = if refusal == ScanRefusal::AlreadyScanned {
                 StatusCode::CONFLICT
             } else {
                 StatusCode::FORBIDDEN
             };
             Err(ApiError::new(
                 status,
-                refusal.code(),
+                refused(refusal),
                 "the ticket is not admitted",
             ))
         }

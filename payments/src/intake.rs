@@ -7,10 +7,10 @@
 //! transaction that stores its position. Its rows are work, not a view: a rebuild does not
 //! delete them (every write here is idempotent, so re-reading the log changes nothing).
 
-use crate::worker::PaymentState;
-use crate::{write_on_shards, ShardChange, Shards};
 use chrono::{DateTime, Utc};
 use onsale_domain::{Show, ShowEvent};
+use onsale_payments_store::work;
+use onsale_payments_store::{write_on_shards, ShardChange, Shards};
 use onsale_projections::{EventCtx, Projection};
 use sqlx::postgres::PgConnection;
 
@@ -153,52 +153,18 @@ async fn write(tx: &mut PgConnection, change: Change) -> anyhow::Result<()> {
             // The token moves from where the edge kept it into the payment's row,
             // in this transaction: it is never in the log.
             let token = onsale_command::tokens::take(&mut *tx, &order_id).await?;
-            sqlx::query(
-                "INSERT INTO payments (order_id, show_id, amount_cents, token, state, placed_at, due_at)
-                 VALUES ($1, $2, $3, $6, $5, $4, now())
-                 ON CONFLICT (order_id) DO NOTHING",
-            )
-            .bind(&order_id)
-            .bind(show_id)
-            .bind(amount_cents)
-            .bind(placed_at)
-            .bind(PaymentState::Charge)
-            .bind(token)
-            .execute(&mut *tx)
-            .await?;
+            work::owe_payment(tx, &order_id, &show_id, amount_cents, placed_at, token).await?;
         }
         Change::Resolved {
             order_id, captured, ..
-        } => {
-            sqlx::query(
-                "UPDATE payments SET state = 'done', token = NULL, resolved_at = now(), lease_until = NULL
-                  WHERE order_id = $1 AND state <> 'done' AND ($2 OR forced_at IS NULL)",
-            )
-            .bind(order_id)
-            .bind(captured)
-            .execute(&mut *tx)
-            .await?;
-        }
+        } => work::payment_resolved(tx, &order_id, captured).await?,
         Change::Refund {
             order_id,
             show_id,
             amount_cents,
             reason,
             at,
-        } => {
-            sqlx::query(
-                "INSERT INTO refunds (order_id, show_id, amount_cents, reason, state, due_at, created_at)
-                 VALUES ($1, $2, $3, $4, 'due', now(), $5)
-                 ON CONFLICT (order_id) DO NOTHING",
-            )
-            .bind(order_id)
-            .bind(show_id)
-            .bind(amount_cents)
-            .bind(reason)
-            .bind(at)
-            .execute(&mut *tx)
-            .await?;
-        }
+        } => work::owe_refund(tx, &order_id, &show_id, amount_cents, reason, at).await?,
     }
     Ok(())
 }

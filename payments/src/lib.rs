@@ -20,12 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use onsale_command::Shows;
-use onsale_domain::ShowId;
-use onsale_eventlog::{PgEventLog, ShardId, ShardedLog};
 use onsale_kafka::KafkaConfig;
 use onsale_projections::{Runner, RunnerConfig};
 use secrecy::{ExposeSecret, SecretString};
-use sqlx::postgres::PgConnection;
 use sqlx::PgPool;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -33,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 pub use api::{router, PaymentsDoc, PaymentsState};
 pub use client::{Processor, ProcessorClient};
 pub use intake::PaymentIntake;
+use onsale_payments_store::Shards;
 pub use tickets::TicketIssuer;
 pub use worker::Worker;
 
@@ -149,104 +147,6 @@ impl PaymentsConfig {
     }
 }
 
-/// Every shard's database, found by show (docs/adr/021): a show's payments, refunds, tickets,
-/// cancellations and its orders' card tokens live on its shard, beside its log, and move with
-/// it (docs/adr/022).
-pub type Shards = Arc<ShardedLog<PgEventLog>>;
-
-/// `items` grouped by the shard their show lives on, each group in the order given.
-async fn by_shard<T>(
-    shards: &ShardedLog<PgEventLog>,
-    items: Vec<T>,
-    show: impl Fn(&T) -> &str,
-) -> anyhow::Result<Vec<(&PgPool, Vec<ShowId>, Vec<T>)>> {
-    let mut groups: Vec<(ShardId, &PgPool, Vec<ShowId>, Vec<T>)> = Vec::new();
-    for item in items {
-        let id: ShowId = show(&item).parse()?;
-        let shard = shards.locate(id).await?;
-        match groups.iter_mut().find(|g| g.0 == shard) {
-            Some(g) => {
-                g.2.push(id);
-                g.3.push(item);
-            }
-            None => groups.push((shard, shards.log(shard)?.pool(), vec![id], vec![item])),
-        }
-    }
-    Ok(groups
-        .into_iter()
-        .map(|(_, p, ids, g)| (p, ids, g))
-        .collect())
-}
-
-/// A change a log consumer (the payment intake, the ticket issuer) writes on its show's shard.
-pub(crate) trait ShardChange: Send {
-    fn show_id(&self) -> &str;
-    /// Writes it in `tx`, a transaction of the show's shard; idempotent.
-    fn write(
-        self,
-        tx: &mut PgConnection,
-    ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send;
-}
-
-/// Writes `changes` on their shows' shards, each shard's share in one transaction, in order.
-/// A shard that refuses because a show moved off it (migration 0025) makes its shows looked up
-/// again, so the consumer's retry of the batch writes them on their new shard.
-async fn write_on_shards<C: ShardChange>(
-    shards: &ShardedLog<PgEventLog>,
-    changes: Vec<C>,
-) -> anyhow::Result<()> {
-    for (pool, shows, changes) in by_shard(shards, changes, |c| c.show_id()).await? {
-        let written = async {
-            let mut tx = pool.begin().await?;
-            for change in changes {
-                change.write(&mut tx).await?;
-            }
-            tx.commit().await?;
-            anyhow::Ok(())
-        };
-        if let Err(e) = written.await {
-            if e.downcast_ref::<sqlx::Error>()
-                .is_some_and(onsale_eventlog::moving::is_moved)
-            {
-                for show in &shows {
-                    shards.forget(*show);
-                }
-            }
-            return Err(e);
-        }
-    }
-    Ok(())
-}
-
-/// How many payments failing together make an outage (one bad card is not).
-pub const FAILING_PAYMENTS: i64 = 3;
-
-/// Payments failing at the processor now: at least [`FAILING_PAYMENTS`] open payments (over
-/// every shard) have been refused or left unanswered twice or more, and none resolved in the
-/// last 30 s. A processor that answers some calls is not down; one that answers none while
-/// payments queue is. A shard that does not answer is left out (the store's health is the
-/// waiting room's other signal).
-pub async fn processor_failing(shards: &ShardedLog<PgEventLog>) -> bool {
-    let (mut failing, mut resolved) = (0, false);
-    for (shard, db) in shards.pools() {
-        let found: Result<(i64, bool), _> = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM payments
-                      WHERE state <> 'done' AND attempts >= 2 AND last_error IS NOT NULL),
-                    EXISTS (SELECT 1 FROM payments WHERE resolved_at > now() - interval '30 seconds')",
-        )
-        .fetch_one(db)
-        .await;
-        match found {
-            Ok((f, r)) => {
-                failing += f;
-                resolved |= r;
-            }
-            Err(e) => tracing::debug!(%shard, error = %e, "payments not read on this shard"),
-        }
-    }
-    failing >= FAILING_PAYMENTS && !resolved
-}
-
 /// The log consumers that feed payments and tickets (one runner: one consumer, parse and fold
 /// for both), until `shutdown` is cancelled; abort the handle to kill them where they stand.
 /// Their positions are in the main database's `pool`; what they write goes to each show's shard.
@@ -308,7 +208,9 @@ pub async fn finish_cancellations(
     grace: Duration,
 ) -> anyhow::Result<usize> {
     let mut finished = 0;
-    for (order, show, by) in tickets::unfinished_cancellations(pool, grace).await? {
+    for (order, show, by) in
+        onsale_payments_store::tickets::unfinished_cancellations(pool, grace).await?
+    {
         let (Ok(order_id), Ok(account)) = (
             order.parse::<onsale_domain::OrderId>(),
             onsale_domain::AccountId::parse(&by),
@@ -327,7 +229,7 @@ pub async fn finish_cancellations(
                 onsale_domain::ShowError::NotCancellable(_)
                 | onsale_domain::ShowError::OrderNotFound,
             )) => {
-                tickets::cancellation_recorded(pool, &order).await?;
+                onsale_payments_store::tickets::cancellation_recorded(pool, &order).await?;
                 tracing::info!(%order, "interrupted cancellation finished");
                 finished += 1;
             }
@@ -337,18 +239,6 @@ pub async fn finish_cancellations(
         }
     }
     Ok(finished)
-}
-
-/// A show's rows on one shard's `pool`: (payments, of them still open, live tickets).
-pub async fn show_rows(pool: &PgPool, show: &str) -> Result<(i64, i64, i64), sqlx::Error> {
-    sqlx::query_as(
-        "SELECT (SELECT count(*) FROM payments WHERE show_id = $1),
-                (SELECT count(*) FROM payments WHERE show_id = $1 AND state <> 'done'),
-                (SELECT count(*) FROM tickets WHERE show_id = $1 AND revoked_at IS NULL)",
-    )
-    .bind(show)
-    .fetch_one(pool)
-    .await
 }
 
 pub async fn run_jobs(

@@ -9,9 +9,9 @@
 use serde::Serialize;
 use sqlx::PgPool;
 
-use crate::{by_shard, Shards};
+use onsale_payments_store::{audits, by_shard, Shards};
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Violation {
     pub check: String,
@@ -50,15 +50,12 @@ pub async fn check(reads: &PgPool, shards: &Shards) -> anyhow::Result<Vec<Violat
         })
         .collect();
     for (shard, db) in shards.pools() {
-        let twice: Result<Vec<Violation>, _> = sqlx::query_as(
-            "SELECT 'seat_ticketed_twice' AS check, show_id, seat_id
-               FROM tickets WHERE revoked_at IS NULL
-              GROUP BY show_id, seat_id HAVING count(*) > 1",
-        )
-        .fetch_all(db)
-        .await;
-        match twice {
-            Ok(found) => violations.extend(found),
+        match audits::ticketed_twice(db).await {
+            Ok(found) => violations.extend(found.into_iter().map(|(show_id, seat_id)| Violation {
+                check: "seat_ticketed_twice".into(),
+                show_id,
+                seat_id,
+            })),
             Err(e) => tracing::warn!(%shard, error = %e, "tickets not checked on this shard"),
         }
     }
@@ -84,7 +81,7 @@ pub async fn check(reads: &PgPool, shards: &Shards) -> anyhow::Result<Vec<Violat
 }
 
 /// A seat of a confirmed order with no live ticket.
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 struct Unticketed {
     show_id: String,
     seat_id: String,
@@ -108,29 +105,17 @@ async fn unticketed(
     .await?;
     let mut found = Vec::new();
     for (db, _, seats) in by_shard(shards, confirmed, |s| &s.1).await? {
-        let mut columns: (Vec<String>, Vec<String>, Vec<String>, Vec<_>) = Default::default();
-        for (order, show, seat, at) in seats {
-            columns.0.push(order);
-            columns.1.push(show);
-            columns.2.push(seat);
-            columns.3.push(at);
-        }
-        let missing: Result<Vec<Unticketed>, _> = sqlx::query_as(
-            "SELECT w.show_id, w.seat_id, w.confirmed_at
-               FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[])
-                    AS w(order_id, show_id, seat_id, confirmed_at)
-              WHERE NOT EXISTS (SELECT 1 FROM tickets t
-                                 WHERE t.order_id = w.order_id AND t.seat_id = w.seat_id
-                                   AND t.revoked_at IS NULL)",
-        )
-        .bind(&columns.0)
-        .bind(&columns.1)
-        .bind(&columns.2)
-        .bind(&columns.3)
-        .fetch_all(db)
-        .await;
-        match missing {
-            Ok(m) => found.extend(m),
+        match audits::unticketed(db, seats).await {
+            Ok(m) => {
+                found.extend(
+                    m.into_iter()
+                        .map(|(show_id, seat_id, confirmed_at)| Unticketed {
+                            show_id,
+                            seat_id,
+                            confirmed_at,
+                        }),
+                )
+            }
             Err(e) => tracing::warn!(error = %e, "tickets not read on a shard"),
         }
     }
@@ -159,16 +144,7 @@ pub async fn lags(reads: &PgPool, shards: &Shards) -> anyhow::Result<Lags> {
         .fold(0.0, f64::max);
     let (mut payment_outbox_depth, mut payment_oldest_unclaimed_secs) = (0, 0.0f64);
     for (shard, db) in shards.pools() {
-        let work: Result<(i64, f64), _> = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM payments WHERE state <> 'done'),
-                    coalesce((SELECT extract(epoch FROM now() - min(due_at))::float8
-                                FROM payments
-                               WHERE state <> 'done' AND due_at < now()
-                                 AND (lease_until IS NULL OR lease_until < now())), 0)",
-        )
-        .fetch_one(db)
-        .await;
-        match work {
+        match onsale_payments_store::work::backlog(db).await {
             Ok((depth, oldest)) => {
                 payment_outbox_depth += depth;
                 payment_oldest_unclaimed_secs = payment_oldest_unclaimed_secs.max(oldest);

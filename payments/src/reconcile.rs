@@ -13,6 +13,8 @@ use onsale_domain::{OrderId, OrderStatus, ShowCommand, ShowError};
 use serde::Serialize;
 use sqlx::PgPool;
 
+use onsale_payments_store::audits;
+
 use crate::client::Processor;
 use onsale_processor_api::SettlementLine;
 
@@ -167,7 +169,7 @@ pub async fn settle_captures(shows: &Shows, client: &dyn Processor, files: &Sett
 /// next one repeats whole.
 pub async fn reconcile(
     pool: &PgPool,
-    shards: &crate::Shards,
+    shards: &onsale_payments_store::Shards,
     shows: &Shows,
     client: &dyn Processor,
     day: NaiveDate,
@@ -193,24 +195,8 @@ pub async fn reconcile(
     let (mut settled, mut refunds) = (Vec::<String>::new(), Vec::<String>::new());
     for (shard, db) in shards.pools() {
         let on = |e: sqlx::Error| anyhow::Error::new(e).context(format!("shard {shard}"));
-        settled.extend(
-            sqlx::query_scalar::<_, String>(
-                "SELECT order_id FROM payments WHERE resolved_at::date = $1",
-            )
-            .bind(day)
-            .fetch_all(db)
-            .await
-            .map_err(on)?,
-        );
-        refunds.extend(
-            sqlx::query_scalar::<_, String>(
-                "SELECT order_id FROM refunds WHERE state = 'done' AND resolved_at::date = $1",
-            )
-            .bind(day)
-            .fetch_all(db)
-            .await
-            .map_err(on)?,
-        );
+        settled.extend(audits::settled_on(db, day).await.map_err(on)?);
+        refunds.extend(audits::refunded_on(db, day).await.map_err(on)?);
     }
     let paid = onsale_projections::checks::settled_orders(pool, &settled).await?;
     for (order, status) in paid {
@@ -231,12 +217,13 @@ pub async fn reconcile(
             ));
         }
     }
-    sqlx::query("INSERT INTO reconciliation_runs (day, mismatches, report) VALUES ($1, $2, $3)")
-        .bind(day)
-        .bind(report.unresolved.len() as i32)
-        .bind(serde_json::to_value(&report)?)
-        .execute(pool)
-        .await?;
+    audits::reconciled(
+        pool,
+        day,
+        report.unresolved.len(),
+        serde_json::to_value(&report)?,
+    )
+    .await?;
     metrics::gauge!(onsale_telemetry::metrics::RECONCILIATION_MISMATCHES)
         .set(report.unresolved.len() as f64);
     metrics::counter!(onsale_telemetry::metrics::RECONCILIATION_RESOLVED_TOTAL)

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use onsale_command::CommandError;
 use onsale_command::Shows;
 use onsale_domain::{OrderId, PaymentFailure, ShowCommand, ShowError};
@@ -22,43 +22,12 @@ use sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use onsale_payments_store::work::{self, PaymentRow, RefundRow};
+
 use crate::client::{Processor, Verdict};
 use crate::PaymentsConfig;
 
-/// Where a payment stands in the worker's work list (`payments.state`, text). Statements that
-/// filter on it keep the literal `'done'` so the partial indexes (`WHERE state <> 'done'`) serve
-/// them; everything the worker reads or writes goes through this type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::Type)]
-#[sqlx(type_name = "text", rename_all = "lowercase")]
-pub enum PaymentState {
-    /// Charge the card (again, with the same key: the processor answers the first charge).
-    Charge,
-    /// The charge's outcome is not known: ask the status endpoint.
-    Unknown,
-    /// The ambiguity bound passed: the order failed, the charge must be voided.
-    Void,
-    /// Resolved: the outcome is in the log.
-    Done,
-}
-
-#[derive(Debug, Clone, sqlx::FromRow)]
-struct PaymentRow {
-    order_id: String,
-    amount_cents: i64,
-    /// The card's token while the payment is open (`None` once closed, or if the edge's record
-    /// of it was lost: the charge is then declined by the processor, and the order fails).
-    token: Option<String>,
-    state: PaymentState,
-    placed_at: DateTime<Utc>,
-    attempts: i32,
-}
-
-#[derive(Debug, Clone, sqlx::FromRow)]
-struct RefundRow {
-    order_id: String,
-    amount_cents: i64,
-    attempts: i32,
-}
+pub use onsale_payments_store::work::PaymentState;
 
 /// What recording an outcome on the show came to.
 enum Recorded {
@@ -130,18 +99,10 @@ impl Worker {
         }
         // The shows moving off this shard, read once for both work lists.
         let moved = onsale_eventlog::moving::moved_off(&self.pool).await?;
-        let payments: Vec<PaymentRow> = self
-            .claim(
-                "payments",
-                "order_id, amount_cents, token, state, placed_at, attempts",
-                free,
-                &moved,
-            )
-            .await?;
+        let lease = self.lease();
+        let payments = work::claim_payments(&self.pool, lease, free, &moved).await?;
         let free = free.saturating_sub(payments.len());
-        let refunds: Vec<RefundRow> = self
-            .claim("refunds", "order_id, amount_cents, attempts", free, &moved)
-            .await?;
+        let refunds = work::claim_refunds(&self.pool, lease, free, &moved).await?;
         for p in payments {
             let (me, permit) = (self.clone(), slots.clone().acquire_owned().await?);
             tokio::spawn(async move {
@@ -163,37 +124,10 @@ impl Worker {
         Ok(())
     }
 
-    /// Leases up to `limit` due rows of a work list (`payments` or `refunds`, which share the
-    /// columns `state`, `due_at`, `lease_until`, `attempts`): a worker that dies mid-call leaves
-    /// them to be claimed again when the lease runs out. Rows of a show being moved off this
-    /// shard are left alone (the move fences them, and carries them to the show's new shard).
-    async fn claim<T>(
-        &self,
-        table: &str,
-        returning: &str,
-        limit: usize,
-        moved: &[String],
-    ) -> anyhow::Result<Vec<T>>
-    where
-        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
-    {
-        let lease = (self.config.charge_timeout_ms / 1000 + 1) * 3 + 5;
-        let sql = format!(
-            "UPDATE {table} SET lease_until = now() + make_interval(secs => $1::double precision),
-                                attempts = attempts + 1
-              WHERE order_id IN (SELECT order_id FROM {table}
-                                  WHERE state <> 'done' AND due_at <= now()
-                                    AND (lease_until IS NULL OR lease_until < now())
-                                    AND NOT (show_id = ANY($3))
-                                  ORDER BY due_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-              RETURNING {returning}"
-        );
-        Ok(sqlx::query_as(&sql)
-            .bind(lease as f64)
-            .bind(limit as i64)
-            .bind(moved)
-            .fetch_all(&self.pool)
-            .await?)
+    /// How long a claim keeps its rows from other workers: three calls at their timeout and
+    /// then some, so a worker that dies mid-call leaves them to be claimed again soon after.
+    fn lease(&self) -> Duration {
+        Duration::from_secs((self.config.charge_timeout_ms / 1000 + 1) * 3 + 5)
     }
 
     async fn pay(&self, p: PaymentRow) -> anyhow::Result<()> {
@@ -270,16 +204,7 @@ impl Worker {
     /// The ambiguity bound passed: the order fails (seats back on sale) and the void is owed.
     /// The row moves first, so a crash in between still ends in a void.
     async fn force_failure(&self, order: OrderId, id: &str, why: &str) -> anyhow::Result<()> {
-        sqlx::query(
-            "UPDATE payments SET state = $3, forced_at = COALESCE(forced_at, now()),
-                                 due_at = now(), lease_until = NULL, last_error = $2
-              WHERE order_id = $1",
-        )
-        .bind(id)
-        .bind(why)
-        .bind(PaymentState::Void)
-        .execute(&self.pool)
-        .await?;
+        work::force_void(&self.pool, id, why).await?;
         metrics::counter!(onsale_telemetry::metrics::PAYMENT_FORCED_RESOLUTIONS_TOTAL).increment(1);
         tracing::warn!(order = %id, why, "payment unresolved past the bound: failing the order, voiding the charge");
         self.record(
@@ -313,14 +238,7 @@ impl Worker {
                     .await;
                 match recorded {
                     Recorded::Done => {
-                        sqlx::query(
-                            "UPDATE refunds SET state = 'done', refund_id = $2, resolved_at = now(), lease_until = NULL
-                              WHERE order_id = $1",
-                        )
-                        .bind(&r.order_id)
-                        .bind(&refund.refund_id)
-                        .execute(&self.pool)
-                        .await?;
+                        work::close_refund(&self.pool, &r.order_id, &refund.refund_id).await?;
                         metrics::counter!(onsale_telemetry::metrics::REFUNDS_TOTAL).increment(1);
                     }
                     Recorded::Later(why) => self.refund_later(&r, &why).await?,
@@ -332,17 +250,7 @@ impl Worker {
     }
 
     async fn refund_later(&self, r: &RefundRow, why: &str) -> anyhow::Result<()> {
-        sqlx::query(
-            "UPDATE refunds SET due_at = now() + make_interval(secs => $2::double precision),
-                                lease_until = NULL, last_error = $3
-              WHERE order_id = $1",
-        )
-        .bind(&r.order_id)
-        .bind(backoff(r.attempts).as_secs_f64())
-        .bind(why)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        Ok(work::reschedule_refund(&self.pool, &r.order_id, backoff(r.attempts), why).await?)
     }
 
     /// Runs an outcome on the show. A refusal by the state table means the order already moved
@@ -363,13 +271,7 @@ impl Worker {
     }
 
     async fn close(&self, id: &str) -> anyhow::Result<()> {
-        sqlx::query(
-            "UPDATE payments SET state = 'done', token = NULL, resolved_at = now(), lease_until = NULL WHERE order_id = $1",
-        )
-        .bind(id)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        Ok(work::close_payment(&self.pool, id).await?)
     }
 
     async fn reschedule(
@@ -379,28 +281,12 @@ impl Worker {
         after: Duration,
         why: &str,
     ) -> anyhow::Result<()> {
-        sqlx::query(
-            "UPDATE payments SET state = $2, due_at = now() + make_interval(secs => $3::double precision),
-                                 lease_until = NULL, last_error = $4
-              WHERE order_id = $1 AND state <> 'done'",
-        )
-        .bind(id)
-        .bind(state)
-        .bind(after.as_secs_f64())
-        .bind(why)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        Ok(work::reschedule_payment(&self.pool, id, state, after, why).await?)
     }
 
     /// The payment SLO's gauges: the oldest unresolved payment and refund.
     async fn export_gauges(&self) -> anyhow::Result<()> {
-        let (payment, refund): (Option<f64>, Option<f64>) = sqlx::query_as(
-            "SELECT (SELECT extract(epoch FROM now() - min(placed_at))::float8 FROM payments WHERE state <> 'done'),
-                    (SELECT extract(epoch FROM now() - min(created_at))::float8 FROM refunds WHERE state <> 'done')",
-        )
-        .fetch_one(&self.pool)
-        .await?;
+        let (payment, refund) = work::oldest_open(&self.pool).await?;
         let shard = self.shard.to_string();
         metrics::gauge!(onsale_telemetry::metrics::PAYMENT_OLDEST_PENDING_SECONDS, "shard" => shard.clone())
             .set(payment.unwrap_or(0.0));

@@ -231,7 +231,7 @@ pub struct After {
 /// `entries` (a statement of rows `sequence, at, committed_at, type, hold_id, order_id,
 /// account_id, lsn, actor, ticket_id, detail, src` with `$1` the show and `$2` the seat) paged
 /// after `$3..$6` ([`After`]) in history order, at most `$7` rows: the one ordering the log's
-/// page here and the tickets' page (`onsale_payments::tickets::seat_page`) share, so the two
+/// page here and the tickets' page (`onsale_payments_store::tickets::seat_page`) share, so the two
 /// merge.
 pub fn page_of(entries: &str) -> String {
     format!(

@@ -332,11 +332,11 @@ impl pb::audit_server::Audit for Grpc {
     ) -> Result<Response<pb::SeatHistory>, Status> {
         let who = caller(&self.0, &req).await?;
         let r = req.get_ref();
-        let page = rest::HistoryQuery {
+        let page = crate::history::HistoryQuery {
             limit: (r.limit > 0).then_some(i64::from(r.limit)),
             cursor: (!r.cursor.is_empty()).then(|| r.cursor.clone()),
         };
-        let h = rest::find_history(&self.0, &who, &r.event_id, &r.seat_id, &page)
+        let h = crate::history::find_history(&self.0, &who, &r.event_id, &r.seat_id, &page)
             .await
             .map_err(ApiError::into_status)?;
         Ok(Response::new(pb::SeatHistory {

@@ -12,7 +12,9 @@
 pub mod catalog;
 pub mod grpc;
 pub mod health;
+pub mod history;
 pub mod hub;
+pub mod pages;
 pub mod rest;
 pub mod seats;
 pub mod snapshots;
@@ -91,35 +93,12 @@ pub struct QueryParts {
     pub verifier: Verifier,
     /// The process's cap on open streams (SSE and gRPC `StreamDeltas`).
     pub streams: StreamSlots,
-    /// The tickets, which live with the payments on each show's shard.
-    pub tickets: Option<Arc<dyn Tickets>>,
+    /// Shows as scheduled and venues as registered, read beside the log (the event and venue
+    /// pages, and a show the projection has not folded yet).
+    pub catalog: onsale_eventlog::Catalog,
+    /// The domain's "now" (an event page's status).
+    pub clock: Arc<dyn onsale_domain::Clock>,
 }
-
-/// The tickets an order's page and a seat's history show. They are the payments' tables
-/// (migrations/OWNERS), and the payments crate builds on the command side, which the query side
-/// may not: the server fills this with the payments' reads.
-pub trait Tickets: Send + Sync {
-    /// The tickets of `order`, by seat, from its show's shard `shard`.
-    fn of_order<'a>(
-        &'a self,
-        shard: &'a PgPool,
-        order: &'a str,
-    ) -> TicketsFuture<'a, rest::TicketRef>;
-
-    /// The page of `seat`'s history its tickets make, from the show's shard `shard`, in the
-    /// order of the log's page (`onsale_projections::history::page_of`).
-    fn seat_page<'a>(
-        &'a self,
-        shard: &'a PgPool,
-        show: onsale_domain::ShowId,
-        seat: &'a str,
-        after: &'a onsale_projections::history::After,
-        limit: i64,
-    ) -> TicketsFuture<'a, rest::HistoryEntry>;
-}
-
-pub type TicketsFuture<'a, T> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<T>, sqlx::Error>> + Send + 'a>>;
 
 impl std::fmt::Debug for QueryParts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -163,8 +142,6 @@ impl QueryParts {
         self.hub.subscribe_scheduled(show, after, scheduled).await
     }
 
-    /// Reads shows the projection has not folded yet from `schedules` (see
-    /// [`snapshots::Schedules`]).
     /// Reads the log of every shard through `log`.
     pub fn with_log(
         mut self,
@@ -174,31 +151,21 @@ impl QueryParts {
         self
     }
 
-    /// Reads the tickets through `tickets`.
-    pub fn with_tickets(mut self, tickets: Arc<dyn Tickets>) -> Self {
-        self.tickets = Some(tickets);
-        self
-    }
-
-    /// The ticket reader; unavailable (and logged) if the server wired none.
-    pub(crate) fn tickets(&self) -> Result<&Arc<dyn Tickets>, onsale_edge::ApiError> {
-        self.tickets.as_ref().ok_or_else(|| {
-            tracing::error!("the query side was wired without a ticket reader");
-            onsale_edge::ApiError::unavailable()
-        })
-    }
-
-    pub fn with_schedules(mut self, schedules: Arc<dyn snapshots::Schedules>) -> Self {
-        self.snapshots = self.snapshots.with_schedules(schedules);
+    /// Tells the time (an event page's status) by `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn onsale_domain::Clock>) -> Self {
+        self.clock = clock;
         self
     }
 
     /// Wires the query side on `pool` (where the projections write) and starts its listener,
     /// poll and health check on `loops`; they stop, and streams end, at the loops' stop.
     /// `shards` are each write cluster's pool and its relay's replication slot, whose lag
-    /// `/readyz` and `/metrics` report. The log is read on `pool` until [`QueryParts::with_log`].
+    /// `/readyz` and `/metrics` report; shows as scheduled are read through `catalog`. The log
+    /// is read on `pool` until [`QueryParts::with_log`], the time is the system's until
+    /// [`QueryParts::with_clock`].
     pub fn start(
         pool: PgPool,
+        catalog: onsale_eventlog::Catalog,
         shards: Vec<(PgPool, String)>,
         config: &QueryConfig,
         verifier: Verifier,
@@ -210,6 +177,7 @@ impl QueryParts {
             pool.clone(),
             hub.clone(),
             Duration::from_millis(config.seat_map_ttl_ms),
+            catalog.clone(),
         );
         let health = health::Health::start(pool.clone(), shards, config.clone(), loops);
         Self {
@@ -222,7 +190,8 @@ impl QueryParts {
             health,
             verifier,
             streams,
-            tickets: None,
+            catalog,
+            clock: Arc::new(onsale_domain::SystemClock),
         }
     }
 }

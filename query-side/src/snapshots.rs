@@ -1,6 +1,7 @@
 //! Seat-map snapshots: read from the projection in one statement, serialized once, cached.
 
-use onsale_domain::{SeatId, ShowId};
+use onsale_domain::{SeatId, Show, ShowId};
+use onsale_eventlog::{Catalog, CatalogError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -126,19 +127,6 @@ pub enum Missing {
 
 type Key = (ShowId, Seats, i64);
 
-pub type ScheduleFuture<'a> = std::pin::Pin<
-    Box<dyn std::future::Future<Output = anyhow::Result<Option<onsale_domain::Show>>> + Send + 'a>,
->;
-
-/// Where a show's schedule is read (the catalog: the log's first event), so that a show the
-/// projection has not folded yet is read as scheduled (every seat available, `seq` 0, `lsn`
-/// 0/0: what the projection writes first) rather than 404: a show is readable the moment its
-/// `201` is answered.
-pub trait Schedules: Send + Sync + std::fmt::Debug {
-    /// The show as scheduled; `None` if there is no such show.
-    fn scheduled(&self, show: ShowId) -> ScheduleFuture<'_>;
-}
-
 type Entry = Result<Arc<Snapshot>, Missing>;
 
 /// Why a map was not built: the show (or section) does not exist, or the read failed.
@@ -159,7 +147,11 @@ pub struct Snapshots {
     /// The last good map per (show, section), for when PostgreSQL is away.
     last_good: Cache<(ShowId, Seats), Arc<Snapshot>>,
     rebuilds: Arc<std::sync::atomic::AtomicU64>,
-    schedules: Option<Arc<dyn Schedules>>,
+    /// Where a show's schedule is read (the log's first event), so that a show the projection
+    /// has not folded yet is read as scheduled (every seat available, `seq` 0, `lsn` 0/0: what
+    /// the projection writes first) rather than 404: a show is readable the moment its `201`
+    /// is answered.
+    catalog: Catalog,
 }
 
 /// What a read got.
@@ -173,7 +165,7 @@ pub enum Read {
 }
 
 impl Snapshots {
-    pub fn new(pool: PgPool, hub: Hub, ttl: Duration) -> Self {
+    pub fn new(pool: PgPool, hub: Hub, ttl: Duration, catalog: Catalog) -> Self {
         Self {
             pool,
             hub,
@@ -190,23 +182,14 @@ impl Snapshots {
                 .time_to_live(Duration::from_secs(600))
                 .build(),
             rebuilds: Arc::default(),
-            schedules: None,
+            catalog,
         }
     }
 
-    /// Whether the show was scheduled, by its schedule (not the projection); `false` without
-    /// schedules or when they cannot be read.
+    /// Whether the show was scheduled, by its schedule (not the projection); `false` when it
+    /// cannot be read.
     pub async fn scheduled(&self, show: ShowId) -> bool {
-        match &self.schedules {
-            Some(s) => matches!(s.scheduled(show).await, Ok(Some(_))),
-            None => false,
-        }
-    }
-
-    /// Reads a show the projection has not folded yet from `schedules`.
-    pub fn with_schedules(mut self, schedules: Arc<dyn Schedules>) -> Self {
-        self.schedules = Some(schedules);
-        self
+        self.catalog.get(show).await.is_ok()
     }
 
     /// How many maps are cached (made-up ids are never among them).
@@ -263,11 +246,10 @@ impl Snapshots {
     /// A show the projection has not folded yet, as its schedule made it (seq 0, lsn 0/0:
     /// the deltas after it are all still to come); `Missing::Show` if it was never scheduled.
     async fn as_scheduled(&self, show: ShowId, seats: &Seats) -> anyhow::Result<Entry> {
-        let Some(schedules) = &self.schedules else {
-            return Ok(Err(Missing::Show));
-        };
-        let Some(scheduled) = schedules.scheduled(show).await? else {
-            return Ok(Err(Missing::Show));
+        let scheduled = match self.catalog.get(show).await {
+            Ok(s) => Show::as_scheduled(s.info.clone(), s.layout.clone()),
+            Err(CatalogError::NotFound) => return Ok(Err(Missing::Show)),
+            Err(e) => anyhow::bail!("the catalog did not answer: {e}"),
         };
         let map = match map_of(
             &scheduled,

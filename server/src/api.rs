@@ -6,32 +6,29 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use onsale_command::api::{AppParts, AppState};
-use onsale_command::Catalog;
 use onsale_domain::region::Mode;
 use onsale_edge::auth::Verifier;
 use onsale_edge::limits::{self, RateLimits, StreamSlots};
+use onsale_eventlog::Catalog;
 use onsale_payments::PaymentsState;
 use onsale_query::{QueryParts, QueryState};
 use onsale_waiting_room::WaitingRoom;
 use tokio::net::TcpListener;
 
 use crate::{bind, http, lease, openapi, readiness, region, Server, MAX_BODY_BYTES};
-use crate::{CatalogSchedule, PaymentTickets, PublicSchedules};
 
 impl Server {
     /// The API: the command side's routes with the query side's, the payments' and the
     /// waiting room's on one base URL; gRPC on its own port; the internal listener.
     pub(crate) async fn serve_api(&mut self) -> anyhow::Result<()> {
         let verifier = self.verifier();
-        let public_catalog = self
-            .catalog
-            .reading_from(self.public_log.clone(), self.public_pool.clone());
-        let query = self.query_state(&verifier, &public_catalog);
+        let public_catalog = self.catalog.reading_from(self.public_log.clone());
+        let query = self.query_state(&verifier, public_catalog);
         let s = &self.settings;
         let room = WaitingRoom::connect(
             s.waiting_room.clone(),
             self.admission_pool.clone(),
-            Arc::new(CatalogSchedule(self.catalog.clone())),
+            self.catalog.clone(),
             self.shutdown.clone(),
         )
         .await?;
@@ -39,7 +36,7 @@ impl Server {
         let http = bind(&s.listen).await?;
         let grpc = bind(&s.grpc_listen).await?;
         let router = self
-            .routes(&verifier, &query, public_catalog, room.as_ref(), &readiness)?
+            .routes(&verifier, &query, room.as_ref(), &readiness)?
             .merge(s.web.routes(&s.auth, &verifier, grpc.local_addr()?)?);
         let rates = self.rates(&verifier)?;
         let region_header = tower_http::set_header::SetResponseHeaderLayer::overriding(
@@ -94,10 +91,11 @@ impl Server {
         verifier
     }
 
-    /// The query side on the public pool (shows as scheduled read through it too), watching
+    /// The query side on the public pool (shows as scheduled read through it too, at the
+    /// server's clock), watching
     /// each shard's relay slot (a standby region runs no relay: its read path has no slot to
     /// watch).
-    fn query_state(&self, verifier: &Verifier, public_catalog: &Catalog) -> QueryState {
+    fn query_state(&self, verifier: &Verifier, public_catalog: Catalog) -> QueryState {
         let s = &self.settings;
         let relayed = if matches!(self.mode, Mode::Standby { .. }) {
             &[][..]
@@ -113,6 +111,7 @@ impl Server {
             .collect();
         QueryParts::start(
             self.public_pool.clone(),
+            public_catalog,
             slots,
             &s.query,
             verifier.clone(),
@@ -120,8 +119,7 @@ impl Server {
             &self.loops,
         )
         .with_log(self.public_log.clone())
-        .with_schedules(Arc::new(PublicSchedules(public_catalog.clone())))
-        .with_tickets(Arc::new(PaymentTickets))
+        .with_clock(self.shows.clock().clone())
         .into()
     }
 
@@ -155,7 +153,6 @@ impl Server {
         &self,
         verifier: &Verifier,
         query: &QueryState,
-        public_catalog: Catalog,
         room: Option<&WaitingRoom>,
         readiness: &readiness::Readiness,
     ) -> anyhow::Result<axum::Router> {
@@ -165,7 +162,6 @@ impl Server {
         let state = AppState::new(AppParts {
             shows: self.shows.clone(),
             catalog: self.catalog.clone(),
-            public_catalog,
             verifier: verifier.clone(),
             metrics: onsale_telemetry::metrics().filter(|_| s.public_metrics),
             ready: Some(Arc::new(move || ready.get())),

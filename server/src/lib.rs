@@ -31,15 +31,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use onsale_command::{Catalog, Shows};
+use onsale_command::Shows;
 use onsale_domain::{Clock, ShowId, SystemClock};
 use onsale_edge::admission::BookingHealth;
-use onsale_eventlog::{Directory, EventLog, PgDirectory, PgEventLog, ShardedLog};
+use onsale_eventlog::{Catalog, Directory, EventLog, PgDirectory, PgEventLog, ShardedLog};
 use onsale_query::QueryState;
 use onsale_telemetry::supervise::{self, Loops};
-use onsale_waiting_room::{
-    FactsFuture, JoinRules, RulesFuture, ShowFacts, ShowSchedule, WaitingRoom,
-};
+use onsale_waiting_room::WaitingRoom;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -117,90 +115,6 @@ impl Drop for Server {
                 p.abort();
             }
         }
-    }
-}
-
-/// The waiting room learns a show's schedule from the catalog (the log's first event), never
-/// from the show's owner.
-#[derive(Debug)]
-struct CatalogSchedule(Catalog);
-
-impl ShowSchedule for CatalogSchedule {
-    fn facts(&self, show: ShowId) -> FactsFuture<'_> {
-        Box::pin(async move {
-            let s = self.0.get(show).await?;
-            Ok(ShowFacts {
-                waiting_room: s.info.waiting_room,
-                on_sale_at: s.info.on_sale_at,
-                starts_at: s.info.starts_at,
-            })
-        })
-    }
-
-    fn activity(&self, show: ShowId, events: i64) -> onsale_waiting_room::ActivityFuture<'_> {
-        Box::pin(async move {
-            let a = self.0.log().recent_activity(show, events).await?;
-            Ok((a.holds, a.seats_held, a.orders))
-        })
-    }
-
-    /// The policies in force, read from the log.
-    fn rules(&self, show: ShowId) -> RulesFuture<'_> {
-        Box::pin(async move {
-            let (_, policy) = self.0.policy(show).await?;
-            Ok(JoinRules {
-                verified_only: policy.require_verified_account,
-                challenge_bits: policy.join_challenge_bits,
-            })
-        })
-    }
-}
-
-/// The query side's ticket reads: the payments' own (`onsale_payments::tickets`).
-struct PaymentTickets;
-
-impl onsale_query::Tickets for PaymentTickets {
-    fn of_order<'a>(
-        &'a self,
-        shard: &'a PgPool,
-        order: &'a str,
-    ) -> onsale_query::TicketsFuture<'a, onsale_query::rest::TicketRef> {
-        Box::pin(onsale_payments::tickets::of_order(shard, order))
-    }
-
-    fn seat_page<'a>(
-        &'a self,
-        shard: &'a PgPool,
-        show: ShowId,
-        seat: &'a str,
-        after: &'a onsale_projections::history::After,
-        limit: i64,
-    ) -> onsale_query::TicketsFuture<'a, onsale_query::rest::HistoryEntry> {
-        Box::pin(onsale_payments::tickets::seat_page(
-            shard, show, seat, after, limit,
-        ))
-    }
-}
-
-/// The query side reads a show its projection has not folded yet as the catalog has it
-/// scheduled (through the public pool).
-#[derive(Debug)]
-struct PublicSchedules(Catalog);
-
-impl onsale_query::snapshots::Schedules for PublicSchedules {
-    fn scheduled(&self, show: ShowId) -> onsale_query::snapshots::ScheduleFuture<'_> {
-        Box::pin(async move {
-            match self.0.get(show).await {
-                Ok(s) => Ok(Some(onsale_domain::Show::as_scheduled(
-                    s.info.clone(),
-                    s.layout.clone(),
-                ))),
-                Err(onsale_command::CommandError::Domain(
-                    onsale_domain::ShowError::ShowNotFound,
-                )) => Ok(None),
-                Err(e) => Err(anyhow::anyhow!("the catalog did not answer: {e}")),
-            }
-        })
     }
 }
 
@@ -336,7 +250,7 @@ impl Server {
             &loops,
         );
         let catalog_log: Arc<dyn EventLog> = Arc::new(shards.log(Workload::Background, &directory));
-        let catalog = Catalog::new(catalog_log.clone()).with_projection(main.background.clone());
+        let catalog = Catalog::new(catalog_log.clone());
         Ok(Self {
             settings,
             shows,

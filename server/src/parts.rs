@@ -173,7 +173,7 @@ impl PartCtx {
         let stores = self.stores.clone();
         let processor: onsale_edge::admission::ProcessorProbe = Arc::new(move || {
             let stores = stores.clone();
-            Box::pin(async move { !onsale_payments::processor_failing(&stores).await })
+            Box::pin(async move { !onsale_payments_store::work::processor_failing(&stores).await })
         });
         room.spawn_admitter(self.health.clone(), probe, processor)
     }

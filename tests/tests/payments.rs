@@ -5,7 +5,7 @@ use secrecy::ExposeSecret;
 use std::time::Duration;
 
 use onsale_edge::auth::Role;
-use onsale_payments::tickets;
+use onsale_payments_store::{barcodes, tickets};
 use onsale_tests::payments::PaymentPath;
 use onsale_tests::wait_for;
 use serde_json::{json, Value};
@@ -660,14 +660,14 @@ async fn tickets_scan_once_and_a_cancellation_revokes_refunds_and_returns_the_se
         .fetch_one(&p.rp.pool)
         .await
         .expect("secret");
-    let (old, _) = tickets::barcode(
+    let (old, _) = barcodes::barcode(
         &secret,
         id,
         chrono::Utc::now() - chrono::Duration::seconds(60),
     );
     let (status, body) = scan(&p, &event, &old).await;
     assert_eq!((status, body["code"].clone()), (403, json!("EXPIRED_CODE")));
-    let (forged, _) = tickets::barcode(b"a guessed secret", id, chrono::Utc::now());
+    let (forged, _) = barcodes::barcode(b"a guessed secret", id, chrono::Utc::now());
     assert_eq!(scan(&p, &event, &forged).await.1["code"], "INVALID_CODE");
     let (status, admitted) = scan(&p, &event, &code).await;
     assert_eq!(status, 200, "{admitted}");

@@ -181,7 +181,7 @@ impl Admitter {
                 return *m;
             }
         }
-        let m = crate::sale::measure(&self.room.pool, self.room.schedule.as_ref(), show)
+        let m = crate::sale::measure(&self.room.pool, &self.room.catalog, show)
             .await
             .unwrap_or_default();
         self.measured.insert(show, (Instant::now(), m));

@@ -27,6 +27,7 @@ use chrono::{DateTime, Utc};
 use onsale_domain::{AccountId, ShowId};
 use onsale_edge::admission::{GateFuture, GateRefusal, SessionGate};
 use onsale_edge::ApiError;
+use onsale_eventlog::Catalog;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -155,7 +156,6 @@ impl std::fmt::Debug for WaitingRoomConfig {
     }
 }
 
-/// What the waiting room needs to know about a show.
 /// What the waiting room needs to know of a show's schedule. Fixed when the show is created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShowFacts {
@@ -163,10 +163,6 @@ pub struct ShowFacts {
     pub on_sale_at: DateTime<Utc>,
     pub starts_at: DateTime<Utc>,
 }
-
-/// A process's waiting room: the store, the signer, its position blocks and the fallback pace.
-pub type FactsFuture<'a> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<ShowFacts, ApiError>> + Send + 'a>>;
 
 /// Who may join a show's line (the on-sale policies in force: an admin may change them, so
 /// they are read again every few seconds, unlike the facts).
@@ -178,28 +174,10 @@ pub struct JoinRules {
     pub challenge_bits: u8,
 }
 
-pub type RulesFuture<'a> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<JoinRules, ApiError>> + Send + 'a>>;
-
 /// How long a show's join rules are used before they are read again.
 const RULES_FOR: Duration = Duration::from_secs(2);
 
-/// Where the waiting room learns a show's [`ShowFacts`] and [`JoinRules`] (the server wires the
-/// catalog in; this crate knows nothing of the command side).
-pub trait ShowSchedule: Send + Sync + std::fmt::Debug {
-    /// The show's facts: 404 `SHOW_NOT_FOUND` for an unknown show, 503 when they cannot be read.
-    fn facts(&self, show: ShowId) -> FactsFuture<'_>;
-    /// Who may join the show's line now.
-    fn rules(&self, show: ShowId) -> RulesFuture<'_>;
-    /// Over the show's last `events` events, (holds made, seats they held, orders placed):
-    /// read from the show's log wherever it lives (its shard), not from this crate's pool.
-    fn activity(&self, show: ShowId, events: i64) -> ActivityFuture<'_>;
-}
-
-pub type ActivityFuture<'a> = std::pin::Pin<
-    Box<dyn std::future::Future<Output = anyhow::Result<(i64, i64, i64)>> + Send + 'a>,
->;
-
+/// A process's waiting room: the store, the signer, its position blocks and the fallback pace.
 #[derive(Clone, Debug)]
 pub struct WaitingRoom {
     pub store: Store,
@@ -207,7 +185,9 @@ pub struct WaitingRoom {
     pub config: WaitingRoomConfig,
     /// The read models (the seat map's counts) and the database's health.
     pub pool: PgPool,
-    pub schedule: Arc<dyn ShowSchedule>,
+    /// Where a show's [`ShowFacts`] and [`JoinRules`] are read: the catalog beside the log,
+    /// never the show's owner.
+    pub catalog: Catalog,
     /// Cancelled when the process shuts down: the admitter stops, status streams end.
     pub shutdown: CancellationToken,
     /// Per show, the next position of this process's block and the block's last. One lock for
@@ -232,7 +212,7 @@ impl WaitingRoom {
     pub async fn connect(
         config: WaitingRoomConfig,
         pool: PgPool,
-        schedule: Arc<dyn ShowSchedule>,
+        catalog: Catalog,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Option<Self>> {
         let Some(url) = config.redis_url.clone() else {
@@ -245,7 +225,7 @@ impl WaitingRoom {
             signer: Signer::new(config.secret.expose_secret()),
             config,
             pool,
-            schedule,
+            catalog,
             shutdown,
             blocks: Arc::default(),
             facts: Arc::default(),
@@ -294,7 +274,12 @@ impl WaitingRoom {
         {
             return Ok(*f);
         }
-        let facts = self.schedule.facts(show).await?;
+        let s = self.catalog.get(show).await?;
+        let facts = ShowFacts {
+            waiting_room: s.info.waiting_room,
+            on_sale_at: s.info.on_sale_at,
+            starts_at: s.info.starts_at,
+        };
         self.facts
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -307,7 +292,11 @@ impl WaitingRoom {
         if let Some(r) = self.rules.get(&show).await {
             return Ok(r);
         }
-        let rules = self.schedule.rules(show).await?;
+        let (_, policy) = self.catalog.policy(show).await?;
+        let rules = JoinRules {
+            verified_only: policy.require_verified_account,
+            challenge_bits: policy.join_challenge_bits,
+        };
         self.rules.insert(show, rules).await;
         Ok(rules)
     }

@@ -131,12 +131,12 @@ impl SaleMeasure {
 }
 
 /// The show's [`SaleMeasure`]: seats left from the seat map, the rest from the show's last
-/// [`RECENT_EVENTS`] events in its log (through `schedule`: the log may live on another shard).
+/// [`RECENT_EVENTS`] events in its log (through the catalog's: it may live on another shard).
 /// `None` when the seat map has not folded the show yet or either cannot be read (N then stays
 /// the target).
 pub async fn measure(
     pool: &PgPool,
-    schedule: &dyn crate::ShowSchedule,
+    catalog: &onsale_eventlog::Catalog,
     show: ShowId,
 ) -> Option<SaleMeasure> {
     let left = onsale_projections::seat_map::seats_left(pool, show).await;
@@ -148,12 +148,12 @@ pub async fn measure(
             return None;
         }
     };
-    match schedule.activity(show, RECENT_EVENTS).await {
-        Ok((holds, seats_held, orders)) => Some(SaleMeasure {
+    match catalog.log().recent_activity(show, RECENT_EVENTS).await {
+        Ok(a) => Some(SaleMeasure {
             seats_left,
-            holds,
-            seats_held,
-            orders,
+            holds: a.holds,
+            seats_held: a.seats_held,
+            orders: a.orders,
         }),
         Err(e) => {
             tracing::warn!(%show, error = %e, "the sale's recent events not read");

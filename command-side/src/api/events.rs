@@ -1,23 +1,19 @@
-//! Shows ("events"): scheduling one at a venue (admin), its on-sale policies, the event page.
+//! Shows ("events"): scheduling one at a venue (admin) and its on-sale policies.
 
 use onsale_edge::ErrorCode;
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::{DateTime, Utc};
-use onsale_domain::{
-    BestAvailableOnly, Currency, SalePolicy, ShowCommand, ShowId, ShowInfo, VenueEvent, VenueId,
-    MAX_SEATS_PER_ACCOUNT,
-};
+use onsale_domain::{Currency, SalePolicy, ShowCommand, ShowId, ShowInfo, VenueEvent, VenueId};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
 use onsale_edge::{ApiError, Problem};
-use onsale_edge::{ApiJson, Caller, Integer, Role};
+use onsale_edge::{ApiJson, BestAvailableOnlyDoc, Caller, Integer, Role, SalePolicyView};
 
 use super::state::{text, AppState};
 
@@ -87,36 +83,6 @@ pub struct NewEvent {
     shard: Option<Integer<u16>>,
 }
 
-/// When explicit seat picks are refused (`BEST_AVAILABLE_ONLY`): the show hands out the best
-/// available seats instead, so fans stop racing for the same ones.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum BestAvailableOnlyDoc {
-    Never,
-    OnSaleWindow,
-    Always,
-}
-
-impl From<BestAvailableOnlyDoc> for BestAvailableOnly {
-    fn from(d: BestAvailableOnlyDoc) -> Self {
-        match d {
-            BestAvailableOnlyDoc::Never => Self::Never,
-            BestAvailableOnlyDoc::OnSaleWindow => Self::OnSaleWindow,
-            BestAvailableOnlyDoc::Always => Self::Always,
-        }
-    }
-}
-
-impl From<BestAvailableOnly> for BestAvailableOnlyDoc {
-    fn from(d: BestAvailableOnly) -> Self {
-        match d {
-            BestAvailableOnly::Never => Self::Never,
-            BestAvailableOnly::OnSaleWindow => Self::OnSaleWindow,
-            BestAvailableOnly::Always => Self::Always,
-        }
-    }
-}
-
 /// A show's on-sale policies as `PUT /v1/events/{id}/policy` takes them and the event page
 /// shows them: the whole policy (an absent field is its default). `NewEvent` repeats these
 /// fields rather than flattening this struct into it: serde cannot flatten into a struct that
@@ -146,35 +112,6 @@ pub struct SalePolicyDoc {
     /// order answers 429 `PAYMENT_ATTEMPTS_EXCEEDED` (default 5, at most 50).
     #[schema(value_type = Option<u32>)]
     max_failed_payments: Option<Integer<u32>>,
-}
-
-/// The policies in force, as the event page and the policy route answer them.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SalePolicyView {
-    hold_ttl_seconds: u32,
-    on_sale_hold_ttl_seconds: Option<u32>,
-    on_sale_window_seconds: u32,
-    best_available_only: BestAvailableOnlyDoc,
-    max_seats_per_account: u32,
-    require_verified_account: bool,
-    join_challenge_bits: u8,
-    max_failed_payments: u32,
-}
-
-impl SalePolicyView {
-    fn of(hold_ttl_seconds: u32, p: &SalePolicy) -> Self {
-        Self {
-            hold_ttl_seconds,
-            on_sale_hold_ttl_seconds: p.on_sale_hold_ttl_seconds,
-            on_sale_window_seconds: p.on_sale_window_seconds,
-            best_available_only: p.best_available_only.into(),
-            max_seats_per_account: p.max_seats_per_account.unwrap_or(MAX_SEATS_PER_ACCOUNT),
-            require_verified_account: p.require_verified_account,
-            join_challenge_bits: p.join_challenge_bits,
-            max_failed_payments: p.failed_payment_cap(),
-        }
-    }
 }
 
 /// Set a show's on-sale policies (admin): the hold TTL in and out of the on-sale window, the
@@ -291,124 +228,6 @@ pub(super) async fn create_event(
             event_id: show_id.to_string(),
             shard: shard.get(),
         }),
-    )
-        .into_response())
-}
-
-/// An event (show) as `GET /v1/events/{id}` answers it.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct EventDoc {
-    event_id: String,
-    name: String,
-    performer: String,
-    venue_id: String,
-    venue_name: String,
-    city: String,
-    starts_at: DateTime<Utc>,
-    on_sale_at: DateTime<Utc>,
-    status: onsale_edge::EventStatus,
-    /// Cents per price tier.
-    prices: BTreeMap<String, i64>,
-    /// The ISO 4217 code of the prices' currency (they are in its minor unit).
-    currency: String,
-    min_price_cents: Option<i64>,
-    max_price_cents: Option<i64>,
-    /// Holds and orders need a live session of the show's waiting room (`X-Onsale-Session`).
-    waiting_room: bool,
-    hold_ttl_seconds: u32,
-    /// The on-sale policies in force now.
-    policy: SalePolicyView,
-    seat_count: u32,
-    /// Seats neither held nor sold, as of the catalog projection.
-    available_seats: i64,
-    sections: Vec<EventSectionDoc>,
-}
-
-/// A section of an event: its price and size.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct EventSectionDoc {
-    section: String,
-    price_tier: String,
-    price_cents: Option<i64>,
-    /// Seats, or places of a general-admission section.
-    seats: u32,
-    /// Sold by quantity (`{"quantity": n, "section": ...}`), no seats to pick.
-    general_admission: bool,
-}
-
-/// The event page: catalog facts, sections and prices (from the show's first event), seats
-/// available and the status (`SCHEDULED`, `ON_SALE`, `SOLD_OUT`, `STARTED`; from the catalog
-/// projection). Cacheable.
-#[utoipa::path(get, path = "/v1/events/{id}", params(("id" = String, Path)),
-    responses((status = 200, body = EventDoc, description = "the event document (ETag; If-None-Match answers 304)"),
-        (status = 304, description = "Not modified since the ETag sent in If-None-Match"), (status = 404, body = Problem)))]
-pub(super) async fn get_event(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let show_id: ShowId = id.parse()?;
-    let now = state.shows.clock().now();
-    let scheduled = state.public_catalog.get(show_id).await?;
-    let (info, layout) = (&scheduled.info, &scheduled.layout);
-    // The facts come from the show's first event, the policies in force from the log (read
-    // back at once after a change), the availability from the catalog projection (absent for
-    // a moment after the show is scheduled: then all seats are).
-    let available = state.public_catalog.live(show_id).await.available;
-    let (hold_ttl_seconds, policy) = state.public_catalog.policy(show_id).await?;
-    let status = onsale_edge::EventStatus::at(now, info.starts_at, info.on_sale_at, available);
-    let sections = layout
-        .sections()
-        .iter()
-        .map(|s| EventSectionDoc {
-            section: s.section.clone(),
-            price_tier: s.price_tier.clone(),
-            price_cents: info.prices.get(&s.price_tier).copied(),
-            seats: s.capacity(),
-            general_admission: s.general_admission,
-        })
-        .collect();
-    let prices = info.prices.values().copied();
-    let doc = EventDoc {
-        event_id: info.show_id.to_string(),
-        name: info.name.clone(),
-        performer: info.performer.clone(),
-        venue_id: info.venue_id.to_string(),
-        venue_name: info.venue_name.clone(),
-        city: info.city.clone(),
-        starts_at: info.starts_at,
-        on_sale_at: info.on_sale_at,
-        status,
-        prices: info.prices.clone(),
-        currency: info.currency.as_str().to_owned(),
-        min_price_cents: prices.clone().min(),
-        max_price_cents: prices.max(),
-        waiting_room: info.waiting_room,
-        hold_ttl_seconds,
-        policy: SalePolicyView::of(hold_ttl_seconds, &policy),
-        seat_count: layout.seat_count(),
-        available_seats: available.map_or(i64::from(layout.seat_count()), i64::from),
-        sections,
-    };
-    let body = serde_json::to_vec(&doc)
-        .map_err(|e| crate::protocol::CommandError::Internal(e.to_string()))?;
-    let etag = format!("\"{}\"", &hex::encode(Sha256::digest(&body))[..32]);
-    if headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        == Some(etag.as_str())
-    {
-        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response());
-    }
-    Ok((
-        [
-            (header::CONTENT_TYPE, "application/json".to_owned()),
-            (header::CACHE_CONTROL, "public, max-age=30".to_owned()),
-            (header::ETAG, etag),
-        ],
-        body,
     )
         .into_response())
 }

@@ -31,9 +31,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/venues",
             post(create_venue).layer(axum::extract::DefaultBodyLimit::max(VENUE_BODY_BYTES)),
         )
-        .route("/v1/venues/{id}", get(get_venue))
         .route("/v1/events", post(create_event))
-        .route("/v1/events/{id}", get(get_event))
         .route("/v1/events/{id}/policy", axum::routing::put(set_policy))
         .route("/v1/events/{id}/holds", post(create_hold))
         .route("/v1/holds/{id}", axum::routing::delete(release_hold))
@@ -51,8 +49,8 @@ pub fn router(state: AppState) -> Router {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "onsale", description = "Reserved-seat ticketing: the command API (contract v1)."),
-    paths(create_venue, get_venue, create_event, get_event, set_policy, create_hold, release_hold, place_order),
-    components(schemas(EventDoc, EventSectionDoc, SalePolicyDoc, SalePolicyView, BestAvailableOnlyDoc, NewVenue, SectionLayoutDoc, RowLayoutDoc, VenueDoc, VenueSectionDoc, VenueRowDoc, NewEvent, HoldRequest, HoldResponse, OrderRequest,
+    paths(create_venue, create_event, set_policy, create_hold, release_hold, place_order),
+    components(schemas(SalePolicyDoc, onsale_edge::SalePolicyView, onsale_edge::BestAvailableOnlyDoc, NewVenue, SectionLayoutDoc, RowLayoutDoc, NewEvent, HoldRequest, HoldResponse, OrderRequest,
         OrderAccepted, Problem, VenueCreated, EventCreated)),
     modifiers(&BearerAuth)
 )]

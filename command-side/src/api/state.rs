@@ -50,9 +50,7 @@ pub struct AppParts {
     pub shows: Shows,
     /// Shows as scheduled, for the waiting-room check and the existence check before an
     /// owner (never the owners themselves).
-    pub catalog: crate::Catalog,
-    /// The same catalog reading through the public pool: the venue and event pages.
-    pub public_catalog: crate::Catalog,
+    pub catalog: onsale_eventlog::Catalog,
     pub verifier: Verifier,
     pub metrics: Option<PrometheusHandle>,
     pub ready: Option<ReadyCheck>,
@@ -97,14 +95,7 @@ impl From<CommandError> for ApiError {
                 "this show is moving to another database shard; retry shortly",
             ),
             CommandError::OtherRegion { region } => Self::other_region(Some(&region)),
-            CommandError::Internal(m) => {
-                tracing::error!(error = %m, "internal error");
-                Self::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    ErrorCode::Internal,
-                    "an unexpected error; it was logged",
-                )
-            }
+            CommandError::Internal(m) => Self::internal(&m),
         }
     }
 }

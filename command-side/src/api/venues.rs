@@ -1,9 +1,8 @@
-//! Venues (admin writes, everyone reads): a venue's layout of sections, rows and seats.
+//! Venues: registering one and its layout of sections, rows and seats (admin; the venue page
+//! is the query side's).
 
-use onsale_edge::ErrorCode;
-
-use axum::extract::{Path, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use onsale_domain::chart::Chart;
@@ -127,101 +126,6 @@ pub(super) async fn create_venue(
         Json(VenueCreated {
             venue_id: venue_id.to_string(),
         }),
-    )
-        .into_response())
-}
-
-/// A venue as registered: its sections (best first), rows and seat counts.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct VenueDoc {
-    venue_id: String,
-    name: String,
-    city: String,
-    seats: u32,
-    sections: Vec<VenueSectionDoc>,
-    /// Where its parts are drawn: as registered, or generated.
-    chart: Chart,
-    /// The chart was generated (the venue was registered without one).
-    chart_generated: bool,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct VenueSectionDoc {
-    section: String,
-    price_tier: String,
-    /// Seats, or places of a general-admission section.
-    seats: u32,
-    /// Sold by quantity, no seats (and no rows).
-    general_admission: bool,
-    rows: Vec<VenueRowDoc>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct VenueRowDoc {
-    row: String,
-    seats: u32,
-}
-
-/// A venue (everyone): read from the log through the read pool, never through an owner.
-#[utoipa::path(get, path = "/v1/venues/{id}", params(("id" = String, Path)),
-    responses((status = 200, body = VenueDoc), (status = 404), (status = 503)))]
-pub(super) async fn get_venue(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    let venue_id: VenueId = id.parse()?;
-    let Some(VenueEvent::VenueRegistered {
-        name,
-        city,
-        layout,
-        chart,
-    }) = state.public_catalog.venue(venue_id).await?
-    else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            ErrorCode::VenueNotFound,
-            "no such venue",
-        ));
-    };
-    let chart_generated = chart.is_none();
-    let doc = VenueDoc {
-        chart: chart.unwrap_or_else(|| Chart::generated(&layout)),
-        chart_generated,
-        venue_id: venue_id.to_string(),
-        name,
-        city,
-        seats: layout.seat_count(),
-        sections: layout
-            .sections()
-            .iter()
-            .map(|s| VenueSectionDoc {
-                section: s.section.clone(),
-                price_tier: s.price_tier.clone(),
-                seats: s.capacity(),
-                general_admission: s.general_admission,
-                rows: if s.general_admission {
-                    Vec::new()
-                } else {
-                    s.rows
-                        .iter()
-                        .map(|r| VenueRowDoc {
-                            row: r.row.clone(),
-                            seats: r.seats,
-                        })
-                        .collect()
-                },
-            })
-            .collect(),
-    };
-    Ok((
-        [(
-            header::CACHE_CONTROL,
-            HeaderValue::from_static("public, max-age=300"),
-        )],
-        Json(doc),
     )
         .into_response())
 }
