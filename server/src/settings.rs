@@ -149,6 +149,22 @@ impl Settings {
     {
         Only::try_parse_from(args).map(|o| o.settings)
     }
+
+    /// The flag of the setting environment variable `var` sets, and whether it takes a value
+    /// (else it is a switch); `None` if no setting reads `var`. What lets one list of settings
+    /// by variable set a child process and build a process in this one alike.
+    pub fn flag_of(var: &str) -> Option<(String, bool)> {
+        use clap::CommandFactory;
+        Only::command()
+            .get_arguments()
+            .find(|a| a.get_env().is_some_and(|e| e == var))
+            .and_then(|a| {
+                Some((
+                    format!("--{}", a.get_long()?),
+                    a.get_action().takes_values(),
+                ))
+            })
+    }
 }
 
 #[cfg(test)]

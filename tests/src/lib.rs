@@ -210,62 +210,59 @@ impl std::ops::Deref for TestApp {
     }
 }
 
-/// The settings of a test's processes: `make test`'s servers, this test's database (and its
-/// own slot and topic), ephemeral ports, short timers.
-pub fn settings(db: &TestDb) -> Settings {
-    let slot = format!("slot_{}", db.name);
-    let topic = format!("onsale.events.{}", db.name);
-    let brokers = std::env::var("ONSALE_TEST_KAFKA_BROKERS").unwrap_or_default();
-    Settings::try_parse_from([
-        "onsale",
-        "--database-url",
-        &db.url,
-        "--dev-mode",
+/// What a test's processes are set to, by the variable a child process reads: `make test`'s
+/// servers, this test's database (and its own slot and topic), ephemeral ports, short timers.
+/// A process built in the test's own ([`settings`]) takes the same as flags, a child process
+/// ([`onsale_process`]) as its environment.
+pub fn test_settings(db: &TestDb) -> Vec<(&'static str, String)> {
+    let on = || "1".to_owned();
+    let zero = || "0".to_owned();
+    let any_port = || "127.0.0.1:0".to_owned();
+    vec![
+        ("DATABASE_URL", db.url.clone()),
+        ("ONSALE_DEV_MODE", on()),
         // Every test client is 127.0.0.1 and some loop one account fast: the limits have
         // tests of their own.
-        "--rate-address-per-sec",
-        "0",
-        "--rate-read-address-per-sec",
-        "0",
-        "--rate-read-account-per-sec",
-        "0",
-        "--rate-misses-per-sec",
-        "0",
-        "--rate-account-per-sec",
-        "0",
-        "--jwt-secret",
-        SECRET,
-        "--pool-size",
-        "10",
-        "--snapshot-every",
-        "1000",
-        "--snapshot-min-secs",
-        "0",
-        "--listen",
-        "127.0.0.1:0",
-        "--grpc-listen",
-        "127.0.0.1:0",
+        ("ONSALE_RATE_ADDRESS_PER_SEC", zero()),
+        ("ONSALE_RATE_READ_ADDRESS_PER_SEC", zero()),
+        ("ONSALE_RATE_READ_ACCOUNT_PER_SEC", zero()),
+        ("ONSALE_RATE_MISSES_PER_SEC", zero()),
+        ("ONSALE_RATE_ACCOUNT_PER_SEC", zero()),
+        ("ONSALE_JWT_SECRET", SECRET.to_owned()),
+        ("ONSALE_DB_POOL", "10".to_owned()),
+        ("ONSALE_SNAPSHOT_EVERY", "1000".to_owned()),
+        ("ONSALE_SNAPSHOT_MIN_SECS", zero()),
+        ("ONSALE_LISTEN", any_port()),
+        ("ONSALE_GRPC_LISTEN", any_port()),
         // Metrics and probes for operators on a listener of their own, as deployed.
-        "--metrics-listen",
-        "127.0.0.1:0",
-        "--ready-max-silence-ms",
-        "3000",
-        "--relay-slot",
-        &slot,
-        "--events-topic",
-        &topic,
-        "--brokers",
-        &brokers,
-        "--partitions",
-        "3",
-        "--projection-tick-ms",
-        "250",
-        "--projection-check-ms",
-        "1000",
-        "--shutdown-timeout-secs",
-        "10",
-    ])
-    .expect("the test settings parse")
+        ("ONSALE_METRICS_LISTEN", any_port()),
+        ("ONSALE_READY_MAX_SILENCE_MS", "3000".to_owned()),
+        ("ONSALE_RELAY_SLOT", format!("slot_{}", db.name)),
+        ("ONSALE_EVENTS_TOPIC", format!("onsale.events.{}", db.name)),
+        (
+            "ONSALE_KAFKA_BROKERS",
+            std::env::var("ONSALE_TEST_KAFKA_BROKERS").unwrap_or_default(),
+        ),
+        ("ONSALE_EVENTS_PARTITIONS", "3".to_owned()),
+        ("ONSALE_PROJECTION_TICK_MS", "250".to_owned()),
+        ("ONSALE_PROJECTION_CHECK_MS", "1000".to_owned()),
+        ("ONSALE_SHUTDOWN_TIMEOUT_SECS", "10".to_owned()),
+    ]
+}
+
+/// [`test_settings`] as a process built in the test's own takes them: each variable's flag.
+pub fn settings(db: &TestDb) -> Settings {
+    let mut args = vec!["onsale".to_owned()];
+    for (var, value) in test_settings(db) {
+        let (flag, takes_value) =
+            Settings::flag_of(var).unwrap_or_else(|| panic!("{var} is no setting of onsale"));
+        match (takes_value, value.as_str()) {
+            (true, _) => args.extend([flag, value]),
+            (false, "1") => args.push(flag),
+            (false, _) => {}
+        }
+    }
+    Settings::try_parse_from(args).expect("the test settings parse")
 }
 
 impl TestApp {
@@ -330,10 +327,10 @@ pub fn free_port() -> u16 {
     free_ports(&[0])
 }
 
-/// An `onsale` process (`bin`: the test's `CARGO_BIN_EXE_onsale`) on the test's database (and,
-/// for the read path, its slot and topic on the test run's broker), without Redis (shows have
-/// no waiting room), with `env` on top; killed when dropped. `onsale migrate` runs first with
-/// the owner's login, as an operator's deployment runs it; the process logs in as
+/// An `onsale` process (`bin`: the test's `CARGO_BIN_EXE_onsale`) set as the test's own are
+/// ([`test_settings`]: its database, slot and topic on the test run's broker), without Redis
+/// (shows have no waiting room), with `env` on top; killed when dropped. `onsale migrate` runs
+/// first with the owner's login, as an operator's deployment runs it; the process logs in as
 /// [`NODE_LOGIN`].
 pub fn onsale_process(
     bin: &str,
@@ -357,20 +354,8 @@ pub fn onsale_process(
     );
     let mut cmd = tokio::process::Command::new(bin);
     cmd.args(args)
+        .envs(test_settings(db))
         .env("DATABASE_URL", with_login(&db.url, NODE_LOGIN))
-        .env("ONSALE_DEV_MODE", "1")
-        .env("ONSALE_RATE_ADDRESS_PER_SEC", "0")
-        .env("ONSALE_RATE_READ_ADDRESS_PER_SEC", "0")
-        .env("ONSALE_RATE_READ_ACCOUNT_PER_SEC", "0")
-        .env("ONSALE_RATE_MISSES_PER_SEC", "0")
-        .env("ONSALE_RATE_ACCOUNT_PER_SEC", "0")
-        .env("ONSALE_JWT_SECRET", SECRET)
-        .env("ONSALE_RELAY_SLOT", format!("slot_{}", db.name))
-        .env("ONSALE_EVENTS_TOPIC", format!("onsale.events.{}", db.name))
-        .env(
-            "ONSALE_KAFKA_BROKERS",
-            std::env::var("ONSALE_TEST_KAFKA_BROKERS").unwrap_or_default(),
-        )
         .env_remove("ONSALE_REDIS_URL")
         .env_remove("ONSALE_TRACE_ZIPKIN_URL")
         .env("RUST_LOG", "warn")
