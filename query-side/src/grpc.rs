@@ -200,7 +200,10 @@ impl pb::seat_maps_server::SeatMaps for Grpc {
             .subscribe(show, (after > 0).then_some(after))
             .await
             // The database's own words stay in the log (issue 53, item 11).
-            .map_err(|e| rest::db_unavailable(sqlx::Error::Protocol(e.to_string())).into_status())?
+            .map_err(|e| {
+                crate::unavailable::db_unavailable(sqlx::Error::Protocol(e.to_string()))
+                    .into_status()
+            })?
             .ok_or_else(|| ApiError::from(onsale_domain::ShowError::ShowNotFound).into_status())?;
         let out = stream.map(move |u| {
             // The stream holds its slot of the cap until it ends.

@@ -5,13 +5,13 @@
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
-use onsale_domain::ShowError;
+use onsale_domain::{ShowError, ShowId};
 use onsale_edge::auth::{Caller, Role};
 use onsale_edge::{ApiError, ErrorCode};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::rest::{db_unavailable, parse_show};
+use crate::unavailable::db_unavailable;
 use crate::QueryState;
 
 /// One change of a seat: an event of the show's log (with its `sequence`), or a ticket of the
@@ -119,7 +119,7 @@ pub async fn find_history(
     page: &HistoryQuery,
 ) -> Result<HistoryResponse, ApiError> {
     caller.require(&[Role::Auditor, Role::Admin])?;
-    let show = parse_show(show)?;
+    let show: ShowId = show.parse()?;
     let limit = match page.limit {
         None => HISTORY_PAGE,
         Some(n) if (1..=HISTORY_PAGE_MAX).contains(&n) => n,

@@ -18,6 +18,7 @@ pub mod pages;
 pub mod rest;
 pub mod seats;
 pub mod snapshots;
+mod unavailable;
 
 use std::sync::Arc;
 use std::time::Duration;

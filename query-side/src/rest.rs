@@ -24,6 +24,7 @@ use crate::history::{__path_seat_history, seat_history};
 use crate::hub::Update;
 use crate::pages::{__path_get_event, __path_get_venue, get_event, get_venue};
 use crate::snapshots::{Missing, Read, Seats};
+use crate::unavailable::{db_unavailable, log_unavailable};
 use crate::QueryState;
 
 pub fn router(state: QueryState) -> Router {
@@ -121,7 +122,7 @@ pub struct MapQuery {
     at_sequence: Option<i64>,
 }
 
-pub(crate) fn parse_show(id: &str) -> Result<ShowId, ApiError> {
+fn parse_show(id: &str) -> Result<ShowId, ApiError> {
     Ok(id.parse::<ShowId>()?)
 }
 
@@ -155,24 +156,6 @@ fn missing(m: Missing) -> ApiError {
             "the show has no such section",
         ),
     }
-}
-
-pub(crate) fn db_unavailable(e: sqlx::Error) -> ApiError {
-    tracing::warn!(error = %e, "read model unreachable");
-    ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        ErrorCode::Unavailable,
-        "the read models are unreachable; retry shortly",
-    )
-}
-
-fn log_unavailable(e: onsale_eventlog::StoreError) -> ApiError {
-    tracing::warn!(error = %e, "event log unreachable");
-    ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        ErrorCode::Unavailable,
-        "the event log is unreachable; retry shortly",
-    )
 }
 
 /// The seat map: section counts, and a section's seats with `?section=`. Cached; `ETag` and
