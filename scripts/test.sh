@@ -11,7 +11,24 @@ REDIS_PORT=${ONSALE_TEST_REDIS_PORT:-16399}
 # Tests that kill brokers start private clusters under $DIR; a test binary killed mid-run leaves
 # them behind, and every process whose command line names $DIR is reaped at the end.
 export ONSALE_TEST_DIR=$DIR
-trap '"$ROOT/scripts/stack.sh" redis-down "$DIR"; "$ROOT/scripts/stack.sh" redis-down "$DIR/secure"; "$ROOT/scripts/stack.sh" broker-down "$DIR"; "$ROOT/scripts/stack.sh" broker-down "$DIR/secure"; "$ROOT/scripts/stack.sh" pg-down "$DIR"; pkill -9 -f "$DIR/" || true' EXIT
+trap 'jobs -p | xargs -r kill 2>/dev/null; "$ROOT/scripts/stack.sh" redis-down "$DIR"; "$ROOT/scripts/stack.sh" redis-down "$DIR/secure"; "$ROOT/scripts/stack.sh" broker-down "$DIR"; "$ROOT/scripts/stack.sh" broker-down "$DIR/secure"; "$ROOT/scripts/stack.sh" pg-down "$DIR"; pkill -9 -f "$DIR/" || true' EXIT
+# built PID LOG: waits for a build started in the background, shows what it printed, and stops
+# the run if it failed.
+built() {
+  local rc=0
+  wait "$1" || rc=$?
+  cat "$2"
+  [ "$rc" -eq 0 ] || exit "$rc"
+}
+# Every test binary and the onsale binary, built once: the front end's OpenAPI document comes
+# from this build's binary rather than a build of its own (other features, the whole server
+# compiled twice). `stack`: the integration tests of the crates that have them, which need the
+# servers below (a plain `cargo test` builds each without them and says so in one line). The
+# build runs while the servers start and the tools install (on a fresh machine mostly waiting
+# on downloads, the broker's JVM and the disk): on two cores that overlap is minutes.
+FEATURES=onsale-tests/stack,onsale-server/stack,onsale-loadgen/stack
+(cd "$ROOT" && cargo test --workspace --locked --no-run --features "$FEATURES") >"$DIR/build.log" 2>&1 &
+BUILD=$!
 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
 "$ROOT/scripts/stack.sh" broker-up "$DIR" "$KAFKA_PORT"
 export ONSALE_TEST_DATABASE_URL="postgres://onsale@127.0.0.1:$PORT/postgres"
@@ -33,12 +50,12 @@ export ONSALE_TEST_PYTHON
 # schemathesis, for the short fuzzing of the API against its OpenAPI document.
 ONSALE_TEST_SCHEMATHESIS=$("$ROOT/scripts/stack.sh" fuzz-tools)
 export ONSALE_TEST_SCHEMATHESIS
-# Every test binary and the onsale binary, built once: the front end's OpenAPI document comes
-# from this build's binary rather than a build of its own (other features, the whole server
-# compiled twice). `stack`: the integration tests of the crates that have them, which need the
-# servers above (a plain `cargo test` builds each without them and says so in one line).
-FEATURES=onsale-tests/stack,onsale-server/stack,onsale-loadgen/stack
-(cd "$ROOT" && cargo test --workspace --locked --no-run --features "$FEATURES")
+built "$BUILD" "$DIR/build.log"
+# The simulator's own build with its planted bugs in (the teeth, run last), while the front end
+# builds.
+(cd "$ROOT" && cargo test -p onsale-sim --locked --features planted-bugs --test simulation --no-run) \
+  >"$DIR/teeth-build.log" 2>&1 &
+TEETH=$!
 # The front end, built (its clients generated from proto/ and the OpenAPI document), and a real
 # Chromium to run it in.
 ONSALE_TEST_WEB_DIR=$(ONSALE_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug/onsale" "$ROOT/scripts/web.sh")
@@ -82,6 +99,7 @@ python3 "$ROOT/scripts/layering.py" --self-test
 # ARCHITECTURE, BENCHMARKS and docs/ name (and the check itself catching made-up ones).
 python3 "$ROOT/scripts/docs_names.py"
 python3 "$ROOT/scripts/docs_names.py" --self-test
+built "$TEETH" "$DIR/teeth-build.log"
 LOG="$DIR/cargo-test.log"
 set +e
 cargo test --workspace --locked --no-fail-fast --features "$FEATURES" "$@" 2>&1 | tee "$LOG"
