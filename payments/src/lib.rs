@@ -1,7 +1,8 @@
 //! Payments after the commit, and what follows from them: the payment worker ([`worker`]), the
 //! processor's webhooks and the ticket and cancellation routes ([`api`]), settlement
-//! reconciliation ([`reconcile`]), tickets with rotating barcodes ([`tickets`]) and the
-//! invariant monitor ([`monitor`]).
+//! reconciliation ([`reconcile`]), the tickets the log asks for ([`tickets`]) and the invariant
+//! monitor ([`monitor`]). What they keep (the work lists, tickets, deliveries, reports) is the
+//! payments' store's (`onsale_payments_store`), which the query side reads too.
 //!
 //! The worker runs in the process that owns the shows (it records outcomes as commands on
 //! them; with shows sharded across nodes, each node pays for the shows it owns). Its work comes
