@@ -8,7 +8,8 @@
 #   3. commit-to-seat-map lag at BENCH_HOLD_RATE (2,200) hold attempts/s of one uniformly drawn
 #      seat each (2 s TTL, so seats keep coming back), from the projector's histogram.
 # Apache Kafka runs with BENCH_BROKERS (1) brokers; with 3 the topic has three replicas and
-# min.insync.replicas 2. BENCH_ONLY=lag runs part 3 alone.
+# min.insync.replicas 2. BENCH_ONLY=lag runs part 3 alone. BENCH_ONSALE_BIN runs another build of
+# `onsale` (another commit's release build, for a before-and-after in the same conditions).
 set -euo pipefail
 # shellcheck source=scripts/local-env.sh
 . "$(dirname "${BASH_SOURCE[0]}")/local-env.sh"
@@ -54,12 +55,13 @@ PG_MAX_CONNECTIONS=400 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PG_PORT"
 BOOTSTRAP=$(for i in $(seq 0 $((BROKERS - 1))); do printf '127.0.0.1:%s,' $((KAFKA_PORT + i)); done)
 (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
 BIN=$ROOT/target/release
+ONSALE_BIN=${BENCH_ONSALE_BIN:-$BIN/onsale}
 start() { # name args...
   local name=$1
   shift
   DATABASE_URL="postgres://onsale@127.0.0.1:$PG_PORT/onsale" ONSALE_KAFKA_BROKERS="${BOOTSTRAP%,}" \
     ONSALE_EVENTS_REPLICATION=$((BROKERS >= 3 ? 3 : 1)) \
-    ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=127.0.0.1:50099 RUST_LOG=warn "$BIN/onsale" "$@" >"$DIR/$name.log" 2>&1 &
+    ONSALE_LISTEN=$LISTEN ONSALE_GRPC_LISTEN=127.0.0.1:50099 RUST_LOG=warn "$ONSALE_BIN" "$@" >"$DIR/$name.log" 2>&1 &
   echo $! >"$DIR/$name.pid"
 }
 start serve serve
