@@ -178,7 +178,7 @@ mod tests {
     use onsale_domain::{RowLayout, SectionLayout, VenueId};
 
     use super::*;
-    use crate::{Claim, MemoryEventLog, Node};
+    use crate::MemoryEventLog;
 
     fn schedule(show: ShowId) -> ShowEvent {
         ShowEvent::ShowScheduled {
@@ -210,22 +210,6 @@ mod tests {
         }
     }
 
-    /// Appends `events` after `after` as a new owner of `show` would.
-    async fn append(log: &MemoryEventLog, show: ShowId, after: i64, events: &[ShowEvent]) {
-        let node = Node {
-            id: uuid::Uuid::new_v4(),
-            addr: String::new(),
-        };
-        let ttl = std::time::Duration::from_secs(5);
-        let Claim::Owned { epoch } = log.claim(show, &node, ttl).await.expect("claim") else {
-            panic!("a free show is claimed");
-        };
-        log.append(show, epoch, after, Utc::now(), events, &[])
-            .await
-            .expect("append");
-        log.leave(&node).await.expect("leave");
-    }
-
     #[tokio::test]
     async fn a_show_is_read_once_and_a_miss_is_remembered_until_it_is_scheduled_here() {
         let log = Arc::new(MemoryEventLog::default());
@@ -235,7 +219,10 @@ mod tests {
         assert_eq!(catalog.exists(show).await, Err(CatalogError::NotFound));
         assert_eq!(catalog.lookups(), 1, "the miss is remembered");
 
-        append(&log, show, 0, &[schedule(show)]).await;
+        let epoch = log.claimed_by_a_new_node(show).await;
+        log.append(show, epoch, 0, Utc::now(), &[schedule(show)], &[])
+            .await
+            .expect("scheduled");
         assert_eq!(
             catalog.get(show).await.err(),
             Some(CatalogError::NotFound),
@@ -262,7 +249,10 @@ mod tests {
         let catalog = Catalog::new(log.clone());
         let show = ShowId::random();
         assert_eq!(catalog.policy(show).await, Err(CatalogError::NotFound));
-        append(&log, show, 0, &[schedule(show)]).await;
+        let epoch = log.claimed_by_a_new_node(show).await;
+        log.append(show, epoch, 0, Utc::now(), &[schedule(show)], &[])
+            .await
+            .expect("scheduled");
         catalog.scheduled(show).await;
         assert_eq!(catalog.policy(show).await, Ok((600, SalePolicy::default())));
         let changed = SalePolicy {
@@ -275,7 +265,9 @@ mod tests {
             policy: changed,
             at: Utc::now(),
         };
-        append(&log, show, 1, &[change(300), change(120)]).await;
+        log.append(show, epoch, 1, Utc::now(), &[change(300), change(120)], &[])
+            .await
+            .expect("changed");
         assert_eq!(
             catalog.policy(show).await,
             Ok((120, changed)),

@@ -451,22 +451,29 @@ impl EventLog for MemoryEventLog {
 }
 
 #[cfg(test)]
-mod tests {
-    use onsale_domain::HoldId;
-
-    use super::*;
-
-    /// The epoch of a new node's claim of the free `show`.
-    async fn claimed(log: &MemoryEventLog, show: ShowId) -> i64 {
+impl MemoryEventLog {
+    /// The epoch of a new node's claim of the free `show` (the unit tests' way to append).
+    pub(crate) async fn claimed_by_a_new_node(&self, show: ShowId) -> i64 {
         let node = Node {
             id: uuid::Uuid::new_v4(),
             addr: String::new(),
         };
         let ttl = std::time::Duration::from_secs(5);
-        let Claim::Owned { epoch } = log.claim(show, &node, ttl).await.expect("claim") else {
+        let Claim::Owned { epoch } = self.claim(show, &node, ttl).await.expect("claim") else {
             panic!("a free show is claimed");
         };
         epoch
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use onsale_domain::HoldId;
+
+    use super::*;
+
+    async fn claimed(log: &MemoryEventLog, show: ShowId) -> i64 {
+        log.claimed_by_a_new_node(show).await
     }
 
     #[tokio::test]
