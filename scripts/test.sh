@@ -100,6 +100,10 @@ python3 "$ROOT/scripts/layering.py" --self-test
 python3 "$ROOT/scripts/docs_names.py"
 python3 "$ROOT/scripts/docs_names.py" --self-test
 built "$TEETH" "$DIR/teeth-build.log"
+# Three tests at a time where libtest would run two (the cores): an integration test spends most
+# of its time waiting on the servers and processes it starts. The integration binary took 361 s
+# with two and 288 s with three, green (docs/bench/issue-56-the-house.md). --test-threads wins.
+export RUST_TEST_THREADS=${RUST_TEST_THREADS:-3}
 LOG="$DIR/cargo-test.log"
 set +e
 cargo test --workspace --locked --no-fail-fast --features "$FEATURES" "$@" 2>&1 | tee "$LOG"
