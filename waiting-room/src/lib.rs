@@ -194,7 +194,6 @@ pub struct WaitingRoom {
     /// the whole map, held while a new block is fetched: concurrent joins must not each fetch
     /// a block and leave all but one of them as holes in the line.
     blocks: Arc<tokio::sync::Mutex<HashMap<ShowId, (i64, i64)>>>,
-    facts: Arc<Mutex<HashMap<ShowId, ShowFacts>>>,
     rules: moka::future::Cache<ShowId, JoinRules>,
     fallback: Arc<Mutex<(f64, std::time::Instant)>>,
     /// While Redis is away, the admission this process gave each account for each show, kept
@@ -228,7 +227,6 @@ impl WaitingRoom {
             catalog,
             shutdown,
             blocks: Arc::default(),
-            facts: Arc::default(),
             rules: moka::future::Cache::builder()
                 .time_to_live(RULES_FOR)
                 .max_capacity(100_000)
@@ -264,27 +262,15 @@ impl WaitingRoom {
         ]
     }
 
-    /// The show's facts (asked once, then from memory: they never change).
+    /// The show's facts, from the catalog (which reads a show's schedule once and keeps it: it
+    /// never changes).
     pub async fn facts(&self, show: ShowId) -> Result<ShowFacts, ApiError> {
-        if let Some(f) = self
-            .facts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&show)
-        {
-            return Ok(*f);
-        }
         let s = self.catalog.get(show).await?;
-        let facts = ShowFacts {
+        Ok(ShowFacts {
             waiting_room: s.info.waiting_room,
             on_sale_at: s.info.on_sale_at,
             starts_at: s.info.starts_at,
-        };
-        self.facts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(show, facts);
-        Ok(facts)
+        })
     }
 
     /// Who may join the show's line (read at most every [`RULES_FOR`] per show).
