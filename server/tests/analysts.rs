@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use onsale_tests::payments::PaymentPath;
 use onsale_tests::read_path::projections_at_head;
+use onsale_tests::wait_until;
 use serde_json::{json, Value};
 
 fn python() -> String {
@@ -214,28 +215,34 @@ async fn duckdb_reads_from_the_export_what_the_projections_hold_and_the_sample_c
 
     // The sample consumer prints show a's history from the topic, each event once.
     let head = projected[&a]["events"].as_i64().expect("head");
-    let mut printed = Vec::new();
-    for _ in 0..30 {
-        let out = std::process::Command::new(python())
-            .arg(repo("kafka/examples/consume_topic.py"))
-            .args([
-                "--brokers",
-                &p.rp.kafka.brokers,
-                "--topic",
-                &p.rp.kafka.events_topic,
-            ])
-            .args(["--show", &a, "--idle-secs", "3"])
-            .output()
-            .expect("python runs");
-        printed = ok(out)
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
-            .collect::<Vec<_>>();
-        if printed.len() as i64 >= head {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let printed = wait_until(
+        "the sample consumer prints the show's whole history",
+        Duration::from_secs(120),
+        Duration::from_millis(500),
+        || async {
+            let out = std::process::Command::new(python())
+                .arg(repo("kafka/examples/consume_topic.py"))
+                .args([
+                    "--brokers",
+                    &p.rp.kafka.brokers,
+                    "--topic",
+                    &p.rp.kafka.events_topic,
+                ])
+                .args(["--show", &a, "--idle-secs", "3"])
+                .output()
+                .expect("python runs");
+            let printed = ok(out)
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
+                .collect::<Vec<_>>();
+            if printed.len() as i64 >= head {
+                Ok(printed)
+            } else {
+                Err(format!("{} of {head} events printed", printed.len()))
+            }
+        },
+    )
+    .await;
     let seqs: Vec<i64> = printed
         .iter()
         .map(|e| e["sequence"].as_i64().expect("seq"))
