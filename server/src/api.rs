@@ -92,9 +92,8 @@ impl Server {
     }
 
     /// The query side on the public pool (shows as scheduled read through it too, at the
-    /// server's clock), watching
-    /// each shard's relay slot (a standby region runs no relay: its read path has no slot to
-    /// watch).
+    /// server's clock), watching each shard's relay slot (a standby region runs no relay: its
+    /// read path has no slot to watch).
     fn query_state(&self, verifier: &Verifier, public_catalog: Catalog) -> QueryState {
         let s = &self.settings;
         let relayed = if matches!(self.mode, Mode::Standby { .. }) {
