@@ -72,9 +72,11 @@ impl Projection for Catalog {
             let prices = info.prices.values();
             sqlx::query(
                 "INSERT INTO catalog_events (event_id, name, performer, venue_id, venue_name, city,
-                        starts_at, on_sale_at, min_price_cents, max_price_cents, waiting_room, seats, available)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-                 ON CONFLICT (event_id) DO UPDATE SET available = EXCLUDED.available",
+                        starts_at, on_sale_at, min_price_cents, max_price_cents, waiting_room, seats, available,
+                        seats_band)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, onsale_seats_band($13, $12))
+                 ON CONFLICT (event_id) DO UPDATE SET available = EXCLUDED.available,
+                        seats_band = EXCLUDED.seats_band, written = pg_current_xact_id()",
             )
             .bind(show.to_string())
             .bind(&info.name)
@@ -97,7 +99,10 @@ impl Projection for Catalog {
             let (ids, counts): (Vec<String>, Vec<i32>) =
                 dirty.into_iter().map(|(s, n)| (s.to_string(), n)).unzip();
             sqlx::query(
-                "UPDATE catalog_events c SET available = u.n
+                // The search indexes read a row again only when its band of seats left moved.
+                "UPDATE catalog_events c SET available = u.n, seats_band = onsale_seats_band(u.n, c.seats),
+                        written = CASE WHEN c.seats_band = onsale_seats_band(u.n, c.seats)
+                                       THEN c.written ELSE pg_current_xact_id() END
                    FROM UNNEST($1::text[], $2::int[]) AS u(id, n) WHERE c.event_id = u.id",
             )
             .bind(&ids)
@@ -141,8 +146,9 @@ pub async fn replace_with(pool: &sqlx::PgPool, listings: &[Listing]) -> Result<(
         let col = |f: fn(&Listing) -> String| chunk.iter().map(f).collect::<Vec<_>>();
         sqlx::query(
             "INSERT INTO catalog_events (event_id, name, performer, venue_id, venue_name, city, starts_at,
-                    on_sale_at, min_price_cents, max_price_cents, waiting_room, seats, available)
-             SELECT id, name, performer, id, venue, city, starts_at, on_sale_at, lo, hi, false, seats, available
+                    on_sale_at, min_price_cents, max_price_cents, waiting_room, seats, available, seats_band)
+             SELECT id, name, performer, id, venue, city, starts_at, on_sale_at, lo, hi, false, seats, available,
+                    onsale_seats_band(available, seats)
                FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[],
                            $7::timestamptz[], $8::bigint[], $9::bigint[], $10::int[], $11::int[])
                     AS u(id, name, performer, venue, city, starts_at, on_sale_at, lo, hi, seats, available)",
@@ -187,6 +193,8 @@ pub struct Search {
     pub to: Option<chrono::DateTime<chrono::Utc>>,
     pub min_price: Option<i64>,
     pub max_price: Option<i64>,
+    /// The cheapest seat's price at or above the first and below the second (cents).
+    pub cheapest: Option<(i64, i64)>,
     pub limit: i64,
 }
 
@@ -249,6 +257,12 @@ where
     if let Some(p) = f.max_price {
         sql.push(" AND c.min_price_cents <= ").push_bind(p);
     }
+    if let Some((lo, hi)) = f.cheapest {
+        sql.push(" AND c.min_price_cents >= ")
+            .push_bind(lo)
+            .push(" AND c.min_price_cents < ")
+            .push_bind(hi);
+    }
     sql.push(") e WHERE true");
     if let Some(status) = &f.status {
         sql.push(" AND e.status = ").push_bind(status.clone());
@@ -291,4 +305,53 @@ where
         )
     });
     sqlx::query_as(&ONE).bind(id).fetch_optional(reads).await
+}
+
+/// A show as a search index holds it: its facts and its band of seats left (0 when none is
+/// available, else the tenths still available, rounded up), never the count itself.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Document {
+    pub event_id: String,
+    pub name: String,
+    pub performer: String,
+    pub venue_id: String,
+    pub venue_name: String,
+    pub city: String,
+    pub starts_at: chrono::DateTime<chrono::Utc>,
+    pub on_sale_at: chrono::DateTime<chrono::Utc>,
+    pub min_price_cents: i64,
+    pub max_price_cents: i64,
+    pub waiting_room: bool,
+    pub seats_band: i16,
+}
+
+/// The documents whose facts or band were last written by a transaction below `upto` and at or
+/// above `from` (transaction ids, `xid8`), and `upto`: the oldest transaction still running when
+/// they were read, so every transaction below it had finished. A follower starts at 0 and reads
+/// again from the `upto` it was given: it sees each change once it is committed, whatever the
+/// order the writers committed in, and reads a row again only when it changed again.
+pub async fn documents_since(
+    reads: &sqlx::PgPool,
+    from: u64,
+) -> Result<(Vec<Document>, u64), sqlx::Error> {
+    let mut tx = reads.begin().await?;
+    // One snapshot for the bound and the rows.
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await?;
+    let upto: String = sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot())::text")
+        .fetch_one(&mut *tx)
+        .await?;
+    let docs = sqlx::query_as(
+        "SELECT event_id, name, performer, venue_id, venue_name, city, starts_at, on_sale_at,
+                min_price_cents, max_price_cents, waiting_room, seats_band
+           FROM catalog_events WHERE written >= $1::text::xid8 AND written < $2::text::xid8",
+    )
+    .bind(from.to_string())
+    .bind(&upto)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    let upto = upto.parse().map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+    Ok((docs, upto))
 }

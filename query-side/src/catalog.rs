@@ -1,14 +1,18 @@
-//! Catalog search and browse (docs/api.md "Catalog": `GET /v1/events?q=&city=&date=`), from the
-//! catalog projection (`projections/src/catalog.rs`; ADR 013): PostgreSQL full text on the
-//! performer, the show's name, the venue and the city, ranked, and trigram word similarity on
-//! the performer and name so a typo still finds the show; filters by city, date or date range,
-//! status and price range; pages of `limit` with an opaque `cursor`.
+//! Catalog search and browse (docs/api.md "Catalog": `GET /v1/events?q=&city=&date=`): the
+//! process's search index (`crate::search`, ADR 033) once it has read the catalog, with facets
+//! and "did you mean"; until then the catalog projection's table (`projections/src/catalog.rs`,
+//! ADR 013: PostgreSQL full text and trigram word similarity). Filters by city, date, date
+//! range or month, status, price range or band; pages of `limit` with an opaque `cursor`,
+//! which names the engine that wrote it.
 
 use axum::http::StatusCode;
 use chrono::{DateTime, NaiveDate, Utc};
 use onsale_edge::ApiError;
 use onsale_edge::ErrorCode;
 use onsale_projections::catalog::Search;
+
+use crate::search::hits::{Rank, PRICE_BANDS};
+use crate::search::{IndexCursor, SearchIndex};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use utoipa::{IntoParams, ToSchema};
@@ -38,6 +42,11 @@ pub struct SearchQuery {
     pub min_price: Option<i64>,
     /// Shows with a price at or below this (cents).
     pub max_price: Option<i64>,
+    /// Shows starting in this month (UTC), YYYY-MM.
+    pub month: Option<String>,
+    /// Shows whose cheapest seat is in this band: UNDER_25, 25_TO_50, 50_TO_100, 100_TO_200
+    /// or 200_AND_OVER (the currency's units).
+    pub price_band: Option<String>,
     /// Results per page, 1 to 100 (default 20).
     pub limit: Option<i64>,
     /// The previous page's `nextCursor`.
@@ -72,6 +81,13 @@ pub struct SearchResults {
     /// Where the next page starts (`?cursor=`); absent on the last page.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
+    /// How every match spreads (absent while this process's search index is still reading
+    /// the catalog, when PostgreSQL answers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub facets: Option<crate::search::Facets>,
+    /// When nothing matched: the performer or show nearest to what was typed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub did_you_mean: Option<String>,
 }
 
 fn bad(detail: impl Into<String>) -> ApiError {
@@ -101,18 +117,33 @@ fn instant(name: &str, s: &str, end: bool) -> Result<DateTime<Utc>, ApiError> {
 pub const STRICT: f64 = 0.6;
 pub const LOOSE: f64 = 0.4;
 
-/// Where a page stops: (threshold, score, start, id).
-type After = (f64, f64, DateTime<Utc>, String);
+/// Where a page stops, as the engine that wrote the cursor reads it.
+#[derive(Debug, Clone, PartialEq)]
+enum After {
+    /// PostgreSQL: (threshold, score, start, id).
+    Sql(f64, f64, DateTime<Utc>, String),
+    /// The search index: the last result's rank.
+    Index(IndexCursor),
+}
 
-/// The position after a result, opaque to callers.
-fn cursor_of(threshold: f64, e: &EventSummary) -> String {
+fn encode(raw: String) -> String {
     use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!(
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+}
+
+/// The position after a result of PostgreSQL's, opaque to callers.
+fn cursor_of(threshold: f64, e: &EventSummary) -> String {
+    encode(format!(
         "{threshold:?}|{:?}|{}|{}",
         e.score,
         e.starts_at.timestamp_micros(),
         e.event_id
     ))
+}
+
+/// The position after a result of the index's, opaque to callers.
+fn index_cursor(c: IndexCursor) -> String {
+    encode(format!("i|{:?}|{}|{}", c.0.score, c.0.starts, c.0.key))
 }
 
 fn parse_cursor(c: &str) -> Result<After, ApiError> {
@@ -123,6 +154,26 @@ fn parse_cursor(c: &str) -> Result<After, ApiError> {
         .ok()
         .and_then(|b| String::from_utf8(b).ok())
         .ok_or_else(invalid)?;
+    if let Some(rank) = raw.strip_prefix("i|") {
+        let mut parts = rank.split('|');
+        let score: f32 = parts
+            .next()
+            .and_then(|s| s.parse().ok())
+            .filter(|s: &f32| s.is_finite())
+            .ok_or_else(invalid)?;
+        let starts = parts
+            .next()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(invalid)?;
+        let key = parts
+            .next()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(invalid)?;
+        if parts.next().is_some() {
+            return Err(invalid());
+        }
+        return Ok(After::Index(IndexCursor(Rank { score, starts, key })));
+    }
     let mut parts = raw.splitn(4, '|');
     let threshold: f64 = parts
         .next()
@@ -140,7 +191,7 @@ fn parse_cursor(c: &str) -> Result<After, ApiError> {
         .and_then(DateTime::from_timestamp_micros)
         .ok_or_else(invalid)?;
     let id = parts.next().ok_or_else(invalid)?.to_owned();
-    Ok((threshold, score, starts, id))
+    Ok(After::Sql(threshold, score, starts, id))
 }
 
 fn text(name: &str, s: &Option<String>, max: usize) -> Result<Option<String>, ApiError> {
@@ -160,8 +211,19 @@ fn given(s: &Option<String>) -> Option<&str> {
     s.as_deref().map(str::trim).filter(|s| !s.is_empty())
 }
 
-/// One page of the catalog for `query`.
-pub async fn search(pool: &PgPool, query: &SearchQuery) -> Result<SearchResults, ApiError> {
+/// `from` and `to` narrowed to the span `[start, end)`.
+fn narrow(
+    from: &mut Option<DateTime<Utc>>,
+    to: &mut Option<DateTime<Utc>>,
+    start: DateTime<Utc>,
+    end: DateTime<Utc>,
+) {
+    *from = Some(from.map_or(start, |f| f.max(start)));
+    *to = Some(to.map_or(end, |t| t.min(end)));
+}
+
+/// The filters of `query`, checked.
+fn checked(query: &SearchQuery) -> Result<Search, ApiError> {
     let q = text("q", &query.q, 200)?;
     let city = text("city", &query.city, 100)?;
     let status = match text("status", &query.status, 20)? {
@@ -182,21 +244,42 @@ pub async fn search(pool: &PgPool, query: &SearchQuery) -> Result<SearchResults,
             instant("date", d, false)?,
             instant("date", &start.to_string(), true)?,
         );
-        from = Some(from.map_or(day_from, |f| f.max(day_from)));
-        to = Some(to.map_or(day_to, |t| t.min(day_to)));
+        narrow(&mut from, &mut to, day_from, day_to);
+    }
+    if let Some(m) = given(&query.month) {
+        let first = NaiveDate::parse_from_str(&format!("{m}-01"), "%Y-%m-%d")
+            .ok()
+            .filter(|_| m.len() == 7)
+            .ok_or_else(|| bad("month is YYYY-MM"))?;
+        let next = first
+            .checked_add_months(chrono::Months::new(1))
+            .ok_or_else(|| bad("month is YYYY-MM"))?;
+        let midnight = |d: NaiveDate| d.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc();
+        narrow(&mut from, &mut to, midnight(first), midnight(next));
     }
     for (name, p) in [("minPrice", query.min_price), ("maxPrice", query.max_price)] {
         if p.is_some_and(|p| p < 0) {
             return Err(bad(format!("{name} is cents, 0 or more")));
         }
     }
+    let cheapest = match given(&query.price_band) {
+        None => None,
+        Some(b) => Some(
+            PRICE_BANDS
+                .iter()
+                .find(|(name, _, _)| *name == b)
+                .map(|(_, lo, hi)| (*lo, *hi))
+                .ok_or_else(|| {
+                    bad("priceBand is UNDER_25, 25_TO_50, 50_TO_100, 100_TO_200 or 200_AND_OVER")
+                })?,
+        ),
+    };
     let limit = match query.limit {
         None => PAGE,
         Some(n) if (1..=PAGE_MAX).contains(&n) => n,
         Some(_) => return Err(bad(format!("limit is 1 to {PAGE_MAX}"))),
     };
-    let after = given(&query.cursor).map(parse_cursor).transpose()?;
-    let filters = Search {
+    Ok(Search {
         q,
         city,
         status,
@@ -204,8 +287,61 @@ pub async fn search(pool: &PgPool, query: &SearchQuery) -> Result<SearchResults,
         to,
         min_price: query.min_price,
         max_price: query.max_price,
+        cheapest,
         limit,
-    };
+    })
+}
+
+/// One page of the catalog for `query`: from `index` once it has read the catalog, else from
+/// PostgreSQL on `pool`; a cursor is read by the engine that wrote it.
+pub async fn search(
+    pool: &PgPool,
+    index: &SearchIndex,
+    query: &SearchQuery,
+) -> Result<SearchResults, ApiError> {
+    let filters = checked(query)?;
+    match given(&query.cursor).map(parse_cursor).transpose()? {
+        Some(After::Sql(threshold, score, starts, id)) => {
+            sql_search(pool, filters, Some((threshold, score, starts, id))).await
+        }
+        Some(After::Index(_)) if !index.ready() => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Unavailable,
+            "the search index is still reading the catalog; retry shortly",
+        )
+        .retry_after(1)),
+        Some(After::Index(c)) => indexed(index, filters, Some(c)).await,
+        None if index.ready() => indexed(index, filters, None).await,
+        None => sql_search(pool, filters, None).await,
+    }
+}
+
+async fn indexed(
+    index: &SearchIndex,
+    filters: Search,
+    after: Option<IndexCursor>,
+) -> Result<SearchResults, ApiError> {
+    let index = index.clone();
+    let found = tokio::task::spawn_blocking(move || {
+        crate::search::find(&index, &filters, after, Utc::now())
+    })
+    .await
+    .map_err(|e| ApiError::internal(&format!("the search stopped: {e}")))?
+    .map_err(|e| ApiError::internal(&format!("the search index failed: {e}")))?;
+    Ok(SearchResults {
+        events: found.events,
+        next_cursor: found.next.map(index_cursor),
+        facets: Some(found.facets),
+        did_you_mean: found.did_you_mean,
+    })
+}
+
+async fn sql_search(
+    pool: &PgPool,
+    filters: Search,
+    after: Option<(f64, f64, DateTime<Utc>, String)>,
+) -> Result<SearchResults, ApiError> {
+    let limit = filters.limit;
     let (threshold, mut events) = match &after {
         Some(a) => (a.0, page(pool, &filters, a.0, Some(a)).await?),
         None => {
@@ -228,6 +364,8 @@ pub async fn search(pool: &PgPool, query: &SearchQuery) -> Result<SearchResults,
     Ok(SearchResults {
         events,
         next_cursor,
+        facets: None,
+        did_you_mean: None,
     })
 }
 
@@ -246,7 +384,7 @@ async fn page(
     pool: &PgPool,
     f: &Search,
     threshold: f64,
-    after: Option<&After>,
+    after: Option<&(f64, f64, DateTime<Utc>, String)>,
 ) -> Result<Vec<EventSummary>, ApiError> {
     let after = after.map(|(_, score, starts, id)| (*score, *starts, id.as_str()));
     onsale_projections::catalog::search(pool, f, threshold, after)
@@ -295,14 +433,26 @@ mod tests {
 
     #[test]
     fn a_cursor_is_read_back_only_as_this_server_writes_it() {
-        let (threshold, score, starts, id) =
-            parse_cursor(&encoded("0.6|1.25|1796630400000000|ev-1")).expect("a cursor");
+        let Ok(After::Sql(threshold, score, starts, id)) =
+            parse_cursor(&encoded("0.6|1.25|1796630400000000|ev-1"))
+        else {
+            panic!("a cursor of PostgreSQL's");
+        };
         assert_eq!((threshold, score, id.as_str()), (STRICT, 1.25, "ev-1"));
         assert_eq!(starts.timestamp(), 1_796_630_400);
         // An id may hold the separator: only the first three split.
+        assert!(
+            matches!(parse_cursor(&encoded("0.4|0|0|a|b")), Ok(After::Sql(_, _, _, id)) if id == "a|b")
+        );
+        // The index's: its rank, read back as written.
+        let rank = IndexCursor(Rank {
+            score: 2.5,
+            starts: 1_796_630_400_000_000,
+            key: u64::MAX,
+        });
         assert_eq!(
-            parse_cursor(&encoded("0.4|0|0|a|b")).expect("a cursor").3,
-            "a|b"
+            parse_cursor(&index_cursor(rank)).expect("a cursor of the index's"),
+            After::Index(rank)
         );
         for forged in [
             "not base64 at all!".to_owned(),
@@ -310,6 +460,10 @@ mod tests {
             encoded("0.6|NaN|0|ev"),  // no score
             encoded("0.6|1|soon|ev"), // no start
             encoded("0.6|1|0"),       // no id
+            encoded("i|1|0"),         // an index cursor without its key
+            encoded("i|inf|0|1"),     // nor a score
+            encoded("i|1|0|-1"),      // a key is no negative number
+            encoded("i|1|0|1|2"),     // nor anything after it
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([0xff, 0xfe]),
         ] {
             let e = parse_cursor(&forged).expect_err("refused");

@@ -296,10 +296,12 @@ impl pb::events_server::Events for Grpc {
             status: given(r.status),
             min_price: r.min_price_cents,
             max_price: r.max_price_cents,
+            month: None,
+            price_band: None,
             limit: (r.limit > 0).then_some(i64::from(r.limit)),
             cursor: given(r.cursor),
         };
-        let found = crate::catalog::search(&self.0.pool, &query)
+        let found = crate::catalog::search(&self.0.pool, &self.0.search, &query)
             .await
             .map_err(ApiError::into_status)?;
         Ok(Response::new(pb::SearchEventsResponse {

@@ -16,6 +16,7 @@ pub mod history;
 pub mod hub;
 pub mod pages;
 pub mod rest;
+pub mod search;
 pub mod seats;
 pub mod snapshots;
 mod unavailable;
@@ -58,6 +59,25 @@ pub struct QueryConfig {
     /// ...or the relay's slot is this many bytes of WAL behind.
     #[arg(id = "ready_max_relay_lag_bytes", long = "ready-max-relay-lag-bytes", env = "ONSALE_READY_MAX_RELAY_LAG_BYTES", default_value_t = 256 << 20)]
     pub ready_max_relay_lag_bytes: i64,
+    /// Search the catalog on a search index this process keeps in memory, following the
+    /// catalog projection (ADR 033); off, every search is PostgreSQL's (ADR 013).
+    #[arg(
+        id = "search_index",
+        long = "search-index",
+        env = "ONSALE_SEARCH_INDEX",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub search_index: bool,
+    /// How often the search index reads what the catalog projection changed.
+    #[arg(
+        id = "search_follow_ms",
+        long = "search-follow-ms",
+        env = "ONSALE_SEARCH_FOLLOW_MS",
+        default_value_t = 100
+    )]
+    pub search_follow_ms: u64,
 }
 
 /// What the read routes share (REST and gRPC). axum clones a router's state for every
@@ -99,6 +119,9 @@ pub struct QueryParts {
     pub catalog: onsale_eventlog::Catalog,
     /// The domain's "now" (an event page's status).
     pub clock: Arc<dyn onsale_domain::Clock>,
+    /// The catalog's search index (never ready, so never asked, when `ONSALE_SEARCH_INDEX` is
+    /// off).
+    pub search: search::SearchIndex,
 }
 
 impl std::fmt::Debug for QueryParts {
@@ -181,6 +204,14 @@ impl QueryParts {
             catalog.clone(),
         );
         let health = health::Health::start(pool.clone(), shards, config.clone(), loops);
+        let search = search::SearchIndex::new().expect("an index in memory");
+        if config.search_index {
+            search.follow(
+                pool.clone(),
+                Duration::from_millis(config.search_follow_ms),
+                loops,
+            );
+        }
         Self {
             log: Arc::new(onsale_eventlog::ShardedLog::single(Arc::new(
                 onsale_eventlog::PgEventLog::new(pool.clone()),
@@ -193,6 +224,7 @@ impl QueryParts {
             streams,
             catalog,
             clock: Arc::new(onsale_domain::SystemClock),
+            search,
         }
     }
 }

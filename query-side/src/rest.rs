@@ -30,6 +30,7 @@ use crate::QueryState;
 pub fn router(state: QueryState) -> Router {
     Router::new()
         .route("/v1/events", get(search_events))
+        .route("/v1/events/suggest", get(suggest_events))
         .route("/v1/events/{id}", get(get_event))
         .route("/v1/venues/{id}", get(get_venue))
         .route("/v1/events/{id}/seats", get(seat_map))
@@ -44,6 +45,7 @@ pub fn router(state: QueryState) -> Router {
 #[openapi(
     paths(
         search_events,
+        suggest_events,
         get_event,
         get_venue,
         seat_map,
@@ -65,6 +67,11 @@ pub fn router(state: QueryState) -> Router {
         HoldResponse,
         crate::catalog::SearchResults,
         crate::catalog::EventSummary,
+        crate::search::Facets,
+        crate::search::Facet,
+        crate::search::Suggestions,
+        crate::search::Suggestion,
+        crate::search::SuggestionKind,
         AllSeats
     ))
 )]
@@ -94,13 +101,68 @@ async fn search_events(
     State(state): State<QueryState>,
     Query(q): Query<crate::catalog::SearchQuery>,
 ) -> Result<Response, ApiError> {
-    let results = crate::catalog::search(&state.pool, &q).await?;
+    let results = crate::catalog::search(&state.pool, &state.search, &q).await?;
     Ok((
         [(
             header::CACHE_CONTROL,
             HeaderValue::from_static("public, max-age=5"),
         )],
         Json(results),
+    )
+        .into_response())
+}
+
+/// What type-ahead is asked.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct SuggestQuery {
+    /// What the fan has typed so far (1 to 100 characters); the last word may be unfinished.
+    q: Option<String>,
+    /// Suggestions at most, 1 to 20 (default 8).
+    limit: Option<i64>,
+}
+
+/// Type-ahead (everyone): performers, shows, venues and cities for what a fan has typed so far
+/// (the last word begun, a typo forgiven from four letters), of shows not started yet, the
+/// soonest on sale and the fastest selling first. Answered from this process's search index:
+/// 503 with Retry-After while it is still reading the catalog.
+#[utoipa::path(get, path = "/v1/events/suggest", params(SuggestQuery),
+    responses((status = 200, body = crate::search::Suggestions), (status = 400), (status = 503)))]
+async fn suggest_events(
+    State(state): State<QueryState>,
+    Query(q): Query<SuggestQuery>,
+) -> Result<Response, ApiError> {
+    let bad =
+        |detail: &str| ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, detail);
+    let text = q.q.as_deref().map(str::trim).unwrap_or_default().to_owned();
+    if text.is_empty() || text.chars().count() > 100 || text.contains('\0') {
+        return Err(bad("q is 1 to 100 characters, no NUL"));
+    }
+    let limit = match q.limit {
+        None => 8,
+        Some(n @ 1..=20) => n as usize,
+        Some(_) => return Err(bad("limit is 1 to 20")),
+    };
+    if !state.search.ready() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::Unavailable,
+            "the search index is still reading the catalog; retry shortly",
+        )
+        .retry_after(1));
+    }
+    let index = state.search.clone();
+    let found = tokio::task::spawn_blocking(move || {
+        crate::search::suggest(&index, &text, limit, chrono::Utc::now())
+    })
+    .await
+    .map_err(|e| ApiError::internal(&format!("the suggestion stopped: {e}")))?
+    .map_err(|e| ApiError::internal(&format!("the search index failed: {e}")))?;
+    Ok((
+        [(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("public, max-age=5"),
+        )],
+        Json(found),
     )
         .into_response())
 }

@@ -156,6 +156,10 @@ pub const RELAY_SLOTS_CREATED_TOTAL: &str = "onsale_relay_slots_created_total";
 pub const RELAY_LAG_BYTES: &str = "onsale_relay_lag_bytes";
 /// Ticket scans at the gate, by result.
 pub const SCANS_TOTAL: &str = "onsale_scans_total";
+/// Shows the query side's search index holds.
+pub const SEARCH_INDEX_DOCUMENTS: &str = "onsale_search_index_documents";
+/// Show documents the search index took in (a show scheduled, or its band of seats left moved).
+pub const SEARCH_INDEX_UPDATES_TOTAL: &str = "onsale_search_index_updates_total";
 /// Seat-map deltas the projection wrote.
 pub const SEAT_MAP_DELTAS_TOTAL: &str = "onsale_seat_map_deltas_total";
 /// Seat-map reads served.
@@ -284,6 +288,8 @@ const HELP: &[(Kind, &str, &str)] = &[
     (Counter, SEAT_MAP_DELTAS_TOTAL, "Seat-map deltas the projection wrote."),
     (Counter, SEAT_MAP_READS_TOTAL, "Seat-map reads served."),
     (Counter, SEAT_MAP_REBUILDS_TOTAL, "Seat-map cache rebuilds (one per show, section and seq however many readers missed)."),
+    (Gauge, SEARCH_INDEX_DOCUMENTS, "Shows the query side's search index holds."),
+    (Counter, SEARCH_INDEX_UPDATES_TOTAL, "Show documents the search index took in (a show scheduled, or its band of seats left moved)."),
     (Gauge, SEAT_MAP_SEQ, "The newest seat-map delta seq this process knows (per show)."),
     (Histogram, SHOW_LOAD_SECONDS, "Time to load a show (snapshot plus tail) into its owner."),
     (Gauge, STREAM_SUBSCRIBERS, "Open SSE and gRPC delta streams."),
