@@ -47,7 +47,16 @@ fn parameter_schema(path: &str, name: &str) -> Option<Value> {
         "atSequence" => json!({"type": "integer", "format": "int64", "minimum": 1}),
         // The catalog search (`GET /v1/events`).
         "limit" if path == "/v1/events" => json!({"type": "integer", "minimum": 1, "maximum": 100}),
+        // Type-ahead (`GET /v1/events/suggest`): something typed, blanks trimmed.
+        "limit" if path == "/v1/events/suggest" => {
+            json!({"type": "integer", "minimum": 1, "maximum": 20})
+        }
+        "q" if path == "/v1/events/suggest" => json!({"type": "string", "minLength": 1,
+            "maxLength": 100, "pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"}),
         "q" => json!({"type": "string", "maxLength": 200, "pattern": NO_NUL}),
+        "month" => json!({"type": "string", "pattern": "^([0-9]{4}-(0[1-9]|1[0-2]))?$"}),
+        "priceBand" => json!({"type": "string", "enum": ["", "UNDER_25", "25_TO_50", "50_TO_100",
+            "100_TO_200", "200_AND_OVER"]}),
         "city" => json!({"type": "string", "maxLength": 100, "pattern": NO_NUL}),
         // An empty filter is an absent one.
         "date" => json!({"anyOf": [

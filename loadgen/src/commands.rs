@@ -185,18 +185,20 @@ impl Setup {
 pub(crate) struct BenchSearch {
     #[command(flatten)]
     database: DatabaseSettings,
-    /// A running `onsale serve` on the same database, for the HTTP figures.
+    /// A running `onsale serve` on the same database without the search index
+    /// (`ONSALE_SEARCH_INDEX=0`): PostgreSQL over HTTP.
     #[arg(long)]
     base: Option<String>,
+    /// A running `onsale serve` on the same database with its search index: the index and
+    /// type-ahead over HTTP.
+    #[arg(long)]
+    index_base: Option<String>,
     #[arg(long, default_value_t = 100_000)]
     shows: usize,
     #[arg(long, default_value_t = 16)]
     clients: usize,
     #[arg(long, default_value_t = 20)]
     seconds: u64,
-    /// Also write the catalog and the queries as TSV here (for search-compare).
-    #[arg(long)]
-    export: Option<std::path::PathBuf>,
 }
 
 impl BenchSearch {
@@ -204,14 +206,14 @@ impl BenchSearch {
         let Self {
             database,
             base,
+            index_base,
             shows,
             clients,
             seconds,
-            export,
         } = self;
         database.migrate().await?;
         let pool = database.pool(clients as u32 + 2, false)?;
-        search::run(pool, base, shows, clients, seconds, export).await
+        search::run(pool, base, index_base, shows, clients, seconds).await
     }
 }
 

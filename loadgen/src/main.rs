@@ -72,8 +72,9 @@ enum Command {
         #[command(flatten)]
         owners: OwnerConfig,
     },
-    /// The catalog search on a synthetic catalog: fill, then queries/s and latency in process
-    /// and (with --base) over HTTP (`make bench-search`).
+    /// The catalog search on a synthetic catalog: fill, then queries/s and latency in process,
+    /// over HTTP on PostgreSQL (--base) and on the search index (--index-base), and type-ahead
+    /// (`make bench-search`).
     BenchSearch(commands::BenchSearch),
     /// Replay speed: a log of SHOWS x EVENTS folded from the store and from the topic, and
     /// read raw with COPY (the log is generated and published once per database).

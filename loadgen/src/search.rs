@@ -3,11 +3,14 @@
 //! synthetic catalog (performers and names made of syllables, 60 cities, a year of dates,
 //! prices), then runs one mix of queries (a performer's name, the same with a typo, a city,
 //! words and a city, a date range and a status, a price range) for a fixed time, from many
-//! clients at once: in process through `onsale_query::catalog::search` (the statement and its
-//! plan), and through HTTP against a running `onsale serve` (what a fan gets). It can write the
-//! catalog and the queries as TSV for the tantivy comparison (`loadgen/search-compare`, ADR 013).
+//! clients at once: in process through `onsale_query::catalog::search` on PostgreSQL (the
+//! statement and its plan), and through HTTP against a running `onsale serve` without the
+//! search index and another with it (what a fan gets, ADR 033); then type-ahead, prefixes of 1
+//! to 6 letters with a typo in one of three, against the second.
 
 use std::sync::Arc;
+
+use anyhow::Context;
 use std::time::{Duration, Instant};
 
 use onsale_projections::catalog::Listing;
@@ -203,14 +206,15 @@ pub(crate) struct Measured {
 }
 
 /// Runs `one` over the mix from `clients` tasks for `seconds`.
-pub(crate) async fn measure<F, Fut>(
+pub(crate) async fn measure<T, F, Fut>(
     clients: usize,
     seconds: u64,
-    mix: Arc<Vec<SearchQuery>>,
+    mix: Arc<Vec<T>>,
     one: F,
 ) -> anyhow::Result<Measured>
 where
-    F: Fn(SearchQuery) -> Fut + Clone + Send + Sync + 'static,
+    T: Clone + Send + Sync + 'static,
+    F: Fn(T) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = anyhow::Result<usize>> + Send,
 {
     let until = Instant::now() + Duration::from_secs(seconds);
@@ -251,65 +255,93 @@ where
     })
 }
 
-/// Writes the catalog and the query mix as TSV for `search-compare`.
-pub(crate) fn export(
-    dir: &std::path::Path,
-    docs: &[Doc],
-    mix: &[SearchQuery],
-) -> anyhow::Result<()> {
-    use std::io::Write;
-    std::fs::create_dir_all(dir)?;
-    let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("docs.tsv"))?);
-    for d in docs {
-        writeln!(
-            f,
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
-            d.id,
-            d.performer,
-            d.name,
-            d.venue,
-            d.city,
-            d.starts_at.timestamp(),
-            d.min_price,
-            d.max_price
-        )?;
-    }
-    let mut f = std::io::BufWriter::new(std::fs::File::create(dir.join("queries.tsv"))?);
-    let day = |s: &Option<String>, end: bool| {
-        s.as_deref()
-            .and_then(|d| chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d").ok())
-            .map(|d| {
-                let d = if end { d.succ_opt().unwrap_or(d) } else { d };
-                d.and_hms_opt(0, 0, 0)
-                    .unwrap_or_default()
-                    .and_utc()
-                    .timestamp()
-                    .to_string()
-            })
-            .unwrap_or_default()
-    };
-    for q in mix {
-        writeln!(
-            f,
-            "{}\t{}\t{}\t{}\t{}",
-            q.q.clone().unwrap_or_default(),
-            q.city.clone().unwrap_or_default(),
-            day(&q.from, false),
-            day(&q.to, true),
-            q.max_price.map(|p| p.to_string()).unwrap_or_default()
-        )?;
-    }
-    Ok(())
+/// The type-ahead mix: the first 1 to 6 letters of a performer, a show's name, a city or a
+/// venue, one prefix in three with a typo (two letters swapped or one changed, never the first).
+pub(crate) fn prefixes(docs: &[Doc], n: usize) -> Vec<String> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    (0..n)
+        .map(|i| {
+            let d = &docs[rng.random_range(0..docs.len())];
+            let text = match i % 4 {
+                0 => &d.performer,
+                1 => &d.name,
+                2 => &d.city,
+                _ => &d.venue,
+            };
+            let mut c: Vec<char> = text.chars().take(rng.random_range(1..=6)).collect();
+            if i % 3 == 0 && c.len() >= 4 {
+                let at = rng.random_range(1..c.len() - 1);
+                if rng.random_bool(0.5) {
+                    c.swap(at, at + 1);
+                } else {
+                    c[at] = SYLLABLES[rng.random_range(0..SYLLABLES.len())]
+                        .chars()
+                        .next()
+                        .unwrap_or('a');
+                }
+            }
+            c.into_iter().collect()
+        })
+        .collect()
 }
 
-/// The benchmark: fill, then in process and over HTTP, printed as a table row each.
+/// Waits until the search index behind `base` holds this fill of the catalog: its first show
+/// starts when this fill's first does (each fill's starts are its own).
+async fn index_holds(
+    http: &reqwest::Client,
+    base: &str,
+    first: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let body: serde_json::Value = http
+            .get(format!("{base}/v1/events?limit=1"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let e = &body["events"][0];
+        let starts = e["startsAt"]
+            .as_str()
+            .and_then(|t| t.parse::<chrono::DateTime<chrono::Utc>>().ok());
+        if body["facets"].is_object()
+            && starts.map(|t| t.timestamp_micros()) == Some(first.timestamp_micros())
+        {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the search index has not read the catalog after 300 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// GETs `url` and counts the members of `list` in its answer.
+async fn count(http: &reqwest::Client, url: String, list: &str) -> anyhow::Result<usize> {
+    let res = http.get(&url).send().await?;
+    anyhow::ensure!(res.status().is_success(), "{url}: {}", res.status());
+    let body: serde_json::Value = res.json().await?;
+    Ok(body[list].as_array().map_or(0, Vec::len))
+}
+
+fn row(name: &str, clients: usize, m: &Measured) {
+    println!(
+        "| {name} | {clients} | {} | {:.0} | {:.2} | {:.2} | {} |",
+        m.queries, m.per_sec, m.p50_ms, m.p99_ms, m.empty
+    );
+}
+
+/// The benchmark: fill the catalog, then the same mix from PostgreSQL in process and over HTTP
+/// (`base`, a server without the index), from the search index over HTTP (`index_base`, a
+/// server with it, once it holds every show), and type-ahead from it; a table row each.
 pub(crate) async fn run(
     pool: sqlx::PgPool,
     base: Option<String>,
+    index_base: Option<String>,
     shows: usize,
     clients: usize,
     seconds: u64,
-    export_dir: Option<std::path::PathBuf>,
 ) -> anyhow::Result<()> {
     let t = Instant::now();
     let docs = catalog(shows);
@@ -319,45 +351,59 @@ pub(crate) async fn run(
         t.elapsed().as_secs_f64()
     );
     let mix = Arc::new(queries(&docs, 2_000));
-    if let Some(dir) = &export_dir {
-        export(dir, &docs, &mix)?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(clients)
+        .build()?;
+    if let Some(index_base) = &index_base {
+        let t = Instant::now();
+        let first = docs
+            .iter()
+            .map(|d| d.starts_at)
+            .min()
+            .context("a catalog")?;
+        index_holds(&http, index_base, first).await?;
+        println!(
+            "search index: {shows} shows held {:.1} s after the catalog was written",
+            t.elapsed().as_secs_f64()
+        );
     }
+    // A server-less index that never reads: the search falls to PostgreSQL.
+    let unread = onsale_query::search::SearchIndex::new()?;
     let sql_pool = pool.clone();
     let sql = measure(clients, seconds, mix.clone(), move |q| {
-        let pool = sql_pool.clone();
+        let (pool, unread) = (sql_pool.clone(), unread.clone());
         async move {
-            let found = onsale_query::catalog::search(&pool, &q)
+            let found = onsale_query::catalog::search(&pool, &unread, &q)
                 .await
                 .map_err(|e| anyhow::anyhow!("{}: {}", e.code, e.detail))?;
             Ok(found.events.len())
         }
     })
     .await?;
-    println!(
-        "| postgresql (in process) | {clients} | {} | {:.0} | {:.2} | {:.2} | {} |",
-        sql.queries, sql.per_sec, sql.p50_ms, sql.p99_ms, sql.empty
-    );
-    if let Some(base) = base {
-        let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(clients)
-            .build()?;
+    row("postgresql (in process)", clients, &sql);
+    for (name, base) in [
+        ("postgresql (HTTP, onsale serve)", &base),
+        ("search index (HTTP, onsale serve)", &index_base),
+    ] {
+        let Some(base) = base.clone() else { continue };
+        let http = http.clone();
         let got = measure(clients, seconds, mix.clone(), move |q| {
-            let (http, url) = (
-                http.clone(),
-                format!("{base}/v1/events?{}", query_string(&q)),
-            );
-            async move {
-                let res = http.get(&url).send().await?;
-                anyhow::ensure!(res.status().is_success(), "{url}: {}", res.status());
-                let body: serde_json::Value = res.json().await?;
-                Ok(body["events"].as_array().map_or(0, Vec::len))
-            }
+            let url = format!("{base}/v1/events?{}", query_string(&q));
+            let http = http.clone();
+            async move { count(&http, url, "events").await }
         })
         .await?;
-        println!(
-            "| postgresql (HTTP, onsale serve) | {clients} | {} | {:.0} | {:.2} | {:.2} | {} |",
-            got.queries, got.per_sec, got.p50_ms, got.p99_ms, got.empty
-        );
+        row(name, clients, &got);
+    }
+    if let Some(base) = index_base {
+        let typed = Arc::new(prefixes(&docs, 2_000));
+        let got = measure(clients, seconds, typed, move |q| {
+            let url = format!("{base}/v1/events/suggest?q={}", q.replace(' ', "%20"));
+            let http = http.clone();
+            async move { count(&http, url, "suggestions").await }
+        })
+        .await?;
+        row("type-ahead (HTTP, search index)", clients, &got);
     }
     Ok(())
 }

@@ -116,7 +116,7 @@ async fn search_events(
 #[derive(Debug, Deserialize, IntoParams)]
 pub struct SuggestQuery {
     /// What the fan has typed so far (1 to 100 characters); the last word may be unfinished.
-    q: Option<String>,
+    q: String,
     /// Suggestions at most, 1 to 20 (default 8).
     limit: Option<i64>,
 }
@@ -133,7 +133,7 @@ async fn suggest_events(
 ) -> Result<Response, ApiError> {
     let bad =
         |detail: &str| ApiError::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidRequest, detail);
-    let text = q.q.as_deref().map(str::trim).unwrap_or_default().to_owned();
+    let text = q.q.trim().to_owned();
     if text.is_empty() || text.chars().count() > 100 || text.contains('\0') {
         return Err(bad("q is 1 to 100 characters, no NUL"));
     }

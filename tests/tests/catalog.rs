@@ -135,11 +135,25 @@ fn performers(v: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The relevance suite on the process's search index (ADR 033), which answers once it has read
+/// the catalog.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fans_find_shows_by_name_despite_typos_and_by_city_date_status_and_price() {
+    fans_find_shows(true).await;
+}
+
+/// The same suite on PostgreSQL (ADR 013), what answers while an index is still reading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_suite_passes_on_postgresql_without_the_index() {
+    fans_find_shows(false).await;
+}
+
+async fn fans_find_shows(index: bool) {
     let db = TestDb::new().await.expect("db");
     let brokers = shared_brokers().expect("brokers");
-    let rp = ReadPath::spawn(&db, &brokers).await.expect("read path");
+    let rp = ReadPath::spawn_parts(&db, &brokers, |s| s.query.search_index = index, &[])
+        .await
+        .expect("read path");
     let mut ids = Vec::new();
     for s in &SHOWS {
         ids.push(schedule(&rp, s).await);
@@ -171,6 +185,8 @@ async fn fans_find_shows_by_name_despite_typos_and_by_city_date_status_and_price
                     .is_some_and(|e| e.iter().any(|x| x["status"] == "SOLD_OUT"))
         })
         .await;
+    // The engine that answered: the index says how the matches spread, PostgreSQL does not.
+    assert_eq!(all["facets"].is_object(), index, "{all}");
     // Browsing: soonest first, every field docs/api.md lists.
     let first = &all["events"][0];
     for field in [
@@ -489,4 +505,182 @@ async fn the_catalogs_status_in_sql_is_the_one_rule_of_event_status() {
         assert!(!want.is_empty(), "every status is among the listings");
         assert_eq!(got, want, "filtered by {status:?}");
     }
+}
+
+/// Type-ahead and facets over HTTP, and the index a rebuilt catalog projection gives: a new
+/// index read from zero (as every process's at its start) answers every query of the suite as
+/// the live one does, which took the rebuild in as changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn type_ahead_and_facets_and_an_index_rebuilt_from_the_log_answers_as_the_live_one() {
+    let db = TestDb::new().await.expect("db");
+    let brokers = shared_brokers().expect("brokers");
+    let mut rp = ReadPath::spawn(&db, &brokers).await.expect("read path");
+    for s in &SHOWS {
+        schedule(&rp, s).await;
+    }
+    let every = |s: u16, v: &Value| {
+        s == 200
+            && v["events"]
+                .as_array()
+                .is_some_and(|e| e.len() == SHOWS.len())
+    };
+    rp.eventually("/v1/events?limit=100", "", every).await;
+
+    // Type-ahead: the performer begun, a typo in a begun word, a show by its name, a city.
+    let (status, got) = rp.app.get("/v1/events/suggest?q=metal", "").await;
+    assert_eq!(status, 200, "{got}");
+    let first = &got["suggestions"][0];
+    assert_eq!(
+        (&first["kind"], &first["text"]),
+        (&json!("PERFORMER"), &json!("Metallica")),
+        "{got}"
+    );
+    let (_, got) = rp.app.get("/v1/events/suggest?q=beyo", "").await;
+    assert_eq!(got["suggestions"][0]["text"], "Beyonce", "{got}");
+    let (_, got) = rp.app.get("/v1/events/suggest?q=renaisa", "").await;
+    let show = &got["suggestions"][0];
+    assert_eq!(
+        (&show["kind"], &show["text"]),
+        (&json!("SHOW"), &json!("Renaissance")),
+        "{got}"
+    );
+    assert!(
+        show["eventId"].is_string() && show["startsAt"].is_string(),
+        "{show}"
+    );
+    let (_, got) = rp.app.get("/v1/events/suggest?q=trondh&limit=1", "").await;
+    assert_eq!(
+        got["suggestions"],
+        json!([{"kind": "CITY", "text": "Trondheim"}])
+    );
+    for bad in [
+        "",
+        "q=",
+        "q=%20",
+        "q=ab&limit=0",
+        "q=ab&limit=21",
+        "q=a%00b",
+    ] {
+        let (status, body) = rp.app.get(&format!("/v1/events/suggest?{bad}"), "").await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (400, Some("INVALID_REQUEST")),
+            "{bad}"
+        );
+    }
+    let long = "x".repeat(101);
+    let (status, _) = rp
+        .app
+        .get(&format!("/v1/events/suggest?q={long}"), "")
+        .await;
+    assert_eq!(status, 400);
+
+    // Facets count every match, not one page; filters combine; nothing found offers a name.
+    let (_, page) = rp.app.get("/v1/events?limit=1", "").await;
+    assert_eq!(page["events"].as_array().map(Vec::len), Some(1));
+    let cities = &page["facets"]["city"];
+    assert_eq!(cities[0], json!({"value": "Oslo", "count": 3}), "{page}");
+    let total: u64 = page["facets"]["status"]
+        .as_array()
+        .expect("statuses")
+        .iter()
+        .filter_map(|f| f["count"].as_u64())
+        .sum();
+    assert_eq!(total, SHOWS.len() as u64);
+    let month = page["facets"]["month"][0]["value"]
+        .as_str()
+        .expect("a month")
+        .to_owned();
+    let (_, in_month) = rp
+        .app
+        .get(&format!("/v1/events?month={month}&city=oslo&limit=100"), "")
+        .await;
+    assert!(
+        in_month["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .all(|e| e["city"] == "Oslo"
+                && e["startsAt"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with(&month))),
+        "{in_month}"
+    );
+    let (_, band) = rp.app.get("/v1/events?priceBand=25_TO_50", "").await;
+    assert_eq!(performers(&band), ["Oslo Philharmonic / Night of Strings"]);
+    let (_, none) = rp.app.get("/v1/events?q=metallicca%20zzzz", "").await;
+    assert_eq!(
+        (none["events"].as_array().map(Vec::len), &none["didYouMean"]),
+        (Some(0), &json!("Metallica")),
+        "{none}"
+    );
+    for bad in ["month=2026-13", "month=2026", "priceBand=CHEAP"] {
+        let (status, body) = search(&rp, bad).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (400, Some("INVALID_REQUEST")),
+            "{bad}"
+        );
+    }
+
+    // The catalog projection rebuilt from the log; then an index read from zero.
+    rp.rebuild_projections().await.expect("rebuilt");
+    let fresh = onsale_query::search::SearchIndex::new().expect("an index");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while fresh.documents() < SHOWS.len() as u64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rebuilt catalog never had every show"
+        );
+        fresh.catch_up(&rp.pool).await.expect("read");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    rp.eventually("/v1/events?limit=100", "", every).await;
+    for q in [
+        "limit=100",
+        "q=metallica",
+        "q=metlica",
+        "q=metal&limit=2",
+        "q=beyonse",
+        "city=oslo",
+        "status=ON_SALE",
+        "maxPrice=5000",
+        "priceBand=100_TO_200",
+        "q=oslo",
+        "q=nothing%20like%20it",
+    ] {
+        let (_, live) = search(&rp, q).await;
+        let query: onsale_query::catalog::SearchQuery = query_of(q);
+        let rebuilt = onsale_query::catalog::search(&rp.pool, &fresh, &query)
+            .await
+            .expect("a search");
+        let rebuilt = serde_json::to_value(rebuilt).expect("json");
+        assert_eq!(
+            (performers(&live), &live["facets"], &live["didYouMean"]),
+            (
+                performers(&rebuilt),
+                &rebuilt["facets"],
+                &rebuilt["didYouMean"]
+            ),
+            "{q}"
+        );
+    }
+    rp.stop().await;
+}
+
+/// `a=b&c=d` as the REST route reads it.
+fn query_of(q: &str) -> onsale_query::catalog::SearchQuery {
+    let pairs: serde_json::Map<String, Value> = q
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| {
+            let v = v.replace("%20", " ");
+            let value = match v.parse::<i64>() {
+                Ok(n) if k != "q" => json!(n),
+                _ => json!(v),
+            };
+            (k.to_owned(), value)
+        })
+        .collect();
+    serde_json::from_value(Value::Object(pairs)).expect("a query")
 }

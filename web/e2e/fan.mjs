@@ -1,5 +1,6 @@
-// The fan app in a real Chromium, at desktop and phone sizes: a fan signs in, finds the show,
-// opens its map live over gRPC-web; another fan holds a seat over REST and the page shows one
+// The fan app in a real Chromium, at desktop and phone sizes: a fan signs in, types the first
+// letters of a performer and takes the suggestion with the keyboard, finds the show, opens its
+// map live over gRPC-web; another fan holds a seat over REST and the page shows one
 // seat fewer within 2 s; axe-core finds no serious accessibility violation on any screen.
 import { BASE, EVENT, accessible, launch, newPage, shot, token } from "./common.mjs";
 
@@ -14,6 +15,22 @@ try {
     await page.getByLabel("Account name").fill(phone ? "phone-fan" : "desk-fan");
     await page.getByRole("button", { name: "Sign in" }).click();
     await page.getByRole("heading", { name: "Shows" }).waitFor();
+    // Type-ahead: four letters of the performer offer the performer; the keyboard takes it.
+    const { performer } = await (await fetch(`${BASE}/v1/events/${EVENT}`)).json();
+    const box = page.getByRole("combobox", { name: /Search performers/ });
+    await box.pressSequentially(performer.slice(0, 4), { delay: 30 });
+    const options = page.getByRole("listbox").getByRole("option");
+    await options.filter({ hasText: performer }).first().waitFor();
+    await accessible(page, "type-ahead");
+    const texts = await options.allTextContents();
+    const at = texts.findIndex((t) => t.startsWith("Performer") && t.includes(performer));
+    if (at < 0) throw new Error(`no performer among the suggestions: ${texts.join(" | ")}`);
+    for (let i = 0; i <= at; i++) await box.press("ArrowDown");
+    const activeId = await box.getAttribute("aria-activedescendant");
+    if (activeId !== `suggestion-${at}`) throw new Error(`the keyboard is on ${activeId}, not suggestion-${at}`);
+    await box.press("Enter");
+    await page.getByRole("listbox").waitFor({ state: "hidden" });
+    if ((await box.inputValue()) !== performer) throw new Error(`the box says ${await box.inputValue()}`);
     const link = page.locator(`a[href="#/events/${EVENT}"]`);
     await link.waitFor();
     await accessible(page, "shows");
