@@ -19,6 +19,7 @@ pub mod rest;
 pub mod search;
 pub mod seats;
 pub mod snapshots;
+pub mod summary;
 mod unavailable;
 
 use std::sync::Arc;

@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 
 use super::hits::{status, Hits, Rank, PRICE_BANDS};
 use super::SearchIndex;
-use crate::catalog::EventSummary;
+use crate::summary::EventSummary;
 
 /// Where an index page stops.
 #[derive(Debug, Clone, Copy, PartialEq)]
