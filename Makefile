@@ -220,8 +220,9 @@ bench-queue:
 bench-limits:
 	./scripts/bench-limits.sh
 
-# Catalog search on 100,000 shows: PostgreSQL in process and over HTTP, tantivy in process
-# (ADR 013).
+# Catalog search on 100,000 shows: PostgreSQL in process and over HTTP (ADR 013) beside the
+# search index over HTTP and its type-ahead (ADR 033); then how soon a search says a show was
+# scheduled, sold out or released.
 bench-search:
 	./scripts/bench-search.sh
 

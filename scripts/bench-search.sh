@@ -6,7 +6,10 @@
 # and its statement), PostgreSQL over HTTP (`onsale serve` with ONSALE_SEARCH_INDEX=0, ADR 013),
 # the search index over HTTP (another `onsale serve`, its index following the same catalog, ADR
 # 033), and type-ahead on it (prefixes of 1-6 letters, a typo in one of three). Both serve
-# processes run throughout; the one not measured is idle. Prints the medians.
+# processes run throughout; the one not measured is idle. Prints the medians. Then freshness,
+# with the relay and the projector running on a broker of its own: BENCH_FRESH_SHOWS (50) shows
+# scheduled, sold out and released one after another, each timed from its acknowledged write
+# to the first search (on the index, among the synthetic shows) that says so.
 set -euo pipefail
 export ONSALE_DEV_MODE=${ONSALE_DEV_MODE:-1}
 export ONSALE_RATE_ADDRESS_PER_SEC=0
@@ -16,6 +19,8 @@ export ONSALE_RATE_MISSES_PER_SEC=0
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 DIR=$(mktemp -d /tmp/onsale-bench-search.XXXXXX)
 PORT=${BENCH_PG_PORT:-54349}
+KAFKA_PORT=${BENCH_KAFKA_PORT:-19389}
+FRESH=${BENCH_FRESH_SHOWS:-50}
 LISTEN=${BENCH_LISTEN:-127.0.0.1:8089}
 SHOWS=${BENCH_SHOWS:-100000}
 SECS=${BENCH_SECONDS:-20}
@@ -27,28 +32,38 @@ RESULTS=$OUT/search.txt
 : >"$RESULTS"
 cleanup() {
   for p in "$DIR"/onsale-*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done
+  "$ROOT/scripts/stack.sh" broker-down "$DIR"
   "$ROOT/scripts/stack.sh" pg-down "$DIR"
 }
 trap cleanup EXIT
 "$ROOT/scripts/stack.sh" pg-up "$DIR" "$PORT"
+"$ROOT/scripts/stack.sh" broker-up "$DIR" "$KAFKA_PORT" 1
 DB="postgres://onsale@127.0.0.1:$PORT/onsale"
 (cd "$ROOT" && cargo build --release -q -p onsale-server -p onsale-processor-sim -p onsale-loadgen)
 BIN=$ROOT/target/release
 INDEXED=${BENCH_INDEX_LISTEN:-127.0.0.1:8090}
-# serve NAME LISTEN GRPC INDEX: one `onsale serve` on the catalog, with or without its index.
-serve() {
-  DATABASE_URL=$DB ONSALE_LISTEN=$2 ONSALE_GRPC_LISTEN=$3 ONSALE_SEARCH_INDEX=$4 RUST_LOG=warn \
-    "$BIN/onsale" serve >>"$DIR/onsale-$1.log" 2>&1 &
-  echo $! >"$DIR/onsale-$1.pid"
-  for _ in $(seq 1 100); do curl -fsS "http://$2/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
+# start NAME LISTEN GRPC INDEX COMMAND...: one onsale process on the catalog, a server with or
+# without its search index, or the relay or the projector.
+start() {
+  local name=$1 listen=$2 grpc=$3 index=$4
+  shift 4
+  DATABASE_URL=$DB ONSALE_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT ONSALE_LISTEN=$listen \
+    ONSALE_GRPC_LISTEN=$grpc ONSALE_SEARCH_INDEX=$index RUST_LOG=warn \
+    "$BIN/onsale" "$@" >>"$DIR/onsale-$name.log" 2>&1 &
+  echo $! >"$DIR/onsale-$name.pid"
 }
-serve sql "$LISTEN" 127.0.0.1:50089 0
-serve index "$INDEXED" 127.0.0.1:50090 1
+start sql "$LISTEN" 127.0.0.1:50089 0 serve
+start index "$INDEXED" 127.0.0.1:50090 1 serve
+for _ in $(seq 1 100); do curl -fsS "http://$LISTEN/healthz" >/dev/null 2>&1 &&
+  curl -fsS "http://$INDEXED/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
 for rep in $(seq 1 "$REPEAT"); do
   "$BIN/onsale-loadgen" bench-search --database-url "$DB" --base "http://$LISTEN" \
     --index-base "http://$INDEXED" --shows "$SHOWS" --clients "$CLIENTS" --seconds "$SECS" \
     | tee -a "$RESULTS"
 done
+start relay 127.0.0.1:0 127.0.0.1:0 0 relay
+start project 127.0.0.1:0 127.0.0.1:0 0 project --metrics-listen 127.0.0.1:0
+"$BIN/onsale-loadgen" search-freshness --base "http://$INDEXED" --shows "$FRESH" | tee "$OUT/search-freshness.md"
 python3 - "$RESULTS" "$SHOWS" <<'PY' | tee "$OUT/search.md"
 import statistics, sys
 rows = {}

@@ -180,6 +180,25 @@ impl Setup {
     }
 }
 
+/// The flags of `onsale-loadgen search-freshness` (main.rs says what it does).
+#[derive(Debug, clap::Args)]
+pub(crate) struct SearchFreshness {
+    /// A running stack's API (serve, with relay and project behind it).
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    base: String,
+    #[arg(long, default_value_t = 50)]
+    shows: usize,
+    #[command(flatten)]
+    auth: AuthSettings,
+}
+
+impl SearchFreshness {
+    pub(crate) async fn run(self) -> anyhow::Result<()> {
+        let auth = self.auth.secured()?;
+        crate::freshness::run(self.base, auth.jwt_secret.expose_secret(), self.shows).await
+    }
+}
+
 /// The flags of `onsale-loadgen bench-search` (main.rs says what it does).
 #[derive(Debug, clap::Args)]
 pub(crate) struct BenchSearch {

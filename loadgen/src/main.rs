@@ -13,6 +13,7 @@ mod commands;
 mod demo;
 mod drill;
 mod fanout;
+mod freshness;
 mod join;
 mod owner;
 mod queue;
@@ -76,6 +77,9 @@ enum Command {
     /// over HTTP on PostgreSQL (--base) and on the search index (--index-base), and type-ahead
     /// (`make bench-search`).
     BenchSearch(commands::BenchSearch),
+    /// How soon search says a show was scheduled, sold out or put back on sale, on a running
+    /// stack (`make bench-search`).
+    SearchFreshness(commands::SearchFreshness),
     /// Replay speed: a log of SHOWS x EVENTS folded from the store and from the topic, and
     /// read raw with COPY (the log is generated and published once per database).
     BenchReplay(commands::BenchReplay),
@@ -183,6 +187,7 @@ async fn main() -> anyhow::Result<()> {
             tail::run(tail, auth.jwt_secret.expose_secret()).await
         }
         Command::BenchSearch(c) => c.run().await,
+        Command::SearchFreshness(c) => c.run().await,
         Command::BenchReplay(c) => c.run().await,
         Command::BenchFanout { fanout, auth } => {
             let auth = auth.secured()?;

@@ -48,6 +48,10 @@ pub struct Suggestions {
 const LOOK: usize = 40;
 const DAY_US: f32 = 86_400_000_000.0;
 
+/// How much more a word as typed weighs than one with a typo: enough that what a fan typed
+/// exactly comes first, the ranking by sales and dates ordering each of the two.
+const EXACT: f32 = 10.0;
+
 /// A typed word, whole: itself, or with its typos.
 fn whole(field: Field, word: &str) -> Box<dyn Query> {
     let mut any: Vec<(Occur, Box<dyn Query>)> =
@@ -64,7 +68,7 @@ fn whole(field: Field, word: &str) -> Box<dyn Query> {
 fn begun(field: Field, word: &str) -> Box<dyn Query> {
     let d = u8::from(word.chars().count() >= 4);
     let exact = FuzzyTermQuery::new_prefix(Term::from_field_text(field, word), 0, true);
-    let mut any: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Should, boost(exact, 2.0))];
+    let mut any: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Should, boost(exact, EXACT))];
     if d > 0 {
         let q = FuzzyTermQuery::new_prefix(Term::from_field_text(field, word), d, true);
         any.push((Occur::Should, Box::new(q)));
@@ -89,11 +93,13 @@ pub fn suggest(
     let now_us = now.timestamp_micros();
     let searcher = index.searcher();
     let mut found: Vec<(f32, Suggestion)> = Vec::new();
-    for (kind, field) in [
-        (SuggestionKind::Performer, f.performer),
-        (SuggestionKind::Show, f.name),
-        (SuggestionKind::Venue, f.venue),
-        (SuggestionKind::City, f.city_words),
+    // Kinds in the order a fan most often means them, when their matches rank alike: a
+    // performer, a show, a city, a venue (a venue's name often holds its city's).
+    for (kind, field, weight) in [
+        (SuggestionKind::Performer, f.performer, 1.0),
+        (SuggestionKind::Show, f.name, 0.9),
+        (SuggestionKind::City, f.city_words, 0.8),
+        (SuggestionKind::Venue, f.venue, 0.7),
     ] {
         let mut must: Vec<(Occur, Box<dyn Query>)> = before
             .iter()
@@ -164,7 +170,7 @@ pub fn suggest(
                     }
             };
             if !found.iter().any(|(_, o)| same(o)) {
-                found.push((rank, s));
+                found.push((rank * weight, s));
             }
         }
     }

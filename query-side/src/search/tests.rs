@@ -233,6 +233,14 @@ fn type_ahead_names_performers_shows_venues_and_cities_soonest_and_most_wanted_f
         .suggestions
         .iter()
         .any(|s| s.kind == SuggestionKind::City && s.text == "Metz"));
+    // A city before a venue named after it, when both match alike.
+    let metz = suggest(&index, "metz", 2, now).expect("suggestions");
+    let kinds: Vec<SuggestionKind> = metz.suggestions.iter().map(|s| s.kind).collect();
+    assert_eq!(
+        kinds,
+        [SuggestionKind::City, SuggestionKind::Venue],
+        "{metz:?}"
+    );
     // A typo in a begun word (four letters on), and a whole word before it.
     let typo = suggest(&index, "metallics", 8, now).expect("suggestions");
     assert_eq!(
