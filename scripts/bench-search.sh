@@ -30,6 +30,7 @@ OUT=$ROOT/target/bench
 mkdir -p "$OUT"
 RESULTS=$OUT/search.txt
 : >"$RESULTS"
+: >"$OUT/search-memory.txt"
 cleanup() {
   for p in "$DIR"/onsale-*.pid; do [ -f "$p" ] && kill "$(cat "$p")" 2>/dev/null; done
   "$ROOT/scripts/stack.sh" broker-down "$DIR"
@@ -60,6 +61,11 @@ for rep in $(seq 1 "$REPEAT"); do
   "$BIN/onsale-loadgen" bench-search --database-url "$DB" --base "http://$LISTEN" \
     --index-base "http://$INDEXED" --shows "$SHOWS" --clients "$CLIENTS" --seconds "$SECS" \
     | tee -a "$RESULTS"
+done
+# What holding the index costs in memory: each server's resident set, the catalog read.
+for name in sql index; do
+  echo "$name serve: $(ps -o rss= -p "$(cat "$DIR/onsale-$name.pid")" | awk '{printf "%.0f MiB", $1 / 1024}') resident" |
+    tee -a "$OUT/search-memory.txt"
 done
 start relay 127.0.0.1:0 127.0.0.1:0 0 relay
 start project 127.0.0.1:0 127.0.0.1:0 0 project --metrics-listen 127.0.0.1:0

@@ -3,6 +3,8 @@
 //! the filters as terms and ranges, one page after a cursor, the facets of every match, and
 //! "did you mean" when nothing matched.
 
+use std::ops::Bound;
+
 use chrono::{DateTime, Utc};
 use onsale_projections::catalog::Search;
 use serde::Serialize;
@@ -101,11 +103,19 @@ fn micros(t: DateTime<Utc>) -> i64 {
     t.timestamp_micros()
 }
 
-fn range_i64(field: Field, from: Option<i64>, below: Option<i64>) -> Box<dyn Query> {
-    use std::ops::Bound::{Excluded, Included, Unbounded};
-    Box::new(RangeQuery::new(
-        from.map_or(Unbounded, |v| Included(Term::from_field_i64(field, v))),
-        below.map_or(Unbounded, |v| Excluded(Term::from_field_i64(field, v))),
+/// Starts, prices: a range of an i64 field (`None` when neither bound is set).
+fn range_i64(
+    field: Field,
+    lower: Bound<i64>,
+    upper: Bound<i64>,
+) -> Option<(Occur, Box<dyn Query>)> {
+    if matches!((lower, upper), (Bound::Unbounded, Bound::Unbounded)) {
+        return None;
+    }
+    let term = |b: Bound<i64>| b.map(|v| Term::from_field_i64(field, v));
+    Some((
+        Occur::Must,
+        Box::new(RangeQuery::new(term(lower), term(upper))),
     ))
 }
 
@@ -120,22 +130,30 @@ fn filters(index: &SearchIndex, s: &Search) -> Vec<(Occur, Box<dyn Query>)> {
         );
         must.push((Occur::Must, Box::new(q)));
     }
-    if s.from.is_some() || s.to.is_some() {
-        must.push((
-            Occur::Must,
-            range_i64(f.starts, s.from.map(micros), s.to.map(micros)),
-        ));
-    }
+    let (from, to) = (s.from.map(micros), s.to.map(micros));
+    must.extend(range_i64(
+        f.starts,
+        from.map_or(Bound::Unbounded, Bound::Included),
+        to.map_or(Bound::Unbounded, Bound::Excluded),
+    ));
     // A price at or above `min_price`: the dearest seat is; at or below `max_price`: the
     // cheapest is.
-    if let Some(p) = s.min_price {
-        must.push((Occur::Must, range_i64(f.max_price, Some(p), None)));
-    }
-    if let Some(p) = s.max_price {
-        must.push((Occur::Must, range_i64(f.min_price, None, p.checked_add(1))));
-    }
+    must.extend(range_i64(
+        f.max_price,
+        s.min_price.map_or(Bound::Unbounded, Bound::Included),
+        Bound::Unbounded,
+    ));
+    must.extend(range_i64(
+        f.min_price,
+        Bound::Unbounded,
+        s.max_price.map_or(Bound::Unbounded, Bound::Included),
+    ));
     if let Some((lo, hi)) = s.cheapest {
-        must.push((Occur::Must, range_i64(f.min_price, Some(lo), Some(hi))));
+        must.extend(range_i64(
+            f.min_price,
+            Bound::Included(lo),
+            Bound::Excluded(hi),
+        ));
     }
     must
 }

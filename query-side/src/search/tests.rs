@@ -269,3 +269,34 @@ fn a_document_taken_in_again_replaces_the_one_before() {
     let found = find(&index, &search(None, 10), None, Utc::now()).expect("a search");
     assert_eq!(found.events[0].status, EventStatus::SoldOut);
 }
+
+#[test]
+fn filters_at_their_extremes_find_what_they_say_and_never_fail() {
+    let index = index_of(&[show("x", "Slayer", "Metal Mass", "Oslo", 40)]);
+    let now = Utc::now();
+    let run = |s: Search| ids(&find(&index, &s, None, now).expect("a search"));
+    // The fuzz test's case: a price bound at the largest number (no bound past it to exclude).
+    let dear = Search {
+        min_price: Some(0),
+        max_price: Some(i64::MAX),
+        ..search(None, 10)
+    };
+    assert_eq!(run(dear), ["x"]);
+    let none = Search {
+        min_price: Some(i64::MAX),
+        ..search(None, 10)
+    };
+    assert!(run(none).is_empty());
+    // A span that ends before it starts holds nothing.
+    let backwards = Search {
+        from: Some(now + Duration::days(60)),
+        to: Some(now),
+        ..search(None, 10)
+    };
+    assert!(run(backwards).is_empty());
+    let top = Search {
+        cheapest: Some((20_000, i64::MAX)),
+        ..search(None, 10)
+    };
+    assert!(run(top).is_empty());
+}
