@@ -10,12 +10,12 @@ use chrono::{DateTime, NaiveDate, Utc};
 use onsale_edge::ApiError;
 use onsale_edge::ErrorCode;
 use onsale_projections::catalog::Search;
-
-use crate::search::hits::{Rank, PRICE_BANDS};
-use crate::search::{IndexCursor, SearchIndex};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use utoipa::{IntoParams, ToSchema};
+
+use crate::search::hits::{Rank, PRICE_BANDS};
+use crate::search::{IndexCursor, SearchIndex};
 
 pub const PAGE: i64 = 20;
 pub const PAGE_MAX: i64 = 100;

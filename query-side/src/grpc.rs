@@ -296,17 +296,32 @@ impl pb::events_server::Events for Grpc {
             status: given(r.status),
             min_price: r.min_price_cents,
             max_price: r.max_price_cents,
-            month: None,
-            price_band: None,
+            month: given(r.month),
+            price_band: given(r.price_band),
             limit: (r.limit > 0).then_some(i64::from(r.limit)),
             cursor: given(r.cursor),
         };
         let found = crate::catalog::search(&self.0.pool, &self.0.search, &query)
             .await
             .map_err(ApiError::into_status)?;
+        let facet = |f: Vec<crate::search::Facet>| {
+            f.into_iter()
+                .map(|f| pb::Facet {
+                    value: f.value,
+                    count: f.count,
+                })
+                .collect()
+        };
         Ok(Response::new(pb::SearchEventsResponse {
             events: found.events.into_iter().map(summary).collect(),
             next_cursor: found.next_cursor.unwrap_or_default(),
+            facets: found.facets.map(|f| pb::Facets {
+                city: facet(f.city),
+                month: facet(f.month),
+                price_band: facet(f.price_band),
+                status: facet(f.status),
+            }),
+            did_you_mean: found.did_you_mean.unwrap_or_default(),
         }))
     }
 

@@ -399,6 +399,7 @@ async fn fans_find_shows(index: bool) {
         .into_inner();
     assert_eq!(found.events.len(), 1);
     assert_eq!(found.events[0].name, "Acoustic Evening");
+    assert_eq!(found.facets.is_some(), index, "{found:?}");
     let one = events
         .get_event(pb::GetEventRequest {
             event_id: stooges.clone(),

@@ -1,5 +1,6 @@
-// The fan app in a real Chromium, at desktop and phone sizes: a fan signs in, types the first
-// letters of a performer and takes the suggestion with the keyboard, finds the show, opens its
+// The fan app in a real Chromium, at desktop and phone sizes: a fan signs in, misspells a
+// performer and takes the did-you-mean, types the first letters of the performer and takes the
+// suggestion with the keyboard, finds the show, opens its
 // map live over gRPC-web; another fan holds a seat over REST and the page shows one
 // seat fewer within 2 s; axe-core finds no serious accessibility violation on any screen.
 import { BASE, EVENT, accessible, launch, newPage, shot, token } from "./common.mjs";
@@ -18,6 +19,13 @@ try {
     // Type-ahead: four letters of the performer offer the performer; the keyboard takes it.
     const { performer } = await (await fetch(`${BASE}/v1/events/${EVENT}`)).json();
     const box = page.getByRole("combobox", { name: /Search performers/ });
+    // Nothing found: the performer nearest to what was typed is offered, and taken.
+    await box.fill(`${performer}x zzzz`);
+    await page.getByText("No show matches.").waitFor();
+    await page.getByRole("button", { name: performer, exact: true }).click();
+    if ((await box.inputValue()) !== performer) throw new Error(`did-you-mean left ${await box.inputValue()}`);
+    await page.locator(`a[href="#/events/${EVENT}"]`).waitFor();
+    await box.fill("");
     await box.pressSequentially(performer.slice(0, 4), { delay: 30 });
     const options = page.getByRole("listbox").getByRole("option");
     await options.filter({ hasText: performer }).first().waitFor();

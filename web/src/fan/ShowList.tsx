@@ -4,7 +4,7 @@
 // search), Escape closes them. The box is an ARIA combobox, its suggestions a listbox.
 import { useEffect, useState } from "preact/hooks";
 import type { components } from "../gen/api";
-import type { EventSummary } from "../gen/onsale/v1/read_pb";
+import type { EventSummary, Facets } from "../gen/onsale/v1/read_pb";
 import { events } from "../grpc";
 import { rest } from "../rest";
 
@@ -47,15 +47,20 @@ export function ShowList() {
   const [open, setOpen] = useState(false);
   const [active, setActive] = useState(-1);
   const suggestions = useSuggestions(typed);
+  const [city, setCity] = useState("");
   const [shows, setShows] = useState<EventSummary[] | null>(null);
+  const [facets, setFacets] = useState<Facets | undefined>(undefined);
+  const [didYouMean, setDidYouMean] = useState("");
   const [error, setError] = useState<string | null>(null);
   useEffect(() => {
     const ctl = new AbortController();
     const t = setTimeout(() => {
       events
-        .searchEvents({ q, limit: 50 }, { signal: ctl.signal })
+        .searchEvents({ q, city, limit: 50 }, { signal: ctl.signal })
         .then((r) => {
           setShows(r.events);
+          setFacets(r.facets);
+          setDidYouMean(r.didYouMean);
           setError(null);
         })
         .catch((e) => ctl.signal.aborted || setError(String(e.message ?? e)));
@@ -64,7 +69,7 @@ export function ShowList() {
       clearTimeout(t);
       ctl.abort();
     };
-  }, [q]);
+  }, [q, city]);
   useEffect(() => setActive(-1), [suggestions]);
   const shown = open && suggestions.length > 0;
   const choose = (s: Suggestion) => {
@@ -135,11 +140,45 @@ export function ShowList() {
           ))}
         </ul>
       </div>
+      {facets && facets.city.length > 1 ? (
+        <div class="facets" role="group" aria-label="Cities">
+          {facets.city.map((c) => (
+            <button
+              type="button"
+              key={c.value}
+              aria-pressed={city === c.value}
+              onClick={() => setCity(city === c.value ? "" : c.value)}
+            >
+              {c.value} <span class="count">{String(c.count)}</span>
+            </button>
+          ))}
+        </div>
+      ) : null}
+      {city ? (
+        <p class="meta">
+          In {city} ·{" "}
+          <button type="button" class="link" onClick={() => setCity("")}>
+            every city
+          </button>
+        </p>
+      ) : null}
       {error ? <p role="alert" class="error">{error}</p> : null}
       {shows === null ? (
         <p>Loading…</p>
       ) : shows.length === 0 ? (
-        <p>No show matches.</p>
+        <p>
+          No show matches.
+          {didYouMean ? (
+            <>
+              {" "}
+              Did you mean{" "}
+              <button type="button" class="link" onClick={() => setQ(didYouMean)}>
+                {didYouMean}
+              </button>
+              ?
+            </>
+          ) : null}
+        </p>
       ) : (
         <ul class="shows">
           {shows.map((s) => (
