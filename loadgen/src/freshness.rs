@@ -39,8 +39,13 @@ async fn until(
     }
 }
 
-fn status_is(body: &Value, status: &str) -> bool {
-    body["events"][0]["status"] == status
+/// Whether the answer lists the show `id` with `status` (a search for one performer may find
+/// others near it: the shows before it, a letter apart).
+fn listed(body: &Value, id: &str, status: &str) -> bool {
+    body["events"].as_array().is_some_and(|e| {
+        e.iter()
+            .any(|e| e["eventId"] == id && e["status"] == status)
+    })
 }
 
 /// Milliseconds at quantile `q` of `d` (sorted).
@@ -82,8 +87,8 @@ pub(crate) async fn run(base: String, secret: &str, shows: usize) -> anyhow::Res
             .json()
             .await?;
         let t = Instant::now();
-        scheduled.push(until(&http, &base, &performer, t, |b| status_is(b, "ON_SALE")).await?);
         let id = event["eventId"].as_str().context("an event id")?;
+        scheduled.push(until(&http, &base, &performer, t, |b| listed(b, id, "ON_SALE")).await?);
         let hold: Value = http
             .post(format!("{base}/v1/events/{id}/holds"))
             .bearer_auth(&fan)
@@ -94,7 +99,7 @@ pub(crate) async fn run(base: String, secret: &str, shows: usize) -> anyhow::Res
             .json()
             .await?;
         let t = Instant::now();
-        sold_out.push(until(&http, &base, &performer, t, |b| status_is(b, "SOLD_OUT")).await?);
+        sold_out.push(until(&http, &base, &performer, t, |b| listed(b, id, "SOLD_OUT")).await?);
         let hold_id = hold["holdId"].as_str().context("a hold id")?;
         http.delete(format!("{base}/v1/holds/{hold_id}"))
             .bearer_auth(&fan)
@@ -102,7 +107,7 @@ pub(crate) async fn run(base: String, secret: &str, shows: usize) -> anyhow::Res
             .await?
             .error_for_status()?;
         let t = Instant::now();
-        back.push(until(&http, &base, &performer, t, |b| status_is(b, "ON_SALE")).await?);
+        back.push(until(&http, &base, &performer, t, |b| listed(b, id, "ON_SALE")).await?);
         if i == 0 {
             scheduled.clear();
             sold_out.clear();

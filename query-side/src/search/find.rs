@@ -9,7 +9,8 @@ use chrono::{DateTime, Utc};
 use onsale_projections::catalog::Search;
 use serde::Serialize;
 use tantivy::query::{
-    AllQuery, BooleanQuery, BoostQuery, FuzzyTermQuery, Occur, Query, RangeQuery, TermQuery,
+    AllQuery, BooleanQuery, BoostQuery, ConstScoreQuery, FuzzyTermQuery, Occur, Query, RangeQuery,
+    TermQuery,
 };
 use tantivy::schema::{Field, IndexRecordOption, Value};
 use tantivy::{TantivyDocument, Term};
@@ -74,7 +75,7 @@ pub(crate) fn term(field: Field, word: &str) -> TermQuery {
 }
 
 /// One typed word against the four texts: the word itself, the word with typos in the
-/// performer or the name, the word begun (at least three letters).
+/// performer or the name, the word begun (at least three letters) in the performer or the name.
 fn word_query(index: &SearchIndex, word: &str) -> Box<dyn Query> {
     let f = index.fields();
     let mut any: Vec<(Occur, Box<dyn Query>)> = vec![
@@ -85,18 +86,19 @@ fn word_query(index: &SearchIndex, word: &str) -> Box<dyn Query> {
     ];
     let d = typos(word);
     if d > 0 {
-        for (field, by) in [(f.performer, 2.0), (f.name, 1.5)] {
-            let q = FuzzyTermQuery::new(Term::from_field_text(field, word), d, true);
-            any.push((Occur::Should, boost(q, by)));
-        }
+        let q = FuzzyTermQuery::new(Term::from_field_text(f.names, word), d, true);
+        any.push((Occur::Should, boost(q, 2.0)));
     }
     if word.chars().count() >= 3 {
-        for (field, by) in [(f.performer, 1.0), (f.name, 0.8)] {
-            let q = FuzzyTermQuery::new_prefix(Term::from_field_text(field, word), 0, true);
-            any.push((Occur::Should, boost(q, by)));
-        }
+        any.push((Occur::Should, constant(term(f.performer_begun, word), 1.0)));
+        any.push((Occur::Should, constant(term(f.name_begun, word), 0.8)));
     }
     Box::new(BooleanQuery::new(any))
+}
+
+/// `q`, every match scored `score`.
+pub(crate) fn constant(q: impl Query, score: f32) -> Box<dyn Query> {
+    Box::new(ConstScoreQuery::new(Box::new(q), score))
 }
 
 fn micros(t: DateTime<Utc>) -> i64 {
@@ -200,7 +202,7 @@ fn facets(c: &super::hits::Counts) -> Facets {
         .collect();
     city.sort_by(|a, b| b.count.cmp(&a.count).then(a.value.cmp(&b.value)));
     city.truncate(20);
-    let mut months: Vec<(&u32, &u64)> = c.month.iter().collect();
+    let mut months: Vec<(&u64, &u64)> = c.month.iter().collect();
     months.sort();
     Facets {
         city,

@@ -42,6 +42,15 @@ pub(crate) struct Fields {
     pub name: Field,
     pub venue: Field,
     pub city_words: Field,
+    /// The performer's and the name's words together: what a typo is looked for in.
+    pub names: Field,
+    /// Every beginning (up to [`BEGUN_MAX`] letters) of each word of the performer, the name,
+    /// the venue and the city: a word begun is one term to look up, not a walk of the
+    /// dictionary.
+    pub performer_begun: Field,
+    pub name_begun: Field,
+    pub venue_begun: Field,
+    pub city_begun: Field,
     /// The city as written (stored, and a fast column the city facet counts) and lower-cased
     /// (the city filter's term).
     pub city: Field,
@@ -55,6 +64,8 @@ pub(crate) struct Fields {
     pub max_price: Field,
     /// The band of seats left: 0 sold out, else the tenths still available (1-10).
     pub band: Field,
+    /// The month of the start, `YYYYMM` (the month facet).
+    pub month: Field,
     /// A number of the show's id: the last tie-break of the order, so pages never overlap.
     pub key: Field,
 }
@@ -68,6 +79,13 @@ fn schema() -> (Schema, Fields) {
                 .set_index_option(IndexRecordOption::WithFreqsAndPositions),
         )
         .set_stored();
+    // Stored and a column as written too: type-ahead names its suggestions from the columns.
+    let shown = text.clone().set_fast(None);
+    let words = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default()
+            .set_tokenizer(FOLDED)
+            .set_index_option(IndexRecordOption::WithFreqs),
+    );
     let number = || {
         NumericOptions::default()
             .set_indexed()
@@ -75,11 +93,16 @@ fn schema() -> (Schema, Fields) {
             .set_stored()
     };
     let fields = Fields {
-        id: sb.add_text_field("id", STRING | STORED),
-        performer: sb.add_text_field("performer", text.clone()),
-        name: sb.add_text_field("name", text.clone()),
-        venue: sb.add_text_field("venue", text.clone()),
+        id: sb.add_text_field("id", STRING | STORED | FAST),
+        performer: sb.add_text_field("performer", shown.clone()),
+        name: sb.add_text_field("name", shown.clone()),
+        venue: sb.add_text_field("venue", shown),
         city_words: sb.add_text_field("city_words", text),
+        names: sb.add_text_field("names", words.clone()),
+        performer_begun: sb.add_text_field("performer_begun", words.clone()),
+        name_begun: sb.add_text_field("name_begun", words.clone()),
+        venue_begun: sb.add_text_field("venue_begun", words.clone()),
+        city_begun: sb.add_text_field("city_begun", words),
         city: sb.add_text_field("city", STRING | STORED | FAST),
         city_key: sb.add_text_field("city_key", STRING),
         venue_id: sb.add_text_field("venue_id", STORED),
@@ -89,9 +112,19 @@ fn schema() -> (Schema, Fields) {
         min_price: sb.add_i64_field("min_price", number()),
         max_price: sb.add_i64_field("max_price", number()),
         band: sb.add_u64_field("band", INDEXED | FAST | STORED),
+        month: sb.add_u64_field("month", FAST),
         key: sb.add_u64_field("key", FAST),
     };
     (sb.build(), fields)
+}
+
+/// The longest beginning of a word held for type-ahead.
+pub(crate) const BEGUN_MAX: usize = 12;
+
+/// The month of an instant, `YYYYMM`.
+fn month_of(t: chrono::DateTime<chrono::Utc>) -> u64 {
+    use chrono::Datelike;
+    u64::from(t.year().unsigned_abs()) * 100 + u64::from(t.month())
 }
 
 /// The order's last tie-break for a show id.
@@ -184,6 +217,18 @@ impl SearchIndex {
         words
     }
 
+    /// Every beginning of every word of `text`, folded, as one text.
+    fn begun(&self, text: &str) -> String {
+        let mut all = String::new();
+        for w in self.words(text) {
+            for (i, c) in w.char_indices().take(BEGUN_MAX) {
+                all.push_str(&w[..i + c.len_utf8()]);
+                all.push(' ');
+            }
+        }
+        all
+    }
+
     /// Takes `docs` in (each replacing the show's document), visible to the next search.
     pub fn apply(&self, docs: &[Document]) -> tantivy::Result<()> {
         let f = self.0.fields;
@@ -196,6 +241,12 @@ impl SearchIndex {
                 f.name => d.name.as_str(),
                 f.venue => d.venue_name.as_str(),
                 f.city_words => d.city.as_str(),
+                f.names => format!("{} {}", d.performer, d.name),
+                f.performer_begun => self.begun(&d.performer),
+                f.name_begun => self.begun(&d.name),
+                f.venue_begun => self.begun(&d.venue_name),
+                f.city_begun => self.begun(&d.city),
+                f.month => month_of(d.starts_at),
                 f.city => d.city.as_str(),
                 f.city_key => d.city.to_lowercase(),
                 f.venue_id => d.venue_id.as_str(),

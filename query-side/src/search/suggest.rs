@@ -1,17 +1,21 @@
 //! Type-ahead (`GET /v1/events/suggest?q=`): performers, shows, venues and cities whose words
 //! begin as the fan's last word does (a typo forgiven from four letters), the words before it
 //! whole (typos forgiven as in a search), of shows not started yet, ranked by what goes on sale
-//! soonest and sells fastest.
+//! soonest and sells fastest. A word begun is one term of the kind's `*_begun` field; the names
+//! come from the columns, grouped as the matches are collected (no stored document is read).
+
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use tantivy::collector::TopDocs;
-use tantivy::query::{BooleanQuery, FuzzyTermQuery, Occur, Query, RangeQuery};
-use tantivy::schema::{Field, Value};
-use tantivy::{DocId, Score, SegmentReader, TantivyDocument, Term};
+use tantivy::collector::{Collector, SegmentCollector};
+use tantivy::columnar::{Column, StrColumn};
+use tantivy::query::{BooleanQuery, FuzzyTermQuery, Occur, Query};
+use tantivy::schema::Field;
+use tantivy::{DocId, Score, SegmentOrdinal, SegmentReader, Term};
 use utoipa::ToSchema;
 
-use super::find::{boost, term, typos};
+use super::find::{boost, constant, term, typos};
 use super::SearchIndex;
 
 /// What a suggestion names.
@@ -44,8 +48,6 @@ pub struct Suggestions {
     pub suggestions: Vec<Suggestion>,
 }
 
-/// Shows looked at per kind before the distinct names are taken.
-const LOOK: usize = 40;
 const DAY_US: f32 = 86_400_000_000.0;
 
 /// How much more a word as typed weighs than one with a typo: enough that what a fan typed
@@ -55,7 +57,7 @@ const EXACT: f32 = 10.0;
 /// A typed word, whole: itself, or with its typos.
 fn whole(field: Field, word: &str) -> Box<dyn Query> {
     let mut any: Vec<(Occur, Box<dyn Query>)> =
-        vec![(Occur::Should, boost(term(field, word), 2.0))];
+        vec![(Occur::Should, boost(term(field, word), EXACT))];
     if typos(word) > 0 {
         let q = FuzzyTermQuery::new(Term::from_field_text(field, word), typos(word), true);
         any.push((Occur::Should, Box::new(q)));
@@ -63,17 +65,155 @@ fn whole(field: Field, word: &str) -> Box<dyn Query> {
     Box::new(BooleanQuery::new(any))
 }
 
-/// The last word, begun: a word of the field starting with it (one typo forgiven from four
+/// The last word, begun: a beginning of a word of the kind's text (one typo forgiven from four
 /// letters).
 fn begun(field: Field, word: &str) -> Box<dyn Query> {
-    let d = u8::from(word.chars().count() >= 4);
-    let exact = FuzzyTermQuery::new_prefix(Term::from_field_text(field, word), 0, true);
-    let mut any: Vec<(Occur, Box<dyn Query>)> = vec![(Occur::Should, boost(exact, EXACT))];
-    if d > 0 {
-        let q = FuzzyTermQuery::new_prefix(Term::from_field_text(field, word), d, true);
-        any.push((Occur::Should, Box::new(q)));
+    let mut any: Vec<(Occur, Box<dyn Query>)> =
+        vec![(Occur::Should, constant(term(field, word), EXACT))];
+    if word.chars().count() >= 4 {
+        let q = FuzzyTermQuery::new(Term::from_field_text(field, word), 1, true);
+        any.push((Occur::Should, constant(q, 1.0)));
     }
     Box::new(BooleanQuery::new(any))
+}
+
+/// One kind's best: the matches ranked by match times demand (the share sold, by tenths) times
+/// how soon the sale opens, grouped by the kind's text (a show: by the show), the best
+/// `limit`, shows that started left out.
+struct Best {
+    /// The column named.
+    column: &'static str,
+    show: bool,
+    now: i64,
+    limit: usize,
+}
+
+/// A suggestion found in a segment, before its kind and weight are set.
+struct Found {
+    rank: f32,
+    text: String,
+    show: Option<(String, String, i64)>,
+}
+
+struct SegmentBest {
+    show: bool,
+    now: i64,
+    limit: usize,
+    text: Option<StrColumn>,
+    id: Option<StrColumn>,
+    performer: Option<StrColumn>,
+    starts: Column<i64>,
+    on_sale: Column<i64>,
+    band: Column<u64>,
+    /// The best rank per text ordinal (per doc for shows), and its doc.
+    best: HashMap<u64, (f32, DocId)>,
+}
+
+impl Collector for Best {
+    type Fruit = Vec<Found>;
+    type Child = SegmentBest;
+
+    fn for_segment(
+        &self,
+        _: SegmentOrdinal,
+        reader: &SegmentReader,
+    ) -> tantivy::Result<SegmentBest> {
+        let fast = reader.fast_fields();
+        Ok(SegmentBest {
+            show: self.show,
+            now: self.now,
+            limit: self.limit,
+            text: fast.str(self.column)?,
+            id: fast.str("id")?,
+            performer: fast.str("performer")?,
+            starts: fast.i64("starts")?,
+            on_sale: fast.i64("on_sale")?,
+            band: fast.u64("band")?,
+            best: HashMap::new(),
+        })
+    }
+
+    fn requires_scoring(&self) -> bool {
+        true
+    }
+
+    fn merge_fruits(&self, fruits: Vec<Vec<Found>>) -> tantivy::Result<Vec<Found>> {
+        let mut all: Vec<Found> = Vec::new();
+        for f in fruits.into_iter().flatten() {
+            let same = |o: &Found| {
+                if self.show {
+                    o.show.as_ref().map(|s| &s.0) == f.show.as_ref().map(|s| &s.0)
+                } else {
+                    o.text.eq_ignore_ascii_case(&f.text)
+                }
+            };
+            match all.iter_mut().find(|o| same(o)) {
+                Some(o) if o.rank < f.rank => *o = f,
+                Some(_) => {}
+                None => all.push(f),
+            }
+        }
+        all.sort_by(|a, b| b.rank.total_cmp(&a.rank));
+        all.truncate(self.limit);
+        Ok(all)
+    }
+}
+
+fn text_of(column: &Option<StrColumn>, doc: DocId) -> String {
+    let mut out = String::new();
+    if let Some(c) = column {
+        if let Some(ord) = c.term_ords(doc).next() {
+            let _ = c.ord_to_str(ord, &mut out);
+        }
+    }
+    out
+}
+
+impl SegmentCollector for SegmentBest {
+    type Fruit = Vec<Found>;
+
+    fn collect(&mut self, doc: DocId, score: Score) {
+        let starts = self.starts.first(doc).unwrap_or_default();
+        if starts <= self.now {
+            return;
+        }
+        let band = self.band.first(doc).unwrap_or(10).min(10);
+        let opens = self.on_sale.first(doc).unwrap_or(self.now);
+        let wanted = (10 - band) as f32 / 10.0;
+        let days = (opens - self.now).max(0) as f32 / DAY_US;
+        let rank = score * (1.0 + wanted) * (0.5 + 1.0 / (1.0 + days / 14.0));
+        let key = if self.show {
+            u64::from(doc)
+        } else {
+            match self.text.as_ref().and_then(|c| c.term_ords(doc).next()) {
+                Some(ord) => ord,
+                None => return,
+            }
+        };
+        let e = self.best.entry(key).or_insert((rank, doc));
+        if e.0 < rank {
+            *e = (rank, doc);
+        }
+    }
+
+    fn harvest(self) -> Vec<Found> {
+        let mut best: Vec<(f32, DocId)> = self.best.into_values().collect();
+        best.sort_by(|a, b| b.0.total_cmp(&a.0));
+        best.truncate(self.limit);
+        best.into_iter()
+            .map(|(rank, doc)| Found {
+                rank,
+                text: text_of(&self.text, doc),
+                show: self.show.then(|| {
+                    (
+                        text_of(&self.id, doc),
+                        text_of(&self.performer, doc),
+                        self.starts.first(doc).unwrap_or_default(),
+                    )
+                }),
+            })
+            .collect()
+    }
 }
 
 /// Up to `limit` suggestions for `q` at `now`.
@@ -90,88 +230,57 @@ pub fn suggest(
         });
     };
     let f = *index.fields();
-    let now_us = now.timestamp_micros();
     let searcher = index.searcher();
     let mut found: Vec<(f32, Suggestion)> = Vec::new();
     // Kinds in the order a fan most often means them, when their matches rank alike: a
     // performer, a show, a city, a venue (a venue's name often holds its city's).
-    for (kind, field, weight) in [
-        (SuggestionKind::Performer, f.performer, 1.0),
-        (SuggestionKind::Show, f.name, 0.9),
-        (SuggestionKind::City, f.city_words, 0.8),
-        (SuggestionKind::Venue, f.venue, 0.7),
+    for (kind, words_of, begun_of, column, weight) in [
+        (
+            SuggestionKind::Performer,
+            f.performer,
+            f.performer_begun,
+            "performer",
+            1.0,
+        ),
+        (SuggestionKind::Show, f.name, f.name_begun, "name", 0.9),
+        (
+            SuggestionKind::City,
+            f.city_words,
+            f.city_begun,
+            "city",
+            0.8,
+        ),
+        (SuggestionKind::Venue, f.venue, f.venue_begun, "venue", 0.7),
     ] {
         let mut must: Vec<(Occur, Box<dyn Query>)> = before
             .iter()
-            .map(|w| (Occur::Must, whole(field, w)))
+            .map(|w| (Occur::Must, whole(words_of, w)))
             .collect();
-        must.push((Occur::Must, begun(field, last)));
-        must.push((
-            Occur::Must,
-            Box::new(RangeQuery::new(
-                std::ops::Bound::Excluded(Term::from_field_i64(f.starts, now_us)),
-                std::ops::Bound::Unbounded,
-            )),
-        ));
-        let query = BooleanQuery::new(must);
-        // Most wanted (the share sold, by tenths) and soonest on sale (or on sale now).
-        let ranked = TopDocs::with_limit(LOOK).tweak_score(move |segment: &SegmentReader| {
-            let fast = segment.fast_fields();
-            let band = fast.u64("band").ok();
-            let on_sale = fast.i64("on_sale").ok();
-            move |doc: DocId, score: Score| {
-                let band = band.as_ref().and_then(|c| c.first(doc)).unwrap_or(10);
-                let opens = on_sale
-                    .as_ref()
-                    .and_then(|c| c.first(doc))
-                    .unwrap_or(now_us);
-                let wanted = (10 - band.min(10)) as f32 / 10.0;
-                let days = (opens - now_us).max(0) as f32 / DAY_US;
-                score * (1.0 + wanted) * (0.5 + 1.0 / (1.0 + days / 14.0))
-            }
-        });
-        for (rank, addr) in searcher.search(&query, &ranked)? {
-            let d: TantivyDocument = searcher.doc(addr)?;
-            let text = |field| {
-                d.get_first(field)
-                    .and_then(|v| v.as_str())
-                    .unwrap_or_default()
-                    .to_owned()
-            };
-            let s = match kind {
-                SuggestionKind::Show => Suggestion {
+        must.push((Occur::Must, begun(begun_of, last)));
+        let best = Best {
+            column,
+            show: kind == SuggestionKind::Show,
+            now: now.timestamp_micros(),
+            limit,
+        };
+        for s in searcher.search(&BooleanQuery::new(must), &best)? {
+            let suggestion = match s.show {
+                Some((id, performer, starts)) => Suggestion {
                     kind,
-                    text: text(f.name),
-                    event_id: Some(text(f.id)),
-                    performer: Some(text(f.performer)),
-                    starts_at: d
-                        .get_first(f.starts)
-                        .and_then(|v| v.as_i64())
-                        .and_then(DateTime::from_timestamp_micros),
+                    text: s.text,
+                    event_id: Some(id),
+                    performer: Some(performer),
+                    starts_at: DateTime::from_timestamp_micros(starts),
                 },
-                _ => Suggestion {
+                None => Suggestion {
                     kind,
-                    text: text(if kind == SuggestionKind::City {
-                        f.city
-                    } else {
-                        field
-                    }),
+                    text: s.text,
                     event_id: None,
                     performer: None,
                     starts_at: None,
                 },
             };
-            let same = |o: &Suggestion| {
-                o.kind == s.kind
-                    && if s.kind == SuggestionKind::Show {
-                        o.event_id == s.event_id
-                    } else {
-                        o.text.eq_ignore_ascii_case(&s.text)
-                    }
-            };
-            if !found.iter().any(|(_, o)| same(o)) {
-                found.push((rank * weight, s));
-            }
+            found.push((s.rank * weight, suggestion));
         }
     }
     found.sort_by(|a, b| b.0.total_cmp(&a.0));
