@@ -5,6 +5,7 @@
 //! rebuild is the same path as living: a new index starts at 0. Until it has read every
 //! document once the catalog answers from PostgreSQL (`crate::catalog`), never after.
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,6 +24,7 @@ use tantivy::{doc, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, Term
 
 mod find;
 pub(crate) mod hits;
+mod names;
 mod suggest;
 
 pub(crate) use find::{find, IndexCursor};
@@ -44,15 +46,17 @@ pub(crate) struct Fields {
     pub city_words: Field,
     /// The performer's and the name's words together: what a typo is looked for in.
     pub names: Field,
-    /// Every beginning (up to [`BEGUN_MAX`] letters) of each word of the performer, the name,
-    /// the venue and the city: a word begun is one term to look up, not a walk of the
-    /// dictionary.
+    /// Every beginning (up to [`BEGUN_MAX`] letters) of each word of the performer and the
+    /// name: a word begun is one term to look up, not a walk of the dictionary.
     pub performer_begun: Field,
     pub name_begun: Field,
-    pub venue_begun: Field,
-    pub city_begun: Field,
-    /// The city as written (stored, and a fast column the city facet counts) and lower-cased
-    /// (the city filter's term).
+    /// The performer, the name and the venue as written, whole: the terms a name's shows are
+    /// found by (`names.rs`).
+    pub performer_key: Field,
+    pub name_key: Field,
+    pub venue_key: Field,
+    /// The city as written (stored, a whole term, and a fast column the city facet counts) and
+    /// lower-cased (the city filter's term).
     pub city: Field,
     pub city_key: Field,
     pub venue_id: Field,
@@ -100,9 +104,10 @@ fn schema() -> (Schema, Fields) {
         city_words: sb.add_text_field("city_words", text),
         names: sb.add_text_field("names", words.clone()),
         performer_begun: sb.add_text_field("performer_begun", words.clone()),
-        name_begun: sb.add_text_field("name_begun", words.clone()),
-        venue_begun: sb.add_text_field("venue_begun", words.clone()),
-        city_begun: sb.add_text_field("city_begun", words),
+        name_begun: sb.add_text_field("name_begun", words),
+        performer_key: sb.add_text_field("performer_key", STRING),
+        name_key: sb.add_text_field("name_key", STRING),
+        venue_key: sb.add_text_field("venue_key", STRING),
         city: sb.add_text_field("city", STRING | STORED | FAST),
         city_key: sb.add_text_field("city_key", STRING),
         venue_id: sb.add_text_field("venue_id", STORED),
@@ -137,6 +142,10 @@ pub(crate) fn key_of(id: &str) -> u64 {
 struct Inner {
     reader: IndexReader,
     writer: Mutex<IndexWriter>,
+    /// The distinct names type-ahead looks in, written after the shows they come from.
+    names: Mutex<names::Names>,
+    names_reader: IndexReader,
+    name_fields: names::NameFields,
     fields: Fields,
     analyzer: TextAnalyzer,
     /// Every document written by a transaction below this has been taken in.
@@ -169,6 +178,7 @@ impl SearchIndex {
             .filter(AsciiFoldingFilter)
             .build();
         index.tokenizers().register(FOLDED, analyzer.clone());
+        let names = names::Names::new(analyzer.clone())?;
         // One indexing thread: a document comes when a show is scheduled or its band moves.
         let writer = index.writer_with_num_threads(1, 32_000_000)?;
         let reader = index
@@ -178,6 +188,9 @@ impl SearchIndex {
         Ok(Self(Arc::new(Inner {
             reader,
             writer: Mutex::new(writer),
+            names_reader: names.reader.clone(),
+            name_fields: names.fields,
+            names: Mutex::new(names),
             fields,
             analyzer,
             position: AtomicU64::new(0),
@@ -204,6 +217,14 @@ impl SearchIndex {
 
     pub(crate) fn searcher(&self) -> Searcher {
         self.0.reader.searcher()
+    }
+
+    pub(crate) fn name_fields(&self) -> &names::NameFields {
+        &self.0.name_fields
+    }
+
+    pub(crate) fn name_searcher(&self) -> Searcher {
+        self.0.names_reader.searcher()
     }
 
     /// The words of `text` as the index holds them.
@@ -241,11 +262,12 @@ impl SearchIndex {
                 f.name => d.name.as_str(),
                 f.venue => d.venue_name.as_str(),
                 f.city_words => d.city.as_str(),
+                f.performer_key => d.performer.as_str(),
+                f.name_key => d.name.as_str(),
+                f.venue_key => d.venue_name.as_str(),
                 f.names => format!("{} {}", d.performer, d.name),
                 f.performer_begun => self.begun(&d.performer),
                 f.name_begun => self.begun(&d.name),
-                f.venue_begun => self.begun(&d.venue_name),
-                f.city_begun => self.begun(&d.city),
                 f.month => month_of(d.starts_at),
                 f.city => d.city.as_str(),
                 f.city_key => d.city.to_lowercase(),
@@ -262,7 +284,35 @@ impl SearchIndex {
         writer.commit()?;
         drop(writer);
         self.0.reader.reload()?;
-        Ok(())
+        let changed: BTreeSet<(u64, String)> = docs
+            .iter()
+            .flat_map(|d| {
+                [
+                    (SuggestionKind::Performer, &d.performer),
+                    (SuggestionKind::Show, &d.name),
+                    (SuggestionKind::City, &d.city),
+                    (SuggestionKind::Venue, &d.venue_name),
+                ]
+                .map(|(k, t)| (names::kind_number(k), t.clone()))
+            })
+            .collect();
+        let key = |k| match k {
+            SuggestionKind::Performer => f.performer_key,
+            SuggestionKind::Show => f.name_key,
+            SuggestionKind::City => f.city,
+            SuggestionKind::Venue => f.venue_key,
+        };
+        self.0
+            .names
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .rewrite(
+                &self.0.reader.searcher(),
+                &changed,
+                key,
+                |t| self.begun(t),
+                chrono::Utc::now().timestamp_micros(),
+            )
     }
 
     /// Reads the documents written since its position on `reads` once, and takes them in.
