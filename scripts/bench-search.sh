@@ -57,15 +57,18 @@ start sql "$LISTEN" 127.0.0.1:50089 0 serve
 start index "$INDEXED" 127.0.0.1:50090 1 serve
 for _ in $(seq 1 100); do curl -fsS "http://$LISTEN/healthz" >/dev/null 2>&1 &&
   curl -fsS "http://$INDEXED/healthz" >/dev/null 2>&1 && break; sleep 0.2; done
+# What holding the index costs in memory: each server's resident set after a run.
+resident() {
+  for name in sql index; do
+    echo "after run $1: $name serve $(ps -o rss= -p "$(cat "$DIR/onsale-$name.pid")" | awk '{printf "%.0f MiB", $1 / 1024}') resident" |
+      tee -a "$OUT/search-memory.txt"
+  done
+}
 for rep in $(seq 1 "$REPEAT"); do
   "$BIN/onsale-loadgen" bench-search --database-url "$DB" --base "http://$LISTEN" \
     --index-base "http://$INDEXED" --shows "$SHOWS" --clients "$CLIENTS" --seconds "$SECS" \
     | tee -a "$RESULTS"
-done
-# What holding the index costs in memory: each server's resident set, the catalog read.
-for name in sql index; do
-  echo "$name serve: $(ps -o rss= -p "$(cat "$DIR/onsale-$name.pid")" | awk '{printf "%.0f MiB", $1 / 1024}') resident" |
-    tee -a "$OUT/search-memory.txt"
+  resident "$rep"
 done
 start relay 127.0.0.1:0 127.0.0.1:0 0 relay
 start project 127.0.0.1:0 127.0.0.1:0 0 project --metrics-listen 127.0.0.1:0

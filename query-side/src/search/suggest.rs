@@ -2,7 +2,7 @@
 //! begin as the fan's last word does (a typo forgiven from four letters), the words before it
 //! whole (typos forgiven as in a search), with a show not started yet, ranked by what goes on
 //! sale soonest and sells fastest. Looked up among the distinct names (`names.rs`), one search
-//! for every kind; a show name from its third letter.
+//! for every kind.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -13,7 +13,7 @@ use tantivy::{DocId, Score, SegmentReader, TantivyDocument, Term};
 use utoipa::ToSchema;
 
 use super::find::{boost, constant, term, typos};
-use super::names::{kind_number, KINDS};
+use super::names::KINDS;
 use super::SearchIndex;
 
 /// What a suggestion names.
@@ -56,9 +56,6 @@ const EXACT: f32 = 10.0;
 /// [`KINDS`]' order): a performer, a show, a city, a venue (a venue's name often holds its
 /// city's).
 const WEIGHT: [f32; 4] = [1.0, 0.9, 0.8, 0.7];
-
-/// A show name is suggested from this many letters typed (before, a show name is any show).
-const SHOW_FROM: usize = 3;
 
 /// A typed word, whole: itself, or with its typos.
 fn whole(field: Field, word: &str) -> Box<dyn Query> {
@@ -103,8 +100,6 @@ pub fn suggest(
         .collect();
     must.push((Occur::Must, begun(f.begun, last)));
     let now_us = now.timestamp_micros();
-    let shows_too = before.len() + last.chars().count() >= SHOW_FROM;
-    let show = kind_number(SuggestionKind::Show);
     // Most wanted (the share sold, by tenths) and soonest on sale (or on sale now); a name
     // whose shows have all started, none.
     let ranked = TopDocs::with_limit(limit).tweak_score(move |segment: &SegmentReader| {
@@ -118,7 +113,7 @@ pub fn suggest(
         move |doc: DocId, score: Score| {
             let kind = kind.as_ref().and_then(|c| c.first(doc)).unwrap_or(0);
             let last = last_start.as_ref().and_then(|c| c.first(doc)).unwrap_or(0);
-            if last <= now_us || (kind == show && !shows_too) {
+            if last <= now_us {
                 return f32::NEG_INFINITY;
             }
             let wanted = wanted
