@@ -29,7 +29,8 @@ mod suggest;
 
 pub(crate) use find::{find, IndexCursor};
 pub use find::{Facet, Facets};
-pub use suggest::{suggest, Suggestion, SuggestionKind, Suggestions};
+pub use names::SuggestionKind;
+pub use suggest::{suggest, Suggestion, Suggestions};
 
 /// The analyzer of every text field and of what a fan types: words, lower case, accents
 /// folded ("Beyoncé" is "beyonce"), nothing longer than 40 bytes.

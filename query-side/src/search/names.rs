@@ -15,8 +15,20 @@ use tantivy::schema::{
 use tantivy::{doc, DocId, Index, IndexReader, IndexWriter, ReloadPolicy, Score, Searcher};
 use tantivy::{SegmentOrdinal, SegmentReader, Term};
 
-use super::suggest::SuggestionKind;
+use serde::Serialize;
+use utoipa::ToSchema;
+
 use super::FOLDED;
+
+/// What a suggestion names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum SuggestionKind {
+    Performer,
+    Show,
+    Venue,
+    City,
+}
 
 pub(crate) const KINDS: [SuggestionKind; 4] = [
     SuggestionKind::Performer,

@@ -13,18 +13,8 @@ use tantivy::{DocId, Score, SegmentReader, TantivyDocument, Term};
 use utoipa::ToSchema;
 
 use super::find::{boost, constant, term, typos};
-use super::names::KINDS;
+use super::names::{SuggestionKind, KINDS};
 use super::SearchIndex;
-
-/// What a suggestion names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum SuggestionKind {
-    Performer,
-    Show,
-    Venue,
-    City,
-}
 
 /// One suggestion: a show (its id, performer and start beside its name), or a performer, venue
 /// or city to search for.
