@@ -11,7 +11,7 @@ REDIS_PORT=${ONSALE_TEST_REDIS_PORT:-16399}
 # Tests that kill brokers start private clusters under $DIR; a test binary killed mid-run leaves
 # them behind, and every process whose command line names $DIR is reaped at the end.
 export ONSALE_TEST_DIR=$DIR
-trap 'jobs -p | xargs -r kill 2>/dev/null; "$ROOT/scripts/stack.sh" redis-down "$DIR"; "$ROOT/scripts/stack.sh" redis-down "$DIR/secure"; "$ROOT/scripts/stack.sh" broker-down "$DIR"; "$ROOT/scripts/stack.sh" broker-down "$DIR/secure"; "$ROOT/scripts/stack.sh" pg-down "$DIR"; pkill -9 -f "$DIR/" || true' EXIT
+trap 'jobs -p | xargs -r kill 2>/dev/null || true; "$ROOT/scripts/stack.sh" redis-down "$DIR"; "$ROOT/scripts/stack.sh" redis-down "$DIR/secure"; "$ROOT/scripts/stack.sh" broker-down "$DIR"; "$ROOT/scripts/stack.sh" broker-down "$DIR/secure"; "$ROOT/scripts/stack.sh" pg-down "$DIR"; pkill -9 -f "$DIR/" || true' EXIT
 # built PID LOG: waits for a build started in the background, shows what it printed, and stops
 # the run if it failed.
 built() {
