@@ -537,7 +537,12 @@ async fn type_ahead_and_facets_and_an_index_rebuilt_from_the_log_answers_as_the_
         "{got}"
     );
     let (_, got) = rp.app.get("/v1/events/suggest?q=beyo", "").await;
-    assert_eq!(got["suggestions"][0]["text"], "Beyonce", "{got}");
+    let (_, be) = rp.app.get("/v1/events/suggest?q=be", "").await;
+    let (_, all_b) = rp.app.get("/v1/events?q=beyonce", "").await;
+    assert_eq!(
+        got["suggestions"][0]["text"], "Beyonce",
+        "{got} {be} {all_b}"
+    );
     let (_, got) = rp.app.get("/v1/events/suggest?q=renaisa", "").await;
     let show = &got["suggestions"][0];
     assert_eq!(

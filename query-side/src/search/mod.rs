@@ -141,7 +141,10 @@ pub(crate) fn key_of(id: &str) -> u64 {
 }
 
 struct Inner {
+    /// What searches see: reloaded once the names of what it shows are written.
     reader: IndexReader,
+    /// What the names are written from: reloaded at each commit.
+    staging: IndexReader,
     writer: Mutex<IndexWriter>,
     /// The distinct names type-ahead looks in, written after the shows they come from.
     names: Mutex<names::Names>,
@@ -182,12 +185,17 @@ impl SearchIndex {
         let names = names::Names::new(analyzer.clone())?;
         // One indexing thread: a document comes when a show is scheduled or its band moves.
         let writer = index.writer_with_num_threads(1, 32_000_000)?;
-        let reader = index
+        let reader: IndexReader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        let staging = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
             .try_into()?;
         Ok(Self(Arc::new(Inner {
             reader,
+            staging,
             writer: Mutex::new(writer),
             names_reader: names.reader.clone(),
             name_fields: names.fields,
@@ -251,7 +259,8 @@ impl SearchIndex {
         all
     }
 
-    /// Takes `docs` in (each replacing the show's document), visible to the next search.
+    /// Takes `docs` in (each replacing the show's document), visible to the next search and,
+    /// written just before, their names to the next type-ahead.
     pub fn apply(&self, docs: &[Document]) -> tantivy::Result<()> {
         let f = self.0.fields;
         let mut writer = self.0.writer.lock().unwrap_or_else(|p| p.into_inner());
@@ -284,7 +293,7 @@ impl SearchIndex {
         }
         writer.commit()?;
         drop(writer);
-        self.0.reader.reload()?;
+        self.0.staging.reload()?;
         let changed: BTreeSet<(u64, String)> = docs
             .iter()
             .flat_map(|d| {
@@ -308,12 +317,14 @@ impl SearchIndex {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .rewrite(
-                &self.0.reader.searcher(),
+                &self.0.staging.searcher(),
                 &changed,
                 key,
                 |t| self.begun(t),
                 chrono::Utc::now().timestamp_micros(),
-            )
+            )?;
+        self.0.reader.reload()?;
+        Ok(())
     }
 
     /// Reads the documents written since its position on `reads` once, and takes them in.

@@ -300,3 +300,30 @@ fn filters_at_their_extremes_find_what_they_say_and_never_fail() {
     };
     assert!(run(top).is_empty());
 }
+
+#[test]
+fn names_written_one_show_at_a_time_are_all_suggested() {
+    let index = SearchIndex::new().expect("an index");
+    for d in [
+        show("m1", "Metallica", "World Tour", "Oslo", 10),
+        show("b1", "Beyonce", "Renaissance", "Bergen", 20),
+        show("p1", "Oslo Philharmonic", "Night of Strings", "Oslo", 30),
+        show("m2", "Metallica", "Acoustic Evening", "Bergen", 50),
+    ] {
+        index.apply(&[d]).expect("taken in");
+    }
+    let now = Utc::now();
+    for (typed, first) in [
+        ("beyo", "Beyonce"),
+        ("metal", "Metallica"),
+        ("renaisa", "Renaissance"),
+        ("phil", "Oslo Philharmonic"),
+    ] {
+        let got = suggest(&index, typed, 8, now).expect("suggestions");
+        assert_eq!(
+            got.suggestions.first().map(|s| s.text.as_str()),
+            Some(first),
+            "{typed}: {got:?}"
+        );
+    }
+}
