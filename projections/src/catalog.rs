@@ -99,9 +99,11 @@ impl Projection for Catalog {
             let (ids, counts): (Vec<String>, Vec<i32>) =
                 dirty.into_iter().map(|(s, n)| (s.to_string(), n)).unzip();
             sqlx::query(
-                // The search indexes read a row again only when its band of seats left moved.
-                "UPDATE catalog_events c SET available = u.n, seats_band = onsale_seats_band(u.n, c.seats),
-                        written = CASE WHEN c.seats_band = onsale_seats_band(u.n, c.seats)
+                // The search indexes read a row again only when its band of seats left moved
+                // (past a boundary by more than 1% of the seats, or to or from none).
+                "UPDATE catalog_events c
+                    SET available = u.n, seats_band = onsale_seats_band_after(c.seats_band, u.n, c.seats),
+                        written = CASE WHEN c.seats_band = onsale_seats_band_after(c.seats_band, u.n, c.seats)
                                        THEN c.written ELSE pg_current_xact_id() END
                    FROM UNNEST($1::text[], $2::int[]) AS u(id, n) WHERE c.event_id = u.id",
             )

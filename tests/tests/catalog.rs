@@ -465,6 +465,35 @@ async fn the_catalogs_status_in_sql_is_the_one_rule_of_event_status() {
         }
     }
     replace_with(&pool, &listings).await.expect("the catalog");
+    // The band of seats left, and where it moves: none is 0 at once and back at once; a count
+    // within 1% of the seats of a boundary keeps the band it had (no rewrite per batch while
+    // holds are made and lapse there), past it the band moves.
+    for (band, available, seats, after) in [
+        (10, 1_000, 1_000, 10),
+        (10, 0, 1_000, 0),
+        (0, 1, 1_000, 1),
+        (10, 899, 1_000, 10),
+        (10, 891, 1_000, 10),
+        (10, 889, 1_000, 9),
+        (9, 901, 1_000, 9),
+        (9, 909, 1_000, 9),
+        (9, 915, 1_000, 10),
+        (9, 891, 1_000, 9),
+        (9, 795, 1_000, 9),
+        (9, 789, 1_000, 8),
+        (8, 805, 1_000, 8),
+        (3, 950, 1_000, 10),
+        (1, 2, 3, 7),
+    ] {
+        let got: i16 = sqlx::query_scalar("SELECT onsale_seats_band_after($1, $2, $3)")
+            .bind(band as i16)
+            .bind(available)
+            .bind(seats)
+            .fetch_one(&pool)
+            .await
+            .expect("a band");
+        assert_eq!(got, after, "band {band}, {available} of {seats} left");
+    }
     let rule = |l: &Listing| EventStatus::at(now, l.starts_at, l.on_sale_at, Some(l.available));
     let all = Search {
         limit: 100,
