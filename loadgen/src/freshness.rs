@@ -56,38 +56,17 @@ fn at(d: &[Duration], q: f64) -> f64 {
 
 pub(crate) async fn run(base: String, secret: &str, shows: usize) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
-    let admin = mint(secret, "freshness-admin", Role::Admin, 3600)?;
     let fan = mint(secret, "freshness-fan", Role::Fan, 3600)?;
     let run = chrono::Utc::now().timestamp();
     let (mut scheduled, mut sold_out, mut back) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..=shows {
         let performer = format!("Fresco{run}x{i}");
-        let venue: Value = http
-            .post(format!("{base}/v1/venues"))
-            .bearer_auth(&admin)
-            .json(
-                &json!({"name": format!("{performer} Hall"), "city": "Oslo", "sections": [
-                {"section": "A", "priceTier": "A", "rows": [{"row": "1", "seats": 2}]}]}),
-            )
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
-        let now = chrono::Utc::now();
-        let event: Value = http
-            .post(format!("{base}/v1/events"))
-            .bearer_auth(&admin)
-            .json(&json!({"name": "Fresh Nights", "performer": performer, "venueId": venue["venueId"],
-                "startsAt": now + chrono::Duration::days(30), "onSaleAt": now - chrono::Duration::seconds(1),
-                "prices": {"A": 5000}}))
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
+        let venue = json!({"name": format!("{performer} Hall"), "city": "Oslo", "sections": [
+            {"section": "A", "priceTier": "A", "rows": [{"row": "1", "seats": 2}]}]});
+        let more = json!({"name": "Fresh Nights", "performer": performer, "prices": {"A": 5000}});
+        let id = crate::create_show_with(&http, &base, secret, &venue, 600, false, more).await?;
         let t = Instant::now();
-        let id = event["eventId"].as_str().context("an event id")?;
+        let id = id.as_str();
         scheduled.push(until(&http, &base, &performer, t, |b| listed(b, id, "ON_SALE")).await?);
         let hold: Value = http
             .post(format!("{base}/v1/events/{id}/holds"))
