@@ -33,13 +33,9 @@ pub enum EventStatus {
 
 impl EventStatus {
     /// A show's status at `now`: started, else sold out when the catalog counts no seat
-    /// available (`None`: not counted yet), else before or after its on-sale.
-    pub fn at(
-        now: chrono::DateTime<chrono::Utc>,
-        starts_at: chrono::DateTime<chrono::Utc>,
-        on_sale_at: chrono::DateTime<chrono::Utc>,
-        available: Option<i32>,
-    ) -> Self {
+    /// available (`None`: not counted yet), else before or after its on-sale. The times in any
+    /// one measure: instants, or the search index's microseconds.
+    pub fn at<T: PartialOrd>(now: T, starts_at: T, on_sale_at: T, available: Option<i32>) -> Self {
         if now >= starts_at {
             Self::Started
         } else if available == Some(0) {

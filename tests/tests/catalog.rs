@@ -661,15 +661,15 @@ async fn type_ahead_and_facets_and_an_index_rebuilt_from_the_log_answers_as_the_
     // The catalog projection rebuilt from the log; then an index read from zero.
     rp.rebuild_projections().await.expect("rebuilt");
     let fresh = onsale_query::search::SearchIndex::new().expect("an index");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while fresh.documents() < SHOWS.len() as u64 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the rebuilt catalog never had every show"
-        );
-        fresh.catch_up(&rp.pool).await.expect("read");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    onsale_tests::wait_for(
+        "a new index reading every show of the rebuilt catalog",
+        std::time::Duration::from_secs(60),
+        || async {
+            fresh.catch_up(&rp.pool).await.expect("read");
+            fresh.documents() == SHOWS.len() as u64
+        },
+    )
+    .await;
     rp.eventually("/v1/events?limit=100", "", every).await;
     for q in [
         "limit=100",

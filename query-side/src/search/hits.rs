@@ -75,19 +75,9 @@ const STATUSES: [EventStatus; 4] = [
 ];
 
 /// The status of a show with `band` of seats left at `now` (microseconds): the one rule,
-/// `EventStatus::at` (started, else sold out, else before or after its on-sale), said on the
-/// index's numbers, the band standing for the count (0 is none); a unit test holds the two
-/// equal on every combination.
+/// `EventStatus::at`, the band standing for the count (0 is none).
 pub(crate) fn status(now: i64, starts: i64, on_sale: i64, band: u64) -> EventStatus {
-    if now >= starts {
-        EventStatus::Started
-    } else if band == 0 {
-        EventStatus::SoldOut
-    } else if now < on_sale {
-        EventStatus::Scheduled
-    } else {
-        EventStatus::OnSale
-    }
+    EventStatus::at(now, starts, on_sale, Some(i32::from(band > 0)))
 }
 
 /// Counts by facet of every match.
